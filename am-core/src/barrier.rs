@@ -1,0 +1,361 @@
+//! Split-phase barriers with named/anonymous ids and mismatch detection.
+//!
+//! The reference barrier is a dissemination barrier over Short AMs: in round `r` rank `i` sends
+//! its accumulated value to `i + 2^r` and waits for the one from `i - 2^r`. After
+//! `ceil(log2 N)` rounds every rank has merged the values of all ranks, so every rank reaches
+//! the same verdict on ids. A value is "anonymous", "named id (by rank)" or "mismatch": two
+//! different named ids merge into a mismatch that remembers both ranks.
+//!
+//! A peer can be at most one barrier ahead (it cannot finish barrier `e+1` before this rank
+//! notified it), so arrivals are kept by barrier parity.
+
+use crate::backoff::Backoff;
+use crate::conduit::{Category, OutMsg};
+use crate::endpoint::{not_in_handler, Endpoint};
+use crate::handler::{HandlerTable, Token};
+use crate::stats::Ctr;
+use crate::{Error, Result};
+
+pub(crate) const LIB_BARRIER: u8 = 5;
+
+/// Barrier flags.
+pub mod flags {
+    /// The barrier matches any id (the id argument is ignored).
+    pub const ANONYMOUS: u32 = 1;
+    /// Force a mismatch on every rank (a client detected an inconsistency).
+    pub const MISMATCH: u32 = 2;
+}
+
+const MAX_ROUNDS: usize = 32;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Val {
+    Anon,
+    Named { id: u32, rank: u32 },
+    Differ { a: (u32, u32), b: (u32, u32) },
+    Flagged { rank: u32 },
+}
+
+impl Val {
+    fn merge(self, o: Val) -> Val {
+        use Val::*;
+        match (self, o) {
+            (Flagged { .. }, _) | (Differ { .. }, _) => self,
+            (_, Flagged { .. }) | (_, Differ { .. }) => o,
+            (Anon, x) | (x, Anon) => x,
+            (Named { id: a, rank: ra }, Named { id: b, rank: rb }) => {
+                if a == b {
+                    Named {
+                        id: a,
+                        rank: ra.min(rb),
+                    }
+                } else {
+                    Differ {
+                        a: (ra, a),
+                        b: (rb, b),
+                    }
+                }
+            }
+        }
+    }
+
+    fn encode(self) -> [u32; 5] {
+        match self {
+            Val::Anon => [0, 0, 0, 0, 0],
+            Val::Named { id, rank } => [1, id, rank, 0, 0],
+            Val::Differ { a, b } => [2, a.0, a.1, b.0, b.1],
+            Val::Flagged { rank } => [3, rank, 0, 0, 0],
+        }
+    }
+
+    fn decode(a: &[u32]) -> Val {
+        match a {
+            [1, id, rank, ..] => Val::Named {
+                id: *id,
+                rank: *rank,
+            },
+            [2, ra, ia, rb, ib] => Val::Differ {
+                a: (*ra, *ia),
+                b: (*rb, *ib),
+            },
+            [3, rank, ..] => Val::Flagged { rank: *rank },
+            _ => Val::Anon,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Phase {
+    Idle,
+    Notified {
+        id: u32,
+        flags: u32,
+        value: Val,
+        round: usize,
+        sent: bool,
+    },
+}
+
+/// Per-endpoint barrier state, behind a mutex (handlers record arrivals).
+#[derive(Debug)]
+pub(crate) struct BarrierState {
+    phase: Phase,
+    epoch: u32,
+    arrived: [[Option<Val>; MAX_ROUNDS]; 2],
+}
+
+impl BarrierState {
+    pub(crate) fn new() -> Self {
+        BarrierState {
+            phase: Phase::Idle,
+            epoch: 0,
+            arrived: [[None; MAX_ROUNDS]; 2],
+        }
+    }
+}
+
+pub(crate) fn register_handlers(t: &mut HandlerTable) -> Result<()> {
+    t.insert(LIB_BARRIER, Box::new(barrier_handler))
+}
+
+fn barrier_handler(tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
+    let [epoch, round, ref val @ ..] = *args else {
+        return;
+    };
+    let v = Val::decode(val);
+    let mut st = tok.endpoint().barrier_lock();
+    let slot = &mut st.arrived[(epoch & 1) as usize][(round as usize) % MAX_ROUNDS];
+    *slot = Some(slot.map_or(v, |old| old.merge(v)));
+}
+
+fn rounds(size: u32) -> usize {
+    let mut r = 0;
+    while (1u64 << r) < u64::from(size) {
+        r += 1;
+    }
+    r
+}
+
+impl Endpoint {
+    pub(crate) fn barrier_lock(&self) -> std::sync::MutexGuard<'_, BarrierState> {
+        self.inner.barrier.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Start a barrier. `flags` may hold [`flags::ANONYMOUS`] (id ignored) and
+    /// [`flags::MISMATCH`]. Must be followed by `barrier_wait` or a successful `barrier_try`.
+    pub fn barrier_notify(&self, id: u32, flags: u32) -> Result<()> {
+        self.attached_for("barrier_notify")?;
+        not_in_handler("barrier_notify")?;
+        let rank = self.rank();
+        {
+            let mut st = self.barrier_lock();
+            if !matches!(st.phase, Phase::Idle) {
+                return Err(Error::BarrierState(
+                    "barrier_notify called twice without barrier_wait or a successful barrier_try",
+                ));
+            }
+            let value = if flags & flags::MISMATCH != 0 {
+                Val::Flagged { rank }
+            } else if flags & flags::ANONYMOUS != 0 {
+                Val::Anon
+            } else {
+                Val::Named { id, rank }
+            };
+            st.phase = Phase::Notified {
+                id,
+                flags,
+                value,
+                round: 0,
+                sent: false,
+            };
+        }
+        self.barrier_advance()?;
+        Ok(())
+    }
+
+    /// Send and merge as far as arrivals allow. Returns true when all rounds are done.
+    fn barrier_advance(&self) -> Result<bool> {
+        let total = rounds(self.size());
+        loop {
+            let mut st = self.barrier_lock();
+            let epoch = st.epoch;
+            let parity = (epoch & 1) as usize;
+            let (send, done) = match &mut st.phase {
+                Phase::Idle => {
+                    return Err(Error::BarrierState("barrier_wait without barrier_notify"))
+                }
+                Phase::Notified {
+                    value, round, sent, ..
+                } => {
+                    if *round >= total {
+                        (None, true)
+                    } else if !*sent {
+                        *sent = true;
+                        (Some((*round, *value)), false)
+                    } else {
+                        let r = *round;
+                        match st_arrival(&mut st.arrived, parity, r) {
+                            Some(v) => {
+                                if let Phase::Notified {
+                                    value, round, sent, ..
+                                } = &mut st.phase
+                                {
+                                    *value = value.merge(v);
+                                    *round += 1;
+                                    *sent = false;
+                                }
+                                continue;
+                            }
+                            None => return Ok(false),
+                        }
+                    }
+                }
+            };
+            drop(st);
+            if done {
+                return Ok(true);
+            }
+            if let Some((round, value)) = send {
+                let dest = (u64::from(self.rank()) + (1u64 << round)) % u64::from(self.size());
+                let v = value.encode();
+                let r32 = u32::try_from(round).unwrap_or(u32::MAX);
+                let args = [epoch, r32, v[0], v[1], v[2], v[3], v[4]];
+                self.lib_request(
+                    u32::try_from(dest).unwrap_or(0),
+                    &OutMsg {
+                        handler: LIB_BARRIER,
+                        category: Category::Short,
+                        is_reply: false,
+                        args: &args,
+                        payload: &[],
+                        long_offset: 0,
+                    },
+                )?;
+            }
+        }
+    }
+
+    fn barrier_finish(&self, id: u32, flags: u32) -> Result<()> {
+        let mut st = self.barrier_lock();
+        let phase = std::mem::replace(&mut st.phase, Phase::Idle);
+        st.epoch = st.epoch.wrapping_add(1);
+        drop(st);
+        self.stats_block().add(Ctr::Barriers, 1);
+        let Phase::Notified {
+            id: nid,
+            flags: nflags,
+            value,
+            ..
+        } = phase
+        else {
+            return Err(Error::BarrierState("barrier_wait without barrier_notify"));
+        };
+        match value {
+            Val::Differ { a, b } => {
+                return Err(Error::BarrierMismatch {
+                    detail: format!(
+                        "rank {} notified id {} but rank {} notified id {}",
+                        a.0, a.1, b.0, b.1
+                    ),
+                })
+            }
+            Val::Flagged { rank } => {
+                return Err(Error::BarrierMismatch {
+                    detail: format!("rank {rank} passed the MISMATCH flag"),
+                })
+            }
+            _ => {}
+        }
+        let anon = flags & flags::ANONYMOUS != 0;
+        let nanon = nflags & flags::ANONYMOUS != 0;
+        if anon != nanon || (!anon && id != nid) {
+            return Err(Error::BarrierMismatch {
+                detail: format!(
+                    "rank {} waited with id {id} flags {flags:#x} after notifying id {nid} flags {nflags:#x}",
+                    self.rank()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Complete the barrier started by `barrier_notify`, polling until every rank notified.
+    /// `id` and `flags` must repeat the notify's. Errors with `BarrierMismatch` on every rank
+    /// when named ids differ or a rank passed [`flags::MISMATCH`].
+    pub fn barrier_wait(&self, id: u32, flags: u32) -> Result<()> {
+        self.attached_for("barrier_wait")?;
+        not_in_handler("barrier_wait")?;
+        let mut b = Backoff::new(self.inner.cfg.spin);
+        loop {
+            if self.barrier_advance()? {
+                return self.barrier_finish(id, flags);
+            }
+            if self.poll_inner(false)? > 0 {
+                b.reset();
+            } else {
+                b.snooze();
+            }
+        }
+    }
+
+    /// Non-blocking form of `barrier_wait`: `Ok(false)` while other ranks have not notified.
+    pub fn barrier_try(&self, id: u32, flags: u32) -> Result<bool> {
+        self.attached_for("barrier_try")?;
+        not_in_handler("barrier_try")?;
+        if !self.barrier_advance()? {
+            self.poll_inner(false)?;
+            if !self.barrier_advance()? {
+                return Ok(false);
+            }
+        }
+        self.barrier_finish(id, flags).map(|()| true)
+    }
+
+    /// Anonymous blocking barrier.
+    pub fn barrier(&self) -> Result<()> {
+        self.barrier_notify(0, flags::ANONYMOUS)?;
+        self.barrier_wait(0, flags::ANONYMOUS)
+    }
+}
+
+fn st_arrival(
+    arrived: &mut [[Option<Val>; MAX_ROUNDS]; 2],
+    parity: usize,
+    round: usize,
+) -> Option<Val> {
+    arrived[parity][round % MAX_ROUNDS].take()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_rules() {
+        let n = |id, rank| Val::Named { id, rank };
+        assert_eq!(Val::Anon.merge(n(3, 1)), n(3, 1));
+        assert_eq!(n(3, 2).merge(n(3, 1)), n(3, 1));
+        assert!(matches!(n(3, 0).merge(n(4, 1)), Val::Differ { .. }));
+        assert!(matches!(
+            Val::Flagged { rank: 2 }.merge(n(1, 1)),
+            Val::Flagged { rank: 2 }
+        ));
+        for v in [
+            Val::Anon,
+            n(7, 9),
+            Val::Flagged { rank: 4 },
+            n(1, 0).merge(n(2, 5)),
+        ] {
+            assert_eq!(Val::decode(&v.encode()), v);
+        }
+    }
+
+    #[test]
+    fn round_counts() {
+        assert_eq!(rounds(1), 0);
+        assert_eq!(rounds(2), 1);
+        assert_eq!(rounds(3), 2);
+        assert_eq!(rounds(4), 2);
+        assert_eq!(rounds(5), 3);
+    }
+}

@@ -1,0 +1,848 @@
+//! The endpoint: one rank's view of the job, and the client-facing AM API.
+
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::backoff::Backoff;
+use crate::barrier::BarrierState;
+use crate::conduit::{Category, Conduit, InMsg, LocalSegment, OutMsg, MAX_ARGS};
+use crate::handler::{HandlerFn, HandlerTable, Token, FIRST_CLIENT_HANDLER};
+use crate::rma::OpState;
+use crate::stats::{Ctr, StatBlock, Stats};
+use crate::{Error, Rank, Result};
+
+/// Settings read from the environment when the endpoint is created.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Use the conduit's native put/get when it has one (`AMNET_RMA=native`, the default) or
+    /// always the AM-based reference path (`AMNET_RMA=am`).
+    pub rma_native: bool,
+    /// Print statistics at exit (`AMNET_STATS=1`).
+    pub stats_at_exit: bool,
+    /// Print the configuration at attach on rank 0 (`AMNET_VERBOSE=1`).
+    pub verbose: bool,
+    /// Idle polls a wait spins before it starts yielding (`AMNET_SPIN`, default 2000, or 16
+    /// when the host is oversubscribed).
+    pub spin: u32,
+}
+
+impl Config {
+    /// Read the configuration from the environment.
+    pub fn from_env(oversubscribed: bool) -> Result<Self> {
+        let flag = |name: &str| -> Result<bool> {
+            match std::env::var(name) {
+                Err(_) => Ok(false),
+                Ok(v) => match v.as_str() {
+                    "" | "0" | "no" | "false" => Ok(false),
+                    "1" | "yes" | "true" => Ok(true),
+                    other => Err(Error::Config(format!("{name}={other:?}: expected 0 or 1"))),
+                },
+            }
+        };
+        let rma_native = match std::env::var("AMNET_RMA").as_deref() {
+            Err(_) | Ok("") | Ok("native") => true,
+            Ok("am") => false,
+            Ok(other) => {
+                return Err(Error::Config(format!(
+                    "AMNET_RMA={other:?}: expected \"native\" or \"am\""
+                )))
+            }
+        };
+        let spin = match std::env::var("AMNET_SPIN") {
+            Err(_) => {
+                if oversubscribed {
+                    16
+                } else {
+                    2000
+                }
+            }
+            Ok(v) => v
+                .parse()
+                .map_err(|_| Error::Config(format!("AMNET_SPIN={v:?}: expected a whole number")))?,
+        };
+        Ok(Config {
+            rma_native,
+            stats_at_exit: flag("AMNET_STATS")?,
+            verbose: flag("AMNET_VERBOSE")?,
+            spin,
+        })
+    }
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct SendPtr(pub(crate) *mut u8);
+// SAFETY: a segment base address; the memory it names is shared by design and accessed only
+// through bounds-checked copies.
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}
+
+pub(crate) struct Attached {
+    handlers: Vec<Option<Box<HandlerFn>>>,
+    pub(crate) seg: LocalSegment,
+    pub(crate) seg_lens: Vec<usize>,
+    pub(crate) peers: Vec<Option<SendPtr>>,
+    pub(crate) max_medium: usize,
+    size: u32,
+}
+
+impl Attached {
+    #[inline]
+    pub(crate) fn check_client_handler(&self, index: u8) -> Result<()> {
+        if index == 0 {
+            return Err(Error::HandlerZero);
+        }
+        if index < FIRST_CLIENT_HANDLER {
+            return Err(Error::ReservedHandler { index });
+        }
+        if self.handlers[usize::from(index)].is_none() {
+            return Err(Error::UnregisteredHandler { index });
+        }
+        Ok(())
+    }
+
+    #[inline]
+    pub(crate) fn check_rank(&self, rank: Rank) -> Result<()> {
+        if rank >= self.size {
+            return Err(Error::BadRank {
+                rank,
+                size: self.size,
+            });
+        }
+        Ok(())
+    }
+
+    #[inline]
+    pub(crate) fn check_range(&self, rank: Rank, offset: u64, len: usize) -> Result<()> {
+        self.check_rank(rank)?;
+        let seg_len = self.seg_lens[rank as usize];
+        let end = offset.checked_add(len as u64);
+        match end {
+            Some(end) if end <= seg_len as u64 => Ok(()),
+            _ => Err(Error::OutOfSegment {
+                rank,
+                offset,
+                len,
+                seg_len,
+            }),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn check_payload(
+        &self,
+        dest: Rank,
+        category: Category,
+        len: usize,
+        long_offset: u64,
+    ) -> Result<()> {
+        match category {
+            Category::Short => Ok(()),
+            Category::Medium if len > self.max_medium => Err(Error::PayloadTooLarge {
+                category: "Medium",
+                len,
+                max: self.max_medium,
+            }),
+            Category::Medium => Ok(()),
+            Category::Long => {
+                self.check_rank(dest)?;
+                let max = self.seg_lens[dest as usize];
+                if len > max {
+                    return Err(Error::PayloadTooLarge {
+                        category: "Long",
+                        len,
+                        max,
+                    });
+                }
+                self.check_range(dest, long_offset, len)
+            }
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) id: u64,
+    pub(crate) conduit: Box<dyn Conduit>,
+    pub(crate) rank: Rank,
+    pub(crate) size: u32,
+    pub(crate) cfg: Config,
+    attached: OnceLock<Attached>,
+    attach_started: AtomicBool,
+    pub(crate) barrier: Mutex<BarrierState>,
+    stat_blocks: Mutex<Vec<Arc<StatBlock>>>,
+    stats_printed: AtomicBool,
+}
+
+/// One rank's endpoint: the whole AM API. Cheap to clone; clones share the rank, so a rank may
+/// be driven from several threads at once (see the spec for what is thread-safe).
+#[derive(Clone)]
+pub struct Endpoint {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("conduit", &self.inner.conduit.name())
+            .field("rank", &self.inner.rank)
+            .field("size", &self.inner.size)
+            .field("attached", &self.inner.attached.get().is_some())
+            .finish()
+    }
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Per-thread state for one endpoint.
+struct ThreadState {
+    ep_id: u64,
+    stats: Arc<StatBlock>,
+    nbi: Arc<OpState>,
+    region: Option<Arc<OpState>>,
+}
+
+thread_local! {
+    /// Index of the handler running on this thread (0: none).
+    static HANDLER: Cell<u8> = const { Cell::new(0) };
+    /// The last (endpoint id, stat block) this thread used: the fast path of `stats_block`.
+    static LAST_BLOCK: Cell<(u64, *const StatBlock)> = const { Cell::new((0, std::ptr::null())) };
+    static THREAD_STATE: RefCell<Vec<ThreadState>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The handler index running on this thread, or 0.
+#[inline]
+pub(crate) fn current_handler() -> u8 {
+    HANDLER.with(|h| h.get())
+}
+
+#[inline]
+pub(crate) fn not_in_handler(op: &'static str) -> Result<()> {
+    let h = current_handler();
+    if h != 0 {
+        return Err(Error::InHandler { op, handler: h });
+    }
+    Ok(())
+}
+
+static PROCESS_ENDPOINT: OnceLock<Arc<Inner>> = OnceLock::new();
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+extern "C" {
+    fn on_exit(
+        func: extern "C" fn(libc::c_int, *mut libc::c_void),
+        arg: *mut libc::c_void,
+    ) -> libc::c_int;
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+extern "C" fn exit_hook(status: libc::c_int, _arg: *mut libc::c_void) {
+    if let Some(inner) = PROCESS_ENDPOINT.get() {
+        inner.conduit.request_exit(status);
+        inner.print_stats_once();
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+extern "C" fn exit_hook_plain() {
+    if let Some(inner) = PROCESS_ENDPOINT.get() {
+        inner.conduit.request_exit(0);
+        inner.print_stats_once();
+    }
+}
+
+fn install_exit_hook(inner: &Arc<Inner>) {
+    if PROCESS_ENDPOINT.set(inner.clone()).is_err() {
+        return;
+    }
+    // SAFETY: registering a process-exit callback; the callback only touches the endpoint kept
+    // alive for the life of the process by PROCESS_ENDPOINT.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    unsafe {
+        on_exit(exit_hook, std::ptr::null_mut());
+    }
+    // SAFETY: as above.
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    unsafe {
+        libc::atexit(exit_hook_plain);
+    }
+}
+
+impl Inner {
+    fn print_stats_once(&self) {
+        if self.cfg.stats_at_exit && !self.stats_printed.swap(true, Ordering::AcqRel) {
+            let s = self.stats_sum();
+            eprint!("{}", s.report(self.rank));
+        }
+    }
+
+    fn stats_sum(&self) -> Stats {
+        let mut s = Stats::default();
+        for b in self
+            .stat_blocks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            s.add_block(b);
+        }
+        s
+    }
+}
+
+/// Split a 64-bit value into (low, high) 32-bit halves for AM arguments.
+#[inline]
+#[allow(clippy::cast_possible_truncation)]
+pub(crate) fn split64(v: u64) -> (u32, u32) {
+    (v as u32, (v >> 32) as u32)
+}
+
+/// Join (low, high) halves.
+#[inline]
+pub(crate) fn join64(lo: u32, hi: u32) -> u64 {
+    u64::from(lo) | (u64::from(hi) << 32)
+}
+
+impl Endpoint {
+    /// Wrap a conduit. Reads the configuration from the environment; in process mode installs
+    /// the exit hook that turns a return from `main` into a job-wide exit with that status.
+    pub fn new(conduit: Box<dyn Conduit>) -> Result<Self> {
+        let cfg = Config::from_env(conduit.oversubscribed())?;
+        let inner = Arc::new(Inner {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            rank: conduit.rank(),
+            size: conduit.size(),
+            conduit,
+            cfg,
+            attached: OnceLock::new(),
+            attach_started: AtomicBool::new(false),
+            barrier: Mutex::new(BarrierState::new()),
+            stat_blocks: Mutex::new(Vec::new()),
+            stats_printed: AtomicBool::new(false),
+        });
+        if inner.conduit.is_process_mode() {
+            install_exit_hook(&inner);
+        }
+        Ok(Endpoint { inner })
+    }
+
+    /// This rank's number, `0..size()`.
+    #[inline]
+    pub fn rank(&self) -> Rank {
+        self.inner.rank
+    }
+
+    /// Number of ranks in the job.
+    #[inline]
+    pub fn size(&self) -> u32 {
+        self.inner.size
+    }
+
+    /// The conduit's name.
+    pub fn conduit_name(&self) -> &'static str {
+        self.inner.conduit.name()
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.inner.cfg
+    }
+
+    /// Largest Medium payload.
+    pub fn max_medium(&self) -> usize {
+        self.inner.conduit.max_medium()
+    }
+
+    /// Largest Long payload to `rank`: its whole segment.
+    pub fn max_long(&self, rank: Rank) -> Result<usize> {
+        let att = self.attached_for("max_long")?;
+        att.check_rank(rank)?;
+        Ok(att.seg_lens[rank as usize])
+    }
+
+    /// True once `attach` has completed.
+    pub fn is_attached(&self) -> bool {
+        self.inner.attached.get().is_some()
+    }
+
+    #[inline]
+    pub(crate) fn attached_for(&self, op: &'static str) -> Result<&Attached> {
+        self.inner.attached.get().ok_or(Error::NotAttached { op })
+    }
+
+    /// Collective: register `handlers` and a segment of `seg_len` bytes on every rank. All ranks
+    /// must register the same handler indices; a rank's segment may have any size (0 included).
+    pub fn attach(&self, handlers: HandlerTable, seg_len: usize) -> Result<()> {
+        not_in_handler("attach")?;
+        if self.inner.attach_started.swap(true, Ordering::AcqRel) {
+            return Err(Error::AlreadyAttached);
+        }
+        let client_mask = handlers.mask();
+        let mut table = handlers;
+        crate::rma::register_handlers(&mut table)?;
+        crate::barrier::register_handlers(&mut table)?;
+
+        let mut blob = Vec::with_capacity(40);
+        blob.extend_from_slice(&(seg_len as u64).to_le_bytes());
+        blob.extend_from_slice(&client_mask);
+        let blobs = self.inner.conduit.exchange(&blob)?;
+        let mut lens = Vec::with_capacity(blobs.len());
+        let mut diffs = Vec::new();
+        for (r, b) in blobs.iter().enumerate() {
+            if b.len() != 40 {
+                return Err(Error::conduit(
+                    self.inner.conduit.name(),
+                    format!(
+                        "attach exchange: rank {r} sent {} bytes, expected 40",
+                        b.len()
+                    ),
+                ));
+            }
+            let mut l = [0u8; 8];
+            l.copy_from_slice(&b[..8]);
+            let len = usize::try_from(u64::from_le_bytes(l)).map_err(|_| {
+                Error::Config(format!("rank {r} asked for a segment larger than memory"))
+            })?;
+            lens.push(len);
+            if b[8..] != blobs[0][8..] {
+                let idx: Vec<usize> = (0..256)
+                    .filter(|&i| (b[8 + i / 8] ^ blobs[0][8 + i / 8]) & (1 << (i % 8)) != 0)
+                    .collect();
+                diffs.push(format!("rank {r} differs from rank 0 at handlers {idx:?}"));
+            }
+        }
+        if !diffs.is_empty() {
+            return Err(Error::Mismatch {
+                what: "attach (handler tables)",
+                detail: diffs.join("; "),
+            });
+        }
+        let seg = self.inner.conduit.attach_segment(seg_len, &lens)?;
+        let peers = (0..self.size())
+            .map(|r| {
+                if self.inner.cfg.rma_native {
+                    self.inner.conduit.peer_segment(r).map(SendPtr)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let att = Attached {
+            handlers: table.entries,
+            seg,
+            seg_lens: lens,
+            peers,
+            max_medium: self.inner.conduit.max_medium(),
+            size: self.size(),
+        };
+        if self.inner.attached.set(att).is_err() {
+            return Err(Error::AlreadyAttached);
+        }
+        if self.inner.cfg.verbose && self.rank() == 0 {
+            eprintln!(
+                "amnet: conduit {} ranks {} segment {} B max medium {} rma {} spin {}",
+                self.conduit_name(),
+                self.size(),
+                seg_len,
+                self.max_medium(),
+                if self.inner.cfg.rma_native && self.inner.conduit.peer_segment(0).is_some() {
+                    "native"
+                } else {
+                    "am"
+                },
+                self.inner.cfg.spin
+            );
+        }
+        Ok(())
+    }
+
+    // ----- statistics -------------------------------------------------------------------
+
+    /// This thread's counter block for this endpoint.
+    #[inline]
+    pub(crate) fn stats_block(&self) -> &StatBlock {
+        let (id, p) = LAST_BLOCK.with(|c| c.get());
+        if id == self.inner.id {
+            // SAFETY: the block behind `p` is kept alive by an Arc in this thread's
+            // THREAD_STATE (and in the endpoint's registry) for as long as the thread lives.
+            return unsafe { &*p };
+        }
+        self.stats_block_slow()
+    }
+
+    #[cold]
+    fn stats_block_slow(&self) -> &StatBlock {
+        let p = self.with_thread_state(|ts| Arc::as_ptr(&ts.stats));
+        LAST_BLOCK.with(|c| c.set((self.inner.id, p)));
+        // SAFETY: as in `stats_block`: the Arc lives in THREAD_STATE for the thread's life.
+        unsafe { &*p }
+    }
+
+    pub(crate) fn with_thread_state<R>(&self, f: impl FnOnce(&mut ThreadStateView<'_>) -> R) -> R {
+        THREAD_STATE.with(|v| {
+            let mut v = v.borrow_mut();
+            let i = match v.iter().position(|t| t.ep_id == self.inner.id) {
+                Some(i) => i,
+                None => {
+                    let b = Arc::new(StatBlock::new());
+                    self.inner
+                        .stat_blocks
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(b.clone());
+                    v.push(ThreadState {
+                        ep_id: self.inner.id,
+                        stats: b,
+                        nbi: Arc::new(OpState::new(self.inner.id)),
+                        region: None,
+                    });
+                    v.len() - 1
+                }
+            };
+            let t = &mut v[i];
+            let mut view = ThreadStateView {
+                stats: &t.stats,
+                nbi: &t.nbi,
+                region: &mut t.region,
+            };
+            f(&mut view)
+        })
+    }
+
+    /// A snapshot of this rank's counters, summed over every thread that used it.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats_sum()
+    }
+
+    #[inline]
+    fn count_sent(&self, msg: &OutMsg<'_>) {
+        let b = self.stats_block();
+        let n = msg.payload.len() as u64;
+        match (msg.is_reply, msg.category) {
+            (false, Category::Short) => b.add(Ctr::ReqShort, 1),
+            (false, Category::Medium) => {
+                b.add(Ctr::ReqMedium, 1);
+                b.add(Ctr::ReqMediumBytes, n)
+            }
+            (false, Category::Long) => {
+                b.add(Ctr::ReqLong, 1);
+                b.add(Ctr::ReqLongBytes, n)
+            }
+            (true, Category::Short) => b.add(Ctr::RepShort, 1),
+            (true, Category::Medium) => {
+                b.add(Ctr::RepMedium, 1);
+                b.add(Ctr::RepMediumBytes, n)
+            }
+            (true, Category::Long) => {
+                b.add(Ctr::RepLong, 1);
+                b.add(Ctr::RepLongBytes, n)
+            }
+        }
+    }
+
+    #[inline]
+    fn count_received(&self, b: &StatBlock, msg: &InMsg<'_>) {
+        let n = msg.payload.len() as u64;
+        b.add(Ctr::HandlerCalls, 1);
+        match (msg.is_reply, msg.category) {
+            (false, Category::Short) => b.add(Ctr::RecvReqShort, 1),
+            (false, Category::Medium) => {
+                b.add(Ctr::RecvReqMedium, 1);
+                b.add(Ctr::RecvReqMediumBytes, n)
+            }
+            (false, Category::Long) => {
+                b.add(Ctr::RecvReqLong, 1);
+                b.add(Ctr::RecvReqLongBytes, n)
+            }
+            (true, Category::Short) => b.add(Ctr::RecvRepShort, 1),
+            (true, Category::Medium) => {
+                b.add(Ctr::RecvRepMedium, 1);
+                b.add(Ctr::RecvRepMediumBytes, n)
+            }
+            (true, Category::Long) => {
+                b.add(Ctr::RecvRepLong, 1);
+                b.add(Ctr::RecvRepLongBytes, n)
+            }
+        }
+    }
+
+    // ----- sending ------------------------------------------------------------------------
+
+    #[inline]
+    fn check_request(
+        &self,
+        op: &'static str,
+        dest: Rank,
+        handler: u8,
+        args: &[u32],
+    ) -> Result<&Attached> {
+        let att = self.attached_for(op)?;
+        not_in_handler(op)?;
+        att.check_client_handler(handler)?;
+        if args.len() > MAX_ARGS {
+            return Err(Error::TooManyArgs {
+                given: args.len(),
+                max: MAX_ARGS,
+            });
+        }
+        att.check_rank(dest)?;
+        Ok(att)
+    }
+
+    /// Send a Short request: `args` only.
+    #[inline]
+    pub fn request_short(&self, dest: Rank, handler: u8, args: &[u32]) -> Result<()> {
+        self.check_request("request_short", dest, handler, args)?;
+        self.send_msg(
+            dest,
+            &OutMsg {
+                handler,
+                category: Category::Short,
+                is_reply: false,
+                args,
+                payload: &[],
+                long_offset: 0,
+            },
+            false,
+        )
+    }
+
+    /// Send a Medium request: `args` plus `payload` (at most [`Endpoint::max_medium`] bytes),
+    /// delivered to the handler in a library buffer. `payload` may be reused on return.
+    #[inline]
+    pub fn request_medium(
+        &self,
+        dest: Rank,
+        handler: u8,
+        args: &[u32],
+        payload: &[u8],
+    ) -> Result<()> {
+        let att = self.check_request("request_medium", dest, handler, args)?;
+        att.check_payload(dest, Category::Medium, payload.len(), 0)?;
+        self.send_msg(
+            dest,
+            &OutMsg {
+                handler,
+                category: Category::Medium,
+                is_reply: false,
+                args,
+                payload,
+                long_offset: 0,
+            },
+            false,
+        )
+    }
+
+    /// Send a Long request: `payload` is written at `dest_offset` in `dest`'s segment before the
+    /// handler runs there. `payload` may be reused on return.
+    #[inline]
+    pub fn request_long(
+        &self,
+        dest: Rank,
+        handler: u8,
+        args: &[u32],
+        payload: &[u8],
+        dest_offset: u64,
+    ) -> Result<()> {
+        let att = self.check_request("request_long", dest, handler, args)?;
+        att.check_payload(dest, Category::Long, payload.len(), dest_offset)?;
+        self.send_msg(
+            dest,
+            &OutMsg {
+                handler,
+                category: Category::Long,
+                is_reply: false,
+                args,
+                payload,
+                long_offset: dest_offset,
+            },
+            false,
+        )
+    }
+
+    /// Send a library-internal request (no client handler checks).
+    pub(crate) fn lib_request(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<()> {
+        self.send_msg(dest, msg, false)
+    }
+
+    /// Hand a message to the conduit, polling while it has no room.
+    #[inline]
+    pub(crate) fn send_msg(&self, dest: Rank, msg: &OutMsg<'_>, in_handler: bool) -> Result<()> {
+        if self.inner.conduit.try_send(dest, msg)? {
+            self.count_sent(msg);
+            return Ok(());
+        }
+        self.send_slow(dest, msg, in_handler)
+    }
+
+    #[cold]
+    fn send_slow(&self, dest: Rank, msg: &OutMsg<'_>, in_handler: bool) -> Result<()> {
+        let mut b = Backoff::new(self.inner.cfg.spin);
+        loop {
+            self.stats_block().add(Ctr::SendStalls, 1);
+            // A handler may only reply, and reply handlers never send: polling replies alone
+            // from handler context cannot recurse further, and always frees room eventually.
+            if self.poll_inner(in_handler)? > 0 {
+                b.reset();
+            }
+            if self.inner.conduit.try_send(dest, msg)? {
+                self.count_sent(msg);
+                return Ok(());
+            }
+            b.snooze();
+        }
+    }
+
+    // ----- progress -----------------------------------------------------------------------
+
+    /// Run the handlers of every message that has arrived. Returns how many ran.
+    #[inline]
+    pub fn poll(&self) -> Result<usize> {
+        self.attached_for("poll")?;
+        not_in_handler("poll")?;
+        self.poll_inner(false)
+    }
+
+    pub(crate) fn poll_inner(&self, replies_only: bool) -> Result<usize> {
+        let inner = &*self.inner;
+        let Some(att) = inner.attached.get() else {
+            return Err(Error::NotAttached { op: "poll" });
+        };
+        let block = self.stats_block();
+        block.add(Ctr::Polls, 1);
+        let n = inner.conduit.poll(replies_only, &mut |m: &InMsg<'_>| {
+            self.count_received(block, m);
+            self.dispatch(att, m);
+        })?;
+        if n == 0 {
+            if let Some(code) = inner.conduit.exit_requested() {
+                self.finish(code);
+            }
+        }
+        Ok(n)
+    }
+
+    #[inline]
+    fn dispatch(&self, att: &Attached, m: &InMsg<'_>) {
+        let Some(h) = att.handlers[usize::from(m.handler)].as_ref() else {
+            // Callers check handler indices against their own table, which attach proved equal
+            // to ours, so only a corrupted message can get here.
+            eprintln!(
+                "amnet rank {}: dropped a message from rank {} for unregistered handler {}",
+                self.rank(),
+                m.src,
+                m.handler
+            );
+            return;
+        };
+        let prev = HANDLER.with(|c| c.replace(m.handler));
+        let mut tok = Token {
+            ep: self,
+            src: m.src,
+            handler: m.handler,
+            is_request: !m.is_reply,
+            replied: false,
+        };
+        h(&mut tok, m.args, m.payload);
+        HANDLER.with(|c| c.set(prev));
+    }
+
+    /// Poll until `cond()` holds, backing off while idle (spin, then yield, then sleep).
+    pub fn wait_until(&self, mut cond: impl FnMut() -> bool) -> Result<()> {
+        self.attached_for("wait_until")?;
+        not_in_handler("wait_until")?;
+        self.wait_inner(&mut cond)
+    }
+
+    pub(crate) fn wait_inner(&self, cond: &mut dyn FnMut() -> bool) -> Result<()> {
+        let mut b = Backoff::new(self.inner.cfg.spin);
+        loop {
+            if cond() {
+                return Ok(());
+            }
+            if self.poll_inner(false)? > 0 {
+                b.reset();
+                continue;
+            }
+            b.snooze();
+        }
+    }
+
+    // ----- exit ---------------------------------------------------------------------------
+
+    /// End the whole job with `code`: every rank stops promptly and the launcher exits with the
+    /// first code any rank passed to `exit`. Callable from anywhere, handlers included.
+    pub fn exit(&self, code: i32) -> ! {
+        let code = self.inner.conduit.request_exit(code);
+        self.finish(code)
+    }
+
+    fn finish(&self, code: i32) -> ! {
+        self.inner.print_stats_once();
+        self.inner.conduit.terminate(code)
+    }
+
+    /// The job-wide exit code, if some rank has asked the job to end.
+    pub fn exit_requested(&self) -> Option<i32> {
+        self.inner.conduit.exit_requested()
+    }
+
+    // ----- local segment ------------------------------------------------------------------
+
+    /// Length of this rank's segment.
+    pub fn segment_len(&self) -> Result<usize> {
+        Ok(self.attached_for("segment_len")?.seg.len)
+    }
+
+    /// Length of `rank`'s segment.
+    pub fn segment_len_of(&self, rank: Rank) -> Result<usize> {
+        let att = self.attached_for("segment_len_of")?;
+        att.check_rank(rank)?;
+        Ok(att.seg_lens[rank as usize])
+    }
+
+    /// Base address of this rank's segment. Other ranks may write it at any time (Long
+    /// payloads, puts); the client decides who owns which bytes when.
+    pub fn segment_ptr(&self) -> Result<*mut u8> {
+        Ok(self.attached_for("segment_ptr")?.seg.base)
+    }
+
+    /// Copy `buf.len()` bytes from this rank's segment at `offset`.
+    pub fn read_local(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let att = self.attached_for("read_local")?;
+        att.check_range(self.rank(), offset, buf.len())?;
+        // SAFETY: the range was checked against the segment, which stays mapped for the life
+        // of the endpoint; `buf` is a distinct Rust allocation.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                att.seg.base.add(offset as usize),
+                buf.as_mut_ptr(),
+                buf.len(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Copy `data` into this rank's segment at `offset`.
+    pub fn write_local(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let att = self.attached_for("write_local")?;
+        att.check_range(self.rank(), offset, data.len())?;
+        // SAFETY: as in `read_local`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                att.seg.base.add(offset as usize),
+                data.len(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Borrowed view of this thread's state for one endpoint.
+pub(crate) struct ThreadStateView<'a> {
+    #[allow(dead_code)]
+    pub(crate) stats: &'a Arc<StatBlock>,
+    pub(crate) nbi: &'a Arc<OpState>,
+    pub(crate) region: &'a mut Option<Arc<OpState>>,
+}

@@ -1,0 +1,233 @@
+//! Local job supervision shared by every conduit's spawner.
+//!
+//! A spawner describes its job through [`JobBackend`] (per-rank environment, where the
+//! job-wide exit code is published, how to clean up); [`supervise`] starts the ranks as child
+//! processes, watches them and ends the job:
+//!
+//! - a rank that calls `exit(code)` (or returns from `main`, which amnet turns into a job-wide
+//!   exit with that status) publishes the code; the others leave at their next poll and any
+//!   straggler is killed after a grace period; the job's code is the published one;
+//! - a rank that dies (a signal, or a non-zero status without publishing) ends the job: the
+//!   supervisor names it and how it died, publishes the code and kills the rest;
+//! - on timeout every rank is killed, the ranks still running are named and the code is 124.
+//!
+//! Children get `PR_SET_PDEATHSIG` so that they die with the launcher.
+
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::Result;
+
+/// What a conduit's spawner provides to the supervisor.
+pub trait JobBackend {
+    /// Extra environment for `rank` (besides `AMNET_RANK`, `AMNET_SIZE`, `AMNET_CONDUIT`).
+    fn rank_env(&self, rank: u32) -> Vec<(String, String)>;
+    /// The exit code a rank published for the whole job, if any.
+    fn exit_flag(&self) -> Option<i32>;
+    /// Publish an exit code so that the surviving ranks leave at their next poll.
+    fn publish_exit(&self, code: i32);
+    /// Remove everything the job created (shared memory, sockets...). Called once at the end.
+    fn cleanup(&mut self);
+}
+
+/// How to run a job.
+#[derive(Debug, Clone)]
+pub struct LaunchOptions {
+    /// Number of ranks.
+    pub ranks: u32,
+    /// The program to run on every rank.
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Kill the job after this long (exit code 124).
+    pub timeout: Option<Duration>,
+    /// The conduit name passed in `AMNET_CONDUIT`.
+    pub conduit: String,
+    /// How long ranks may take to leave after a job-wide exit before they are killed.
+    pub grace: Duration,
+}
+
+static SIGNALLED: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    SIGNALLED.store(sig, Ordering::Relaxed);
+}
+
+/// A human name for a signal number.
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        _ => "signal",
+    }
+}
+
+struct Rank {
+    child: Option<Child>,
+    pid: i32,
+}
+
+fn kill_all(ranks: &mut [Rank], sig: i32) {
+    for r in ranks.iter() {
+        if r.child.is_some() {
+            // SAFETY: sending a signal to our own child's pid (not yet reaped, so not reused).
+            unsafe { libc::kill(r.pid, sig) };
+        }
+    }
+}
+
+/// Run a job to completion and return its exit code.
+pub fn supervise(backend: &mut dyn JobBackend, opts: &LaunchOptions) -> Result<i32> {
+    // SAFETY: installing async-signal-safe handlers that only store an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGHUP, on_signal as *const () as libc::sighandler_t);
+    }
+    let mut ranks: Vec<Rank> = Vec::with_capacity(opts.ranks as usize);
+    for r in 0..opts.ranks {
+        let mut cmd = Command::new(&opts.program);
+        cmd.args(&opts.args)
+            .env("AMNET_RANK", r.to_string())
+            .env("AMNET_SIZE", opts.ranks.to_string())
+            .env("AMNET_CONDUIT", &opts.conduit);
+        for (k, v) in backend.rank_env(r) {
+            cmd.env(k, v);
+        }
+        use std::os::unix::process::CommandExt;
+        // SAFETY: prctl is async-signal-safe; the closure allocates nothing.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                Ok(())
+            });
+        }
+        match cmd.spawn() {
+            Ok(c) => {
+                let pid = i32::try_from(c.id()).unwrap_or(-1);
+                ranks.push(Rank {
+                    child: Some(c),
+                    pid,
+                })
+            }
+            Err(e) => {
+                eprintln!("amrun: cannot start {} for rank {r}: {e}", opts.program);
+                kill_all(&mut ranks, libc::SIGKILL);
+                for x in ranks.iter_mut() {
+                    if let Some(mut c) = x.child.take() {
+                        let _ = c.wait();
+                    }
+                }
+                backend.cleanup();
+                return Ok(127);
+            }
+        }
+    }
+
+    let start = Instant::now();
+    let mut first_failure: Option<i32> = None;
+    let mut ending_since: Option<Instant> = None;
+    let mut killed = false;
+    let mut timed_out = false;
+    let mut alive = ranks.len();
+    while alive > 0 {
+        let mut progressed = false;
+        for (i, r) in ranks.iter_mut().enumerate() {
+            let Some(c) = r.child.as_mut() else { continue };
+            let status = match c.try_wait() {
+                Ok(Some(s)) => s,
+                Ok(None) => continue,
+                Err(_) => continue,
+            };
+            r.child = None;
+            alive -= 1;
+            progressed = true;
+            use std::os::unix::process::ExitStatusExt;
+            if killed {
+                continue;
+            }
+            if let Some(sig) = status.signal() {
+                eprintln!(
+                    "amrun: rank {i} was killed by signal {sig} ({}); ending the job",
+                    signal_name(sig)
+                );
+                let code = 128 + sig;
+                first_failure.get_or_insert(code);
+                backend.publish_exit(code);
+            } else if let Some(code) = status.code() {
+                if code != 0 {
+                    if backend.exit_flag().is_none() {
+                        eprintln!("amrun: rank {i} exited with code {code} without ending the job; ending it");
+                        backend.publish_exit(code);
+                    } else if first_failure.is_none() {
+                        eprintln!("amrun: rank {i} exited with code {code}");
+                    }
+                    first_failure.get_or_insert(code);
+                }
+            }
+        }
+        if alive == 0 {
+            break;
+        }
+        if ending_since.is_none() && (backend.exit_flag().is_some() || first_failure.is_some()) {
+            ending_since = Some(Instant::now());
+        }
+        if let Some(t) = ending_since {
+            if !killed && t.elapsed() > opts.grace {
+                kill_all(&mut ranks, libc::SIGKILL);
+                killed = true;
+            }
+        }
+        let sig = SIGNALLED.load(Ordering::Relaxed);
+        if sig != 0 && !killed {
+            eprintln!("amrun: received {}; ending the job", signal_name(sig));
+            backend.publish_exit(128 + sig);
+            first_failure.get_or_insert(128 + sig);
+            kill_all(&mut ranks, libc::SIGKILL);
+            killed = true;
+        }
+        if let Some(limit) = opts.timeout {
+            if !killed && start.elapsed() > limit {
+                let running: Vec<usize> = ranks
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.child.is_some())
+                    .map(|(i, _)| i)
+                    .collect();
+                eprintln!(
+                    "amrun: timeout after {} s; ranks still running: {running:?}; ending the job",
+                    limit.as_secs_f64()
+                );
+                backend.publish_exit(124);
+                kill_all(&mut ranks, libc::SIGKILL);
+                killed = true;
+                timed_out = true;
+            }
+        }
+        if !progressed {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let flag = backend.exit_flag();
+    backend.cleanup();
+    if timed_out {
+        return Ok(124);
+    }
+    let sig = SIGNALLED.load(Ordering::Relaxed);
+    if sig != 0 {
+        return Ok(128 + sig);
+    }
+    Ok(flag.or(first_failure).unwrap_or(0))
+}

@@ -1,0 +1,31 @@
+//! amnet AM core: the active-message API that every conduit shares.
+//!
+//! An [`Endpoint`] is one rank's view of a job. After [`Endpoint::attach`] registers the
+//! handler table and the segment (collectively), ranks exchange Short, Medium and Long
+//! active messages, run handlers inside [`Endpoint::poll`] and blocking waits, move data with
+//! put/get, synchronize with split-phase barriers and end the job with [`Endpoint::exit`].
+//!
+//! The transport is a [`Conduit`]; this crate holds everything above it. See `spec/core.md`
+//! for the full semantics.
+
+mod backoff;
+pub mod barrier;
+pub mod conduit;
+mod endpoint;
+mod error;
+mod handler;
+pub mod launch;
+mod rma;
+mod stats;
+pub mod sync;
+
+pub use barrier::flags as barrier_flags;
+pub use conduit::{Category, Conduit, InMsg, LocalSegment, OutMsg, MAX_ARGS};
+pub use endpoint::{Config, Endpoint};
+pub use error::{Error, Result};
+pub use handler::{HandlerFn, HandlerTable, Token, FIRST_CLIENT_HANDLER};
+pub use rma::Handle;
+pub use stats::{AmCounts, Stats};
+
+/// A rank number, `0..size`.
+pub type Rank = u32;

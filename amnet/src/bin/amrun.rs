@@ -1,0 +1,104 @@
+//! `amrun -n N [--conduit NAME] [--timeout SECS] PROGRAM [ARGS...]`: start an N-rank amnet job
+//! and exit with its code.
+
+use std::time::Duration;
+
+use amnet::launch::LaunchOptions;
+
+const USAGE: &str = "usage: amrun -n N [--conduit smp] [--timeout SECS] PROGRAM [ARGS...]
+
+Starts an N-rank amnet job and exits with the job's code: the code a rank passed to exit
+(returning from main counts as exit with main's status), else the first non-zero code of a
+rank that died (128+signal for a signal). On timeout every rank is killed, the ranks still
+running are named, and the code is 124.
+
+  -n, --ranks N       number of ranks (processes)
+  --conduit NAME      conduit (default: $AMNET_CONDUIT or smp)
+  --timeout SECS      kill the job after SECS seconds (fractions allowed)
+  --grace SECS        time ranks get to leave after a job-wide exit (default 2)
+  -h, --help          this text";
+
+fn fail(msg: &str) -> ! {
+    eprintln!("amrun: {msg}\n{USAGE}");
+    std::process::exit(2)
+}
+
+fn parse_secs(flag: &str, v: Option<String>) -> Duration {
+    let v = v.unwrap_or_else(|| fail(&format!("{flag} needs a value")));
+    match v.parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 => Duration::from_secs_f64(s),
+        _ => fail(&format!(
+            "{flag} {v:?}: expected a positive number of seconds"
+        )),
+    }
+}
+
+/// A bare program name that sits next to amrun (e.g. target/release) runs from there.
+fn resolve(program: String) -> String {
+    if program.contains('/') {
+        return program;
+    }
+    if let Ok(me) = std::env::current_exe() {
+        if let Some(dir) = me.parent() {
+            let cand = dir.join(&program);
+            if cand.is_file() {
+                return cand.to_string_lossy().into_owned();
+            }
+        }
+    }
+    program
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mut ranks: Option<u32> = None;
+    let mut conduit = std::env::var("AMNET_CONDUIT")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "smp".into());
+    let mut timeout = None;
+    let mut grace = Duration::from_secs(2);
+    let program = loop {
+        let Some(a) = args.next() else {
+            fail("no program given")
+        };
+        match a.as_str() {
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return;
+            }
+            "-n" | "--ranks" | "-np" => {
+                let v = args.next().unwrap_or_else(|| fail("-n needs a number"));
+                match v.parse::<u32>() {
+                    Ok(n) if n >= 1 => ranks = Some(n),
+                    _ => fail(&format!("-n {v:?}: expected a whole number of ranks >= 1")),
+                }
+            }
+            "--conduit" => {
+                conduit = args
+                    .next()
+                    .unwrap_or_else(|| fail("--conduit needs a name"))
+            }
+            "--timeout" => timeout = Some(parse_secs("--timeout", args.next())),
+            "--grace" => grace = parse_secs("--grace", args.next()),
+            s if s.starts_with('-') => fail(&format!("unknown option {s}")),
+            _ => break a,
+        }
+    };
+    let ranks = ranks.unwrap_or_else(|| fail("-n N is required"));
+    let opts = LaunchOptions {
+        ranks,
+        program: resolve(program),
+        args: args.collect(),
+        timeout,
+        conduit,
+        grace,
+    };
+    match amnet::launch_job(&opts) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("amrun: {e}");
+            std::process::exit(2)
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! amnet collectives, teams and algorithm selection (filled in by the collectives work).

@@ -1,0 +1,598 @@
+//! The smp conduit: per-pair rings in shared memory (or heap, in thread mode).
+//!
+//! Every rank owns one queue area holding, for each source rank, four rings: requests and
+//! replies, each in a small-slot ring (Short, Long headers, small Medium) and a large-slot ring
+//! (Medium up to 64 KiB). Senders write into the destination's area; the destination polls its
+//! own. Replies travel on rings of their own, so a handler waiting to reply only needs to drain
+//! replies, which never send: no deadlock however full the request rings get.
+//!
+//! Long payloads and put/get go straight into the peer's segment, which every rank maps.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use amnet_core::{Category, Conduit, Error, InMsg, LocalSegment, OutMsg, Rank, Result};
+
+use crate::ctl::Ctl;
+use crate::ring::Ring;
+use crate::shm::{unlink, Region};
+use crate::wire;
+
+/// Largest Medium payload.
+pub const MAX_MEDIUM: usize = 65536;
+const SMALL_CAP: usize = 128;
+const SMALL_DATA: usize = 248;
+const LARGE_CAP: usize = 8;
+const LARGE_DATA: usize = wire::HDR + 64 + MAX_MEDIUM;
+const RINGS_PER_SRC: usize = 4;
+/// Messages taken from one ring per poll before moving on (fairness).
+const POLL_BUDGET: usize = 32;
+
+const REQ_SMALL: usize = 0;
+const REP_SMALL: usize = 2;
+
+fn ring_geometry(class: usize) -> (usize, usize) {
+    if class % 2 == 0 {
+        (SMALL_CAP, SMALL_DATA)
+    } else {
+        (LARGE_CAP, LARGE_DATA)
+    }
+}
+
+fn per_src_bytes() -> usize {
+    (0..RINGS_PER_SRC)
+        .map(|c| {
+            let (cap, data) = ring_geometry(c);
+            Ring::bytes(cap, data)
+        })
+        .sum()
+}
+
+/// Bytes of one rank's queue area in a job of `size` ranks.
+pub(crate) fn queue_bytes(size: u32) -> usize {
+    size as usize * per_src_bytes()
+}
+
+/// Views of the four rings for each source rank in a queue area at `base`.
+///
+/// # Safety
+/// - `base` holds a queue area for `size` ranks; with `init` it is fresh and unshared,
+///   otherwise it was initialized and that happened-before this call.
+unsafe fn rings(base: *mut u8, size: u32, init: bool) -> Vec<[Ring; 4]> {
+    let mut out = Vec::with_capacity(size as usize);
+    let mut off = 0usize;
+    for _ in 0..size {
+        let r: [Ring; 4] = std::array::from_fn(|c| {
+            let (cap, data) = ring_geometry(c);
+            // SAFETY: `off` stays inside the area computed by `queue_bytes`; every ring size is a
+            // multiple of 64, so each ring is 64-byte aligned.
+            let ring = unsafe {
+                let p = base.add(off);
+                if init {
+                    Ring::init(p, cap, data)
+                } else {
+                    Ring::view(p, cap, data)
+                }
+            };
+            off += Ring::bytes(cap, data);
+            ring
+        });
+        out.push(r);
+    }
+    out
+}
+
+/// State shared by the ranks of a thread-mode job.
+#[derive(Debug)]
+pub struct ThreadShared {
+    pub(crate) ctl_region: Region,
+    pub(crate) ctl: Ctl,
+    pub(crate) size: u32,
+    pub(crate) queues: Vec<Region>,
+    pub(crate) segs: Mutex<Vec<Option<Arc<Region>>>>,
+}
+
+impl ThreadShared {
+    /// Build the control block and every rank's queue area for an `size`-rank thread job.
+    pub fn new(size: u32) -> Result<Arc<ThreadShared>> {
+        check_size(size)?;
+        let ctl_region = Region::heap(Ctl::bytes(size))?;
+        // SAFETY: fresh zeroed heap region of the right size.
+        let ctl = unsafe { Ctl::init(ctl_region.ptr(), size) };
+        let mut queues = Vec::with_capacity(size as usize);
+        for _ in 0..size {
+            let q = Region::heap(queue_bytes(size))?;
+            // SAFETY: fresh region of queue_bytes(size); shared only after the threads start.
+            unsafe { rings(q.ptr(), size, true) };
+            queues.push(q);
+        }
+        Ok(Arc::new(ThreadShared {
+            ctl_region,
+            ctl,
+            size,
+            queues,
+            segs: Mutex::new((0..size).map(|_| None).collect()),
+        }))
+    }
+
+    /// Publish a job-wide exit (used when a rank thread panics).
+    pub fn request_exit(&self, code: i32) -> i32 {
+        self.ctl.request_exit(code)
+    }
+}
+
+/// Unwind payload that ends a thread-mode rank with an exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadExit(pub i32);
+
+enum Mode {
+    Process {
+        job: String,
+        _ctl_region: Region,
+        _queues: Vec<Region>,
+    },
+    Threads(Arc<ThreadShared>),
+}
+
+struct Segs {
+    bases: Vec<*mut u8>,
+    lens: Vec<usize>,
+    _maps: Vec<Region>,
+    _shared: Vec<Arc<Region>>,
+}
+
+// SAFETY: addresses of mapped segments, shared on purpose.
+unsafe impl Send for Segs {}
+// SAFETY: as above.
+unsafe impl Sync for Segs {}
+
+/// The smp conduit.
+pub struct SmpConduit {
+    rank: Rank,
+    size: u32,
+    ctl: Ctl,
+    /// Rings in each destination's area that carry messages from this rank.
+    out: Vec<[Ring; 4]>,
+    /// Rings in this rank's area, by source rank.
+    inb: Vec<[Ring; 4]>,
+    boot_count: AtomicU64,
+    rr: AtomicU32,
+    oversubscribed: bool,
+    segs: OnceLock<Segs>,
+    mode: Mode,
+}
+
+impl std::fmt::Debug for SmpConduit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SmpConduit")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("process", &matches!(self.mode, Mode::Process { .. }))
+            .finish()
+    }
+}
+
+fn check_size(size: u32) -> Result<()> {
+    if size == 0 || size > crate::ctl::MAX_RANKS {
+        return Err(Error::Config(format!(
+            "the smp conduit runs 1..={} ranks, not {size}",
+            crate::ctl::MAX_RANKS
+        )));
+    }
+    Ok(())
+}
+
+fn cores() -> u32 {
+    std::thread::available_parallelism()
+        .map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+        .unwrap_or(1)
+}
+
+fn env_u32(name: &str) -> Result<Option<u32>> {
+    match std::env::var(name) {
+        Err(_) => Ok(None),
+        Ok(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| Error::Config(format!("{name}={v:?}: expected a whole number"))),
+    }
+}
+
+/// Name of rank `rank`'s queue object in job `job`.
+fn queue_name(job: &str, rank: u32) -> String {
+    format!("/{job}-q{rank}")
+}
+
+fn seg_name(job: &str, rank: u32) -> String {
+    format!("/{job}-s{rank}")
+}
+
+/// Name of a job's control object.
+pub(crate) fn ctl_name(job: &str) -> String {
+    format!("/{job}-ctl")
+}
+
+/// Create a fresh, unique job name.
+pub(crate) fn new_job_name() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("amnet-{}-{:x}", std::process::id(), nanos)
+}
+
+/// Create and initialize a job's control object; the caller unlinks it when the job ends.
+pub(crate) fn create_ctl(job: &str, size: u32) -> Result<Region> {
+    check_size(size)?;
+    let r = Region::create(&ctl_name(job), Ctl::bytes(size))?;
+    // SAFETY: freshly created (zero-filled by ftruncate) and not yet shared.
+    unsafe { Ctl::init(r.ptr(), size) };
+    Ok(r)
+}
+
+/// Read the exit code from a control region made by `create_ctl`.
+pub(crate) fn ctl_exit(r: &Region, size: u32) -> Option<i32> {
+    // SAFETY: the region was created by `create_ctl` with this size.
+    unsafe { Ctl::view(r.ptr(), r.len(), size) }
+        .ok()
+        .and_then(|c| c.exit_requested())
+}
+
+/// Publish an exit code through a control region made by `create_ctl`.
+pub(crate) fn ctl_request_exit(r: &Region, size: u32, code: i32) {
+    // SAFETY: as in `ctl_exit`.
+    if let Ok(c) = unsafe { Ctl::view(r.ptr(), r.len(), size) } {
+        c.request_exit(code);
+    }
+}
+
+fn process_exit(code: i32) -> ! {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    std::process::exit(code)
+}
+
+impl SmpConduit {
+    /// Join the process-mode job described by the environment (`AMNET_RANK`, `AMNET_SIZE`,
+    /// `AMNET_SMP_JOB`, set by `amrun`). Without them the process is a job of one rank.
+    pub fn from_env() -> Result<SmpConduit> {
+        let rank = env_u32("AMNET_RANK")?;
+        let size = env_u32("AMNET_SIZE")?;
+        let job = std::env::var("AMNET_SMP_JOB").ok();
+        match (rank, size, job) {
+            (None, None, None) => {
+                let job = new_job_name();
+                let ctl = create_ctl(&job, 1)?;
+                unlink(&ctl_name(&job));
+                Self::process(job, 0, 1, ctl)
+            }
+            (Some(rank), Some(size), Some(job)) => {
+                check_size(size)?;
+                if rank >= size {
+                    return Err(Error::Config(format!(
+                        "AMNET_RANK={rank} is not below AMNET_SIZE={size}"
+                    )));
+                }
+                let ctl = Region::open(&ctl_name(&job), 0).map_err(|e| {
+                    Error::Config(format!(
+                        "cannot open the job's control block ({e}); start the job with amrun"
+                    ))
+                })?;
+                Self::process(job, rank, size, ctl)
+            }
+            _ => Err(Error::Config(
+                "AMNET_RANK, AMNET_SIZE and AMNET_SMP_JOB must be set together (use amrun)".into(),
+            )),
+        }
+    }
+
+    fn process(job: String, rank: u32, size: u32, ctl_region: Region) -> Result<SmpConduit> {
+        // SAFETY: the region stays mapped in `Mode::Process` for the conduit's life.
+        let ctl = unsafe { Ctl::view(ctl_region.ptr(), ctl_region.len(), size)? };
+        let boot_count = AtomicU64::new(0);
+        let own_name = queue_name(&job, rank);
+        let own = Region::create(&own_name, queue_bytes(size))?;
+        // SAFETY: freshly created and not yet visible to peers (they wait at the barrier).
+        let inb = unsafe { rings(own.ptr(), size, true) };
+        let on_exit = |c: i32| process_exit(c);
+        let boot = ctl.boot_barrier(size, &boot_count, "start-up", &on_exit);
+        if let Err(e) = boot {
+            unlink(&own_name);
+            return Err(e);
+        }
+        let mut queues = Vec::with_capacity(size as usize);
+        let mut out = Vec::with_capacity(size as usize);
+        for r in 0..size {
+            let q = if r == rank {
+                None
+            } else {
+                Some(Region::open(&queue_name(&job, r), queue_bytes(size))?)
+            };
+            let base = q.as_ref().map_or(own.ptr(), |q| q.ptr());
+            // SAFETY: rank r initialized its area before the start-up barrier.
+            let all = unsafe { rings(base, size, false) };
+            out.push(all[rank as usize]);
+            if let Some(q) = q {
+                queues.push(q);
+            }
+        }
+        queues.push(own);
+        ctl.boot_barrier(size, &boot_count, "start-up", &on_exit)?;
+        unlink(&own_name);
+        Ok(SmpConduit {
+            rank,
+            size,
+            ctl,
+            out,
+            inb,
+            boot_count,
+            rr: AtomicU32::new(0),
+            oversubscribed: size > cores(),
+            segs: OnceLock::new(),
+            mode: Mode::Process {
+                job,
+                _ctl_region: ctl_region,
+                _queues: queues,
+            },
+        })
+    }
+
+    /// Rank `rank` of a thread-mode job built by [`ThreadShared::new`].
+    pub fn thread(rank: u32, shared: Arc<ThreadShared>) -> Result<SmpConduit> {
+        let size = shared.size;
+        if rank >= size {
+            return Err(Error::BadRank { rank, size });
+        }
+        let _ = &shared.ctl_region;
+        // SAFETY: the areas were initialized in ThreadShared::new before any thread started.
+        let inb = unsafe { rings(shared.queues[rank as usize].ptr(), size, false) };
+        let out = (0..size as usize)
+            .map(|d| {
+                // SAFETY: as above.
+                let all = unsafe { rings(shared.queues[d].ptr(), size, false) };
+                all[rank as usize]
+            })
+            .collect();
+        Ok(SmpConduit {
+            rank,
+            size,
+            ctl: shared.ctl,
+            out,
+            inb,
+            boot_count: AtomicU64::new(0),
+            rr: AtomicU32::new(0),
+            oversubscribed: size > cores(),
+            segs: OnceLock::new(),
+            mode: Mode::Threads(shared),
+        })
+    }
+
+    fn on_exit(&self) -> impl Fn(i32) + '_ {
+        move |c| self.terminate(c)
+    }
+
+    #[inline(always)]
+    fn deliver(&self, src: u32, p: *const u8, cap: usize, sink: &mut dyn FnMut(&InMsg<'_>)) {
+        // SAFETY: `p` is the data area of a slot this thread claimed; it holds `cap` bytes and
+        // stays untouched until try_pop frees the slot after this returns.
+        let d = match unsafe { wire::decode(p, cap) } {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!(
+                    "amnet smp rank {}: dropped a malformed message from rank {src}: {e:?}",
+                    self.rank
+                );
+                return;
+            }
+        };
+        let payload: &[u8] = match d.category {
+            Category::Long => {
+                let Some(segs) = self.segs.get() else { return };
+                let len = segs.lens[self.rank as usize];
+                let end = d.long_offset.checked_add(d.payload_len as u64);
+                if end.is_none_or(|e| e > len as u64) {
+                    eprintln!(
+                        "amnet smp rank {}: dropped a Long from rank {src} outside the segment",
+                        self.rank
+                    );
+                    return;
+                }
+                // SAFETY: range checked against the local segment, mapped for the conduit's life.
+                unsafe {
+                    std::slice::from_raw_parts(
+                        segs.bases[self.rank as usize].add(d.long_offset as usize),
+                        d.payload_len,
+                    )
+                }
+            }
+            _ => d.inline,
+        };
+        sink(&InMsg {
+            src,
+            handler: d.handler,
+            category: d.category,
+            is_reply: d.is_reply,
+            args: d.args,
+            payload,
+            long_offset: d.long_offset,
+        });
+    }
+}
+
+impl Conduit for SmpConduit {
+    fn name(&self) -> &'static str {
+        "smp"
+    }
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+    fn size(&self) -> u32 {
+        self.size
+    }
+    fn max_medium(&self) -> usize {
+        MAX_MEDIUM
+    }
+    fn oversubscribed(&self) -> bool {
+        self.oversubscribed
+    }
+
+    fn exchange(&self, blob: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let on_exit = self.on_exit();
+        self.ctl
+            .exchange(self.rank, self.size, blob, &self.boot_count, &on_exit)
+    }
+
+    fn attach_segment(&self, len: usize, lens: &[usize]) -> Result<LocalSegment> {
+        let on_exit = self.on_exit();
+        let me = self.rank as usize;
+        let mut bases = vec![std::ptr::null_mut(); self.size as usize];
+        let mut maps = Vec::new();
+        let mut shared = Vec::new();
+        match &self.mode {
+            Mode::Process { job, .. } => {
+                let own_name = seg_name(job, self.rank);
+                let own = if len > 0 {
+                    Some(Region::create(&own_name, len)?)
+                } else {
+                    None
+                };
+                self.ctl
+                    .boot_barrier(self.size, &self.boot_count, "attach", &on_exit)?;
+                for (r, &l) in lens.iter().enumerate() {
+                    if r == me || l == 0 {
+                        continue;
+                    }
+                    #[allow(clippy::cast_possible_truncation)] // r < size <= MAX_RANKS
+                    let m = Region::open(&seg_name(job, r as u32), l)?;
+                    bases[r] = m.ptr();
+                    maps.push(m);
+                }
+                if let Some(o) = own {
+                    bases[me] = o.ptr();
+                    maps.push(o);
+                }
+                self.ctl
+                    .boot_barrier(self.size, &self.boot_count, "attach", &on_exit)?;
+                if len > 0 {
+                    unlink(&own_name);
+                }
+            }
+            Mode::Threads(sh) => {
+                let own = Arc::new(Region::heap(len)?);
+                sh.segs.lock().unwrap_or_else(|e| e.into_inner())[me] = Some(own);
+                self.ctl
+                    .boot_barrier(self.size, &self.boot_count, "attach", &on_exit)?;
+                let segs = sh.segs.lock().unwrap_or_else(|e| e.into_inner());
+                for (r, s) in segs.iter().enumerate() {
+                    let s = s.as_ref().ok_or_else(|| {
+                        Error::conduit("smp", format!("rank {r} has no segment after attach"))
+                    })?;
+                    bases[r] = s.ptr();
+                    shared.push(s.clone());
+                }
+            }
+        }
+        let local = LocalSegment {
+            base: bases[me],
+            len,
+        };
+        self.segs
+            .set(Segs {
+                bases,
+                lens: lens.to_vec(),
+                _maps: maps,
+                _shared: shared,
+            })
+            .map_err(|_| Error::AlreadyAttached)?;
+        Ok(local)
+    }
+
+    #[inline]
+    fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
+        let need = wire::inline_len(msg);
+        let class =
+            if msg.is_reply { REP_SMALL } else { REQ_SMALL } + usize::from(need > SMALL_DATA);
+        let ring = &self.out[dest as usize][class];
+        let seg = if msg.category == Category::Long {
+            let segs = self
+                .segs
+                .get()
+                .ok_or(Error::NotAttached { op: "request_long" })?;
+            Some(segs.bases[dest as usize])
+        } else {
+            None
+        };
+        Ok(ring.try_push(|p| {
+            // SAFETY: the slot holds `data_cap >= need` bytes (the class was chosen by size);
+            // the core checked the argument count, payload size and the Long range against the
+            // destination's segment, which is mapped at `seg`.
+            unsafe {
+                if let Some(base) = seg {
+                    std::ptr::copy(
+                        msg.payload.as_ptr(),
+                        base.add(msg.long_offset as usize),
+                        msg.payload.len(),
+                    );
+                }
+                wire::encode(p, msg);
+            }
+        }))
+    }
+
+    #[inline]
+    fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>)) -> Result<usize> {
+        const ALL: [usize; 4] = [2, 3, 0, 1];
+        let classes: &[usize] = if replies_only { &ALL[..2] } else { &ALL };
+        let n = self.size as usize;
+        let start = self.rr.load(Ordering::Relaxed) as usize % n;
+        let mut total = 0;
+        for k in 0..n {
+            let src = (start + k) % n;
+            for &c in classes {
+                let ring = &self.inb[src][c];
+                let cap = ring.data_cap();
+                let mut budget = POLL_BUDGET;
+                while budget > 0 && ring.maybe_ready() {
+                    #[allow(clippy::cast_possible_truncation)] // src < size
+                    let s = src as u32;
+                    if ring.try_pop(|p| self.deliver(s, p, cap, sink)).is_none() {
+                        break;
+                    }
+                    total += 1;
+                    budget -= 1;
+                }
+            }
+        }
+        #[allow(clippy::cast_possible_truncation)] // wraps harmlessly
+        self.rr.store((start + 1) as u32, Ordering::Relaxed);
+        Ok(total)
+    }
+
+    fn peer_segment(&self, rank: Rank) -> Option<*mut u8> {
+        let segs = self.segs.get()?;
+        if segs.lens[rank as usize] == 0 {
+            // A zero-length segment: any in-range access has length 0, so any address works.
+            return Some(std::ptr::NonNull::<u8>::dangling().as_ptr());
+        }
+        Some(segs.bases[rank as usize])
+    }
+
+    fn exit_requested(&self) -> Option<i32> {
+        self.ctl.exit_requested()
+    }
+
+    fn request_exit(&self, code: i32) -> i32 {
+        self.ctl.request_exit(code)
+    }
+
+    fn terminate(&self, code: i32) -> ! {
+        match self.mode {
+            Mode::Process { .. } => process_exit(code),
+            Mode::Threads(_) => std::panic::resume_unwind(Box::new(ThreadExit(code))),
+        }
+    }
+
+    fn is_process_mode(&self) -> bool {
+        matches!(self.mode, Mode::Process { .. })
+    }
+}

@@ -1,0 +1,62 @@
+//! The smp spawner: creates the job's control block, starts the ranks on this host through the
+//! core's supervisor, and removes every shared-memory object of the job at the end.
+
+use amnet_core::launch::{supervise, JobBackend, LaunchOptions};
+use amnet_core::Result;
+
+use crate::conduit::{create_ctl, ctl_exit, ctl_name, ctl_request_exit, new_job_name};
+use crate::shm::{unlink, unlink_prefix, Region};
+
+/// A process-mode smp job on this host.
+#[derive(Debug)]
+pub struct SmpJob {
+    name: String,
+    ranks: u32,
+    ctl: Option<Region>,
+}
+
+impl SmpJob {
+    /// Create the job's control block.
+    pub fn new(ranks: u32) -> Result<SmpJob> {
+        let name = new_job_name();
+        let ctl = create_ctl(&name, ranks)?;
+        Ok(SmpJob {
+            name,
+            ranks,
+            ctl: Some(ctl),
+        })
+    }
+}
+
+impl JobBackend for SmpJob {
+    fn rank_env(&self, _rank: u32) -> Vec<(String, String)> {
+        vec![("AMNET_SMP_JOB".into(), self.name.clone())]
+    }
+    fn exit_flag(&self) -> Option<i32> {
+        self.ctl.as_ref().and_then(|c| ctl_exit(c, self.ranks))
+    }
+    fn publish_exit(&self, code: i32) {
+        if let Some(c) = &self.ctl {
+            ctl_request_exit(c, self.ranks, code);
+        }
+    }
+    fn cleanup(&mut self) {
+        unlink(&ctl_name(&self.name));
+        unlink_prefix(&format!("{}-", self.name));
+        self.ctl = None;
+    }
+}
+
+impl Drop for SmpJob {
+    fn drop(&mut self) {
+        if self.ctl.is_some() {
+            self.cleanup();
+        }
+    }
+}
+
+/// Run `opts` as an smp job on this host; returns the job's exit code.
+pub fn run(opts: &LaunchOptions) -> Result<i32> {
+    let mut job = SmpJob::new(opts.ranks)?;
+    supervise(&mut job, opts)
+}

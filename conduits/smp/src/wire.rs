@@ -1,0 +1,181 @@
+//! The layout of one message inside a ring slot, defined once.
+//!
+//! ```text
+//!  0      1      2       3     4            8              16
+//!  [handler][kind][nargs][ 0 ][payload_len u32][long_offset u64]
+//!  16: args, nargs * u32, padded to 8 bytes
+//!  then: the payload, for Medium (Long payloads go straight to the target segment)
+//! ```
+//! kind: bits 0-1 the category (0 Short, 1 Medium, 2 Long), bit 2 set for replies.
+//! With up to 10 arguments a Short message fits in the slot's first cache line.
+
+use amnet_core::{Category, OutMsg, MAX_ARGS};
+
+/// Header bytes before the arguments.
+pub(crate) const HDR: usize = 16;
+
+/// Bytes the arguments occupy (padded to 8).
+#[inline(always)]
+pub(crate) const fn args_bytes(nargs: usize) -> usize {
+    (nargs * 4 + 7) & !7
+}
+
+/// Slot bytes a message needs with its payload inline.
+#[inline(always)]
+pub(crate) fn inline_len(msg: &OutMsg<'_>) -> usize {
+    let p = if msg.category == Category::Medium {
+        msg.payload.len()
+    } else {
+        0
+    };
+    HDR + args_bytes(msg.args.len()) + p
+}
+
+/// Write `msg` at `p`.
+///
+/// # Safety
+/// - `p` is 8-byte aligned and valid for `inline_len(msg)` bytes of writes.
+/// - `msg.args.len() <= MAX_ARGS` and the payload length fits in u32.
+#[inline(always)]
+pub(crate) unsafe fn encode(p: *mut u8, msg: &OutMsg<'_>) {
+    let kind = match msg.category {
+        Category::Short => 0u8,
+        Category::Medium => 1,
+        Category::Long => 2,
+    } | if msg.is_reply { 4 } else { 0 };
+    #[allow(clippy::cast_possible_truncation)] // checked by the caller: nargs <= 16
+    let nargs = msg.args.len() as u8;
+    #[allow(clippy::cast_possible_truncation)] // checked by the caller: payload <= u32::MAX
+    let plen = msg.payload.len() as u32;
+    // SAFETY: per the contract, p is aligned and the region is large enough.
+    unsafe {
+        p.cast::<[u8; 4]>().write([msg.handler, kind, nargs, 0]);
+        p.add(4).cast::<u32>().write(plen);
+        p.add(8).cast::<u64>().write(msg.long_offset);
+        std::ptr::copy_nonoverlapping(msg.args.as_ptr(), p.add(HDR).cast::<u32>(), msg.args.len());
+        if msg.category == Category::Medium {
+            std::ptr::copy_nonoverlapping(
+                msg.payload.as_ptr(),
+                p.add(HDR + args_bytes(msg.args.len())),
+                msg.payload.len(),
+            );
+        }
+    }
+}
+
+/// A decoded slot.
+pub(crate) struct Decoded<'a> {
+    pub(crate) handler: u8,
+    pub(crate) category: Category,
+    pub(crate) is_reply: bool,
+    pub(crate) args: &'a [u32],
+    pub(crate) payload_len: usize,
+    pub(crate) long_offset: u64,
+    /// The inline payload (Medium) or empty.
+    pub(crate) inline: &'a [u8],
+}
+
+/// Why a slot was rejected.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum DecodeError {
+    BadKind(u8),
+    TooManyArgs(u8),
+    PayloadOverflow(usize),
+}
+
+/// Read the message at `p`.
+///
+/// # Safety
+/// - `p` is 8-byte aligned, valid for `cap` bytes of reads, and stays valid and unmodified for
+///   the lifetime `'a`.
+#[inline(always)]
+pub(crate) unsafe fn decode<'a>(p: *const u8, cap: usize) -> Result<Decoded<'a>, DecodeError> {
+    // SAFETY: per the contract, the header bytes are readable.
+    let [handler, kind, nargs, _] = unsafe { p.cast::<[u8; 4]>().read() };
+    // SAFETY: as above.
+    let payload_len = unsafe { p.add(4).cast::<u32>().read() } as usize;
+    // SAFETY: as above.
+    let long_offset = unsafe { p.add(8).cast::<u64>().read() };
+    let category = match kind & 3 {
+        0 => Category::Short,
+        1 => Category::Medium,
+        2 => Category::Long,
+        _ => return Err(DecodeError::BadKind(kind)),
+    };
+    if usize::from(nargs) > MAX_ARGS {
+        return Err(DecodeError::TooManyArgs(nargs));
+    }
+    let ab = args_bytes(usize::from(nargs));
+    // SAFETY: args lie inside the slot (HDR + 64 <= cap for every ring), aligned to 4.
+    let args = unsafe { std::slice::from_raw_parts(p.add(HDR).cast::<u32>(), usize::from(nargs)) };
+    let inline: &[u8] = if category == Category::Medium {
+        if HDR + ab + payload_len > cap {
+            return Err(DecodeError::PayloadOverflow(payload_len));
+        }
+        // SAFETY: bounds checked against the slot's capacity just above.
+        unsafe { std::slice::from_raw_parts(p.add(HDR + ab), payload_len) }
+    } else {
+        &[]
+    };
+    Ok(Decoded {
+        handler,
+        category,
+        is_reply: kind & 4 != 0,
+        args,
+        payload_len,
+        long_offset,
+        inline,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_and_rejects() {
+        let mut buf = vec![0u64; 64];
+        let p = buf.as_mut_ptr().cast::<u8>();
+        let payload = [1u8, 2, 3, 4, 5];
+        let msg = OutMsg {
+            handler: 200,
+            category: Category::Medium,
+            is_reply: true,
+            args: &[7, 8, 9],
+            payload: &payload,
+            long_offset: 0,
+        };
+        // SAFETY: buffer of 512 aligned bytes.
+        unsafe { encode(p, &msg) };
+        // SAFETY: as above.
+        let d = unsafe { decode(p, 512) }.unwrap();
+        assert_eq!(
+            (d.handler, d.category, d.is_reply),
+            (200, Category::Medium, true)
+        );
+        assert_eq!(d.args, &[7, 8, 9]);
+        assert_eq!(d.inline, &payload);
+        // SAFETY: as above.
+        assert!(matches!(
+            unsafe { decode(p, 20) },
+            Err(DecodeError::PayloadOverflow(5))
+        ));
+        // SAFETY: writing inside the buffer.
+        unsafe { *p.add(1) = 3 };
+        // SAFETY: as above.
+        assert!(matches!(
+            unsafe { decode(p, 512) },
+            Err(DecodeError::BadKind(3))
+        ));
+        // SAFETY: as above.
+        unsafe {
+            *p.add(1) = 0;
+            *p.add(2) = 17
+        };
+        // SAFETY: as above.
+        assert!(matches!(
+            unsafe { decode(p, 512) },
+            Err(DecodeError::TooManyArgs(17))
+        ));
+    }
+}
