@@ -23,8 +23,9 @@ use crate::Result;
 pub trait JobBackend {
     /// Extra environment for `rank` (besides `AMNET_RANK`, `AMNET_SIZE`, `AMNET_CONDUIT`).
     fn rank_env(&self, rank: u32) -> Vec<(String, String)>;
-    /// The exit code a rank published for the whole job, if any.
-    fn exit_flag(&self) -> Option<i32>;
+    /// The exit code published for the whole job, if any, with the rank that published it
+    /// (`None` when the launcher did).
+    fn exit_flag(&self) -> Option<(i32, Option<u32>)>;
     /// Publish an exit code so that the surviving ranks leave at their next poll.
     fn publish_exit(&self, code: i32);
     /// Remove everything the job created (shared memory, sockets...). Called once at the end.
@@ -90,6 +91,16 @@ fn kill_all(ranks: &mut [Rank], sig: i32) {
 
 /// Run a job to completion and return its exit code.
 pub fn supervise(backend: &mut dyn JobBackend, opts: &LaunchOptions) -> Result<i32> {
+    supervise_with_log(backend, opts, &mut |m: &str| eprintln!("amrun: {m}"))
+}
+
+/// [`supervise`], handing each message about the job (a rank that died, a timeout) to `log`
+/// instead of printing it.
+pub fn supervise_with_log(
+    backend: &mut dyn JobBackend,
+    opts: &LaunchOptions,
+    log: &mut dyn FnMut(&str),
+) -> Result<i32> {
     // SAFETY: installing async-signal-safe handlers that only store an atomic.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
@@ -123,7 +134,7 @@ pub fn supervise(backend: &mut dyn JobBackend, opts: &LaunchOptions) -> Result<i
                 })
             }
             Err(e) => {
-                eprintln!("amrun: cannot start {} for rank {r}: {e}", opts.program);
+                log(&format!("cannot start {} for rank {r}: {e}", opts.program));
                 kill_all(&mut ranks, libc::SIGKILL);
                 for x in ranks.iter_mut() {
                     if let Some(mut c) = x.child.take() {
@@ -142,6 +153,7 @@ pub fn supervise(backend: &mut dyn JobBackend, opts: &LaunchOptions) -> Result<i
     let mut killed = false;
     let mut timed_out = false;
     let mut alive = ranks.len();
+    let mut origin_reported = false;
     while alive > 0 {
         let mut progressed = false;
         for (i, r) in ranks.iter_mut().enumerate() {
@@ -159,22 +171,30 @@ pub fn supervise(backend: &mut dyn JobBackend, opts: &LaunchOptions) -> Result<i
                 continue;
             }
             if let Some(sig) = status.signal() {
-                eprintln!(
-                    "amrun: rank {i} was killed by signal {sig} ({}); ending the job",
+                log(&format!(
+                    "rank {i} was killed by signal {sig} ({}); ending the job",
                     signal_name(sig)
-                );
+                ));
                 let code = 128 + sig;
                 first_failure.get_or_insert(code);
                 backend.publish_exit(code);
             } else if let Some(code) = status.code() {
                 if code != 0 {
                     if backend.exit_flag().is_none() {
-                        eprintln!("amrun: rank {i} exited with code {code} without ending the job; ending it");
+                        log(&format!(
+                            "rank {i} exited with code {code} without ending the job; ending it"
+                        ));
                         backend.publish_exit(code);
-                    } else if first_failure.is_none() {
-                        eprintln!("amrun: rank {i} exited with code {code}");
                     }
                     first_failure.get_or_insert(code);
+                }
+            }
+        }
+        if !origin_reported {
+            if let Some((code, Some(r))) = backend.exit_flag() {
+                origin_reported = true;
+                if code != 0 && !killed {
+                    log(&format!("rank {r} ended the job with code {code}"));
                 }
             }
         }
@@ -192,7 +212,7 @@ pub fn supervise(backend: &mut dyn JobBackend, opts: &LaunchOptions) -> Result<i
         }
         let sig = SIGNALLED.load(Ordering::Relaxed);
         if sig != 0 && !killed {
-            eprintln!("amrun: received {}; ending the job", signal_name(sig));
+            log(&format!("received {}; ending the job", signal_name(sig)));
             backend.publish_exit(128 + sig);
             first_failure.get_or_insert(128 + sig);
             kill_all(&mut ranks, libc::SIGKILL);
@@ -206,10 +226,10 @@ pub fn supervise(backend: &mut dyn JobBackend, opts: &LaunchOptions) -> Result<i
                     .filter(|(_, r)| r.child.is_some())
                     .map(|(i, _)| i)
                     .collect();
-                eprintln!(
-                    "amrun: timeout after {} s; ranks still running: {running:?}; ending the job",
+                log(&format!(
+                    "timeout after {} s; ranks still running: {running:?}; ending the job",
                     limit.as_secs_f64()
-                );
+                ));
                 backend.publish_exit(124);
                 kill_all(&mut ranks, libc::SIGKILL);
                 killed = true;
@@ -229,5 +249,5 @@ pub fn supervise(backend: &mut dyn JobBackend, opts: &LaunchOptions) -> Result<i
     if sig != 0 {
         return Ok(128 + sig);
     }
-    Ok(flag.or(first_failure).unwrap_or(0))
+    Ok(flag.map(|(c, _)| c).or(first_failure).unwrap_or(0))
 }

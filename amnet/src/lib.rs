@@ -74,8 +74,13 @@ where
 /// Start a job of `opts.ranks` processes on the conduit named in `opts.conduit` and return
 /// its exit code (what `amrun` does).
 pub fn launch_job(opts: &launch::LaunchOptions) -> Result<i32> {
+    launch_job_with_log(opts, &mut |m: &str| eprintln!("amrun: {m}"))
+}
+
+/// [`launch_job`], handing the launcher's messages (a rank that died, a timeout) to `log`.
+pub fn launch_job_with_log(opts: &launch::LaunchOptions, log: &mut dyn FnMut(&str)) -> Result<i32> {
     match opts.conduit.as_str() {
-        "smp" => amnet_smp::run(opts),
+        "smp" => amnet_smp::run(opts, log),
         other => Err(Error::Config(format!(
             "unknown conduit {other:?}; this build has {CONDUITS:?}"
         ))),

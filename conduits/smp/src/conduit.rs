@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use amnet_core::{Category, Conduit, Error, InMsg, LocalSegment, OutMsg, Rank, Result};
 
-use crate::ctl::Ctl;
+use crate::ctl::{Ctl, LAUNCHER};
 use crate::ring::Ring;
 use crate::shm::{unlink, Region};
 use crate::wire;
@@ -115,9 +115,9 @@ impl ThreadShared {
         }))
     }
 
-    /// Publish a job-wide exit (used when a rank thread panics).
-    pub fn request_exit(&self, code: i32) -> i32 {
-        self.ctl.request_exit(code)
+    /// Publish a job-wide exit on behalf of `rank` (used when a rank thread panics).
+    pub fn request_exit(&self, rank: u32, code: i32) -> i32 {
+        self.ctl.request_exit(rank, code)
     }
 }
 
@@ -230,19 +230,20 @@ pub(crate) fn create_ctl(job: &str, size: u32) -> Result<Region> {
     Ok(r)
 }
 
-/// Read the exit code from a control region made by `create_ctl`.
-pub(crate) fn ctl_exit(r: &Region, size: u32) -> Option<i32> {
+/// Read the exit code and its originating rank from a control region made by `create_ctl`.
+pub(crate) fn ctl_exit(r: &Region, size: u32) -> Option<(i32, Option<u32>)> {
     // SAFETY: the region was created by `create_ctl` with this size.
     unsafe { Ctl::view(r.ptr(), r.len(), size) }
         .ok()
-        .and_then(|c| c.exit_requested())
+        .and_then(|c| c.exit_origin())
+        .map(|(code, origin)| (code, (origin != LAUNCHER).then_some(origin)))
 }
 
-/// Publish an exit code through a control region made by `create_ctl`.
+/// Publish an exit code from the launcher through a control region made by `create_ctl`.
 pub(crate) fn ctl_request_exit(r: &Region, size: u32, code: i32) {
     // SAFETY: as in `ctl_exit`.
     if let Ok(c) = unsafe { Ctl::view(r.ptr(), r.len(), size) } {
-        c.request_exit(code);
+        c.request_exit(LAUNCHER, code);
     }
 }
 
@@ -582,7 +583,7 @@ impl Conduit for SmpConduit {
     }
 
     fn request_exit(&self, code: i32) -> i32 {
-        self.ctl.request_exit(code)
+        self.ctl.request_exit(self.rank, code)
     }
 
     fn terminate(&self, code: i32) -> ! {

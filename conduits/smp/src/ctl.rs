@@ -14,13 +14,16 @@ pub(crate) const SLOT_BYTES: usize = 256;
 const HEADER: usize = 4096;
 /// The most ranks the smp conduit runs.
 pub const MAX_RANKS: u32 = 1024;
+/// Origin recorded when the launcher, not a rank, ends the job.
+pub(crate) const LAUNCHER: u32 = 0x7fff_ffff;
 
 #[repr(C)]
 struct Header {
     magic: AtomicU64,
     size: AtomicU32,
     _pad: AtomicU32,
-    /// 0: no exit requested; otherwise (1 << 32) | code as u32.
+    /// 0: no exit requested; otherwise (1 << 63) | (origin << 32) | code as u32, where origin
+    /// is the rank that asked (LAUNCHER when the launcher did).
     exit: AtomicU64,
     /// Boot-barrier arrivals, monotonically increasing.
     arrivals: AtomicU64,
@@ -110,18 +113,25 @@ impl Ctl {
     /// The job-wide exit code, once requested.
     #[inline]
     pub(crate) fn exit_requested(&self) -> Option<i32> {
+        self.exit_origin().map(|(c, _)| c)
+    }
+
+    /// The job-wide exit code and the rank that asked for it (`LAUNCHER` for the launcher).
+    #[inline]
+    pub(crate) fn exit_origin(&self) -> Option<(i32, u32)> {
         let v = self.hdr().exit.load(Ordering::Acquire);
         if v == 0 {
             None
         } else {
-            #[allow(clippy::cast_possible_truncation)] // low half holds the code's bits
-            Some(v as u32 as i32)
+            #[allow(clippy::cast_possible_truncation)] // the fields were packed from these types
+            Some((v as u32 as i32, ((v >> 32) as u32) & LAUNCHER))
         }
     }
 
-    /// Publish `code` unless an exit is already requested; returns the code in force.
-    pub(crate) fn request_exit(&self, code: i32) -> i32 {
-        let v = (1u64 << 32) | u64::from(code as u32);
+    /// Publish `code` from `origin` unless an exit is already requested; returns the code in
+    /// force.
+    pub(crate) fn request_exit(&self, origin: u32, code: i32) -> i32 {
+        let v = (1u64 << 63) | (u64::from(origin & LAUNCHER) << 32) | u64::from(code as u32);
         match self
             .hdr()
             .exit

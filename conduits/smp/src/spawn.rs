@@ -1,7 +1,7 @@
 //! The smp spawner: creates the job's control block, starts the ranks on this host through the
 //! core's supervisor, and removes every shared-memory object of the job at the end.
 
-use amnet_core::launch::{supervise, JobBackend, LaunchOptions};
+use amnet_core::launch::{supervise_with_log, JobBackend, LaunchOptions};
 use amnet_core::Result;
 
 use crate::conduit::{create_ctl, ctl_exit, ctl_name, ctl_request_exit, new_job_name};
@@ -32,7 +32,7 @@ impl JobBackend for SmpJob {
     fn rank_env(&self, _rank: u32) -> Vec<(String, String)> {
         vec![("AMNET_SMP_JOB".into(), self.name.clone())]
     }
-    fn exit_flag(&self) -> Option<i32> {
+    fn exit_flag(&self) -> Option<(i32, Option<u32>)> {
         self.ctl.as_ref().and_then(|c| ctl_exit(c, self.ranks))
     }
     fn publish_exit(&self, code: i32) {
@@ -55,8 +55,9 @@ impl Drop for SmpJob {
     }
 }
 
-/// Run `opts` as an smp job on this host; returns the job's exit code.
-pub fn run(opts: &LaunchOptions) -> Result<i32> {
+/// Run `opts` as an smp job on this host, handing the launcher's messages to `log`; returns
+/// the job's exit code.
+pub fn run(opts: &LaunchOptions, log: &mut dyn FnMut(&str)) -> Result<i32> {
     let mut job = SmpJob::new(opts.ranks)?;
-    supervise(&mut job, opts)
+    supervise_with_log(&mut job, opts, log)
 }

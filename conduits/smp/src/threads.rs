@@ -55,7 +55,8 @@ where
                             if let Some(e) = p.downcast_ref::<ThreadExit>() {
                                 RankOutcome::Exited(e.0)
                             } else {
-                                shared_ref.request_exit(101);
+                                #[allow(clippy::cast_possible_truncation)] // r < ranks
+                                shared_ref.request_exit(r as u32, 101);
                                 let msg = p
                                     .downcast_ref::<&str>()
                                     .map(|s| s.to_string())

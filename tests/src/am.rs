@@ -1,0 +1,253 @@
+//! Active messages: every category with 0..=16 arguments and payloads of 0, 1, 7, 8, 4095
+//! bytes and the maximum, replies of every category, request/reply chains, several threads.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use amnet::MAX_ARGS;
+
+use crate::state::{lock, Expect, H_CHAIN, H_CHECK, H_ECHO};
+use crate::{ck, ensure, pattern, test, Ctx, Test, Verdict};
+
+/// Where Long payloads land: a slot per sending rank.
+pub const LONG_BASE: u64 = 10 << 20;
+/// Bytes per sending rank in the Long area.
+pub const LONG_SLOT: u64 = 72 << 10;
+/// Largest Long used by the per-rank slots (the maximum is tested separately).
+pub const LONG_BIG: usize = 65536;
+
+/// The tests of this module.
+pub fn tests() -> Vec<Test> {
+    vec![
+        test("am_short_args", short_args),
+        test("am_medium_payloads", medium_payloads),
+        test("am_long_payloads", long_payloads),
+        test("am_reply_categories", reply_categories),
+        Test {
+            min_ranks: 2,
+            ..test("am_long_max", long_max)
+        },
+        test("am_request_reply_chain", chain),
+        Test {
+            timeout: Duration::from_secs(120),
+            ..test("am_concurrent_threads", concurrent_threads)
+        },
+    ]
+}
+
+/// Offset of `src`'s slot in the Long area, at an unaligned start.
+pub fn long_slot(src: u32) -> u64 {
+    LONG_BASE + u64::from(src) * LONG_SLOT + 3
+}
+
+fn payload_sizes(c: &Ctx<'_>) -> Vec<usize> {
+    vec![0, 1, 7, 8, 4095, c.ep.max_medium()]
+}
+
+/// Send one request of `cat` to every rank, wait for all acknowledgements.
+fn round(c: &Ctx<'_>, cat: u32, nargs: usize, plen: usize) -> Verdict {
+    let seed = crate::next_seed();
+    let args = pattern::args(seed, nargs);
+    let p = pattern::bytes(if nargs == 0 { 0 } else { seed }, plen);
+    let before = c.st.acks.load(Ordering::SeqCst);
+    for d in 0..c.size() {
+        let what = format!("category {cat} to rank {d}, {nargs} args, {plen} B");
+        match cat {
+            0 => ck(&what, c.ep.request_short(d, H_CHECK, &args))?,
+            1 => ck(&what, c.ep.request_medium(d, H_CHECK, &args, &p))?,
+            _ => ck(
+                &what,
+                c.ep.request_long(d, H_CHECK, &args, &p, long_slot(c.rank())),
+            )?,
+        }
+    }
+    let want = before + u64::from(c.size());
+    ck(
+        "wait for acks",
+        c.ep.wait_until(|| c.st.acks.load(Ordering::SeqCst) >= want),
+    )
+}
+
+fn finish(c: &Ctx<'_>, rounds: u64) -> Verdict {
+    ck("barrier", c.ep.barrier())?;
+    c.st.handler_verdict()?;
+    let hits = c.st.hits.load(Ordering::SeqCst);
+    let want = rounds * u64::from(c.size());
+    ensure(hits == want, || {
+        format!("{hits} requests arrived, expected {want}")
+    })
+}
+
+fn short_args(c: &Ctx<'_>) -> Verdict {
+    for n in 0..=MAX_ARGS {
+        round(c, 0, n, 0)?;
+    }
+    finish(c, MAX_ARGS as u64 + 1)
+}
+
+fn medium_payloads(c: &Ctx<'_>) -> Verdict {
+    let mut rounds = 0;
+    for n in 0..=MAX_ARGS {
+        round(c, 1, n, 8)?;
+        rounds += 1;
+    }
+    for plen in payload_sizes(c) {
+        for n in [0, 1, MAX_ARGS] {
+            round(c, 1, n, plen)?;
+            rounds += 1;
+        }
+    }
+    finish(c, rounds)
+}
+
+fn long_payloads(c: &Ctx<'_>) -> Verdict {
+    let mut rounds = 0;
+    for n in 0..=MAX_ARGS {
+        round(c, 2, n, 8)?;
+        rounds += 1;
+    }
+    for plen in [0, 1, 7, 8, 4095, LONG_BIG] {
+        for n in [0, 1, MAX_ARGS] {
+            round(c, 2, n, plen)?;
+            rounds += 1;
+        }
+    }
+    finish(c, rounds)
+}
+
+fn reply_categories(c: &Ctx<'_>) -> Verdict {
+    let mut combos = Vec::new();
+    for n in 0..=MAX_ARGS {
+        combos.push((0u32, n, 0usize));
+        combos.push((1, n, 8));
+        combos.push((2, n, 8));
+    }
+    for plen in payload_sizes(c) {
+        combos.push((1, 1, plen));
+        combos.push((2, 1, plen.min(LONG_BIG)));
+    }
+    for (cat, nargs, plen) in combos {
+        let before = c.st.echoes.load(Ordering::SeqCst);
+        for d in 0..c.size() {
+            let seed = crate::next_seed();
+            lock(&c.st.expect)[d as usize] = Some(Expect {
+                category: cat,
+                nargs,
+                plen,
+                seed,
+            });
+            // The reply's Long payload lands in this rank's segment, in the responder's slot.
+            let off = u32::try_from(long_slot(d)).map_err(|_| "offset".to_string())?;
+            #[allow(clippy::cast_possible_truncation)]
+            let req = [cat, nargs as u32, plen as u32, seed, off];
+            ck("echo request", c.ep.request_short(d, H_ECHO, &req))?;
+        }
+        let want = before + u64::from(c.size());
+        ck(
+            "wait for echoes",
+            c.ep.wait_until(|| c.st.echoes.load(Ordering::SeqCst) >= want),
+        )?;
+    }
+    ck("barrier", c.ep.barrier())?;
+    c.st.handler_verdict()
+}
+
+fn long_max(c: &Ctx<'_>) -> Verdict {
+    if c.rank() == 0 {
+        let len = ck("segment_len_of", c.ep.segment_len_of(1))?;
+        ensure(ck("max_long", c.ep.max_long(1))? == len, || {
+            "max_long != segment length".into()
+        })?;
+        let seed = crate::next_seed();
+        let p = pattern::bytes(seed, len);
+        ck(
+            "request_long of the whole segment",
+            c.ep.request_long(1, H_CHECK, &[seed], &p, 0),
+        )?;
+        ck(
+            "ack",
+            c.ep.wait_until(|| c.st.acks.load(Ordering::SeqCst) >= 1),
+        )?;
+    }
+    ck("barrier", c.ep.barrier())?;
+    c.st.handler_verdict()?;
+    let hits = c.st.hits.load(Ordering::SeqCst);
+    let want = u64::from(c.rank() == 1);
+    ensure(hits == want, || {
+        format!("{hits} requests arrived, expected {want}")
+    })
+}
+
+fn chain(c: &Ctx<'_>) -> Verdict {
+    let n = c.size();
+    let total = 4 * n;
+    let mut sent = 0u64;
+    if c.rank() == 0 {
+        ck("start chain", c.ep.request_short(1 % n, H_CHAIN, &[1]))?;
+        sent += 1;
+    }
+    let mut h = c.rank() + if c.rank() == 0 { n } else { 0 };
+    while h <= total {
+        let want = h;
+        ck(
+            "wait for hop",
+            c.ep.wait_until(|| *lock(&c.st.chain_hop) == Some(want)),
+        )?;
+        if h < total {
+            ck(
+                "forward hop",
+                c.ep.request_short((c.rank() + 1) % n, H_CHAIN, &[h + 1]),
+            )?;
+            sent += 1;
+        }
+        h += n;
+    }
+    ck(
+        "acks",
+        c.ep.wait_until(|| c.st.acks.load(Ordering::SeqCst) >= sent),
+    )?;
+    ck("barrier", c.ep.barrier())?;
+    c.st.handler_verdict()
+}
+
+fn concurrent_threads(c: &Ctx<'_>) -> Verdict {
+    const THREADS: u64 = 3;
+    const PER_DEST: u64 = 300;
+    let n = u64::from(c.size());
+    let total = THREADS * PER_DEST * n;
+    let r: Result<Vec<()>, String> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let ep = c.ep.clone();
+                let st = c.st.clone();
+                s.spawn(move || -> Verdict {
+                    for i in 0..PER_DEST {
+                        for d in 0..ep.size() {
+                            #[allow(clippy::cast_possible_truncation)]
+                            let seed = ((t << 24) | i) as u32;
+                            let a = pattern::args(seed, 3);
+                            let p = pattern::bytes(seed, 64);
+                            if i % 2 == 0 {
+                                ck("short", ep.request_short(d, H_CHECK, &a))?;
+                            } else {
+                                ck("medium", ep.request_medium(d, H_CHECK, &a, &p))?;
+                            }
+                        }
+                    }
+                    ck(
+                        "acks",
+                        ep.wait_until(|| st.acks.load(Ordering::SeqCst) >= total),
+                    )
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("sender thread panicked".into()))
+            })
+            .collect()
+    });
+    r?;
+    finish(c, THREADS * PER_DEST)
+}

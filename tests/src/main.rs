@@ -1,0 +1,40 @@
+//! `amrun -n N amnet-testsuite [FILTER]`: run the conduit test suite as a job.
+//! `amnet-testsuite --scenario NAME`: one rank of a nested exit scenario (used by the suite).
+//! `amnet-testsuite --list`: print the test names.
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("--scenario") => {
+            let name = args.get(1).map(String::as_str).unwrap_or("");
+            std::process::exit(amnet_testsuite::scenarios::main_scenario(name));
+        }
+        Some("--list") => {
+            for t in amnet_testsuite::all_tests() {
+                println!("{}", t.name);
+            }
+            return;
+        }
+        Some("-h") | Some("--help") => {
+            println!("usage: amrun -n N amnet-testsuite [FILTER]\n       amnet-testsuite --list");
+            return;
+        }
+        _ => {}
+    }
+    let filter = args.first().cloned();
+    let ep = match amnet::init() {
+        Ok(ep) => ep,
+        Err(e) => {
+            eprintln!("amnet-testsuite: {e}");
+            std::process::exit(2);
+        }
+    };
+    match amnet_testsuite::run_suite(&ep, filter.as_deref(), true) {
+        Ok(s) if s.failed == 0 => {}
+        Ok(_) => ep.exit(1),
+        Err(e) => {
+            eprintln!("amnet-testsuite: rank {}: {e}", ep.rank());
+            ep.exit(2);
+        }
+    }
+}

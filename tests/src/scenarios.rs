@@ -1,0 +1,417 @@
+//! Exit and start-up scenarios, each a nested job of this program (`--scenario NAME`).
+//!
+//! Rank 0 of the suite starts the nested job, checks its exit code, that it ended in bounded
+//! time, what the launcher reported, and that it left nothing in /dev/shm.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use amnet::launch::LaunchOptions;
+use amnet::{Endpoint, Error};
+
+use crate::state::{H_CHECK, H_COUNT, H_EXIT, H_EXIT_VIA_REPLY};
+use crate::{handler_table, State, Test, Verdict};
+
+/// One nested-job scenario.
+pub struct Scenario {
+    /// Name passed to `--scenario`.
+    pub name: &'static str,
+    /// Ranks in the nested job.
+    pub ranks: u32,
+    /// Exit codes the job may end with.
+    pub codes: &'static [i32],
+    /// Text the launcher's report must contain.
+    pub log: Option<&'static str>,
+    /// Launcher timeout for the nested job.
+    pub timeout: Duration,
+    /// What every rank of the nested job runs.
+    pub body: fn(&Endpoint) -> Result<(), String>,
+}
+
+const T: Duration = Duration::from_secs(30);
+
+/// Every scenario.
+pub fn scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "exit-after-attach",
+            ranks: 3,
+            codes: &[7],
+            log: Some("rank 1 ended the job with code 7"),
+            timeout: T,
+            body: exit_after_attach,
+        },
+        Scenario {
+            name: "exit-in-request-handler",
+            ranks: 3,
+            codes: &[9],
+            log: None,
+            timeout: T,
+            body: exit_in_request_handler,
+        },
+        Scenario {
+            name: "exit-in-reply-handler",
+            ranks: 3,
+            codes: &[11],
+            log: None,
+            timeout: T,
+            body: exit_in_reply_handler,
+        },
+        Scenario {
+            name: "exit-while-others-in-barrier",
+            ranks: 3,
+            codes: &[13],
+            log: None,
+            timeout: T,
+            body: exit_during_barrier,
+        },
+        Scenario {
+            name: "exit-with-operations-outstanding",
+            ranks: 3,
+            codes: &[15],
+            log: None,
+            timeout: T,
+            body: exit_with_ops,
+        },
+        Scenario {
+            name: "exit-several-ranks-at-once",
+            ranks: 3,
+            codes: &[20, 21, 22],
+            log: None,
+            timeout: T,
+            body: exit_several,
+        },
+        Scenario {
+            name: "exit-before-attach",
+            ranks: 3,
+            codes: &[17],
+            log: None,
+            timeout: T,
+            body: exit_before_attach,
+        },
+        Scenario {
+            name: "return-from-main-without-exit",
+            ranks: 3,
+            codes: &[0],
+            log: None,
+            timeout: T,
+            body: return_from_main,
+        },
+        Scenario {
+            name: "return-error-from-main",
+            ranks: 3,
+            codes: &[1],
+            log: Some("rank 1 ended the job with code 1"),
+            timeout: T,
+            body: return_error_from_main,
+        },
+        Scenario {
+            name: "rank-killed-by-signal",
+            ranks: 3,
+            codes: &[137],
+            log: Some("rank 1 was killed by signal 9 (SIGKILL)"),
+            timeout: T,
+            body: killed_by_signal,
+        },
+        Scenario {
+            name: "rank-panics",
+            ranks: 3,
+            codes: &[101],
+            log: Some("rank 2 ended the job with code 101"),
+            timeout: T,
+            body: panics,
+        },
+        Scenario {
+            name: "launcher-timeout",
+            ranks: 2,
+            codes: &[124],
+            log: Some("ranks still running: [0, 1]"),
+            timeout: Duration::from_secs(2),
+            body: hang,
+        },
+        Scenario {
+            name: "rule-use-before-attach",
+            ranks: 2,
+            codes: &[0],
+            log: None,
+            timeout: T,
+            body: use_before_attach,
+        },
+        Scenario {
+            name: "rule-handler-tables-differ",
+            ranks: 3,
+            codes: &[0],
+            log: None,
+            timeout: T,
+            body: tables_differ,
+        },
+    ]
+}
+
+/// The suite entries: one test per scenario, run by rank 0.
+pub fn tests() -> Vec<Test> {
+    scenarios()
+        .into_iter()
+        .map(|s| Test {
+            name: s.name,
+            min_ranks: 1,
+            process_only: true,
+            timeout: Duration::from_secs(60),
+            run: run_from_suite,
+        })
+        .collect()
+}
+
+fn run_from_suite(c: &crate::Ctx<'_>) -> Verdict {
+    if c.rank() != 0 {
+        return Ok(());
+    }
+    let s = scenarios()
+        .into_iter()
+        .find(|s| s.name == c.name)
+        .ok_or_else(|| format!("no scenario named {}", c.name))?;
+    run_nested(&s, c.ep.conduit_name())
+}
+
+/// Start `s` as a nested job and check how it ended.
+pub fn run_nested(s: &Scenario, conduit: &str) -> Verdict {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let opts = LaunchOptions {
+        ranks: s.ranks,
+        program: exe.to_string_lossy().into_owned(),
+        args: vec!["--scenario".into(), s.name.into()],
+        timeout: Some(s.timeout),
+        conduit: conduit.to_string(),
+        grace: Duration::from_secs(2),
+    };
+    let mut log = Vec::new();
+    let t0 = Instant::now();
+    let code = amnet::launch_job_with_log(&opts, &mut |m: &str| log.push(m.to_string()))
+        .map_err(|e| format!("launch: {e}"))?;
+    let took = t0.elapsed();
+    let log = log.join("\n");
+    if !s.codes.contains(&code) {
+        return Err(format!(
+            "{}: job exited with {code}, expected one of {:?}; launcher said: {log}",
+            s.name, s.codes
+        ));
+    }
+    let bound = s.timeout.min(Duration::from_secs(10)) + Duration::from_secs(3);
+    if took > bound {
+        return Err(format!("{}: took {took:?}, more than {bound:?}", s.name));
+    }
+    if let Some(want) = s.log {
+        if !log.contains(want) {
+            return Err(format!(
+                "{}: launcher report lacks {want:?}: {log:?}",
+                s.name
+            ));
+        }
+    }
+    let prefix = format!("amnet-{}-", std::process::id());
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default();
+    if !left.is_empty() {
+        return Err(format!("{}: left shared memory behind: {left:?}", s.name));
+    }
+    Ok(())
+}
+
+/// Entry point of `--scenario NAME`: returns the process exit code.
+pub fn main_scenario(name: &str) -> i32 {
+    let Some(s) = scenarios().into_iter().find(|s| s.name == name) else {
+        eprintln!("amnet-testsuite: no scenario {name:?}");
+        return 2;
+    };
+    let ep = match amnet::init() {
+        Ok(ep) => ep,
+        Err(e) => {
+            eprintln!("amnet-testsuite: init: {e}");
+            return 2;
+        }
+    };
+    match (s.body)(&ep) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("amnet-testsuite: scenario {name} rank {}: {e}", ep.rank());
+            1
+        }
+    }
+}
+
+fn attach(ep: &Endpoint) -> Result<Arc<State>, String> {
+    let st = Arc::new(State::new(ep.size()));
+    let t = handler_table(&st).map_err(|e| e.to_string())?;
+    ep.attach(t, 1 << 20).map_err(|e| e.to_string())?;
+    Ok(st)
+}
+
+fn park(ep: &Endpoint) -> Result<(), String> {
+    // Wait for an event that never comes; only a job-wide exit ends this.
+    ep.barrier_notify(0, amnet::barrier_flags::ANONYMOUS)
+        .map_err(|e| e.to_string())?;
+    ep.wait_until(|| false).map_err(|e| e.to_string())?;
+    Err("park returned".into())
+}
+
+fn exit_after_attach(ep: &Endpoint) -> Result<(), String> {
+    attach(ep)?;
+    if ep.rank() == 1 {
+        std::thread::sleep(Duration::from_millis(100));
+        ep.exit(7);
+    }
+    park(ep)
+}
+
+fn exit_in_request_handler(ep: &Endpoint) -> Result<(), String> {
+    attach(ep)?;
+    if ep.rank() == 0 {
+        ep.request_short(1, H_EXIT, &[9])
+            .map_err(|e| e.to_string())?;
+    }
+    park(ep)
+}
+
+fn exit_in_reply_handler(ep: &Endpoint) -> Result<(), String> {
+    attach(ep)?;
+    if ep.rank() == 0 {
+        ep.request_short(1, H_EXIT_VIA_REPLY, &[11])
+            .map_err(|e| e.to_string())?;
+    }
+    park(ep)
+}
+
+fn exit_during_barrier(ep: &Endpoint) -> Result<(), String> {
+    attach(ep)?;
+    if ep.rank() == 2 {
+        std::thread::sleep(Duration::from_millis(300));
+        ep.exit(13);
+    }
+    ep.barrier().map_err(|e| e.to_string())?;
+    Err("the barrier completed without rank 2".into())
+}
+
+fn exit_with_ops(ep: &Endpoint) -> Result<(), String> {
+    attach(ep)?;
+    let payload = vec![1u8; 4000];
+    let next = (ep.rank() + 1) % ep.size();
+    for i in 0..100_000u32 {
+        if ep.rank() == 1 && i == 2000 {
+            let _ = ep.put_nbi(next, 0, &payload);
+            ep.exit(15);
+        }
+        ep.request_medium(next, H_COUNT, &[i], &payload)
+            .map_err(|e| e.to_string())?;
+        let _ = ep.put_nbi(next, 0, &payload);
+    }
+    park(ep)
+}
+
+fn exit_several(ep: &Endpoint) -> Result<(), String> {
+    attach(ep)?;
+    ep.barrier().map_err(|e| e.to_string())?;
+    #[allow(clippy::cast_possible_wrap)]
+    ep.exit(20 + ep.rank() as i32)
+}
+
+fn exit_before_attach(ep: &Endpoint) -> Result<(), String> {
+    if ep.rank() == 0 {
+        std::thread::sleep(Duration::from_millis(100));
+        ep.exit(17);
+    }
+    attach(ep)?;
+    park(ep)
+}
+
+fn return_from_main(ep: &Endpoint) -> Result<(), String> {
+    attach(ep)?;
+    if ep.rank() == 1 {
+        return Ok(());
+    }
+    park(ep)
+}
+
+fn return_error_from_main(ep: &Endpoint) -> Result<(), String> {
+    attach(ep)?;
+    if ep.rank() == 1 {
+        return Err("returning an error on purpose".into());
+    }
+    park(ep)
+}
+
+fn killed_by_signal(ep: &Endpoint) -> Result<(), String> {
+    attach(ep)?;
+    if ep.rank() == 1 {
+        std::thread::sleep(Duration::from_millis(100));
+        // SAFETY: raising a signal on ourselves.
+        unsafe { libc::raise(libc::SIGKILL) };
+    }
+    park(ep)
+}
+
+fn panics(ep: &Endpoint) -> Result<(), String> {
+    attach(ep)?;
+    if ep.rank() == 2 {
+        std::thread::sleep(Duration::from_millis(100));
+        panic!("rank 2 panics on purpose");
+    }
+    park(ep)
+}
+
+fn hang(ep: &Endpoint) -> Result<(), String> {
+    attach(ep)?;
+    park(ep)
+}
+
+fn use_before_attach(ep: &Endpoint) -> Result<(), String> {
+    let not = |what: &str, r: Result<(), Error>| match r {
+        Err(Error::NotAttached { .. }) => Ok(()),
+        other => Err(format!("{what} before attach: {other:?}")),
+    };
+    let r = (|| {
+        not("request_short", ep.request_short(0, H_CHECK, &[]))?;
+        not("request_medium", ep.request_medium(0, H_CHECK, &[], &[1]))?;
+        not("poll", ep.poll().map(|_| ()))?;
+        not("put", ep.put(0, 0, &[1]))?;
+        not("barrier", ep.barrier())?;
+        not("segment_len", ep.segment_len().map(|_| ()))?;
+        Ok::<(), String>(())
+    })();
+    if let Err(e) = r {
+        eprintln!("rank {}: {e}", ep.rank());
+        ep.exit(1);
+    }
+    attach(ep)?;
+    ep.barrier().map_err(|e| e.to_string())
+}
+
+fn tables_differ(ep: &Endpoint) -> Result<(), String> {
+    let st = Arc::new(State::new(ep.size()));
+    let mut t = handler_table(&st).map_err(|e| e.to_string())?;
+    if ep.rank() == 1 {
+        t.register(250, |_: &mut amnet::Token<'_>, _: &[u32], _: &[u8]| {})
+            .map_err(|e| e.to_string())?;
+    }
+    match ep.attach(t, 4096) {
+        Err(Error::Mismatch { detail, .. })
+            if detail.contains("rank 1") && detail.contains("250") =>
+        {
+            // Success everywhere: leave together after a pause, so a failing rank's code wins.
+            std::thread::sleep(Duration::from_millis(300));
+            ep.exit(0)
+        }
+        other => {
+            eprintln!(
+                "rank {}: attach with differing tables gave {other:?}",
+                ep.rank()
+            );
+            ep.exit(1)
+        }
+    }
+}
