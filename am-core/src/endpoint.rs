@@ -297,6 +297,20 @@ pub(crate) fn split64(v: u64) -> (u32, u32) {
     (v as u32, (v >> 32) as u32)
 }
 
+/// An offset already checked against a segment length (a `usize`), so the cast is exact.
+#[inline(always)]
+#[allow(clippy::cast_possible_truncation)]
+pub(crate) fn seg_off(o: u64) -> usize {
+    o as usize
+}
+
+/// An address carried in AM arguments; it was made from a pointer of this process.
+#[inline(always)]
+#[allow(clippy::cast_possible_truncation)]
+pub(crate) fn addr(v: u64) -> usize {
+    v as usize
+}
+
 /// Join (low, high) halves.
 #[inline]
 pub(crate) fn join64(lo: u32, hi: u32) -> u64 {
@@ -472,7 +486,7 @@ impl Endpoint {
 
     #[cold]
     fn stats_block_slow(&self) -> &StatBlock {
-        let p = self.with_thread_state(|ts| Arc::as_ptr(&ts.stats));
+        let p = self.with_thread_state(|ts| Arc::as_ptr(ts.stats));
         LAST_BLOCK.with(|c| c.set((self.inner.id, p)));
         // SAFETY: as in `stats_block`: the Arc lives in THREAD_STATE for the thread's life.
         unsafe { &*p }
@@ -815,7 +829,7 @@ impl Endpoint {
         // of the endpoint; `buf` is a distinct Rust allocation.
         unsafe {
             std::ptr::copy_nonoverlapping(
-                att.seg.base.add(offset as usize),
+                att.seg.base.add(seg_off(offset)),
                 buf.as_mut_ptr(),
                 buf.len(),
             );
@@ -831,7 +845,7 @@ impl Endpoint {
         unsafe {
             std::ptr::copy_nonoverlapping(
                 data.as_ptr(),
-                att.seg.base.add(offset as usize),
+                att.seg.base.add(seg_off(offset)),
                 data.len(),
             );
         }

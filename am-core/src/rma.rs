@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::conduit::{Category, OutMsg};
-use crate::endpoint::{join64, not_in_handler, split64, Attached, Endpoint};
+use crate::endpoint::{addr, join64, not_in_handler, seg_off, split64, Attached, Endpoint};
 use crate::handler::{HandlerTable, Token};
 use crate::stats::Ctr;
 use crate::{Error, Rank, Result};
@@ -44,7 +44,7 @@ impl OpState {
 /// # Safety
 /// - `(lo, hi)` must come from `OpState::arm` in this process, and each pair is released once.
 unsafe fn release(lo: u32, hi: u32) {
-    let p = join64(lo, hi) as usize as *const OpState;
+    let p = addr(join64(lo, hi)) as *const OpState;
     // SAFETY: per the contract, `p` came from Arc::into_raw in `arm` and is released once.
     let op = unsafe { Arc::from_raw(p) };
     op.remaining.fetch_sub(1, Ordering::Release);
@@ -103,7 +103,7 @@ fn get_handler(tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
     let payload: &[u8] = if att.check_range(ep.rank(), off, len).is_ok() {
         // SAFETY: range checked against our own mapped segment; the requester's contract is
         // that nobody writes these bytes while the get is outstanding.
-        unsafe { std::slice::from_raw_parts(att.seg.base.add(off as usize), len) }
+        unsafe { std::slice::from_raw_parts(att.seg.base.add(seg_off(off)), len) }
     } else {
         &[]
     };
@@ -117,7 +117,7 @@ fn get_reply_handler(_tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
     let [op_lo, op_hi, dst_lo, dst_hi] = *args else {
         return;
     };
-    let dst = join64(dst_lo, dst_hi) as usize as *mut u8;
+    let dst = addr(join64(dst_lo, dst_hi)) as *mut u8;
     // SAFETY: `dst` is the destination the requester promised valid (safe API: its own
     // segment; unsafe API: the caller's contract) for this chunk's length until completion.
     unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), dst, payload.len()) };
@@ -156,7 +156,7 @@ impl Endpoint {
         if let Some(base) = att.peers[dest as usize] {
             // SAFETY: the range was checked against `dest`'s segment, mapped at `base` for the
             // life of the endpoint; `ptr::copy` tolerates a source that aliases the segment.
-            unsafe { std::ptr::copy(src.as_ptr(), base.0.add(offset as usize), src.len()) };
+            unsafe { std::ptr::copy(src.as_ptr(), base.0.add(seg_off(offset)), src.len()) };
             return Ok(None);
         }
         if src.is_empty() {
@@ -201,7 +201,7 @@ impl Endpoint {
         if let Some(base) = att.peers[src_rank as usize] {
             // SAFETY: range checked against the source segment; `dst` valid per contract;
             // `ptr::copy` tolerates overlap (a get from this rank into its own segment).
-            unsafe { std::ptr::copy(base.0.add(offset as usize), dst, len) };
+            unsafe { std::ptr::copy(base.0.add(seg_off(offset)), dst, len) };
             return Ok(None);
         }
         if len == 0 {
@@ -291,7 +291,7 @@ impl Endpoint {
         let att = self.attached_for("get_nb_local")?;
         att.check_range(self.rank(), local_offset, len)?;
         // SAFETY: range checked against the local segment.
-        Ok(unsafe { att.seg.base.add(local_offset as usize) })
+        Ok(unsafe { att.seg.base.add(seg_off(local_offset)) })
     }
 
     /// Non-blocking get with an explicit handle into this rank's own segment at `local_offset`.

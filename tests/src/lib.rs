@@ -257,6 +257,12 @@ pub fn run_attached(
         let _ = d.join();
     }
     if ep.rank() == 0 {
+        if let Ok(path) = std::env::var("AMNET_TESTSUITE_SUMMARY") {
+            let line = format!("{} {} {}\n", sum.passed, sum.failed, sum.skipped);
+            if let Err(e) = std::fs::write(&path, line) {
+                eprintln!("amnet-testsuite: cannot write {path}: {e}");
+            }
+        }
         if sum.skipped > 0 {
             println!(
                 "{} passed, {} failed, {} skipped",

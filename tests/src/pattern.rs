@@ -1,6 +1,7 @@
 //! Deterministic data patterns, so that every receiver can check what it got.
 
 /// Argument `i` of a message with `seed` (argument 0 is the seed itself).
+#[allow(clippy::cast_possible_truncation)] // i <= 16
 pub fn arg(seed: u32, i: usize) -> u32 {
     if i == 0 {
         seed
@@ -16,6 +17,7 @@ pub fn args(seed: u32, n: usize) -> Vec<u32> {
 }
 
 /// Byte `j` of a payload with `seed`.
+#[allow(clippy::cast_possible_truncation)] // reduced modulo 251
 pub fn byte(seed: u32, j: usize) -> u8 {
     let x = (seed as usize)
         .wrapping_mul(131)

@@ -247,6 +247,13 @@ pub(crate) fn ctl_request_exit(r: &Region, size: u32, code: i32) {
     }
 }
 
+/// An offset already checked against a segment length (a `usize`), so the cast is exact.
+#[inline(always)]
+#[allow(clippy::cast_possible_truncation)]
+fn seg_off(o: u64) -> usize {
+    o as usize
+}
+
 fn process_exit(code: i32) -> ! {
     use std::io::Write;
     let _ = std::io::stdout().flush();
@@ -391,7 +398,7 @@ impl SmpConduit {
                 let Some(segs) = self.segs.get() else { return };
                 let len = segs.lens[self.rank as usize];
                 let end = d.long_offset.checked_add(d.payload_len as u64);
-                if end.is_none_or(|e| e > len as u64) {
+                if !matches!(end, Some(e) if e <= len as u64) {
                     eprintln!(
                         "amnet smp rank {}: dropped a Long from rank {src} outside the segment",
                         self.rank
@@ -401,7 +408,7 @@ impl SmpConduit {
                 // SAFETY: range checked against the local segment, mapped for the conduit's life.
                 unsafe {
                     std::slice::from_raw_parts(
-                        segs.bases[self.rank as usize].add(d.long_offset as usize),
+                        segs.bases[self.rank as usize].add(seg_off(d.long_offset)),
                         d.payload_len,
                     )
                 }
@@ -531,7 +538,7 @@ impl Conduit for SmpConduit {
                 if let Some(base) = seg {
                     std::ptr::copy(
                         msg.payload.as_ptr(),
-                        base.add(msg.long_offset as usize),
+                        base.add(seg_off(msg.long_offset)),
                         msg.payload.len(),
                     );
                 }

@@ -38,14 +38,14 @@ struct SlotHdr {
 }
 
 /// Bytes from a slot's start to its data area.
-pub(crate) const fn slot_header() -> usize {
+pub const fn slot_header() -> usize {
     let s = std::mem::size_of::<SlotHdr>();
     (s + 7) & !7
 }
 
 /// A view of one ring in memory. Copyable; the memory is owned by whoever mapped it.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Ring {
+pub struct Ring {
     base: *mut u8,
     mask: u64,
     stride: usize,
@@ -59,17 +59,17 @@ unsafe impl Sync for Ring {}
 
 impl Ring {
     /// Slot stride for `data_cap` data bytes.
-    pub(crate) const fn stride(data_cap: usize) -> usize {
+    pub const fn stride(data_cap: usize) -> usize {
         (slot_header() + data_cap + 63) & !63
     }
 
     /// Bytes of memory one ring needs.
-    pub(crate) const fn bytes(cap: usize, data_cap: usize) -> usize {
+    pub const fn bytes(cap: usize, data_cap: usize) -> usize {
         std::mem::size_of::<RingCtl>() + cap * Self::stride(data_cap)
     }
 
     /// Data bytes per slot for a ring laid out with `data_cap`.
-    pub(crate) fn data_cap(&self) -> usize {
+    pub fn data_cap(&self) -> usize {
         self.stride - slot_header()
     }
 
@@ -80,7 +80,7 @@ impl Ring {
     /// - `cap` is a power of two.
     /// - Nobody else uses the memory until initialization is published to them (by a barrier
     ///   with Release/Acquire ordering).
-    pub(crate) unsafe fn init(base: *mut u8, cap: usize, data_cap: usize) -> Ring {
+    pub unsafe fn init(base: *mut u8, cap: usize, data_cap: usize) -> Ring {
         debug_assert!(cap.is_power_of_two());
         debug_assert_eq!(base as usize % 64, 0);
         let r = Ring {
@@ -117,7 +117,7 @@ impl Ring {
     /// - `base` points to a ring initialized by [`Ring::init`] with the same `cap` and
     ///   `data_cap`, whose initialization happened-before this call, and which stays mapped
     ///   while the view is used.
-    pub(crate) unsafe fn view(base: *mut u8, cap: usize, data_cap: usize) -> Ring {
+    pub unsafe fn view(base: *mut u8, cap: usize, data_cap: usize) -> Ring {
         Ring {
             base,
             mask: cap as u64 - 1,
@@ -133,6 +133,7 @@ impl Ring {
 
     #[inline(always)]
     fn slot_ptr(&self, pos: u64) -> *mut SlotHdr {
+        #[allow(clippy::cast_possible_truncation)] // masked below the capacity, a usize
         let i = (pos & self.mask) as usize;
         // SAFETY: i < cap, so the slot lies inside the ring's region.
         unsafe {
@@ -157,7 +158,7 @@ impl Ring {
     /// Claim a free slot, let `fill` write up to `data_cap()` bytes into it, and publish it.
     /// Returns false when the ring is full.
     #[inline]
-    pub(crate) fn try_push(&self, fill: impl FnOnce(*mut u8)) -> bool {
+    pub fn try_push(&self, fill: impl FnOnce(*mut u8)) -> bool {
         let ctl = self.ctl();
         let mut pos = ctl.enq.0.load(Ordering::Relaxed);
         loop {
@@ -189,7 +190,7 @@ impl Ring {
 
     /// True when a message may be waiting (a cheap check without claiming).
     #[inline(always)]
-    pub(crate) fn maybe_ready(&self) -> bool {
+    pub fn maybe_ready(&self) -> bool {
         let pos = self.ctl().deq.0.load(Ordering::Relaxed);
         self.slot(pos).seq.load(Ordering::Relaxed) == pos.wrapping_add(1)
     }
@@ -197,7 +198,7 @@ impl Ring {
     /// Claim the oldest published slot, run `read` on its data, and free it.
     /// Returns None when the ring is empty.
     #[inline]
-    pub(crate) fn try_pop<R>(&self, read: impl FnOnce(*const u8) -> R) -> Option<R> {
+    pub fn try_pop<R>(&self, read: impl FnOnce(*const u8) -> R) -> Option<R> {
         let ctl = self.ctl();
         let mut pos = ctl.deq.0.load(Ordering::Relaxed);
         loop {
@@ -277,7 +278,6 @@ mod tests {
         let count = std::sync::atomic::AtomicU64::new(0);
         std::thread::scope(|s| {
             for t in 0..2u64 {
-                let r = r;
                 s.spawn(move || {
                     for i in 0..N {
                         let v = t * N + i;
@@ -289,7 +289,6 @@ mod tests {
                 });
             }
             for _ in 0..2 {
-                let r = r;
                 let (sum, count) = (&sum, &count);
                 s.spawn(move || {
                     while count.load(std::sync::atomic::Ordering::Relaxed) < 2 * N {

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# loom models of the lock-free ring (separate target dir: --cfg loom rebuilds everything).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
+    cargo test -p amnet-smp --test loom --release

@@ -1,0 +1,30 @@
+//! The suite with put/get forced onto the core's AM-based reference path (`AMNET_RMA=am`),
+//! which conduits without shared memory use.
+
+use std::time::Duration;
+
+use amnet::launch::LaunchOptions;
+
+#[test]
+fn suite_4_ranks_am_rma() {
+    let summary = std::env::temp_dir().join(format!("amnet-suite-ref-{}", std::process::id()));
+    std::env::set_var("AMNET_RMA", "am");
+    std::env::set_var("AMNET_TESTSUITE_SUMMARY", &summary);
+    let opts = LaunchOptions {
+        ranks: 4,
+        program: env!("CARGO_BIN_EXE_amnet-testsuite").into(),
+        args: vec![],
+        timeout: Some(Duration::from_secs(600)),
+        conduit: std::env::var("AMNET_CONDUIT").unwrap_or_else(|_| "smp".into()),
+        grace: Duration::from_secs(2),
+    };
+    let code = amnet::launch_job(&opts).expect("launch");
+    let text = std::fs::read_to_string(&summary).unwrap_or_default();
+    let _ = std::fs::remove_file(&summary);
+    assert_eq!(code, 0, "suite exited with {code}: {text:?}");
+    let v: Vec<u32> = text
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    assert!(v.len() == 3 && v[0] > 0 && v[1] == 0, "summary {text:?}");
+}
