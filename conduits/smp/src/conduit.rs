@@ -406,12 +406,16 @@ impl SmpConduit {
                     return;
                 }
                 // SAFETY: range checked against the local segment, mapped for the conduit's life.
-                unsafe {
-                    std::slice::from_raw_parts(
-                        segs.bases[self.rank as usize].add(seg_off(d.long_offset)),
-                        d.payload_len,
-                    )
+                let dst = unsafe { segs.bases[self.rank as usize].add(seg_off(d.long_offset)) };
+                if !d.inline.is_empty() {
+                    // SAFETY: the inline bytes sit in the claimed slot; `dst` has room for them
+                    // (checked above) and does not overlap the ring.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(d.inline.as_ptr(), dst, d.inline.len())
+                    };
                 }
+                // SAFETY: as above.
+                unsafe { std::slice::from_raw_parts(dst, d.payload_len) }
             }
             _ => d.inline,
         };
@@ -517,11 +521,16 @@ impl Conduit for SmpConduit {
 
     #[inline]
     fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
-        let need = wire::inline_len(msg);
+        let inline = match msg.category {
+            Category::Short => false,
+            Category::Medium => true,
+            Category::Long => wire::encoded_len(msg, true) <= SMALL_DATA,
+        };
+        let need = wire::encoded_len(msg, inline);
         let class =
             if msg.is_reply { REP_SMALL } else { REQ_SMALL } + usize::from(need > SMALL_DATA);
         let ring = &self.out[dest as usize][class];
-        let seg = if msg.category == Category::Long {
+        let seg = if msg.category == Category::Long && !inline {
             let segs = self
                 .segs
                 .get()
@@ -542,7 +551,7 @@ impl Conduit for SmpConduit {
                         msg.payload.len(),
                     );
                 }
-                wire::encode(p, msg);
+                wire::encode(p, msg, inline);
             }
         }))
     }

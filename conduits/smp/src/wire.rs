@@ -4,9 +4,12 @@
 //!  0      1      2       3     4            8              16
 //!  [handler][kind][nargs][ 0 ][payload_len u32][long_offset u64]
 //!  16: args, nargs * u32, padded to 8 bytes
-//!  then: the payload, for Medium (Long payloads go straight to the target segment)
+//!  then: the payload, for Medium and small Long (larger Long payloads go straight to the
+//!  target segment)
 //! ```
-//! kind: bits 0-1 the category (0 Short, 1 Medium, 2 Long), bit 2 set for replies.
+//! kind: bits 0-1 the category (0 Short, 1 Medium, 2 Long), bit 2 set for replies, bit 3 set
+//! for a Long whose (small) payload travels inline: the receiver copies it into its own
+//! segment before the handler runs, which saves a cache-line transfer into the peer's segment.
 //! With up to 10 arguments a Short message fits in the slot's first cache line.
 
 use amnet_core::{Category, OutMsg, MAX_ARGS};
@@ -20,29 +23,31 @@ pub(crate) const fn args_bytes(nargs: usize) -> usize {
     (nargs * 4 + 7) & !7
 }
 
-/// Slot bytes a message needs with its payload inline.
+/// Slot bytes a message needs, with its payload inline when `inline` (Medium always; Long
+/// when it fits a small slot).
 #[inline(always)]
-pub(crate) fn inline_len(msg: &OutMsg<'_>) -> usize {
-    let p = if msg.category == Category::Medium {
-        msg.payload.len()
-    } else {
-        0
-    };
-    HDR + args_bytes(msg.args.len()) + p
+pub(crate) fn encoded_len(msg: &OutMsg<'_>, inline: bool) -> usize {
+    HDR + args_bytes(msg.args.len()) + if inline { msg.payload.len() } else { 0 }
 }
 
-/// Write `msg` at `p`.
+/// Write `msg` at `p`, with the payload inline when `inline`.
 ///
 /// # Safety
-/// - `p` is 8-byte aligned and valid for `inline_len(msg)` bytes of writes.
+/// - `p` is 8-byte aligned and valid for `encoded_len(msg, inline)` bytes of writes.
 /// - `msg.args.len() <= MAX_ARGS` and the payload length fits in u32.
+/// - `inline` is true for Medium and false for Short.
 #[inline(always)]
-pub(crate) unsafe fn encode(p: *mut u8, msg: &OutMsg<'_>) {
+pub(crate) unsafe fn encode(p: *mut u8, msg: &OutMsg<'_>, inline: bool) {
     let kind = match msg.category {
         Category::Short => 0u8,
         Category::Medium => 1,
         Category::Long => 2,
-    } | if msg.is_reply { 4 } else { 0 };
+    } | if msg.is_reply { 4 } else { 0 }
+        | if inline && msg.category == Category::Long {
+            8
+        } else {
+            0
+        };
     #[allow(clippy::cast_possible_truncation)] // checked by the caller: nargs <= 16
     let nargs = msg.args.len() as u8;
     #[allow(clippy::cast_possible_truncation)] // checked by the caller: payload <= u32::MAX
@@ -53,7 +58,7 @@ pub(crate) unsafe fn encode(p: *mut u8, msg: &OutMsg<'_>) {
         p.add(4).cast::<u32>().write(plen);
         p.add(8).cast::<u64>().write(msg.long_offset);
         std::ptr::copy_nonoverlapping(msg.args.as_ptr(), p.add(HDR).cast::<u32>(), msg.args.len());
-        if msg.category == Category::Medium {
+        if inline {
             std::ptr::copy_nonoverlapping(
                 msg.payload.as_ptr(),
                 p.add(HDR + args_bytes(msg.args.len())),
@@ -71,7 +76,7 @@ pub(crate) struct Decoded<'a> {
     pub(crate) args: &'a [u32],
     pub(crate) payload_len: usize,
     pub(crate) long_offset: u64,
-    /// The inline payload (Medium) or empty.
+    /// The inline payload (Medium, small Long) or empty.
     pub(crate) inline: &'a [u8],
 }
 
@@ -96,6 +101,9 @@ pub(crate) unsafe fn decode<'a>(p: *const u8, cap: usize) -> Result<Decoded<'a>,
     let payload_len = unsafe { p.add(4).cast::<u32>().read() } as usize;
     // SAFETY: as above.
     let long_offset = unsafe { p.add(8).cast::<u64>().read() };
+    if kind & !15 != 0 {
+        return Err(DecodeError::BadKind(kind));
+    }
     let category = match kind & 3 {
         0 => Category::Short,
         1 => Category::Medium,
@@ -108,7 +116,8 @@ pub(crate) unsafe fn decode<'a>(p: *const u8, cap: usize) -> Result<Decoded<'a>,
     let ab = args_bytes(usize::from(nargs));
     // SAFETY: args lie inside the slot (HDR + 64 <= cap for every ring), aligned to 4.
     let args = unsafe { std::slice::from_raw_parts(p.add(HDR).cast::<u32>(), usize::from(nargs)) };
-    let inline: &[u8] = if category == Category::Medium {
+    let has_inline = category == Category::Medium || (category == Category::Long && kind & 8 != 0);
+    let inline: &[u8] = if has_inline {
         if HDR + ab + payload_len > cap {
             return Err(DecodeError::PayloadOverflow(payload_len));
         }
@@ -146,7 +155,7 @@ mod tests {
             long_offset: 0,
         };
         // SAFETY: buffer of 512 aligned bytes.
-        unsafe { encode(p, &msg) };
+        unsafe { encode(p, &msg, true) };
         // SAFETY: as above.
         let d = unsafe { decode(p, 512) }.unwrap();
         assert_eq!(
