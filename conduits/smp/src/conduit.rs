@@ -264,6 +264,14 @@ impl SmpConduit {
     /// Join the process-mode job described by the environment (`AMNET_RANK`, `AMNET_SIZE`,
     /// `AMNET_SMP_JOB`, set by `amrun`). Without them the process is a job of one rank.
     pub fn from_env() -> Result<SmpConduit> {
+        static JOINED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if JOINED.swap(true, Ordering::AcqRel) {
+            return Err(Error::Config(
+                "amnet::init called twice in one process: a process is one rank; clone the \
+                 Endpoint to use it from several threads"
+                    .into(),
+            ));
+        }
         let rank = env_u32("AMNET_RANK")?;
         let size = env_u32("AMNET_SIZE")?;
         let job = std::env::var("AMNET_SMP_JOB").ok();
