@@ -154,14 +154,6 @@ fn check_msg(st: &State, what: &str, src: u32, args: &[u32], payload: &[u8], see
     }
 }
 
-fn category_code(c: amnet::Category) -> u32 {
-    match c {
-        amnet::Category::Short => 0,
-        amnet::Category::Medium => 1,
-        amnet::Category::Long => 2,
-    }
-}
-
 /// Register every handler of the suite.
 pub fn register(t: &mut HandlerTable, st: &Arc<State>) -> Result<(), Error> {
     let s = st.clone();
@@ -220,7 +212,6 @@ pub fn register(t: &mut HandlerTable, st: &Arc<State>) -> Result<(), Error> {
                             x.plen
                         ));
                     }
-                    let _ = category_code;
                     check_msg(&s, "echo reply", tok.src(), args, p, x.seed);
                 }
             }
