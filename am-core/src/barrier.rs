@@ -169,12 +169,12 @@ impl Endpoint {
                 sent: false,
             };
         }
-        self.barrier_advance()?;
+        self.barrier_advance("barrier_notify")?;
         Ok(())
     }
 
     /// Send and merge as far as arrivals allow. Returns true when all rounds are done.
-    fn barrier_advance(&self) -> Result<bool> {
+    fn barrier_advance(&self, op: &'static str) -> Result<bool> {
         let total = rounds(self.size());
         loop {
             let mut st = self.barrier_lock();
@@ -182,7 +182,11 @@ impl Endpoint {
             let parity = (epoch & 1) as usize;
             let (send, done) = match &mut st.phase {
                 Phase::Idle => {
-                    return Err(Error::BarrierState("barrier_wait without barrier_notify"))
+                    return Err(Error::BarrierState(if op == "barrier_try" {
+                        "barrier_try without barrier_notify"
+                    } else {
+                        "barrier_wait without barrier_notify"
+                    }))
                 }
                 Phase::Notified {
                     value, round, sent, ..
@@ -287,7 +291,7 @@ impl Endpoint {
         not_in_handler("barrier_wait")?;
         let mut b = Backoff::new(self.inner.cfg.spin);
         loop {
-            if self.barrier_advance()? {
+            if self.barrier_advance("barrier_wait")? {
                 return self.barrier_finish(id, flags);
             }
             if self.poll_inner(false)? > 0 {
@@ -302,9 +306,9 @@ impl Endpoint {
     pub fn barrier_try(&self, id: u32, flags: u32) -> Result<bool> {
         self.attached_for("barrier_try")?;
         not_in_handler("barrier_try")?;
-        if !self.barrier_advance()? {
+        if !self.barrier_advance("barrier_try")? {
             self.poll_inner(false)?;
-            if !self.barrier_advance()? {
+            if !self.barrier_advance("barrier_try")? {
                 return Ok(false);
             }
         }

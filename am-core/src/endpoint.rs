@@ -728,10 +728,8 @@ impl Endpoint {
             self.count_received(block, m);
             self.dispatch(att, m);
         })?;
-        if n == 0 {
-            if let Some(code) = inner.conduit.exit_requested() {
-                self.finish(code);
-            }
+        if let Some(code) = inner.conduit.exit_requested() {
+            self.finish(code);
         }
         Ok(n)
     }
@@ -749,7 +747,15 @@ impl Endpoint {
             );
             return;
         };
-        let prev = HANDLER.with(|c| c.replace(m.handler));
+        /// Restores the previous handler context even when a handler unwinds (thread-mode
+        /// exit, a panic caught by the client).
+        struct Restore(u8);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                HANDLER.with(|c| c.set(self.0));
+            }
+        }
+        let _restore = Restore(HANDLER.with(|c| c.replace(m.handler)));
         let mut tok = Token {
             ep: self,
             src: m.src,
@@ -758,7 +764,6 @@ impl Endpoint {
             replied: false,
         };
         h(&mut tok, m.args, m.payload);
-        HANDLER.with(|c| c.set(prev));
     }
 
     /// Poll until `cond()` holds, backing off while idle (spin, then yield, then sleep).
@@ -785,7 +790,8 @@ impl Endpoint {
     // ----- exit ---------------------------------------------------------------------------
 
     /// End the whole job with `code`: every rank stops promptly and the launcher exits with the
-    /// first code any rank passed to `exit`. Callable from anywhere, handlers included.
+    /// first code any rank passed to `exit`. Callable from anywhere, handlers included. As with
+    /// `std::process::exit`, the operating system keeps only the low 8 bits of the code.
     pub fn exit(&self, code: i32) -> ! {
         let code = self.inner.conduit.request_exit(code);
         self.finish(code)

@@ -13,7 +13,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// An operation that needs an attached endpoint ran before `attach` completed.
-    #[error("{op}: the job is not attached yet; call Job::attach first")]
+    #[error("{op}: the endpoint is not attached yet; call Endpoint::attach first")]
     NotAttached {
         /// The operation that was attempted.
         op: &'static str,
@@ -122,7 +122,8 @@ pub enum Error {
     /// `barrier_wait` / `barrier_try` without a matching `barrier_notify`, or notify twice.
     #[error("barrier misuse: {0}")]
     BarrierState(&'static str),
-    /// A handle from a different endpoint or already synced.
+    /// A handle from a different endpoint, or access-region misuse (begin twice, end without
+    /// begin).
     #[error("invalid handle: {0}")]
     BadHandle(&'static str),
     /// Environment or start-up configuration is wrong.

@@ -101,12 +101,29 @@ pub fn supervise_with_log(
     opts: &LaunchOptions,
     log: &mut dyn FnMut(&str),
 ) -> Result<i32> {
-    // SAFETY: installing async-signal-safe handlers that only store an atomic.
-    unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGHUP, on_signal as *const () as libc::sighandler_t);
+    SIGNALLED.store(0, Ordering::Relaxed);
+    const SIGS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+    let previous: Vec<libc::sighandler_t> = SIGS
+        .iter()
+        .map(|&s| {
+            // SAFETY: installing an async-signal-safe handler that only stores an atomic; the
+            // previous handler is kept and restored before returning.
+            unsafe { libc::signal(s, on_signal as *const () as libc::sighandler_t) }
+        })
+        .collect();
+    let r = supervise_inner(backend, opts, log);
+    for (&s, &h) in SIGS.iter().zip(&previous) {
+        // SAFETY: restoring the handler that was installed before.
+        unsafe { libc::signal(s, h) };
     }
+    r
+}
+
+fn supervise_inner(
+    backend: &mut dyn JobBackend,
+    opts: &LaunchOptions,
+    log: &mut dyn FnMut(&str),
+) -> Result<i32> {
     let mut ranks: Vec<Rank> = Vec::with_capacity(opts.ranks as usize);
     for r in 0..opts.ranks {
         let mut cmd = Command::new(&opts.program);
@@ -249,5 +266,11 @@ pub fn supervise_with_log(
     if sig != 0 {
         return Ok(128 + sig);
     }
-    Ok(flag.map(|(c, _)| c).or(first_failure).unwrap_or(0))
+    // A rank's own exit code stands, unless it was 0 and a rank died afterwards.
+    let flag = flag.map(|(c, _)| c);
+    Ok(flag
+        .filter(|&c| c != 0)
+        .or(first_failure)
+        .or(flag)
+        .unwrap_or(0))
 }

@@ -287,8 +287,8 @@ impl Endpoint {
         Ok(Handle { op })
     }
 
-    fn local_dst(&self, local_offset: u64, len: usize) -> Result<*mut u8> {
-        let att = self.attached_for("get_nb_local")?;
+    fn local_dst(&self, op: &'static str, local_offset: u64, len: usize) -> Result<*mut u8> {
+        let att = self.attached_for(op)?;
         att.check_range(self.rank(), local_offset, len)?;
         // SAFETY: range checked against the local segment.
         Ok(unsafe { att.seg.base.add(seg_off(local_offset)) })
@@ -302,7 +302,7 @@ impl Endpoint {
         local_offset: u64,
         len: usize,
     ) -> Result<Handle> {
-        let dst = self.local_dst(local_offset, len)?;
+        let dst = self.local_dst("get_nb_local", local_offset, len)?;
         // SAFETY: `dst` is inside the local segment, mapped for the endpoint's life.
         unsafe { self.get_nb(src_rank, src_offset, dst, len) }
     }
@@ -341,7 +341,7 @@ impl Endpoint {
         local_offset: u64,
         len: usize,
     ) -> Result<()> {
-        let dst = self.local_dst(local_offset, len)?;
+        let dst = self.local_dst("get_nbi_local", local_offset, len)?;
         // SAFETY: `dst` is inside the local segment.
         unsafe { self.get_nbi(src_rank, src_offset, dst, len) }
     }
@@ -349,6 +349,7 @@ impl Endpoint {
     /// True when every implicit-handle operation this thread started (outside access regions)
     /// has completed. Polls once.
     pub fn try_sync_nbi(&self) -> Result<bool> {
+        self.attached_for("try_sync_nbi")?;
         not_in_handler("try_sync_nbi")?;
         let st = self.with_thread_state(|ts| ts.nbi.clone());
         if st.done() {
@@ -370,6 +371,7 @@ impl Endpoint {
     /// into one explicit handle.
     pub fn begin_nbi_region(&self) -> Result<()> {
         self.attached_for("begin_nbi_region")?;
+        not_in_handler("begin_nbi_region")?;
         let id = self.inner.id;
         self.with_thread_state(|ts| {
             if ts.region.is_some() {
@@ -384,6 +386,8 @@ impl Endpoint {
 
     /// Close the access region and return the handle for everything started in it.
     pub fn end_nbi_region(&self) -> Result<Handle> {
+        self.attached_for("end_nbi_region")?;
+        not_in_handler("end_nbi_region")?;
         let st = self
             .with_thread_state(|ts| ts.region.take())
             .ok_or(Error::BadHandle(
@@ -395,6 +399,7 @@ impl Endpoint {
     }
 
     fn check_handle(&self, h: &Handle) -> Result<()> {
+        self.attached_for("sync")?;
         match &h.op {
             Some(op) if op.ep_id != self.inner.id => {
                 Err(Error::BadHandle("the handle belongs to another endpoint"))

@@ -305,6 +305,7 @@ impl SmpConduit {
     fn process(job: String, rank: u32, size: u32, ctl_region: Region) -> Result<SmpConduit> {
         // SAFETY: the region stays mapped in `Mode::Process` for the conduit's life.
         let ctl = unsafe { Ctl::view(ctl_region.ptr(), ctl_region.len(), size)? };
+        crate::ctl::boot_timeout()?;
         let boot_count = AtomicU64::new(0);
         let own_name = queue_name(&job, rank);
         let own = Region::create(&own_name, queue_bytes(size))?;

@@ -12,8 +12,9 @@ const MAGIC: u64 = 0x616d_6e65_7443_544c; // "amnetCTL"
 /// Bytes of one rank's exchange slot.
 pub(crate) const SLOT_BYTES: usize = 256;
 const HEADER: usize = 4096;
-/// The most ranks the smp conduit runs.
-pub const MAX_RANKS: u32 = 1024;
+/// The most ranks the smp conduit runs. Ring memory is committed only as it is used, but the
+/// queue areas are sized for every ordered pair: `size^2` rings of each kind.
+pub const MAX_RANKS: u32 = 256;
 /// Origin recorded when the launcher, not a rank, ends the job.
 pub(crate) const LAUNCHER: u32 = 0x7fff_ffff;
 
@@ -48,12 +49,16 @@ unsafe impl Send for Ctl {}
 unsafe impl Sync for Ctl {}
 
 /// How long start-up and attach wait for the other ranks (`AMNET_BOOT_TIMEOUT`, seconds).
-fn boot_timeout() -> Duration {
-    let s = std::env::var("AMNET_BOOT_TIMEOUT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(120u64);
-    Duration::from_secs(s)
+pub(crate) fn boot_timeout() -> Result<Duration> {
+    match std::env::var("AMNET_BOOT_TIMEOUT") {
+        Err(_) => Ok(Duration::from_secs(120)),
+        Ok(v) => match v.parse::<u64>() {
+            Ok(s) if s > 0 => Ok(Duration::from_secs(s)),
+            _ => Err(Error::Config(format!(
+                "AMNET_BOOT_TIMEOUT={v:?}: expected a whole number of seconds >= 1"
+            ))),
+        },
+    }
 }
 
 impl Ctl {
@@ -159,7 +164,7 @@ impl Ctl {
         let target = k * u64::from(size);
         self.hdr().arrivals.fetch_add(1, Ordering::AcqRel);
         let start = Instant::now();
-        let limit = boot_timeout();
+        let limit = boot_timeout()?;
         let mut idle = 0u32;
         loop {
             let a = self.hdr().arrivals.load(Ordering::Acquire);

@@ -7,6 +7,10 @@
 //! `pos + 1` (Release). A consumer at `pos` may read when the sequence equals `pos + 1`; it
 //! claims with a CAS on the dequeue counter, reads, and frees the slot by storing `pos + cap`.
 //!
+//! Slots store their sequence minus their index (`pos & !mask` is the lap), so a zero-filled
+//! region already is an empty ring: creating one writes nothing, and the pages of rings that
+//! carry no traffic are never committed.
+//!
 //! ```text
 //!  ctl: [enq counter | pad ][deq counter | pad ]      (one cache line each)
 //!  slot 0: [seq | data .......... ]  stride bytes, a multiple of 64
@@ -76,7 +80,8 @@ impl Ring {
     /// Initialize a ring at `base`.
     ///
     /// # Safety
-    /// - `base` is 64-byte aligned and valid for writes of `Ring::bytes(cap, data_cap)` bytes.
+    /// - `base` is 64-byte aligned, zero-filled and valid for writes of
+    ///   `Ring::bytes(cap, data_cap)` bytes.
     /// - `cap` is a power of two.
     /// - Nobody else uses the memory until initialization is published to them (by a barrier
     ///   with Release/Acquire ordering).
@@ -88,6 +93,9 @@ impl Ring {
             mask: cap as u64 - 1,
             stride: Self::stride(data_cap),
         };
+        // Zero-filled memory is an empty ring (see the module notes); only loom needs its
+        // atomics constructed.
+        #[cfg(loom)]
         // SAFETY: within the region the caller provided; nothing else accesses it yet.
         unsafe {
             let ctl = base.cast::<RingCtl>();
@@ -102,7 +110,7 @@ impl Ring {
                 std::ptr::write(
                     r.slot_ptr(i as u64),
                     SlotHdr {
-                        seq: AtomicU64::new(i as u64),
+                        seq: AtomicU64::new(0),
                         data: UnsafeCell::new(()),
                     },
                 );
@@ -163,8 +171,9 @@ impl Ring {
         let mut pos = ctl.enq.0.load(Ordering::Relaxed);
         loop {
             let slot = self.slot(pos);
+            let lap = pos & !self.mask;
             let seq = slot.seq.load(Ordering::Acquire);
-            let diff = seq.wrapping_sub(pos) as i64;
+            let diff = seq.wrapping_sub(lap) as i64;
             if diff == 0 {
                 match ctl.enq.0.compare_exchange_weak(
                     pos,
@@ -175,7 +184,7 @@ impl Ring {
                     Ok(_) => {
                         let p = self.data_ptr(pos);
                         slot.data.with_mut(|_| fill(p));
-                        slot.seq.store(pos.wrapping_add(1), Ordering::Release);
+                        slot.seq.store(lap.wrapping_add(1), Ordering::Release);
                         // The next slot's line was last written by the consumer when it freed
                         // it: fetch it now, off the critical path of the next send.
                         self.prefetch(pos.wrapping_add(1));
@@ -207,7 +216,7 @@ impl Ring {
     #[inline(always)]
     pub fn maybe_ready(&self) -> bool {
         let pos = self.ctl().deq.0.load(Ordering::Relaxed);
-        self.slot(pos).seq.load(Ordering::Relaxed) == pos.wrapping_add(1)
+        self.slot(pos).seq.load(Ordering::Relaxed) == (pos & !self.mask).wrapping_add(1)
     }
 
     /// Claim the oldest published slot, run `read` on its data, and free it.
@@ -218,8 +227,9 @@ impl Ring {
         let mut pos = ctl.deq.0.load(Ordering::Relaxed);
         loop {
             let slot = self.slot(pos);
+            let lap = pos & !self.mask;
             let seq = slot.seq.load(Ordering::Acquire);
-            let diff = seq.wrapping_sub(pos.wrapping_add(1)) as i64;
+            let diff = seq.wrapping_sub(lap.wrapping_add(1)) as i64;
             if diff == 0 {
                 match ctl.deq.0.compare_exchange_weak(
                     pos,
@@ -231,7 +241,7 @@ impl Ring {
                         let p = self.data_ptr(pos);
                         let r = slot.data.with(|_| read(p));
                         slot.seq
-                            .store(pos.wrapping_add(self.mask + 1), Ordering::Release);
+                            .store(lap.wrapping_add(self.mask + 1), Ordering::Release);
                         return Some(r);
                     }
                     Err(cur) => pos = cur,
