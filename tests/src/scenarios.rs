@@ -114,6 +114,14 @@ pub fn scenarios() -> Vec<Scenario> {
             body: killed_by_signal,
         },
         Scenario {
+            name: "rank-dies-after-another-returned",
+            ranks: 3,
+            codes: &[137],
+            log: Some("rank 2 was killed by signal 9 (SIGKILL)"),
+            timeout: T,
+            body: dies_after_return,
+        },
+        Scenario {
             name: "rank-panics",
             ranks: 3,
             codes: &[101],
@@ -353,6 +361,21 @@ fn killed_by_signal(ep: &Endpoint) -> Result<(), String> {
         unsafe { libc::raise(libc::SIGKILL) };
     }
     park(ep)
+}
+
+fn dies_after_return(ep: &Endpoint) -> Result<(), String> {
+    attach(ep)?;
+    match ep.rank() {
+        1 => Ok(()),
+        2 => {
+            // Not polling, so the job-wide exit(0) does not reach this rank before it dies.
+            std::thread::sleep(Duration::from_millis(100));
+            // SAFETY: raising a signal on ourselves.
+            unsafe { libc::raise(libc::SIGKILL) };
+            Ok(())
+        }
+        _ => park(ep),
+    }
 }
 
 fn panics(ep: &Endpoint) -> Result<(), String> {
