@@ -1,0 +1,253 @@
+//! The floors the library is judged against, measured in the same run:
+//!
+//! - `cacheline_rtt`: ranks 0 and 1 ping-pong one 64-byte-aligned cache line through a
+//!   POSIX shared-memory object of the benchmark's own (no amnet code in the loop): the
+//!   fastest round trip two processes can make through shared memory. It is timed in
+//!   blocks interleaved with the AM round trips (see `latency`).
+//! - `memcpy_bw`: plain `memcpy` between two local buffers on rank 0, at every size the
+//!   bandwidth sweeps use.
+
+use std::ffi::CString;
+use std::hint::black_box;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use amnet::Endpoint;
+
+use crate::measure::time_batched;
+use crate::report::Row;
+use crate::{BenchError, Plan};
+
+/// Bytes of the shared object holding the line (one page).
+const LINE_OBJ_BYTES: usize = 4096;
+
+/// Spins on the line before each `yield_now`, so that a waiter never starves its peer when
+/// the ranks share a core.
+const SPINS_BEFORE_YIELD: u32 = 1 << 12;
+
+/// A mapping of the shared object that holds the ping-pong line.
+struct SharedLine {
+    ptr: *mut u8,
+}
+
+impl SharedLine {
+    /// Create (`create`) or open the object `name` and map it.
+    fn map(name: &str, create: bool) -> io::Result<SharedLine> {
+        let c = CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let flags = if create {
+            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR
+        } else {
+            libc::O_RDWR
+        };
+        // SAFETY: `c` is a valid NUL-terminated string; the descriptor is closed below.
+        let fd = unsafe { libc::shm_open(c.as_ptr(), flags, 0o600) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let len = libc::off_t::try_from(LINE_OBJ_BYTES).unwrap_or(4096);
+        // SAFETY: `fd` is the shared-memory object just opened; a new one is zero-filled.
+        if create && unsafe { libc::ftruncate(fd, len) } != 0 {
+            let e = io::Error::last_os_error();
+            // SAFETY: `fd` is ours; `c` is the name we created.
+            unsafe {
+                libc::close(fd);
+                libc::shm_unlink(c.as_ptr());
+            }
+            return Err(e);
+        }
+        // SAFETY: mapping LINE_OBJ_BYTES of an object that is (or was made) that long.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                LINE_OBJ_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        let e = io::Error::last_os_error();
+        // SAFETY: `fd` is ours and open; the mapping keeps the object alive.
+        unsafe { libc::close(fd) };
+        if p == libc::MAP_FAILED {
+            if create {
+                // SAFETY: `c` names the object this call created.
+                unsafe { libc::shm_unlink(c.as_ptr()) };
+            }
+            return Err(e);
+        }
+        Ok(SharedLine { ptr: p.cast() })
+    }
+
+    /// The word both ranks spin on: the first 8 bytes of the page-aligned (hence 64-byte
+    /// aligned) mapping; nothing else lives in its cache line.
+    fn word(&self) -> &AtomicU64 {
+        // SAFETY: the mapping is page aligned, at least 8 bytes long, zero-initialized by
+        // ftruncate, and lives as long as `self`; AtomicU64 has the layout of u64.
+        unsafe { &*self.ptr.cast::<AtomicU64>() }
+    }
+}
+
+impl Drop for SharedLine {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping made in `map`; no reference from `word`
+        // outlives `self`.
+        unsafe { libc::munmap(self.ptr.cast(), LINE_OBJ_BYTES) };
+    }
+}
+
+fn unlink(name: &str) {
+    if let Ok(c) = CString::new(name) {
+        // SAFETY: valid NUL-terminated string.
+        unsafe { libc::shm_unlink(c.as_ptr()) };
+    }
+}
+
+/// Name of the line's object: under the job's name when `amrun` gave one (its clean-up
+/// removes everything named `/{job}-*`), else under the launcher's pid.
+fn line_name() -> String {
+    match std::env::var("AMNET_SMP_JOB") {
+        Ok(job) if !job.is_empty() => format!("/{job}-bench-line"),
+        // SAFETY: getppid has no preconditions.
+        _ => format!("/amnet-bench-{}-line", unsafe { libc::getppid() }),
+    }
+}
+
+/// Spin (then yield) until `w` holds `v`.
+#[inline]
+fn wait_for(w: &AtomicU64, v: u64) {
+    let mut spins = 0u32;
+    while w.load(Ordering::Acquire) != v {
+        if spins < SPINS_BEFORE_YIELD {
+            spins += 1;
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// The cache line ranks 0 and 1 ping-pong: rank 0 writes an odd value and waits for the
+/// next even one, which rank 1 writes once it has seen the odd one.
+pub(crate) struct PingLine {
+    /// The mapping, on ranks 0 and 1 only.
+    line: Option<SharedLine>,
+    /// The last value written to the line.
+    last: u64,
+}
+
+impl PingLine {
+    /// Collective: rank 0 creates the line's object, rank 1 maps it, rank 0 removes its
+    /// name once both have it mapped.
+    pub(crate) fn setup(ep: &Endpoint) -> Result<PingLine, BenchError> {
+        let me = ep.rank();
+        let name = line_name();
+        let mut line = None;
+        if me == 0 {
+            line = Some(
+                SharedLine::map(&name, true).map_err(|e| BenchError::Os("shm_open(create)", e))?,
+            );
+        }
+        ep.barrier()?;
+        if me == 1 {
+            line = Some(SharedLine::map(&name, false).map_err(|e| BenchError::Os("shm_open", e))?);
+        }
+        ep.barrier()?;
+        if me == 0 {
+            unlink(&name);
+        }
+        Ok(PingLine { line, last: 0 })
+    }
+
+    /// Rank 0: one round trip.
+    #[inline]
+    pub(crate) fn ping(&mut self) {
+        if let Some(l) = &self.line {
+            let w = l.word();
+            w.store(self.last + 1, Ordering::Release);
+            wait_for(w, self.last + 2);
+            self.last += 2;
+        }
+    }
+
+    /// Rank 1: answer one round trip.
+    #[inline]
+    pub(crate) fn pong(&mut self) {
+        if let Some(l) = &self.line {
+            let w = l.word();
+            wait_for(w, self.last + 1);
+            w.store(self.last + 2, Ordering::Release);
+            self.last += 2;
+        }
+    }
+}
+
+/// Rank 0 only: memcpy bandwidth from `src` to `dst` (two local buffers of at least the
+/// largest size) at each of `sizes`.
+pub(crate) fn memcpy_bw(plan: &Plan, sizes: &[usize], src: &[u8], dst: &mut [u8]) -> Vec<Row> {
+    let room = src.len().min(dst.len());
+    let mut rows = Vec::new();
+    for &n in sizes.iter().filter(|&&n| n <= room) {
+        let (samples, batch) = plan.rma_shape(n);
+        let s = time_batched::<()>(plan.warmup(samples), samples, batch, || {
+            // SAFETY: both buffers hold at least `n` bytes (filtered above) and are distinct
+            // allocations; black_box keeps the compiler from eliding or merging the copies.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    black_box(src.as_ptr()),
+                    black_box(dst.as_mut_ptr()),
+                    n,
+                );
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|()| unreachable!());
+        black_box(&mut *dst);
+        rows.push(Row::bandwidth("floor", "memcpy_bw", n, &s, batch));
+    }
+    rows
+}
+
+/// The memcpy floor paired with a transfer: local copies of the same size into or out of a
+/// scratch buffer, timed interleaved with the transfer (see `measure::time_paired`).
+#[derive(Debug)]
+pub(crate) struct CopyFloor {
+    scratch: Vec<u8>,
+}
+
+impl CopyFloor {
+    /// A floor for copies of up to `max` bytes.
+    pub(crate) fn new(max: usize) -> CopyFloor {
+        CopyFloor {
+            scratch: crate::pattern(max),
+        }
+    }
+
+    /// Copy `src` into the scratch buffer (the floor of a put or a Long payload).
+    #[inline]
+    pub(crate) fn copy_in(&mut self, src: &[u8]) {
+        let n = src.len().min(self.scratch.len());
+        // SAFETY: both ranges hold `n` bytes and belong to distinct allocations.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                black_box(src.as_ptr()),
+                black_box(self.scratch.as_mut_ptr()),
+                n,
+            );
+        }
+    }
+
+    /// Copy from the scratch buffer into `dst` (the floor of a get).
+    #[inline]
+    pub(crate) fn copy_out(&self, dst: &mut [u8]) {
+        let n = dst.len().min(self.scratch.len());
+        // SAFETY: both ranges hold `n` bytes and belong to distinct allocations.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                black_box(self.scratch.as_ptr()),
+                black_box(dst.as_mut_ptr()),
+                n,
+            );
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! Round-trip latencies between ranks 0 and 1, measured in interleaved blocks: the
+//! cache-line floor and the Short, Medium and Long request/reply round trips take turns,
+//! a block of each per round, until every one has its samples.
+//!
+//! On a virtual machine the cost of a cache-line transfer between the two vCPUs changes
+//! when the host moves them (on the machine in RESULTS.md, between about 140 and 490 ns
+//! per round trip). Measuring each operation in one stretch would compare the AM round
+//! trip under one placement with the floor under another; interleaving short blocks gives
+//! every operation the same mix, so the ratios hold even when the absolute numbers move.
+
+use std::sync::atomic::Ordering;
+
+use amnet::{Category, Endpoint};
+
+use crate::am::{self, AmState};
+use crate::floor::PingLine;
+use crate::measure::Samples;
+use crate::report::Row;
+use crate::{BenchError, Plan};
+
+/// One of the interleaved round trips.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LatOp {
+    /// The cache-line ping-pong floor.
+    Floor,
+    /// An AM request of this category and its reply of the same category.
+    Am(Category),
+}
+
+impl LatOp {
+    fn row_name(self) -> (&'static str, &'static str, usize) {
+        match self {
+            LatOp::Floor => ("floor", "cacheline_rtt", 64),
+            LatOp::Am(Category::Short) => ("am", "short_rtt", 0),
+            LatOp::Am(Category::Medium) => ("am", "medium_rtt", 8),
+            LatOp::Am(Category::Long) => ("am", "long_rtt", 8),
+        }
+    }
+}
+
+/// Timed round trips per block.
+const BLOCK: usize = 1000;
+
+/// Collective: measure `ops` in interleaved blocks, `plan.iters` samples each. Returns the
+/// rows on rank 0, in the order of `ops`.
+pub(crate) fn run(
+    ep: &Endpoint,
+    st: &AmState,
+    plan: &Plan,
+    line: &mut PingLine,
+    ops: &[LatOp],
+) -> Result<Vec<Row>, BenchError> {
+    let block = BLOCK.min(plan.iters);
+    let rounds = plan.iters.div_ceil(block);
+    let first_warmup = plan.warmup(plan.iters);
+    let block_warmup = plan.warmup(block);
+    let payload = [0x5au8; 8];
+    let mut samples: Vec<Vec<f64>> = ops.iter().map(|_| Vec::new()).collect();
+    // Snapshots before the barrier: rank 0 may start sending (and rank 1 serving, inside its
+    // barrier wait) as soon as rank 0 leaves it.
+    let mut replies = st.replies.load(Ordering::Acquire);
+    let mut served = st.served.load(Ordering::Acquire);
+    ep.barrier()?;
+    let me = ep.rank();
+    if me <= 1 {
+        for round in 0..rounds {
+            let timed = block.min(plan.iters - round * block);
+            let warmup = if round == 0 {
+                first_warmup
+            } else {
+                block_warmup
+            };
+            for (k, &op) in ops.iter().enumerate() {
+                let n = warmup + timed;
+                match (me, op) {
+                    (0, LatOp::Floor) => {
+                        for i in 0..n {
+                            let t = std::time::Instant::now();
+                            line.ping();
+                            if i >= warmup {
+                                samples[k].push(t.elapsed().as_nanos() as f64);
+                            }
+                        }
+                    }
+                    (0, LatOp::Am(cat)) => {
+                        let (req, bytes) = am::rtt_request(cat);
+                        for i in 0..n {
+                            let t = std::time::Instant::now();
+                            am::send(ep, cat, req, &[], &payload[..bytes])?;
+                            replies += 1;
+                            ep.wait_until(|| st.replies.load(Ordering::Acquire) >= replies)?;
+                            if i >= warmup {
+                                samples[k].push(t.elapsed().as_nanos() as f64);
+                            }
+                        }
+                    }
+                    (_, LatOp::Floor) => {
+                        for _ in 0..n {
+                            line.pong();
+                        }
+                    }
+                    (_, LatOp::Am(_)) => {
+                        served += n as u64;
+                        ep.wait_until(|| st.served.load(Ordering::Acquire) >= served)?;
+                    }
+                }
+            }
+        }
+    }
+    ep.barrier()?;
+    if me != 0 {
+        return Ok(Vec::new());
+    }
+    Ok(ops
+        .iter()
+        .zip(samples)
+        .map(|(&op, s)| {
+            let (suite, name, bytes) = op.row_name();
+            Row::latency(suite, name, bytes, &Samples::from_ns(s), 1)
+        })
+        .collect())
+}

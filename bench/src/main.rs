@@ -1,0 +1,339 @@
+//! `amnet-bench`: latency and bandwidth of amnet's active messages, put/get and barriers,
+//! measured against two floors taken in the same run (a raw shared-memory cache-line round
+//! trip and local memcpy), with the library's performance targets checked at the end.
+//!
+//! ```text
+//! amrun -n 2 target/release/amnet-bench SUITE [--json] [--iters N] [--max-bytes N]
+//! ```
+//!
+//! SUITE is `am`, `rma`, `barrier` or `all`. Rank 0 prints an OSU-style table per operation
+//! (or, with `--json`, one JSON object per line) and a targets section. Point-to-point
+//! measurements run between ranks 0 and 1; further ranks only take part in barriers.
+
+mod am;
+mod barrier;
+mod floor;
+mod latency;
+mod measure;
+mod report;
+mod rma;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use amnet::{Category, HandlerTable};
+
+use crate::report::{Report, TARGET_BYTES};
+
+const USAGE: &str = "usage: amrun -n 2 amnet-bench SUITE [--json] [--iters N] [--max-bytes N]
+
+SUITE: am (Short/Medium/Long round trips, Medium/Long bandwidth), rma (put/get latency
+and bandwidth), barrier, or all. Every run also measures the floors: a shared-memory
+cache-line round trip between ranks 0 and 1, and local memcpy bandwidth.
+
+  --json          one JSON object per line instead of tables
+  --iters N       samples for the small-message latencies (default 20000); the
+                  bandwidth sweeps scale theirs down from it
+  --max-bytes N   largest size of the bandwidth sweeps (default 4M; K/M suffixes allowed)
+  -h, --help      this text";
+
+/// Why a benchmark run failed.
+#[derive(Debug)]
+pub(crate) enum BenchError {
+    /// An amnet call failed.
+    Amnet(amnet::Error),
+    /// A system call of the benchmark's own failed.
+    Os(&'static str, std::io::Error),
+    /// The job cannot run this suite.
+    Usage(String),
+}
+
+impl std::fmt::Display for BenchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BenchError::Amnet(e) => write!(f, "amnet: {e}"),
+            BenchError::Os(what, e) => write!(f, "{what}: {e}"),
+            BenchError::Usage(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<amnet::Error> for BenchError {
+    fn from(e: amnet::Error) -> Self {
+        BenchError::Amnet(e)
+    }
+}
+
+/// Which suites to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Suite {
+    Am,
+    Rma,
+    Barrier,
+    All,
+}
+
+/// Iteration counts and sizes, derived from the command line.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    /// Samples for small-message latencies.
+    pub(crate) iters: usize,
+    /// Largest size of the bandwidth sweeps.
+    pub(crate) max_bytes: usize,
+}
+
+impl Plan {
+    /// Back-to-back operations per sample for the 8-byte put/get latencies.
+    pub(crate) const LATENCY_BATCH: usize = 100;
+    /// Bytes a window-bandwidth sample moves, at most (the window shrinks for large
+    /// messages).
+    const WINDOW_BYTES: usize = 2 << 20;
+    /// Bytes one bandwidth point moves in all: at most for small messages, at least for
+    /// large copies.
+    const POINT_BYTES: usize = 1 << 30;
+
+    /// Untimed warm-up for a measurement of `n` samples.
+    pub(crate) fn warmup(&self, n: usize) -> usize {
+        (n / 10).max(10)
+    }
+
+    /// Powers of two from 8 to `max`, plus `max` itself.
+    pub(crate) fn sizes(&self, max: usize) -> Vec<usize> {
+        let mut v: Vec<usize> = std::iter::successors(Some(8usize), |&n| n.checked_mul(2))
+            .take_while(|&n| n <= max)
+            .collect();
+        if max >= 8 && v.last() != Some(&max) {
+            v.push(max);
+        }
+        v
+    }
+
+    /// (samples, operations per sample) for a put/get/memcpy of `n` bytes: batches of
+    /// up to 100 small copies, and fewer samples as copies grow.
+    pub(crate) fn rma_shape(&self, n: usize) -> (usize, usize) {
+        let base = (self.iters / 4).max(20);
+        let batch = (65536 / n.max(1)).clamp(1, Self::LATENCY_BATCH);
+        let samples = if n <= 8192 {
+            base
+        } else {
+            // Large copies: enough samples to move POINT_BYTES, so that a point spans tens
+            // of milliseconds and a passing disturbance cannot move its median.
+            (base * 8192 / n).max((Self::POINT_BYTES / n).min(base))
+        };
+        (samples.max(1), batch)
+    }
+
+    /// Messages per window for window bandwidth at `n` bytes.
+    pub(crate) fn window(&self, n: usize) -> usize {
+        (Self::WINDOW_BYTES / n.max(1)).clamp(4, 64)
+    }
+
+    /// Windows to time at `n` bytes with `window` messages each.
+    pub(crate) fn window_iters(&self, n: usize, window: usize) -> usize {
+        let cap = (self.iters / 10).max(10);
+        (Self::POINT_BYTES / (n.max(1) * window)).clamp(10.min(cap), cap)
+    }
+}
+
+/// `n` bytes of a recognizable, non-zero pattern.
+pub(crate) fn pattern(n: usize) -> Vec<u8> {
+    (0..n)
+        .map(|i| u8::try_from(i % 251).unwrap_or(0) + 1)
+        .collect()
+}
+
+/// Options from the command line.
+#[derive(Debug)]
+struct Opts {
+    suite: Suite,
+    json: bool,
+    plan: Plan,
+}
+
+fn parse_size(v: &str) -> Option<usize> {
+    let (num, mult) = match v.as_bytes().last()? {
+        b'k' | b'K' => (&v[..v.len() - 1], 1usize << 10),
+        b'm' | b'M' => (&v[..v.len() - 1], 1 << 20),
+        b'g' | b'G' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    num.parse::<usize>().ok()?.checked_mul(mult)
+}
+
+fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, String> {
+    let mut suite = None;
+    let mut json = false;
+    let mut iters = 20_000usize;
+    let mut max_bytes = 4usize << 20;
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-h" | "--help" => return Ok(None),
+            "--json" => json = true,
+            "--iters" => {
+                let v = it.next().ok_or("--iters needs a number")?;
+                iters = match v.parse() {
+                    Ok(n) if n > 0 => n,
+                    _ => return Err(format!("--iters {v:?}: expected a positive number")),
+                };
+            }
+            "--max-bytes" => {
+                let v = it.next().ok_or("--max-bytes needs a size")?;
+                max_bytes = match parse_size(&v) {
+                    Some(n) if n >= 8 => n,
+                    _ => return Err(format!("--max-bytes {v:?}: expected a size of at least 8")),
+                };
+            }
+            s if suite.is_none() && !s.starts_with('-') => {
+                suite = Some(match s {
+                    "am" => Suite::Am,
+                    "rma" => Suite::Rma,
+                    "barrier" => Suite::Barrier,
+                    "all" => Suite::All,
+                    _ => return Err(format!("unknown suite {s:?}")),
+                })
+            }
+            other => return Err(format!("unexpected argument {other:?}")),
+        }
+    }
+    let suite = suite.ok_or("no suite given")?;
+    Ok(Some(Opts {
+        suite,
+        json,
+        plan: Plan { iters, max_bytes },
+    }))
+}
+
+fn run(opts: &Opts) -> Result<(), BenchError> {
+    let ep = amnet::init()?;
+    let st = Arc::new(am::AmState::default());
+    let mut table = HandlerTable::new();
+    am::register(&mut table, &st)?;
+    let plan = &opts.plan;
+    // Long payloads, puts and gets all use offset 0 of the peer's segment.
+    ep.attach(table, plan.max_bytes.max(4096))?;
+    let point_to_point = opts.suite != Suite::Barrier;
+    if point_to_point && ep.size() < 2 {
+        return Err(BenchError::Usage(
+            "the am and rma suites need at least 2 ranks (amrun -n 2 ...)".into(),
+        ));
+    }
+    let me = ep.rank();
+    let mut report = Report::new(ep.conduit_name(), ep.size());
+
+    // The floors come first, so that everything else can be compared with them.
+    if me == 0 {
+        let s = measure::timer_overhead(plan.iters);
+        report.extend([report::Row::latency("floor", "timer", 0, &s, 1)]);
+    }
+    if ep.size() >= 2 {
+        // The cache-line floor, interleaved with the AM round trips when they are measured.
+        let mut line = floor::PingLine::setup(&ep)?;
+        let mut ops = vec![latency::LatOp::Floor];
+        if matches!(opts.suite, Suite::Am | Suite::All) {
+            ops.extend([Category::Short, Category::Medium, Category::Long].map(latency::LatOp::Am));
+        }
+        report.extend(latency::run(&ep, &st, plan, &mut line, &ops)?);
+    }
+    // Rank 0's side of every transfer: the memcpy floor copies `local` to `other`, puts
+    // and Long payloads come from `local`, gets land in it. Sharing the buffer keeps the
+    // comparison with the floor about the remote side only.
+    let mut local = crate::pattern(plan.max_bytes);
+    if me == 0 && point_to_point {
+        let mut other = vec![0u8; plan.max_bytes];
+        let mut sizes = plan.sizes(plan.max_bytes);
+        if plan.max_bytes >= TARGET_BYTES && !sizes.contains(&TARGET_BYTES) {
+            sizes.push(TARGET_BYTES);
+        }
+        report.extend(floor::memcpy_bw(plan, &sizes, &local, &mut other));
+    }
+
+    if matches!(opts.suite, Suite::Am | Suite::All) {
+        report.extend(am::run(&ep, &st, plan, &local)?);
+    }
+    if matches!(opts.suite, Suite::Rma | Suite::All) {
+        report.extend(rma::run(&ep, plan, &mut local)?);
+    }
+    if matches!(opts.suite, Suite::Barrier | Suite::All) {
+        report.extend(barrier::run(&ep, plan)?);
+    }
+
+    if me == 0 {
+        report.compute_ratios();
+        if opts.json {
+            for l in report.json_lines() {
+                println!("{l}");
+            }
+        } else {
+            print!("{}", report.table());
+        }
+    }
+    ep.barrier()?;
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let opts = match parse_args(std::env::args().skip(1)) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // Every rank parses the same arguments: let rank 0 (or a lone process) tell.
+            if std::env::var("AMNET_RANK").map_or(true, |r| r == "0") {
+                eprintln!("amnet-bench: {e}\n{USAGE}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    match run(&opts) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("amnet-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn parses_options() {
+        let o = parse_args(args("all --json --iters 500 --max-bytes 1M"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(o.suite, Suite::All);
+        assert!(o.json);
+        assert_eq!(o.plan.iters, 500);
+        assert_eq!(o.plan.max_bytes, 1 << 20);
+        assert!(parse_args(args("--help")).unwrap().is_none());
+        assert!(parse_args(args("nope")).is_err());
+        assert!(parse_args(args("am --iters 0")).is_err());
+        assert!(parse_args(args("")).is_err());
+    }
+
+    #[test]
+    fn sizes_and_shapes() {
+        let p = Plan {
+            iters: 20_000,
+            max_bytes: 4 << 20,
+        };
+        let s = p.sizes(p.max_bytes);
+        assert_eq!(s.first(), Some(&8));
+        assert_eq!(s.last(), Some(&(4 << 20)));
+        assert_eq!(s.len(), 20);
+        assert_eq!(p.sizes(100), vec![8, 16, 32, 64, 100]);
+        assert_eq!(p.rma_shape(8), (5000, 100));
+        assert_eq!(p.window(8), 64);
+        assert_eq!(p.window(4 << 20), 4);
+        assert!(p.window_iters(4 << 20, 4) >= 10);
+        assert_eq!(pattern(3), vec![1, 2, 3]);
+    }
+}

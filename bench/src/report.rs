@@ -1,0 +1,460 @@
+//! Results: rows, ratios against the floors, the targets, and the two output formats
+//! (OSU-style tables or one JSON object per line).
+
+use serde_json::{json, Value};
+
+use crate::measure::Samples;
+
+/// One measured point.
+#[derive(Debug, Clone)]
+pub(crate) struct Row {
+    /// Suite that measured it: `floor`, `am`, `rma` or `barrier`.
+    pub(crate) suite: &'static str,
+    /// Operation, e.g. `short_rtt` or `put_bw`.
+    pub(crate) op: &'static str,
+    /// Payload bytes (0 where there is none).
+    pub(crate) bytes: usize,
+    /// Median time per operation, nanoseconds.
+    pub(crate) p50_ns: f64,
+    /// 99th percentile time per operation, nanoseconds.
+    pub(crate) p99_ns: f64,
+    /// Bandwidth at the median, 10^6 bytes per second (bandwidth ops only).
+    pub(crate) mb_s: Option<f64>,
+    /// Ratio to the floor or reference this row is judged against, if any.
+    pub(crate) ratio: Option<f64>,
+    /// Bandwidth of the memcpy floor timed interleaved with this row (bandwidth rows).
+    pub(crate) floor_mb_s: Option<f64>,
+    /// Timed samples behind the percentiles.
+    pub(crate) samples: usize,
+    /// Operations per sample (1, or the batch size of batched timing, or the window).
+    pub(crate) per_sample: usize,
+}
+
+impl Row {
+    /// A latency row (no bandwidth).
+    pub(crate) fn latency(
+        suite: &'static str,
+        op: &'static str,
+        bytes: usize,
+        s: &Samples,
+        per_sample: usize,
+    ) -> Row {
+        Row {
+            suite,
+            op,
+            bytes,
+            p50_ns: s.p50(),
+            p99_ns: s.p99(),
+            mb_s: None,
+            ratio: None,
+            floor_mb_s: None,
+            samples: s.len(),
+            per_sample,
+        }
+    }
+
+    /// A bandwidth row: `s` holds per-operation times of `bytes`-byte operations.
+    pub(crate) fn bandwidth(
+        suite: &'static str,
+        op: &'static str,
+        bytes: usize,
+        s: &Samples,
+        per_sample: usize,
+    ) -> Row {
+        let mut r = Row::latency(suite, op, bytes, s, per_sample);
+        // bytes per nanosecond = 10^3 MB/s.
+        r.mb_s = Some(bytes as f64 / r.p50_ns * 1e3);
+        r
+    }
+
+    /// Attach the memcpy floor measured interleaved with this bandwidth row.
+    pub(crate) fn with_floor(mut self, floor: &Samples) -> Row {
+        self.floor_mb_s = Some(self.bytes as f64 / floor.p50() * 1e3);
+        self
+    }
+}
+
+/// How a target compares a value with its limit.
+#[derive(Debug, Clone, Copy)]
+enum Cmp {
+    AtMost,
+    Below,
+    AtLeast,
+}
+
+/// One performance target and how the run did against it.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    name: &'static str,
+    key: &'static str,
+    bytes: usize,
+    value: Option<f64>,
+    unit: &'static str,
+    cmp: Cmp,
+    limit: f64,
+}
+
+impl Target {
+    fn met(&self) -> Option<bool> {
+        let v = self.value?;
+        Some(match self.cmp {
+            Cmp::AtMost => v <= self.limit,
+            Cmp::Below => v < self.limit,
+            Cmp::AtLeast => v >= self.limit,
+        })
+    }
+
+    fn limit_text(&self) -> String {
+        let op = match self.cmp {
+            Cmp::AtMost => "<=",
+            Cmp::Below => "<",
+            Cmp::AtLeast => ">=",
+        };
+        format!("{op} {}", fmt_val(self.limit, self.unit))
+    }
+}
+
+fn fmt_val(v: f64, unit: &str) -> String {
+    match unit {
+        "x" => format!("{v:.2}x"),
+        _ => format!("{v:.1} {unit}"),
+    }
+}
+
+/// Every row of a run, plus where it ran.
+#[derive(Debug)]
+pub(crate) struct Report {
+    conduit: &'static str,
+    ranks: u32,
+    rows: Vec<Row>,
+}
+
+/// The size the bandwidth targets are judged at.
+pub(crate) const TARGET_BYTES: usize = 1 << 20;
+
+impl Report {
+    /// An empty report for a job on `conduit` with `ranks` ranks.
+    pub(crate) fn new(conduit: &'static str, ranks: u32) -> Report {
+        Report {
+            conduit,
+            ranks,
+            rows: Vec::new(),
+        }
+    }
+
+    /// Add rows.
+    pub(crate) fn extend(&mut self, rows: impl IntoIterator<Item = Row>) {
+        self.rows.extend(rows);
+    }
+
+    fn find(&self, op: &str, bytes: Option<usize>) -> Option<&Row> {
+        self.rows
+            .iter()
+            .find(|r| r.op == op && bytes.is_none_or(|b| r.bytes == b))
+    }
+
+    fn p50(&self, op: &str, bytes: Option<usize>) -> Option<f64> {
+        self.find(op, bytes).map(|r| r.p50_ns)
+    }
+
+    /// Fill in each row's ratio: Short RTT against the cache-line floor, Medium and Long RTT
+    /// against Short, bandwidths against memcpy at the same size.
+    pub(crate) fn compute_ratios(&mut self) {
+        let floor = self.p50("cacheline_rtt", None);
+        let short = self.p50("short_rtt", None);
+        let memcpy: Vec<(usize, f64)> = self
+            .rows
+            .iter()
+            .filter(|r| r.op == "memcpy_bw")
+            .filter_map(|r| r.mb_s.map(|m| (r.bytes, m)))
+            .collect();
+        for r in &mut self.rows {
+            r.ratio = match r.op {
+                "short_rtt" => floor.map(|f| r.p50_ns / f),
+                "medium_rtt" | "long_rtt" => short.map(|s| r.p50_ns / s),
+                "put_bw" | "get_bw" | "long_bw" | "medium_bw" => {
+                    // The interleaved floor when there is one, else the floor sweep.
+                    let m = r
+                        .floor_mb_s
+                        .or_else(|| memcpy.iter().find(|(b, _)| *b == r.bytes).map(|&(_, m)| m));
+                    r.mb_s.zip(m).map(|(v, m)| v / m)
+                }
+                _ => None,
+            };
+        }
+    }
+
+    fn ratio(&self, op: &str, bytes: Option<usize>) -> Option<f64> {
+        self.find(op, bytes).and_then(|r| r.ratio)
+    }
+
+    /// The targets, judged on medians. A target whose inputs this run did not measure has no
+    /// value.
+    pub(crate) fn targets(&self) -> Vec<Target> {
+        let tb = Some(TARGET_BYTES);
+        let t = |name, key, bytes, value, unit, cmp, limit| Target {
+            name,
+            key,
+            bytes,
+            value,
+            unit,
+            cmp,
+            limit,
+        };
+        let floor = self.p50("cacheline_rtt", None);
+        let short = self.p50("short_rtt", None);
+        let over_short = |op: &str| {
+            let v = self.p50(op, Some(8))?;
+            Some(v / short?)
+        };
+        vec![
+            t(
+                "Short RTT / cache-line floor RTT",
+                "short_rtt_vs_floor",
+                0,
+                short.and_then(|s| Some(s / floor?)),
+                "x",
+                Cmp::AtMost,
+                1.8,
+            ),
+            t(
+                "Medium RTT (8 B) / Short RTT",
+                "medium_rtt_vs_short",
+                8,
+                over_short("medium_rtt"),
+                "x",
+                Cmp::AtMost,
+                1.1,
+            ),
+            t(
+                "Long RTT (8 B) / Short RTT",
+                "long_rtt_vs_short",
+                8,
+                over_short("long_rtt"),
+                "x",
+                Cmp::AtMost,
+                1.1,
+            ),
+            t(
+                "blocking put, 8 B",
+                "put_lat_8",
+                8,
+                self.p50("put_lat", Some(8)),
+                "ns",
+                Cmp::Below,
+                20.0,
+            ),
+            t(
+                "blocking get, 8 B",
+                "get_lat_8",
+                8,
+                self.p50("get_lat", Some(8)),
+                "ns",
+                Cmp::Below,
+                20.0,
+            ),
+            t(
+                "put BW (1 MiB) / memcpy BW (1 MiB)",
+                "put_bw_vs_memcpy",
+                TARGET_BYTES,
+                self.ratio("put_bw", tb),
+                "x",
+                Cmp::AtLeast,
+                0.9,
+            ),
+            t(
+                "get BW (1 MiB) / memcpy BW (1 MiB)",
+                "get_bw_vs_memcpy",
+                TARGET_BYTES,
+                self.ratio("get_bw", tb),
+                "x",
+                Cmp::AtLeast,
+                0.9,
+            ),
+            t(
+                "Long BW (1 MiB) / memcpy BW (1 MiB)",
+                "long_bw_vs_memcpy",
+                TARGET_BYTES,
+                self.ratio("long_bw", tb),
+                "x",
+                Cmp::AtLeast,
+                0.9,
+            ),
+        ]
+    }
+
+    /// The report as OSU-style tables, one per operation, then the targets.
+    pub(crate) fn table(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let mut seen: Vec<(&str, &str)> = Vec::new();
+        for r in &self.rows {
+            if !seen.contains(&(r.suite, r.op)) {
+                seen.push((r.suite, r.op));
+            }
+        }
+        for (suite, op) in seen {
+            let rows: Vec<&Row> = self
+                .rows
+                .iter()
+                .filter(|r| r.suite == suite && r.op == op)
+                .collect();
+            let _ = writeln!(
+                out,
+                "# amnet-bench {suite}/{op} (conduit {}, {} ranks)",
+                self.conduit, self.ranks
+            );
+            let _ = writeln!(
+                out,
+                "{:<10} {:>12} {:>12} {:>12} {:>8} {:>14}",
+                "# bytes", "p50 us", "p99 us", "MB/s", "ratio", "samples x ops"
+            );
+            let rows_have_floor = rows.iter().any(|r| r.floor_mb_s.is_some());
+            for r in rows {
+                let mb = r.mb_s.map_or("-".to_string(), |m| format!("{m:.1}"));
+                let ratio = r.ratio.map_or("-".to_string(), |x| format!("{x:.3}"));
+                let _ = writeln!(
+                    out,
+                    "{:<10} {:>12.4} {:>12.4} {:>12} {:>8} {:>14}",
+                    r.bytes,
+                    r.p50_ns / 1e3,
+                    r.p99_ns / 1e3,
+                    mb,
+                    ratio,
+                    format!("{}x{}", r.samples, r.per_sample)
+                );
+            }
+            if rows_have_floor {
+                let _ = writeln!(
+                    out,
+                    "# ratio: MB/s over a memcpy of the same size timed interleaved with it"
+                );
+            }
+            out.push('\n');
+        }
+        let targets = self.targets();
+        let _ = writeln!(out, "# targets (medians)");
+        let _ = writeln!(
+            out,
+            "{:<38} {:>12} {:>12}  status",
+            "# target", "measured", "goal"
+        );
+        let unmeasured = targets.iter().filter(|t| t.value.is_none()).count();
+        for t in &targets {
+            let (v, status) = match (t.value, t.met()) {
+                (Some(v), Some(true)) => (fmt_val(v, t.unit), "MET"),
+                (Some(v), _) => (fmt_val(v, t.unit), "MISSED"),
+                (None, _) => continue,
+            };
+            let _ = writeln!(
+                out,
+                "{:<38} {:>12} {:>12}  {status}",
+                t.name,
+                v,
+                t.limit_text()
+            );
+        }
+        if unmeasured > 0 {
+            let _ = writeln!(
+                out,
+                "# ({unmeasured} of {} targets need suites this run did not include)",
+                targets.len()
+            );
+        }
+        out
+    }
+
+    /// The report as JSON objects, one per line: every row, then every target.
+    pub(crate) fn json_lines(&self) -> Vec<String> {
+        // Rounded to well below the timer's resolution: microseconds to 10 ps, MB/s to
+        // 0.1, ratios to 1e-4.
+        let round = |v: f64, digits: i32| {
+            let k = 10f64.powi(digits);
+            (v * k).round() / k
+        };
+        let us = |ns: f64| Value::from(round(ns / 1e3, 5));
+        let opt =
+            |v: Option<f64>, digits: i32| v.map_or(Value::Null, |x| Value::from(round(x, digits)));
+        let mut lines: Vec<String> = self
+            .rows
+            .iter()
+            .map(|r| {
+                let mut o = json!({
+                    "suite": r.suite,
+                    "op": r.op,
+                    "conduit": self.conduit,
+                    "ranks": self.ranks,
+                    "bytes": r.bytes,
+                    "p50_us": us(r.p50_ns),
+                    "p99_us": us(r.p99_ns),
+                    "mb_s": opt(r.mb_s, 1),
+                    "memcpy_mb_s": opt(r.floor_mb_s, 1),
+                    "samples": r.samples,
+                    "ops_per_sample": r.per_sample,
+                });
+                if let Some(x) = r.ratio {
+                    o["ratio"] = Value::from(round(x, 4));
+                }
+                o.to_string()
+            })
+            .collect();
+        for t in self.targets() {
+            let o = json!({
+                "suite": "targets",
+                "op": t.key,
+                "conduit": self.conduit,
+                "ranks": self.ranks,
+                "bytes": t.bytes,
+                "p50_us": Value::Null,
+                "p99_us": Value::Null,
+                "mb_s": Value::Null,
+                "ratio": if t.unit == "x" { opt(t.value, 4) } else { Value::Null },
+                "value": opt(t.value, 4),
+                "unit": t.unit,
+                "goal": t.limit_text(),
+                "met": t.met(),
+            });
+            lines.push(o.to_string());
+        }
+        lines
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(op: &'static str, bytes: usize, ns: f64, bw: bool) -> Row {
+        let s = Samples::from_ns(vec![ns; 10]);
+        if bw {
+            Row::bandwidth("x", op, bytes, &s, 1)
+        } else {
+            Row::latency("x", op, bytes, &s, 1)
+        }
+    }
+
+    #[test]
+    fn ratios_and_targets() {
+        let mut r = Report::new("smp", 2);
+        r.extend([
+            row("cacheline_rtt", 64, 100.0, false),
+            row("short_rtt", 0, 150.0, false),
+            row("medium_rtt", 8, 180.0, false),
+            row("memcpy_bw", TARGET_BYTES, 100_000.0, true),
+            row("put_bw", TARGET_BYTES, 105_000.0, true),
+        ]);
+        r.compute_ratios();
+        let t = r.targets();
+        assert_eq!(t[0].value, Some(1.5));
+        assert_eq!(t[0].met(), Some(true));
+        assert_eq!(t[1].met(), Some(false));
+        assert_eq!(t[2].value, None);
+        assert!(t[5].met().unwrap());
+        let lines = r.json_lines();
+        let v: Value = serde_json::from_str(&lines[1]).unwrap();
+        assert_eq!(v["op"], "short_rtt");
+        assert_eq!(v["ratio"], 1.5);
+        assert!(v["mb_s"].is_null());
+        assert!(r.table().contains("MISSED"));
+    }
+}
