@@ -31,7 +31,11 @@ impl Backoff {
     pub(crate) fn snooze(&mut self) {
         self.idle = self.idle.saturating_add(1);
         if self.idle <= self.spin {
-            std::hint::spin_loop();
+            // The first idle polls re-check at once: a PAUSE costs tens of cycles on some cores,
+            // which is latency added to every message that arrives during the spin.
+            if self.idle > 64 {
+                std::hint::spin_loop();
+            }
         } else if self.idle <= self.spin + YIELDS {
             std::thread::yield_now();
         } else {

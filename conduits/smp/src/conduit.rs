@@ -8,7 +8,7 @@
 //!
 //! Long payloads and put/get go straight into the peer's segment, which every rank maps.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use amnet_core::{Category, Conduit, Error, InMsg, LocalSegment, OutMsg, Rank, Result};
@@ -82,6 +82,26 @@ unsafe fn rings(base: *mut u8, size: u32, init: bool) -> Vec<[Ring; 4]> {
     out
 }
 
+/// Poll order of the rings from every other rank: replies before requests, so a rank that
+/// waits for replies sees them first.
+fn poll_order(inb: &[[Ring; 4]], me: u32, replies_only: bool) -> Vec<(u32, Ring)> {
+    let classes: &[usize] = if replies_only { &[2, 3] } else { &[2, 3, 0, 1] };
+    let mut v = Vec::new();
+    for (src, rings) in inb.iter().enumerate() {
+        #[allow(clippy::cast_possible_truncation)] // src < size <= MAX_RANKS
+        let src = src as u32;
+        if src != me {
+            v.extend(classes.iter().map(|&c| (src, rings[c])));
+        }
+    }
+    v
+}
+
+fn own_order(inb: &[[Ring; 4]], me: u32) -> [Ring; 4] {
+    let r = &inb[me as usize];
+    [r[2], r[3], r[0], r[1]]
+}
+
 /// State shared by the ranks of a thread-mode job.
 #[derive(Debug)]
 pub struct ThreadShared {
@@ -153,10 +173,16 @@ pub struct SmpConduit {
     ctl: Ctl,
     /// Rings in each destination's area that carry messages from this rank.
     out: Vec<[Ring; 4]>,
-    /// Rings in this rank's area, by source rank.
-    inb: Vec<[Ring; 4]>,
+    /// Every other rank's rings into this rank, replies first, as polled.
+    peer_all: Vec<(u32, Ring)>,
+    /// The reply rings alone (what a handler waiting to reply polls).
+    peer_rep: Vec<(u32, Ring)>,
+    /// This rank's rings from itself, in poll order (replies first).
+    own: [Ring; 4],
+    /// Messages this rank sent to itself and has not consumed: its own rings are polled only
+    /// while this is non-zero.
+    self_pending: AtomicU64,
     boot_count: AtomicU64,
-    rr: AtomicU32,
     oversubscribed: bool,
     segs: OnceLock<Segs>,
     mode: Mode,
@@ -341,9 +367,11 @@ impl SmpConduit {
             size,
             ctl,
             out,
-            inb,
+            peer_all: poll_order(&inb, rank, false),
+            peer_rep: poll_order(&inb, rank, true),
+            own: own_order(&inb, rank),
+            self_pending: AtomicU64::new(0),
             boot_count,
-            rr: AtomicU32::new(0),
             oversubscribed: size > cores(),
             segs: OnceLock::new(),
             mode: Mode::Process {
@@ -375,9 +403,11 @@ impl SmpConduit {
             size,
             ctl: shared.ctl,
             out,
-            inb,
+            peer_all: poll_order(&inb, rank, false),
+            peer_rep: poll_order(&inb, rank, true),
+            own: own_order(&inb, rank),
+            self_pending: AtomicU64::new(0),
             boot_count: AtomicU64::new(0),
-            rr: AtomicU32::new(0),
             oversubscribed: size > cores(),
             segs: OnceLock::new(),
             mode: Mode::Threads(shared),
@@ -386,6 +416,20 @@ impl SmpConduit {
 
     fn on_exit(&self) -> impl Fn(i32) + '_ {
         move |c| self.terminate(c)
+    }
+
+    /// Deliver up to `POLL_BUDGET` messages from one ring.
+    #[inline(always)]
+    fn drain(&self, src: u32, ring: &Ring, sink: &mut dyn FnMut(&InMsg<'_>)) -> usize {
+        let mut n = 0;
+        while n < POLL_BUDGET && ring.maybe_ready() {
+            let cap = ring.data_cap();
+            if ring.try_pop(|p| self.deliver(src, p, cap, sink)).is_none() {
+                break;
+            }
+            n += 1;
+        }
+        n
     }
 
     #[inline(always)]
@@ -548,7 +592,11 @@ impl Conduit for SmpConduit {
         } else {
             None
         };
-        Ok(ring.try_push(|p| {
+        let to_self = dest == self.rank;
+        if to_self {
+            self.self_pending.fetch_add(1, Ordering::Relaxed);
+        }
+        let sent = ring.try_push(|p| {
             // SAFETY: the slot holds `data_cap >= need` bytes (the class was chosen by size);
             // the core checked the argument count, payload size and the Long range against the
             // destination's segment, which is mapped at `seg`.
@@ -562,35 +610,38 @@ impl Conduit for SmpConduit {
                 }
                 wire::encode(p, msg, inline);
             }
-        }))
+        });
+        if to_self && !sent {
+            self.self_pending.fetch_sub(1, Ordering::Relaxed);
+        }
+        Ok(sent)
     }
 
     #[inline]
     fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>)) -> Result<usize> {
-        const ALL: [usize; 4] = [2, 3, 0, 1];
-        let classes: &[usize] = if replies_only { &ALL[..2] } else { &ALL };
-        let n = self.size as usize;
-        let start = self.rr.load(Ordering::Relaxed) as usize % n;
+        let rings = if replies_only {
+            &self.peer_rep
+        } else {
+            &self.peer_all
+        };
         let mut total = 0;
-        for k in 0..n {
-            let src = (start + k) % n;
-            for &c in classes {
-                let ring = &self.inb[src][c];
-                let cap = ring.data_cap();
-                let mut budget = POLL_BUDGET;
-                while budget > 0 && ring.maybe_ready() {
-                    #[allow(clippy::cast_possible_truncation)] // src < size
-                    let s = src as u32;
-                    if ring.try_pop(|p| self.deliver(s, p, cap, sink)).is_none() {
-                        break;
-                    }
-                    total += 1;
-                    budget -= 1;
+        for &(src, ring) in rings.iter() {
+            total += self.drain(src, &ring, sink);
+        }
+        if self.self_pending.load(Ordering::Relaxed) != 0 {
+            let own = if replies_only {
+                &self.own[..2]
+            } else {
+                &self.own[..]
+            };
+            for ring in own {
+                let n = self.drain(self.rank, ring, sink);
+                if n > 0 {
+                    self.self_pending.fetch_sub(n as u64, Ordering::Relaxed);
+                    total += n;
                 }
             }
         }
-        #[allow(clippy::cast_possible_truncation)] // wraps harmlessly
-        self.rr.store((start + 1) as u32, Ordering::Relaxed);
         Ok(total)
     }
 
