@@ -7,12 +7,12 @@
 //! - `memcpy_bw`: plain `memcpy` between two local buffers on rank 0, at every size the
 //!   bandwidth sweeps use.
 
-use std::ffi::CString;
 use std::hint::black_box;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use amnet::Endpoint;
+use amnet_smp::{unlink_shared, SharedRegion};
 
 use crate::measure::time_batched;
 use crate::report::Row;
@@ -27,80 +27,32 @@ const SPINS_BEFORE_YIELD: u32 = 1 << 12;
 
 /// A mapping of the shared object that holds the ping-pong line.
 struct SharedLine {
-    ptr: *mut u8,
+    region: SharedRegion,
 }
 
 impl SharedLine {
     /// Create (`create`) or open the object `name` and map it.
     fn map(name: &str, create: bool) -> io::Result<SharedLine> {
-        let c = CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let flags = if create {
-            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR
+        let r = if create {
+            SharedRegion::create(name, LINE_OBJ_BYTES)
         } else {
-            libc::O_RDWR
+            SharedRegion::open(name, LINE_OBJ_BYTES)
         };
-        // SAFETY: `c` is a valid NUL-terminated string; the descriptor is closed below.
-        let fd = unsafe { libc::shm_open(c.as_ptr(), flags, 0o600) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let len = libc::off_t::try_from(LINE_OBJ_BYTES).unwrap_or(4096);
-        // SAFETY: `fd` is the shared-memory object just opened; a new one is zero-filled.
-        if create && unsafe { libc::ftruncate(fd, len) } != 0 {
-            let e = io::Error::last_os_error();
-            // SAFETY: `fd` is ours; `c` is the name we created.
-            unsafe {
-                libc::close(fd);
-                libc::shm_unlink(c.as_ptr());
-            }
-            return Err(e);
-        }
-        // SAFETY: mapping LINE_OBJ_BYTES of an object that is (or was made) that long.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                LINE_OBJ_BYTES,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        let e = io::Error::last_os_error();
-        // SAFETY: `fd` is ours and open; the mapping keeps the object alive.
-        unsafe { libc::close(fd) };
-        if p == libc::MAP_FAILED {
-            if create {
-                // SAFETY: `c` names the object this call created.
-                unsafe { libc::shm_unlink(c.as_ptr()) };
-            }
-            return Err(e);
-        }
-        Ok(SharedLine { ptr: p.cast() })
+        r.map(|region| SharedLine { region })
+            .map_err(|e| io::Error::other(e.to_string()))
     }
 
     /// The word both ranks spin on: the first 8 bytes of the page-aligned (hence 64-byte
     /// aligned) mapping; nothing else lives in its cache line.
     fn word(&self) -> &AtomicU64 {
-        // SAFETY: the mapping is page aligned, at least 8 bytes long, zero-initialized by
-        // ftruncate, and lives as long as `self`; AtomicU64 has the layout of u64.
-        unsafe { &*self.ptr.cast::<AtomicU64>() }
-    }
-}
-
-impl Drop for SharedLine {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly the mapping made in `map`; no reference from `word`
-        // outlives `self`.
-        unsafe { libc::munmap(self.ptr.cast(), LINE_OBJ_BYTES) };
+        // SAFETY: the mapping is page aligned, LINE_OBJ_BYTES long, zero-filled when created,
+        // and lives as long as `self`; AtomicU64 has the layout of u64.
+        unsafe { &*self.region.ptr().cast::<AtomicU64>() }
     }
 }
 
 fn unlink(name: &str) {
-    if let Ok(c) = CString::new(name) {
-        // SAFETY: valid NUL-terminated string.
-        unsafe { libc::shm_unlink(c.as_ptr()) };
-    }
+    unlink_shared(name);
 }
 
 /// Name of the line's object: under the job's name when `amrun` gave one (its clean-up

@@ -11,9 +11,10 @@ fn err(what: &str, name: &str) -> Error {
     )
 }
 
-/// A mapped region: a shared-memory object or a heap allocation (thread mode).
+/// A mapped region: a POSIX shared-memory object (or, in thread mode, a heap allocation),
+/// unmapped when dropped.
 #[derive(Debug)]
-pub(crate) struct Region {
+pub struct Region {
     ptr: *mut u8,
     len: usize,
     heap: bool,
@@ -26,13 +27,13 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 impl Region {
-    /// Base address (page- or 64-byte aligned).
-    pub(crate) fn ptr(&self) -> *mut u8 {
+    /// Base address (page aligned).
+    pub fn ptr(&self) -> *mut u8 {
         self.ptr
     }
 
     /// Length in bytes.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.len
     }
 
@@ -62,13 +63,14 @@ impl Region {
         })
     }
 
-    /// Create a new shared-memory object `name` of `len` bytes (fails if it exists) and map it.
-    pub(crate) fn create(name: &str, len: usize) -> Result<Region> {
+    /// Create a new shared-memory object `name` (a leading `/` and no other) of `len` bytes,
+    /// zero-filled, and map it. Fails if the object exists.
+    pub fn create(name: &str, len: usize) -> Result<Region> {
         Self::open_impl(name, len, true)
     }
 
     /// Map an existing shared-memory object; `len` 0 means "its whole size".
-    pub(crate) fn open(name: &str, len: usize) -> Result<Region> {
+    pub fn open(name: &str, len: usize) -> Result<Region> {
         Self::open_impl(name, len, false)
     }
 
@@ -166,7 +168,7 @@ impl Drop for Region {
 }
 
 /// Remove the shared-memory object `name` (ignores "does not exist").
-pub(crate) fn unlink(name: &str) {
+pub fn unlink(name: &str) {
     if let Ok(c) = CString::new(name) {
         // SAFETY: valid C string.
         unsafe { libc::shm_unlink(c.as_ptr()) };
