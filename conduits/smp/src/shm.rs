@@ -37,6 +37,11 @@ impl Region {
         self.len
     }
 
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// A zeroed heap region for thread mode (len may be 0).
     pub(crate) fn heap(len: usize) -> Result<Region> {
         if len == 0 {
