@@ -530,54 +530,23 @@ impl Endpoint {
 
     #[inline]
     fn count_sent(&self, msg: &OutMsg<'_>) {
-        let b = self.stats_block();
-        let n = msg.payload.len() as u64;
-        match (msg.is_reply, msg.category) {
-            (false, Category::Short) => b.add(Ctr::ReqShort, 1),
-            (false, Category::Medium) => {
-                b.add(Ctr::ReqMedium, 1);
-                b.add(Ctr::ReqMediumBytes, n)
-            }
-            (false, Category::Long) => {
-                b.add(Ctr::ReqLong, 1);
-                b.add(Ctr::ReqLongBytes, n)
-            }
-            (true, Category::Short) => b.add(Ctr::RepShort, 1),
-            (true, Category::Medium) => {
-                b.add(Ctr::RepMedium, 1);
-                b.add(Ctr::RepMediumBytes, n)
-            }
-            (true, Category::Long) => {
-                b.add(Ctr::RepLong, 1);
-                b.add(Ctr::RepLongBytes, n)
-            }
-        }
+        let base = if msg.is_reply {
+            Ctr::RepShort
+        } else {
+            Ctr::ReqShort
+        } as usize;
+        count(self.stats_block(), base, msg.category, msg.payload.len());
     }
 
     #[inline]
     fn count_received(&self, b: &StatBlock, msg: &InMsg<'_>) {
-        let n = msg.payload.len() as u64;
         b.add(Ctr::HandlerCalls, 1);
-        match (msg.is_reply, msg.category) {
-            (false, Category::Short) => b.add(Ctr::RecvReqShort, 1),
-            (false, Category::Medium) => {
-                b.add(Ctr::RecvReqMedium, 1);
-                b.add(Ctr::RecvReqMediumBytes, n)
-            }
-            (false, Category::Long) => {
-                b.add(Ctr::RecvReqLong, 1);
-                b.add(Ctr::RecvReqLongBytes, n)
-            }
-            (true, Category::Short) => b.add(Ctr::RecvRepShort, 1),
-            (true, Category::Medium) => {
-                b.add(Ctr::RecvRepMedium, 1);
-                b.add(Ctr::RecvRepMediumBytes, n)
-            }
-            (true, Category::Long) => {
-                b.add(Ctr::RecvRepLong, 1);
-                b.add(Ctr::RecvRepLongBytes, n)
-            }
-        }
+        let base = if msg.is_reply {
+            Ctr::RecvRepShort
+        } else {
+            Ctr::RecvReqShort
+        } as usize;
+        count(b, base, msg.category, msg.payload.len());
     }
 
     // ----- sending ------------------------------------------------------------------------
@@ -758,6 +727,7 @@ impl Endpoint {
         let _restore = Restore(HANDLER.with(|c| c.replace(m.handler)));
         let mut tok = Token {
             ep: self,
+            att,
             src: m.src,
             handler: m.handler,
             is_request: !m.is_reply,
@@ -856,6 +826,21 @@ impl Endpoint {
             );
         }
         Ok(())
+    }
+}
+
+/// Count one message in the group of five counters at `base` (short, medium, long, medium
+/// bytes, long bytes; see `Ctr`).
+#[inline(always)]
+fn count(b: &StatBlock, base: usize, category: Category, len: usize) {
+    let c = match category {
+        Category::Short => 0,
+        Category::Medium => 1,
+        Category::Long => 2,
+    };
+    b.add_at(base + c, 1);
+    if c != 0 {
+        b.add_at(base + 2 + c, len as u64);
     }
 }
 

@@ -80,6 +80,7 @@ impl HandlerTable {
 /// from a request handler.
 pub struct Token<'a> {
     pub(crate) ep: &'a Endpoint,
+    pub(crate) att: &'a crate::endpoint::Attached,
     pub(crate) src: Rank,
     pub(crate) handler: u8,
     pub(crate) is_request: bool,
@@ -153,7 +154,7 @@ impl<'a> Token<'a> {
                 handler: self.handler,
             });
         }
-        let att = self.ep.attached_for("reply")?;
+        let att = self.att;
         if !internal {
             att.check_client_handler(handler)?;
         }

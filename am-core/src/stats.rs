@@ -6,7 +6,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Indices into a [`StatBlock`].
+/// Indices into a [`StatBlock`]. The four AM groups each list short, medium, long, medium
+/// bytes, long bytes in that order: counting relies on it.
 #[derive(Copy, Clone, Debug)]
 #[repr(usize)]
 pub(crate) enum Ctr {
@@ -59,6 +60,13 @@ impl StatBlock {
     #[inline(always)]
     pub(crate) fn add(&self, i: Ctr, n: u64) {
         let c = &self.c[i as usize];
+        c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+
+    /// Add `n` to the counter at index `i` (an index into the `Ctr` order).
+    #[inline(always)]
+    pub(crate) fn add_at(&self, i: usize, n: u64) {
+        let c = &self.c[i];
         c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
     }
 

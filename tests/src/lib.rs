@@ -164,15 +164,17 @@ pub fn run_suite(
 ) -> Result<Summary, Error> {
     let st = Arc::new(State::new(ep.size()));
     ep.attach(handler_table(&st)?, SEG_LEN)?;
-    run_attached(ep, &st, filter, process_mode)
+    run_attached(ep, &st, filter, process_mode, None)
 }
 
 /// Run the suite on an endpoint already attached with [`handler_table`] and [`SEG_LEN`].
+/// Rank 0 writes `passed failed skipped` to `summary` (or to `AMNET_TESTSUITE_SUMMARY`).
 pub fn run_attached(
     ep: &Endpoint,
     st: &Arc<State>,
     filter: Option<&str>,
     process_mode: bool,
+    summary: Option<&str>,
 ) -> Result<Summary, Error> {
     let watch = Arc::new(Watch {
         current: Mutex::new(None),
@@ -257,7 +259,10 @@ pub fn run_attached(
         let _ = d.join();
     }
     if ep.rank() == 0 {
-        if let Ok(path) = std::env::var("AMNET_TESTSUITE_SUMMARY") {
+        let path = summary
+            .map(str::to_string)
+            .or_else(|| std::env::var("AMNET_TESTSUITE_SUMMARY").ok());
+        if let Some(path) = path {
             let line = format!("{} {} {}\n", sum.passed, sum.failed, sum.skipped);
             if let Err(e) = std::fs::write(&path, line) {
                 eprintln!("amnet-testsuite: cannot write {path}: {e}");

@@ -1,6 +1,7 @@
 //! `amrun -n N amnet-testsuite [FILTER]`: run the conduit test suite as a job.
 //! `amnet-testsuite --scenario NAME`: one rank of a nested exit scenario (used by the suite).
 //! `amnet-testsuite --list`: print the test names.
+//! `--summary PATH` (before FILTER): rank 0 also writes `passed failed skipped` to PATH.
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -16,12 +17,23 @@ fn main() {
             return;
         }
         Some("-h") | Some("--help") => {
-            println!("usage: amrun -n N amnet-testsuite [FILTER]\n       amnet-testsuite --list");
+            println!(
+                "usage: amrun -n N amnet-testsuite [--summary PATH] [FILTER]\n       amnet-testsuite --list"
+            );
             return;
         }
         _ => {}
     }
-    let filter = args.first().cloned();
+    let mut args = args.into_iter();
+    let mut summary = None;
+    let mut filter = None;
+    while let Some(a) = args.next() {
+        if a == "--summary" {
+            summary = args.next();
+        } else {
+            filter = Some(a);
+        }
+    }
     let ep = match amnet::init() {
         Ok(ep) => ep,
         Err(e) => {
@@ -29,7 +41,14 @@ fn main() {
             std::process::exit(2);
         }
     };
-    match amnet_testsuite::run_suite(&ep, filter.as_deref(), true) {
+    let st = std::sync::Arc::new(amnet_testsuite::State::new(ep.size()));
+    let attached =
+        amnet_testsuite::handler_table(&st).and_then(|t| ep.attach(t, amnet_testsuite::SEG_LEN));
+    if let Err(e) = attached {
+        eprintln!("amnet-testsuite: rank {}: attach: {e}", ep.rank());
+        ep.exit(2);
+    }
+    match amnet_testsuite::run_attached(&ep, &st, filter.as_deref(), true, summary.as_deref()) {
         Ok(s) if s.failed == 0 => {}
         Ok(_) => ep.exit(1),
         Err(e) => {

@@ -13,23 +13,21 @@ fn conduit() -> String {
 }
 
 /// Run the suite as an `n`-rank job; returns (passed, failed, skipped).
-fn job(n: u32, filter: Option<&str>, env: &[(&str, &str)]) -> (u32, u32, u32) {
-    let dir = std::env::temp_dir().join(format!(
-        "amnet-suite-{}-{n}-{}",
-        std::process::id(),
-        env.len()
-    ));
+fn job(n: u32, filter: Option<&str>) -> (u32, u32, u32) {
+    let dir = std::env::temp_dir().join(format!("amnet-suite-{}-{n}-{}", std::process::id(), 0));
     std::fs::create_dir_all(&dir).unwrap();
     let summary = dir.join(format!("summary-{}", filter.unwrap_or("all")));
     let _ = std::fs::remove_file(&summary);
-    for (k, v) in env {
-        std::env::set_var(k, v);
-    }
-    std::env::set_var("AMNET_TESTSUITE_SUMMARY", &summary);
     let opts = LaunchOptions {
         ranks: n,
         program: env!("CARGO_BIN_EXE_amnet-testsuite").into(),
-        args: filter.map(|f| vec![f.to_string()]).unwrap_or_default(),
+        args: [
+            "--summary".to_string(),
+            summary.to_string_lossy().into_owned(),
+        ]
+        .into_iter()
+        .chain(filter.map(str::to_string))
+        .collect(),
         // The watchdog inside the suite fires first; this bounds a hang of the launcher itself.
         timeout: Some(Duration::from_secs(600)),
         conduit: conduit(),
@@ -52,32 +50,32 @@ fn job(n: u32, filter: Option<&str>, env: &[(&str, &str)]) -> (u32, u32, u32) {
     (v[0], v[1], v[2])
 }
 
-// Environment variables are process-wide and the tests of this file run in parallel: every
-// job here passes the same AMNET_RMA except `reference_path`, which lives in its own binary.
+// The tests of this file run in parallel: nothing here may change the process environment
+// (the AM put/get path, which needs AMNET_RMA=am, is tested from its own binary).
 
 #[test]
 fn suite_1_rank() {
-    job(1, None, &[]);
+    job(1, None);
 }
 
 #[test]
 fn suite_2_ranks() {
-    let (passed, _, skipped) = job(2, None, &[]);
+    let (passed, _, skipped) = job(2, None);
     assert_eq!(skipped, 0, "nothing should be skipped at 2 ranks");
     assert!(passed >= 30);
 }
 
 #[test]
 fn suite_3_ranks() {
-    job(3, None, &[]);
+    job(3, None);
 }
 
 #[test]
 fn suite_4_ranks() {
-    job(4, None, &[]);
+    job(4, None);
 }
 
 #[test]
 fn suite_8_ranks_on_2_cores() {
-    job(8, None, &[]);
+    job(8, None);
 }

@@ -9,11 +9,10 @@ use amnet::launch::LaunchOptions;
 fn suite_4_ranks_am_rma() {
     let summary = std::env::temp_dir().join(format!("amnet-suite-ref-{}", std::process::id()));
     std::env::set_var("AMNET_RMA", "am");
-    std::env::set_var("AMNET_TESTSUITE_SUMMARY", &summary);
     let opts = LaunchOptions {
         ranks: 4,
         program: env!("CARGO_BIN_EXE_amnet-testsuite").into(),
-        args: vec![],
+        args: vec!["--summary".into(), summary.to_string_lossy().into_owned()],
         timeout: Some(Duration::from_secs(600)),
         conduit: std::env::var("AMNET_CONDUIT").unwrap_or_else(|_| "smp".into()),
         grace: Duration::from_secs(2),

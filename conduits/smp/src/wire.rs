@@ -57,7 +57,11 @@ pub(crate) unsafe fn encode(p: *mut u8, msg: &OutMsg<'_>, inline: bool) {
         p.cast::<[u8; 4]>().write([msg.handler, kind, nargs, 0]);
         p.add(4).cast::<u32>().write(plen);
         p.add(8).cast::<u64>().write(msg.long_offset);
-        std::ptr::copy_nonoverlapping(msg.args.as_ptr(), p.add(HDR).cast::<u32>(), msg.args.len());
+        // At most 16 words: a short loop beats a call to memcpy.
+        let dst = p.add(HDR).cast::<u32>();
+        for (i, &a) in msg.args.iter().enumerate() {
+            dst.add(i).write(a);
+        }
         if inline {
             std::ptr::copy_nonoverlapping(
                 msg.payload.as_ptr(),
