@@ -2,6 +2,7 @@
 # Every test: unit and integration tests (the suite as multi-process jobs at 1-8 ranks, the
 # AM-based put/get path, thread mode), loom models, the suite through amrun, and a check that
 # nothing was left in /dev/shm. Installs what it needs when missing (nothing yet for smp).
+# Ends with one line totalling every test runner's counts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v cargo >/dev/null 2>&1; then
@@ -13,7 +14,15 @@ if [ -n "$stale" ]; then
     echo "removing amnet objects left in /dev/shm by an earlier run: $stale"
     (cd /dev/shm && rm -f $stale)
 fi
-cargo test --workspace
-bash ci/loom.sh
-bash ci/suite.sh
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --workspace 2>&1 | tee -a "$log"
+bash ci/loom.sh 2>&1 | tee -a "$log"
+bash ci/suite.sh 2>&1 | tee -a "$log"
 bash ci/shm-clean.sh
+# cargo's "test result: ok. N passed; M failed" and the suite's "N passed, M failed".
+awk '
+    /^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }
+    /^[0-9]+ passed, [0-9]+ failed/ { p += $1; f += $3 }
+    END { printf "total: %d passed, %d failed\n", p, f; exit (f > 0) }
+' "$log"
