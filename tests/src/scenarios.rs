@@ -146,6 +146,14 @@ pub fn scenarios() -> Vec<Scenario> {
             body: use_before_attach,
         },
         Scenario {
+            name: "rule-segment-larger-than-memory",
+            ranks: 2,
+            codes: &[0],
+            log: None,
+            timeout: T,
+            body: segment_too_large,
+        },
+        Scenario {
             name: "rule-handler-tables-differ",
             ranks: 3,
             codes: &[0],
@@ -416,6 +424,25 @@ fn use_before_attach(ep: &Endpoint) -> Result<(), String> {
     }
     attach(ep)?;
     ep.barrier().map_err(|e| e.to_string())
+}
+
+fn segment_too_large(ep: &Endpoint) -> Result<(), String> {
+    let st = Arc::new(State::new(ep.size()));
+    let t = handler_table(&st).map_err(|e| e.to_string())?;
+    match ep.attach(t, 1 << 40) {
+        Err(Error::Config(m)) if m.contains("/dev/shm") => {
+            // Success everywhere: leave together after a pause, so a failing rank's code wins.
+            std::thread::sleep(Duration::from_millis(300));
+            ep.exit(0)
+        }
+        other => {
+            eprintln!(
+                "rank {}: attach of a 1 TiB segment gave {other:?}",
+                ep.rank()
+            );
+            ep.exit(1)
+        }
+    }
 }
 
 fn tables_differ(ep: &Endpoint) -> Result<(), String> {

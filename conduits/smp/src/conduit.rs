@@ -515,6 +515,18 @@ impl Conduit for SmpConduit {
         let mut shared = Vec::new();
         match &self.mode {
             Mode::Process { job, .. } => {
+                // Segments are sparse objects: one larger than the memory behind /dev/shm would
+                // attach fine and then kill the job with SIGBUS when touched. Every rank sees
+                // the same lengths here, so every rank reaches the same verdict.
+                let total: u64 = lens.iter().map(|&l| l as u64).sum();
+                if let Some(free) = crate::shm::shm_free_bytes() {
+                    if total > free {
+                        return Err(Error::Config(format!(
+                            "the segments ask for {total} bytes in all but /dev/shm has {free} \
+                             bytes free: ask for smaller segments or enlarge /dev/shm"
+                        )));
+                    }
+                }
                 let own_name = seg_name(job, self.rank);
                 let own = if len > 0 {
                     Some(Region::create(&own_name, len)?)

@@ -172,6 +172,18 @@ impl Drop for Region {
     }
 }
 
+/// Bytes free in /dev/shm, when the file system says.
+pub(crate) fn shm_free_bytes() -> Option<u64> {
+    let path = CString::new("/dev/shm").ok()?;
+    // SAFETY: zeroed statvfs buffer filled by statvfs.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid path and out-pointer.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(u64::from(st.f_bavail).saturating_mul(u64::from(st.f_frsize)))
+}
+
 /// Remove the shared-memory object `name` (ignores "does not exist").
 pub fn unlink(name: &str) {
     if let Ok(c) = CString::new(name) {
