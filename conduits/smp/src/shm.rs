@@ -181,6 +181,7 @@ pub(crate) fn shm_free_bytes() -> Option<u64> {
     if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
         return None;
     }
+    #[allow(clippy::useless_conversion)] // the field types differ between targets
     Some(u64::from(st.f_bavail).saturating_mul(u64::from(st.f_frsize)))
 }
 
