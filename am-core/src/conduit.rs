@@ -110,9 +110,10 @@ pub trait Conduit: Send + Sync + 'static {
     /// Try to send one message. `Ok(false)` means no buffer space right now: the core polls and
     /// retries. The payload is consumed (copied or written to the target) before this returns.
     fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool>;
-    /// Deliver arrived messages to `sink`, replies only when `replies_only`. Returns how many
-    /// were delivered.
-    fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>)) -> Result<usize>;
+    /// Deliver arrived messages to `sink`, replies only when `replies_only`. `sink` returns
+    /// false to end the call early (a waiter whose condition now holds): the conduit then
+    /// delivers nothing more in this call. Returns how many were delivered.
+    fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize>;
     /// Native one-sided access: the base address of `rank`'s segment mapped into this process,
     /// when the conduit can do that (shared memory). `None` selects the AM-based reference path.
     fn peer_segment(&self, _rank: Rank) -> Option<*mut u8> {

@@ -687,20 +687,38 @@ impl Endpoint {
     }
 
     pub(crate) fn poll_inner(&self, replies_only: bool) -> Result<usize> {
+        self.poll_until(replies_only, None).map(|(n, _)| n)
+    }
+
+    /// Poll once. With `cond`, stop delivering as soon as it holds after a handler ran (a
+    /// waiter has what it waits for); returns whether it did.
+    fn poll_until(
+        &self,
+        replies_only: bool,
+        mut cond: Option<&mut dyn FnMut() -> bool>,
+    ) -> Result<(usize, bool)> {
         let inner = &*self.inner;
         let Some(att) = inner.attached.get() else {
             return Err(Error::NotAttached { op: "poll" });
         };
         let block = self.stats_block();
         block.add(Ctr::Polls, 1);
+        let mut met = false;
         let n = inner.conduit.poll(replies_only, &mut |m: &InMsg<'_>| {
             self.count_received(block, m);
             self.dispatch(att, m);
+            match cond.as_mut() {
+                Some(c) => {
+                    met = c();
+                    !met
+                }
+                None => true,
+            }
         })?;
         if let Some(code) = inner.conduit.exit_requested() {
             self.finish(code);
         }
-        Ok(n)
+        Ok((n, met))
     }
 
     #[inline]
@@ -749,11 +767,11 @@ impl Endpoint {
             if cond() {
                 return Ok(());
             }
-            if self.poll_inner(false)? > 0 {
-                b.reset();
-                continue;
+            match self.poll_until(false, Some(&mut *cond))? {
+                (_, true) => return Ok(()),
+                (0, _) => b.snooze(),
+                _ => b.reset(),
             }
-            b.snooze();
         }
     }
 

@@ -418,22 +418,39 @@ impl SmpConduit {
         move |c| self.terminate(c)
     }
 
-    /// Deliver up to `POLL_BUDGET` messages from one ring.
+    /// Deliver up to `POLL_BUDGET` messages from one ring. Returns how many, and false when
+    /// the sink asked to stop.
     #[inline(always)]
-    fn drain(&self, src: u32, ring: &Ring, sink: &mut dyn FnMut(&InMsg<'_>)) -> usize {
+    fn drain(
+        &self,
+        src: u32,
+        ring: &Ring,
+        sink: &mut dyn FnMut(&InMsg<'_>) -> bool,
+    ) -> (usize, bool) {
+        let cap = ring.data_cap();
         let mut n = 0;
-        while n < POLL_BUDGET && ring.maybe_ready() {
-            let cap = ring.data_cap();
-            if ring.try_pop(|p| self.deliver(src, p, cap, sink)).is_none() {
-                break;
+        while n < POLL_BUDGET {
+            match ring.try_pop(|p| self.deliver(src, p, cap, sink)) {
+                None => break,
+                Some(more) => {
+                    n += 1;
+                    if !more {
+                        return (n, false);
+                    }
+                }
             }
-            n += 1;
         }
-        n
+        (n, true)
     }
 
     #[inline(always)]
-    fn deliver(&self, src: u32, p: *const u8, cap: usize, sink: &mut dyn FnMut(&InMsg<'_>)) {
+    fn deliver(
+        &self,
+        src: u32,
+        p: *const u8,
+        cap: usize,
+        sink: &mut dyn FnMut(&InMsg<'_>) -> bool,
+    ) -> bool {
         // SAFETY: `p` is the data area of a slot this thread claimed; it holds `cap` bytes and
         // stays untouched until try_pop frees the slot after this returns.
         let d = match unsafe { wire::decode(p, cap) } {
@@ -443,12 +460,14 @@ impl SmpConduit {
                     "amnet smp rank {}: dropped a malformed message from rank {src}: {e:?}",
                     self.rank
                 );
-                return;
+                return true;
             }
         };
         let payload: &[u8] = match d.category {
             Category::Long => {
-                let Some(segs) = self.segs.get() else { return };
+                let Some(segs) = self.segs.get() else {
+                    return true;
+                };
                 let len = segs.lens[self.rank as usize];
                 let end = d.long_offset.checked_add(d.payload_len as u64);
                 if !matches!(end, Some(e) if e <= len as u64) {
@@ -456,7 +475,7 @@ impl SmpConduit {
                         "amnet smp rank {}: dropped a Long from rank {src} outside the segment",
                         self.rank
                     );
-                    return;
+                    return true;
                 }
                 // SAFETY: range checked against the local segment, mapped for the conduit's life.
                 let dst = unsafe { segs.bases[self.rank as usize].add(seg_off(d.long_offset)) };
@@ -480,7 +499,7 @@ impl SmpConduit {
             args: d.args,
             payload,
             long_offset: d.long_offset,
-        });
+        })
     }
 }
 
@@ -630,7 +649,7 @@ impl Conduit for SmpConduit {
     }
 
     #[inline]
-    fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>)) -> Result<usize> {
+    fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {
         let rings = if replies_only {
             &self.peer_rep
         } else {
@@ -638,7 +657,11 @@ impl Conduit for SmpConduit {
         };
         let mut total = 0;
         for &(src, ring) in rings.iter() {
-            total += self.drain(src, &ring, sink);
+            let (n, more) = self.drain(src, &ring, sink);
+            total += n;
+            if !more {
+                return Ok(total);
+            }
         }
         if self.self_pending.load(Ordering::Relaxed) != 0 {
             let own = if replies_only {
@@ -647,10 +670,13 @@ impl Conduit for SmpConduit {
                 &self.own[..]
             };
             for ring in own {
-                let n = self.drain(self.rank, ring, sink);
+                let (n, more) = self.drain(self.rank, ring, sink);
                 if n > 0 {
                     self.self_pending.fetch_sub(n as u64, Ordering::Relaxed);
                     total += n;
+                }
+                if !more {
+                    break;
                 }
             }
         }
