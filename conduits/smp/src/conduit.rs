@@ -482,9 +482,7 @@ impl SmpConduit {
                 if !d.inline.is_empty() {
                     // SAFETY: the inline bytes sit in the claimed slot; `dst` has room for them
                     // (checked above) and does not overlap the ring.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(d.inline.as_ptr(), dst, d.inline.len())
-                    };
+                    unsafe { wire::copy_small(d.inline.as_ptr(), dst, d.inline.len()) };
                 }
                 // SAFETY: as above.
                 unsafe { std::slice::from_raw_parts(dst, d.payload_len) }
