@@ -864,7 +864,6 @@ fn count(b: &StatBlock, base: usize, category: Category, len: usize) {
 
 /// Borrowed view of this thread's state for one endpoint.
 pub(crate) struct ThreadStateView<'a> {
-    #[allow(dead_code)]
     pub(crate) stats: &'a Arc<StatBlock>,
     pub(crate) nbi: &'a Arc<OpState>,
     pub(crate) region: &'a mut Option<Arc<OpState>>,
