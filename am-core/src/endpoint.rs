@@ -755,6 +755,10 @@ impl Endpoint {
     }
 
     /// Poll until `cond()` holds, backing off while idle (spin, then yield, then sleep).
+    ///
+    /// `cond` is checked before each poll and after every handler the poll runs, so the wait
+    /// ends the moment a handler makes it true. It must be a cheap check of state that handlers
+    /// update, and must not call amnet itself (it may run while a message is being delivered).
     pub fn wait_until(&self, mut cond: impl FnMut() -> bool) -> Result<()> {
         self.attached_for("wait_until")?;
         not_in_handler("wait_until")?;
