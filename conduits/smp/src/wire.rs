@@ -38,7 +38,7 @@ pub(crate) fn encoded_len(msg: &OutMsg<'_>, inline: bool) -> usize {
 ///   ranges do not overlap.
 #[inline(always)]
 pub(crate) unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY (all arms): every access lies within `[0, len)` of its range, per the contract.
+    // SAFETY: in every arm, every access lies within `[0, len)` of its range, per the contract.
     unsafe {
         match len {
             0 => {}
@@ -221,26 +221,20 @@ mod tests {
         assert_eq!(d.args, &[7, 8, 9]);
         assert_eq!(d.inline, &payload);
         // SAFETY: as above.
-        assert!(matches!(
-            unsafe { decode(p, 20) },
-            Err(DecodeError::PayloadOverflow(5))
-        ));
+        let short_cap = unsafe { decode(p, 20) };
+        assert!(matches!(short_cap, Err(DecodeError::PayloadOverflow(5))));
         // SAFETY: writing inside the buffer.
         unsafe { *p.add(1) = 3 };
         // SAFETY: as above.
-        assert!(matches!(
-            unsafe { decode(p, 512) },
-            Err(DecodeError::BadKind(3))
-        ));
+        let bad_kind = unsafe { decode(p, 512) };
+        assert!(matches!(bad_kind, Err(DecodeError::BadKind(3))));
         // SAFETY: as above.
         unsafe {
             *p.add(1) = 0;
             *p.add(2) = 17
         };
         // SAFETY: as above.
-        assert!(matches!(
-            unsafe { decode(p, 512) },
-            Err(DecodeError::TooManyArgs(17))
-        ));
+        let many_args = unsafe { decode(p, 512) };
+        assert!(matches!(many_args, Err(DecodeError::TooManyArgs(17))));
     }
 }
