@@ -432,7 +432,7 @@ impl Endpoint {
             });
         }
         let seg = self.inner.conduit.attach_segment(seg_len, &lens)?;
-        let peers = (0..self.size())
+        let peers: Vec<Option<SendPtr>> = (0..self.size())
             .map(|r| {
                 if self.inner.cfg.rma_native {
                     self.inner.conduit.peer_segment(r).map(SendPtr)
@@ -441,6 +441,7 @@ impl Endpoint {
                 }
             })
             .collect();
+        let native = peers.iter().any(Option::is_some);
         let att = Attached {
             handlers: table.entries,
             seg,
@@ -459,11 +460,7 @@ impl Endpoint {
                 self.size(),
                 seg_len,
                 self.max_medium(),
-                if self.inner.cfg.rma_native && self.inner.conduit.peer_segment(0).is_some() {
-                    "native"
-                } else {
-                    "am"
-                },
+                if native { "native" } else { "am" },
                 self.inner.cfg.spin
             );
         }

@@ -105,7 +105,8 @@ fn own_order(inb: &[[Ring; 4]], me: u32) -> [Ring; 4] {
 /// State shared by the ranks of a thread-mode job.
 #[derive(Debug)]
 pub struct ThreadShared {
-    pub(crate) ctl_region: Region,
+    /// Owns the control block's memory (`ctl` points into it).
+    _ctl_region: Region,
     pub(crate) ctl: Ctl,
     pub(crate) size: u32,
     pub(crate) queues: Vec<Region>,
@@ -127,7 +128,7 @@ impl ThreadShared {
             queues.push(q);
         }
         Ok(Arc::new(ThreadShared {
-            ctl_region,
+            _ctl_region: ctl_region,
             ctl,
             size,
             queues,
@@ -388,7 +389,6 @@ impl SmpConduit {
         if rank >= size {
             return Err(Error::BadRank { rank, size });
         }
-        let _ = &shared.ctl_region;
         // SAFETY: the areas were initialized in ThreadShared::new before any thread started.
         let inb = unsafe { rings(shared.queues[rank as usize].ptr(), size, false) };
         let out = (0..size as usize)

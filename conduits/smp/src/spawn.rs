@@ -4,8 +4,8 @@
 use amnet_core::launch::{supervise_with_log, JobBackend, LaunchOptions};
 use amnet_core::Result;
 
-use crate::conduit::{create_ctl, ctl_exit, ctl_name, ctl_request_exit, new_job_name};
-use crate::shm::{unlink, unlink_prefix, Region};
+use crate::conduit::{create_ctl, ctl_exit, ctl_request_exit, new_job_name};
+use crate::shm::{unlink_prefix, Region};
 
 /// A process-mode smp job on this host.
 #[derive(Debug)]
@@ -41,7 +41,7 @@ impl JobBackend for SmpJob {
         }
     }
     fn cleanup(&mut self) {
-        unlink(&ctl_name(&self.name));
+        // The control object is `/{name}-ctl`: the prefix covers it.
         unlink_prefix(&format!("{}-", self.name));
         self.ctl = None;
     }
