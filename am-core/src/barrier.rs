@@ -137,6 +137,10 @@ fn rounds(size: u32) -> usize {
 }
 
 impl Endpoint {
+    pub(crate) fn barrier_is_pending(&self) -> bool {
+        !matches!(self.barrier_lock().phase, Phase::Idle)
+    }
+
     pub(crate) fn barrier_lock(&self) -> std::sync::MutexGuard<'_, BarrierState> {
         self.inner.barrier.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -146,6 +150,12 @@ impl Endpoint {
     pub fn barrier_notify(&self, id: u32, flags: u32) -> Result<()> {
         self.attached_for("barrier_notify")?;
         not_in_handler("barrier_notify")?;
+        if let Some(why) = self.inner.layer.barrier_guard.get().and_then(|g| g()) {
+            return Err(Error::Usage {
+                op: "barrier_notify",
+                detail: why,
+            });
+        }
         let rank = self.rank();
         {
             let mut st = self.barrier_lock();

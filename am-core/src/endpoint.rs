@@ -172,6 +172,7 @@ pub(crate) struct Inner {
     pub(crate) barrier: Mutex<BarrierState>,
     stat_blocks: Mutex<Vec<Arc<StatBlock>>>,
     stats_printed: AtomicBool,
+    pub(crate) layer: crate::layer::LayerSlots,
 }
 
 /// One rank's endpoint: the whole AM API. Cheap to clone; clones share the rank, so a rank may
@@ -333,6 +334,7 @@ impl Endpoint {
             barrier: Mutex::new(BarrierState::new()),
             stat_blocks: Mutex::new(Vec::new()),
             stats_printed: AtomicBool::new(false),
+            layer: crate::layer::LayerSlots::new(),
         });
         if inner.conduit.is_process_mode() {
             install_exit_hook(&inner);
@@ -395,6 +397,7 @@ impl Endpoint {
         let mut table = handlers;
         crate::rma::register_handlers(&mut table)?;
         crate::barrier::register_handlers(&mut table)?;
+        crate::layer::register_handlers(&mut table)?;
 
         let mut blob = Vec::with_capacity(40);
         blob.extend_from_slice(&(seg_len as u64).to_le_bytes());

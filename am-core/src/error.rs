@@ -137,6 +137,24 @@ pub enum Error {
         /// What failed.
         detail: String,
     },
+    /// A library call was used in a way its rules forbid (an invalid argument or flag
+    /// combination, a call at the wrong time); `detail` says which argument and why.
+    #[error("{op}: {detail}")]
+    Usage {
+        /// The call.
+        op: &'static str,
+        /// What was wrong and how to fix it.
+        detail: String,
+    },
+    /// A watchdog found a wait that made no progress for too long; `detail` lists what was
+    /// in flight and what each operation waited for.
+    #[error("no progress for {secs} s: {detail}")]
+    Hang {
+        /// Seconds without progress.
+        secs: u64,
+        /// What was in flight.
+        detail: String,
+    },
     /// A wait exceeded its time limit.
     #[error("timed out after {secs} s waiting for {what}")]
     Timeout {

@@ -14,6 +14,7 @@ pub mod conduit;
 mod endpoint;
 mod error;
 mod handler;
+pub mod layer;
 pub mod launch;
 mod rma;
 mod stats;
