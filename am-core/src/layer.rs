@@ -7,8 +7,9 @@
 //! dropped. A layer must therefore install its handlers before any peer can send to them
 //! (for the collectives: inside the collective `coll_init`, before its agreement exchange).
 
+use std::any::Any;
 use std::ops::RangeInclusive;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use crate::conduit::{Category, OutMsg, MAX_ARGS};
 use crate::endpoint::{current_handler, not_in_handler};
@@ -27,6 +28,7 @@ pub type BarrierGuard = dyn Fn() -> Option<String> + Send + Sync;
 pub(crate) struct LayerSlots {
     handlers: Vec<OnceLock<Box<HandlerFn>>>,
     pub(crate) barrier_guard: OnceLock<Box<BarrierGuard>>,
+    state: OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
 impl LayerSlots {
@@ -34,6 +36,7 @@ impl LayerSlots {
         LayerSlots {
             handlers: (0..N_LAYER).map(|_| OnceLock::new()).collect(),
             barrier_guard: OnceLock::new(),
+            state: OnceLock::new(),
         }
     }
 }
@@ -135,6 +138,12 @@ impl Endpoint {
                 op: "set_barrier_guard",
                 detail: "a barrier guard is already installed".into(),
             })
+    }
+
+    /// The per-endpoint state slot of the library layer (set once; shared by every thread and
+    /// clone of this endpoint).
+    pub fn layer_state(&self) -> &OnceLock<Arc<dyn Any + Send + Sync>> {
+        &self.inner.layer.state
     }
 
     /// The handler running on the calling thread, if any.

@@ -1,1 +1,30 @@
-//! amnet collectives, teams and algorithm selection (filled in by the collectives work).
+//! amnet collectives: broadcast, scatter, gather, gather_all, exchange, reduce, reduce_to_all
+//! and (exclusive) prefix reductions, with the nine UPC-style synchronization modes of
+//! `amnet-sync-modes`, single- and multiple-address ("m") forms, variable-contribution ("v")
+//! forms, in-place forms, images (several language threads per rank), aggregation, and a
+//! registered function table with built-in reductions.
+//!
+//! ```no_run
+//! use amnet_coll::{flags, Addr, Coll, RedOp, Team};
+//! # fn main() -> amnet_core::Result<()> {
+//! # let ep: amnet_core::Endpoint = unimplemented!();
+//! let coll = Coll::init(&ep, None, 0, &[])?;
+//! // Rank 0's 8 bytes at segment offset 0 go to offset 64 of every rank's segment.
+//! coll.broadcast(Team::WORLD, Addr::seg(64), 0, Addr::seg(0), 8, flags::ALLSYNC | flags::SINGLE)?;
+//! let total = coll.reduce_to_all_typed(RedOp::Sum, ep.rank() as u64, flags::ALLSYNC)?;
+//! # Ok(()) }
+//! ```
+//!
+//! See `spec/coll.md` for the full semantics.
+
+mod api;
+pub mod builtin;
+mod engine;
+mod plan;
+mod reduce;
+mod types;
+
+pub use amnet_sync_modes::{flags, InSync, Mode, OutSync};
+pub use api::Coll;
+pub use builtin::{Elem, ElemType, Loc, RedOp};
+pub use types::{fn_flags, Addr, CollHandle, FnEntry, Layout, ReduceFn, Team};

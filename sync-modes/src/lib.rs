@@ -381,6 +381,7 @@ impl Dissemination {
             if self.arrived & before != before {
                 break;
             }
+            #[allow(clippy::cast_possible_truncation)] // reduced modulo size, a u32
             let peer = ((u64::from(self.rank) + (1u64 << k)) % u64::from(self.size)) as u32;
             out.push((peer, k));
             self.sent += 1;
@@ -399,12 +400,15 @@ impl Dissemination {
         if !self.started {
             return None;
         }
-        (0..self.rounds).find(|&k| self.arrived & (1 << k) == 0).map(|k| {
-            let from = (u64::from(self.rank) + u64::from(self.size)
-                - (1u64 << k) % u64::from(self.size))
-                % u64::from(self.size);
-            (k, from as u32)
-        })
+        (0..self.rounds)
+            .find(|&k| self.arrived & (1 << k) == 0)
+            .map(|k| {
+                let from = (u64::from(self.rank) + u64::from(self.size)
+                    - (1u64 << k) % u64::from(self.size))
+                    % u64::from(self.size);
+                #[allow(clippy::cast_possible_truncation)] // reduced modulo size, a u32
+                (k, from as u32)
+            })
     }
 }
 
@@ -495,7 +499,8 @@ mod tests {
             seed
         };
         for size in 1..=40u32 {
-            let mut st: Vec<Dissemination> = (0..size).map(|r| Dissemination::new(r, size)).collect();
+            let mut st: Vec<Dissemination> =
+                (0..size).map(|r| Dissemination::new(r, size)).collect();
             let mut inflight: Vec<(u32, u32)> = Vec::new();
             let mut order: Vec<u32> = (0..size).collect();
             for i in (1..order.len()).rev() {
@@ -519,7 +524,10 @@ mod tests {
                 }
                 if started < size {
                     for s in &st {
-                        assert!(!s.done() || size == 1, "size {size}: done before all started");
+                        assert!(
+                            !s.done() || size == 1,
+                            "size {size}: done before all started"
+                        );
                     }
                 }
             }

@@ -1,0 +1,1277 @@
+//! The public collective API: `Coll::init`, the operations in every form, and the syncs.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use amnet_core::{Endpoint, Error, Rank, Result};
+use amnet_sync_modes::{CallShape, Mode};
+
+use crate::builtin::{self, Elem, Loc, RedOp, N_BUILTIN};
+use crate::engine::{Area, HandleRec, Shared, State};
+use crate::plan::{area_elems, Kind, Spec};
+use crate::types::{Addr, CollHandle, FnEntry, Layout, Team};
+
+/// A rank's (or, with images, an image thread's) handle on the collectives. Cheap to clone;
+/// clones share the rank's state and the calling image.
+#[derive(Clone)]
+pub struct Coll {
+    sh: Arc<Shared>,
+    image: u32,
+}
+
+impl std::fmt::Debug for Coll {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coll")
+            .field("rank", &self.sh.rank)
+            .field("image", &self.image)
+            .finish()
+    }
+}
+
+/// Which local images joined `init`, and the rank's agreement outcome once known.
+type Joined = (Vec<bool>, Option<std::result::Result<(), Error>>);
+
+/// What `layer_state` holds while and after `init` runs.
+struct InitSlot {
+    sh: Mutex<Option<Arc<Shared>>>,
+    /// Images that called init, and the outcome once the rank's agreement check ran.
+    joined: Mutex<Joined>,
+}
+
+fn usage(op: &'static str, detail: impl Into<String>) -> Error {
+    Error::Usage {
+        op,
+        detail: detail.into(),
+    }
+}
+
+fn env_secs(name: &str) -> Result<Option<Duration>> {
+    match std::env::var(name) {
+        Ok(v) if !v.is_empty() => v
+            .parse::<f64>()
+            .ok()
+            .filter(|s| *s > 0.0 && s.is_finite())
+            .map(|s| Some(Duration::from_secs_f64(s)))
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "{name}={v:?}: expected a positive number of seconds"
+                ))
+            }),
+        _ => Ok(None),
+    }
+}
+
+fn init_hash(images: &[u32], fns: &[FnEntry]) -> u32 {
+    // FNV-1a over the images and the table's size and flags.
+    let mut h: u32 = 0x811c_9dc5;
+    let mut eat = |x: u32| {
+        for b in x.to_le_bytes() {
+            h ^= u32::from(b);
+            h = h.wrapping_mul(0x0100_0193);
+        }
+    };
+    for &i in images {
+        eat(i);
+    }
+    #[allow(clippy::cast_possible_truncation)] // table sizes are small
+    eat(fns.len() as u32);
+    for f in fns {
+        eat(f.flags);
+    }
+    h
+}
+
+/// One participant's addresses as passed.
+#[derive(Clone, Copy)]
+struct Entry {
+    p: usize,
+    src: Addr,
+    dst: Addr,
+}
+
+/// The addresses of one call.
+enum Addrs<'a> {
+    One {
+        src: Addr,
+        dst: Addr,
+    },
+    Many {
+        src: AddrList<'a>,
+        dst: AddrList<'a>,
+    },
+}
+
+#[derive(Clone, Copy)]
+enum AddrList<'a> {
+    One(Addr),
+    List(&'a [Addr]),
+}
+
+struct Call<'a> {
+    op: &'static str,
+    kind: Kind,
+    root_image: Option<u32>,
+    counts: Counts<'a>,
+    red: Option<Red>,
+    addrs: Addrs<'a>,
+    flags: u32,
+    blocking: bool,
+}
+
+#[derive(Clone, Copy)]
+enum Counts<'a> {
+    Uniform(usize),
+    PerPart(&'a [usize]),
+    Matrix(&'a [usize]),
+    None,
+}
+
+#[derive(Clone, Copy)]
+struct Red {
+    es: usize,
+    n: usize,
+    src_lay: Layout,
+    dst_lay: Layout,
+    func: usize,
+    arg: u32,
+}
+
+impl Coll {
+    /// Initialize the collectives: collective, once per image thread, after attach and
+    /// before any other collective.
+    ///
+    /// `images`: images per rank (len = ranks, none zero), node-major numbering; `None` for
+    /// one image per rank (then `my_image` is ignored). With images, every image's thread
+    /// calls `init` with its own `my_image`. `fns`: the client's function table; it follows
+    /// the [`builtin`] entries, so client function `i` has index `builtin::N_BUILTIN + i`. The
+    /// images and the table's size and flags must agree on every rank.
+    pub fn init(
+        ep: &Endpoint,
+        images: Option<&[u32]>,
+        my_image: u32,
+        fns: &[FnEntry],
+    ) -> Result<Coll> {
+        const OP: &str = "coll_init";
+        if let Some(h) = ep.current_handler() {
+            return Err(Error::InHandler { op: OP, handler: h });
+        }
+        if !ep.is_attached() {
+            return Err(Error::NotAttached { op: OP });
+        }
+        let size = ep.size();
+        let images: Vec<u32> = match images {
+            None => vec![1; size as usize],
+            Some(v) => v.to_vec(),
+        };
+        if images.len() != size as usize {
+            return Err(usage(
+                OP,
+                format!(
+                    "images has {} entries; the job has {size} ranks",
+                    images.len()
+                ),
+            ));
+        }
+        if let Some(r) = images.iter().position(|&n| n == 0) {
+            return Err(usage(
+                OP,
+                format!("images[{r}] is 0; every rank hosts at least one image"),
+            ));
+        }
+        let mut img_first = vec![0u32; size as usize + 1];
+        for r in 0..size as usize {
+            img_first[r + 1] = img_first[r]
+                .checked_add(images[r])
+                .ok_or_else(|| usage(OP, "the total number of images overflows u32"))?;
+        }
+        let me = ep.rank() as usize;
+        let my_image = if images.iter().all(|&n| n == 1)
+            && images.len() == size as usize
+            && my_image == 0
+            && me != 0
+        {
+            // `None` (or one image per rank): the image is the rank.
+            img_first[me]
+        } else {
+            my_image
+        };
+        if my_image < img_first[me] || my_image >= img_first[me + 1] {
+            return Err(usage(
+                OP,
+                format!(
+                    "my_image {my_image} is not an image of rank {me} (its images are {}..{})",
+                    img_first[me],
+                    img_first[me + 1]
+                ),
+            ));
+        }
+        let mut table = builtin::builtin_table();
+        table.extend(fns.iter().cloned());
+        let slot_any = ep
+            .layer_state()
+            .get_or_init(|| {
+                Arc::new(InitSlot {
+                    sh: Mutex::new(None),
+                    joined: Mutex::new((vec![false; images[me] as usize], None)),
+                })
+            })
+            .clone();
+        let slot = slot_any
+            .downcast::<InitSlot>()
+            .map_err(|_| usage(OP, "another library layer already uses this endpoint"))?;
+        let local = (my_image - img_first[me]) as usize;
+        let sh = {
+            let mut g = slot.sh.lock().unwrap_or_else(|e| e.into_inner());
+            match &*g {
+                Some(sh) => {
+                    if sh.images != images || sh.fns.len() != table.len() {
+                        return Err(Error::Mismatch {
+                            what: "coll_init (images or function table)",
+                            detail: format!(
+                                "image {my_image} passed a different images array or function \
+                                 table than another image of rank {me}"
+                            ),
+                        });
+                    }
+                    sh.clone()
+                }
+                None => {
+                    let sh = Arc::new(Shared {
+                        ep: ep.clone(),
+                        rank: ep.rank(),
+                        size,
+                        images: images.clone(),
+                        img_first: img_first.clone(),
+                        fns: table.clone(),
+                        check: std::env::var("AMNET_COLL_CHECK").is_ok_and(|v| v == "1"),
+                        hang: env_secs("AMNET_HANG_TIMEOUT")?,
+                        st: Mutex::new(State {
+                            seq: vec![1; images[me] as usize],
+                            next_handle: 1,
+                            ..State::default()
+                        }),
+                    });
+                    sh.install()?;
+                    *g = Some(sh.clone());
+                    sh
+                }
+            }
+        };
+        // Join; the last local image runs the rank's agreement check, the others wait for it.
+        let last = {
+            let mut j = slot.joined.lock().unwrap_or_else(|e| e.into_inner());
+            if j.0.get(local).copied().unwrap_or(true) {
+                return Err(usage(
+                    OP,
+                    format!("called twice for image {my_image}; initialize the collectives once"),
+                ));
+            }
+            j.0[local] = true;
+            j.0.iter().all(|&b| b)
+        };
+        if last {
+            let h = init_hash(&images, &table);
+            let r = ep
+                .barrier_notify(h, 0)
+                .and_then(|()| ep.barrier_wait(h, 0))
+                .map_err(|e| match e {
+                    Error::BarrierMismatch { detail } => Error::Mismatch {
+                        what: "coll_init (images or function table size and flags)",
+                        detail,
+                    },
+                    e => e,
+                });
+            slot.joined.lock().unwrap_or_else(|e| e.into_inner()).1 = Some(r);
+        }
+        loop {
+            if let Some(r) = &slot.joined.lock().unwrap_or_else(|e| e.into_inner()).1 {
+                r.clone()?;
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Ok(Coll {
+            sh,
+            image: my_image,
+        })
+    }
+
+    /// The calling image.
+    pub fn my_image(&self) -> u32 {
+        self.image
+    }
+
+    /// Images in the job.
+    pub fn images(&self) -> u32 {
+        self.sh.nimages()
+    }
+
+    /// Images of each rank.
+    pub fn images_per_rank(&self) -> &[u32] {
+        &self.sh.images
+    }
+
+    /// The rank hosting `image`.
+    pub fn image_rank(&self, image: u32) -> Result<Rank> {
+        if image >= self.sh.nimages() {
+            return Err(usage(
+                "image_rank",
+                format!(
+                    "image {image} does not exist ({} images)",
+                    self.sh.nimages()
+                ),
+            ));
+        }
+        Ok(self.sh.image_rank(image))
+    }
+
+    /// The endpoint.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.sh.ep
+    }
+
+    /// Run handlers and move collectives in flight along.
+    pub fn poll(&self) -> Result<()> {
+        self.sh.ep.poll()?;
+        self.sh.advance()?;
+        Ok(())
+    }
+
+    /// A description of every collective in flight on this rank and what each waits for.
+    pub fn in_flight_report(&self) -> String {
+        self.sh.report()
+    }
+
+    // ----- initiation ------------------------------------------------------------------
+
+    fn multi_image(&self) -> bool {
+        self.sh.images.iter().any(|&n| n > 1)
+    }
+
+    fn start(&self, team: Team, c: Call<'_>) -> Result<CollHandle> {
+        let sh = &self.sh;
+        if let Some(h) = sh.ep.current_handler() {
+            return Err(Error::InHandler {
+                op: c.op,
+                handler: h,
+            });
+        }
+        if team != Team::WORLD {
+            return Err(usage(c.op, "only Team::WORLD exists"));
+        }
+        if sh.ep.barrier_pending() {
+            return Err(usage(
+                c.op,
+                "initiated between barrier_notify and the end of that barrier; collectives and \
+                 barriers may not overlap",
+            ));
+        }
+        let multi_address = matches!(c.addrs, Addrs::Many { .. });
+        let mode = Mode::parse(
+            c.flags,
+            CallShape {
+                blocking: c.blocking,
+                multi_address,
+                multi_image: self.multi_image(),
+            },
+        )
+        .map_err(|e| usage(c.op, e.to_string()))?;
+        let image_space = multi_address || mode.all_threads;
+        let np = if image_space {
+            sh.nimages() as usize
+        } else {
+            sh.size as usize
+        };
+        let root = match c.root_image {
+            None => 0,
+            Some(r) if r >= sh.nimages() => {
+                return Err(usage(
+                    c.op,
+                    format!("root image {r} does not exist ({} images)", sh.nimages()),
+                ))
+            }
+            Some(r) if image_space => r as usize,
+            Some(r) => sh.image_rank(r) as usize,
+        };
+        let counts = match c.counts {
+            Counts::Uniform(0) => {
+                return Err(usage(
+                    c.op,
+                    "nbytes is 0; a collective moves at least one byte",
+                ))
+            }
+            Counts::Uniform(n) if c.kind == Kind::Exchange => vec![n; np * np],
+            Counts::Uniform(n) if c.kind == Kind::Broadcast => vec![n],
+            Counts::Uniform(n) => vec![n; np],
+            Counts::PerPart(v) => {
+                if v.len() != np {
+                    return Err(usage(
+                        c.op,
+                        format!(
+                            "counts has {} entries; the call has {np} participants",
+                            v.len()
+                        ),
+                    ));
+                }
+                v.to_vec()
+            }
+            Counts::Matrix(v) => {
+                if v.len() != np * np {
+                    return Err(usage(
+                        c.op,
+                        format!(
+                            "counts has {} entries; exchange_v takes {np} x {np} = {} (row = source)",
+                            v.len(),
+                            np * np
+                        ),
+                    ));
+                }
+                v.to_vec()
+            }
+            Counts::None => Vec::new(),
+        };
+        let red = c.red.unwrap_or(Red {
+            es: 0,
+            n: 0,
+            src_lay: Layout::indefinite(0),
+            dst_lay: Layout::indefinite(0),
+            func: 0,
+            arg: 0,
+        });
+        if c.red.is_some() {
+            self.check_red(c.op, &red, np)?;
+        }
+        let spec = Arc::new(Spec {
+            kind: c.kind,
+            np,
+            root,
+            counts,
+            es: red.es,
+            n: red.n,
+            src_lay: red.src_lay,
+            dst_lay: red.dst_lay,
+            func: red.func,
+            arg: red.arg,
+        });
+        let entries = self.entries(c.op, &c.addrs, &mode, image_space, np)?;
+        let mut areas = Vec::with_capacity(entries.len());
+        for e in &entries {
+            areas.push(self.resolve(c.op, &spec, &mode, *e)?);
+        }
+        // Sequence number, group, entry.
+        let mut st = sh.lock();
+        let local_img = (self.image - sh.img_first[sh.rank as usize]) as usize;
+        let seq = if mode.all_threads {
+            let s = st.seq[local_img];
+            st.seq[local_img] += 1;
+            s
+        } else {
+            let s = st.seq.iter().copied().max().unwrap_or(1);
+            st.seq.iter_mut().for_each(|x| *x = s + 1);
+            s
+        };
+        let key = if mode.all_threads {
+            self.image
+        } else {
+            u32::MAX
+        };
+        let group = *st.agg_open.get(&key).unwrap_or(&seq);
+        if mode.aggregate {
+            st.agg_open.insert(key, group);
+        } else {
+            st.agg_open.remove(&key);
+        }
+        let first_on_rank = st.ops.get(&seq).is_none_or(|o| o.spec.is_none());
+        sh.enter(&mut st, seq, group, &spec, mode, image_space, &areas);
+        let handle = if mode.aggregate {
+            None
+        } else {
+            let h = st.next_handle;
+            st.next_handle += 1;
+            st.handles.insert(
+                h,
+                HandleRec {
+                    group,
+                    thread: std::thread::current().id(),
+                },
+            );
+            if let Some(g) = st.groups.get_mut(&group) {
+                g.handles += 1;
+            }
+            st.unsynced += 1;
+            Some(h)
+        };
+        drop(st);
+        if sh.check && first_on_rank {
+            sh.send_signature(seq, &crate::engine::signature(&spec, &mode))?;
+        }
+        sh.advance()?;
+        match handle {
+            None => Ok(CollHandle::INVALID),
+            Some(h) => {
+                if self.try_finish(h)? {
+                    Ok(CollHandle::INVALID)
+                } else {
+                    Ok(CollHandle(h))
+                }
+            }
+        }
+    }
+
+    fn check_red(&self, op: &'static str, r: &Red, np: usize) -> Result<()> {
+        if r.es == 0 {
+            return Err(usage(op, "elem_size is 0"));
+        }
+        if r.n == 0 {
+            return Err(usage(
+                op,
+                "elem_count is 0; a reduction needs at least one element",
+            ));
+        }
+        let Some(_) = self.sh.fns.get(r.func) else {
+            return Err(usage(
+                op,
+                format!(
+                    "function {} is not in the table ({} entries: {} built-in, then the client's)",
+                    r.func,
+                    self.sh.fns.len(),
+                    N_BUILTIN
+                ),
+            ));
+        };
+        if r.func < N_BUILTIN {
+            let (o, t) = builtin::decode(r.func);
+            if !builtin::builtin_supported(o, t) {
+                return Err(usage(
+                    op,
+                    format!(
+                        "built-in function {} is not defined",
+                        builtin::describe(r.func).unwrap_or_default()
+                    ),
+                ));
+            }
+            let want = builtin::builtin_elem_size(o, t);
+            if r.es != want {
+                return Err(usage(
+                    op,
+                    format!(
+                        "built-in function {} works on {want}-byte elements; elem_size is {}",
+                        builtin::describe(r.func).unwrap_or_default(),
+                        r.es
+                    ),
+                ));
+            }
+        }
+        for (what, l) in [("source", r.src_lay), ("destination", r.dst_lay)] {
+            if l.blk == 0 && l.off >= np {
+                return Err(usage(
+                    op,
+                    format!(
+                        "{what} layout is indefinite on participant {} but the call has {np}",
+                        l.off
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The participants this call enters, with their addresses.
+    fn entries(
+        &self,
+        op: &'static str,
+        addrs: &Addrs<'_>,
+        mode: &Mode,
+        image_space: bool,
+        np: usize,
+    ) -> Result<Vec<Entry>> {
+        let me = self.sh.rank as usize;
+        let first = self.sh.img_first[me] as usize;
+        let count = self.sh.images[me] as usize;
+        let single = mode.addressing == amnet_sync_modes::Addressing::Single;
+        let pick = |l: AddrList<'_>, p: usize, local: usize, what: &str| -> Result<Addr> {
+            match l {
+                AddrList::One(a) => Ok(a),
+                AddrList::List(v) => {
+                    let (want, i) = if single { (np, p) } else { (count, local) };
+                    if v.len() != want {
+                        return Err(usage(
+                            op,
+                            format!(
+                                "{what} list has {} addresses; {} needs {want} ({})",
+                                v.len(),
+                                if single { "SINGLE" } else { "LOCAL" },
+                                if single {
+                                    "one per image"
+                                } else {
+                                    "one per image of this rank"
+                                }
+                            ),
+                        ));
+                    }
+                    Ok(v[i])
+                }
+            }
+        };
+        match addrs {
+            Addrs::One { src, dst } => {
+                let p = if image_space { self.image as usize } else { me };
+                Ok(vec![Entry {
+                    p,
+                    src: *src,
+                    dst: *dst,
+                }])
+            }
+            Addrs::Many { src, dst } => {
+                let ps: Vec<usize> = if mode.all_threads {
+                    vec![self.image as usize]
+                } else {
+                    (first..first + count).collect()
+                };
+                ps.into_iter()
+                    .map(|p| {
+                        Ok(Entry {
+                            p,
+                            src: pick(*src, p, p - first, "source")?,
+                            dst: pick(*dst, p, p - first, "destination")?,
+                        })
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    fn resolve(
+        &self,
+        op: &'static str,
+        spec: &Spec,
+        mode: &Mode,
+        e: Entry,
+    ) -> Result<(usize, Area, Area)> {
+        let _ = ();
+        let (src_len, dst_len) = match spec.kind {
+            Kind::Reduce | Kind::ReduceAll => (
+                area_elems(spec.src_lay, spec.n, spec.np, e.p) * spec.es,
+                if spec.has_dst(e.p) || spec.kind == Kind::ReduceAll {
+                    spec.es
+                } else {
+                    0
+                },
+            ),
+            Kind::Prefix | Kind::ExclusivePrefix => (
+                area_elems(spec.src_lay, spec.n, spec.np, e.p) * spec.es,
+                area_elems(spec.dst_lay, spec.n, spec.np, e.p) * spec.es,
+            ),
+            _ => (spec.src_len(e.p), spec.dst_len(e.p)),
+        };
+        let dst = if dst_len > 0 {
+            self.area(op, "destination", e.dst, dst_len, mode.dst_in_segment)?
+        } else {
+            Area::default()
+        };
+        let src = if src_len == 0 {
+            Area::default()
+        } else if e.src == Addr::InPlace {
+            let off = spec
+                .in_place_offset(e.p)
+                .filter(|_| dst_len > 0)
+                .ok_or_else(|| {
+                    usage(
+                        op,
+                        format!(
+                            "an in-place source for participant {} has no destination to come from",
+                            e.p
+                        ),
+                    )
+                })?;
+            if spec.kind.is_reduction() && src_len > dst_len {
+                return Err(usage(
+                    op,
+                    format!(
+                        "an in-place source needs {src_len} bytes but the destination of \
+                         participant {} holds {dst_len}",
+                        e.p
+                    ),
+                ));
+            }
+            Area {
+                ptr: dst.ptr + off,
+                len: src_len,
+            }
+        } else {
+            self.area(op, "source", e.src, src_len, mode.src_in_segment)?
+        };
+        Ok((e.p, src, dst))
+    }
+
+    fn area(
+        &self,
+        op: &'static str,
+        what: &str,
+        a: Addr,
+        len: usize,
+        in_seg: bool,
+    ) -> Result<Area> {
+        let ep = &self.sh.ep;
+        let seg_len = ep.segment_len().unwrap_or(0);
+        let base = ep.segment_ptr().map(|p| p as usize).unwrap_or(0);
+        match a {
+            Addr::Seg(off) => {
+                let end = off.checked_add(len as u64);
+                if !matches!(end, Some(e) if e <= seg_len as u64) {
+                    return Err(Error::OutOfSegment {
+                        rank: self.sh.rank,
+                        offset: off,
+                        len,
+                        seg_len,
+                    });
+                }
+                Ok(Area {
+                    ptr: base + usize::try_from(off).unwrap_or(usize::MAX),
+                    len,
+                })
+            }
+            Addr::Ptr(p) => {
+                if p == 0 {
+                    return Err(usage(op, format!("the {what} address is null")));
+                }
+                if in_seg && !(p >= base && p.checked_add(len).is_some_and(|e| e <= base + seg_len))
+                {
+                    return Err(usage(
+                        op,
+                        format!(
+                            "{what} {len} bytes at {p:#x} are not inside the segment, but the \
+                             flags assert {}_IN_SEGMENT",
+                            if what == "source" { "SRC" } else { "DST" }
+                        ),
+                    ));
+                }
+                Ok(Area { ptr: p, len })
+            }
+            Addr::InPlace => Err(usage(
+                op,
+                format!("InPlace is not a valid {what} address here"),
+            )),
+        }
+    }
+
+    // ----- syncs -----------------------------------------------------------------------
+
+    /// Complete `h` if its group is done: Ok(true) when it was (and the handle is now dead).
+    fn try_finish(&self, h: u64) -> Result<bool> {
+        let mut st = self.sh.lock();
+        let Some(rec) = st.handles.get(&h) else {
+            return Err(Error::BadHandle(
+                "unknown collective handle (already synced, or from another rank)",
+            ));
+        };
+        if rec.thread != std::thread::current().id() {
+            return Err(Error::BadHandle(
+                "a collective handle must be synced by the thread that started it",
+            ));
+        }
+        let gid = rec.group;
+        let Some(g) = st.groups.get(&gid) else {
+            return Err(Error::BadHandle("collective handle without a group"));
+        };
+        if !g.complete {
+            return Ok(false);
+        }
+        st.handles.remove(&h);
+        st.unsynced = st.unsynced.saturating_sub(1);
+        let g = st.groups.get_mut(&gid).expect("checked above");
+        g.handles = g.handles.saturating_sub(1);
+        let members = g.members.clone();
+        let last = g.handles == 0;
+        let err = members
+            .iter()
+            .find_map(|s| st.ops.get(s).and_then(|o| o.error.clone()));
+        if last {
+            st.groups.remove(&gid);
+            for s in members {
+                st.ops.remove(&s);
+            }
+        }
+        match err {
+            Some(e) => Err(e),
+            None => Ok(true),
+        }
+    }
+
+    fn rules(&self, op: &'static str) -> Result<()> {
+        if let Some(h) = self.sh.ep.current_handler() {
+            return Err(Error::InHandler { op, handler: h });
+        }
+        Ok(())
+    }
+
+    /// Non-blocking sync: Ok(true) once the collective completed to the extent its OUT mode
+    /// promises (the handle is dead then). The invalid handle syncs at once.
+    pub fn try_sync(&self, h: CollHandle) -> Result<bool> {
+        self.rules("try_sync")?;
+        if h.is_invalid() {
+            return Ok(true);
+        }
+        self.sh.ep.poll()?;
+        self.sh.advance()?;
+        self.try_finish(h.0)
+    }
+
+    fn wait(&self, op: &'static str, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
+        self.rules(op)?;
+        let mut idle = 0u32;
+        let mut last = Instant::now();
+        loop {
+            if done()? {
+                return Ok(());
+            }
+            let n = self.sh.ep.poll()?;
+            let moved = self.sh.advance()?;
+            if n > 0 || moved {
+                idle = 0;
+                last = Instant::now();
+                continue;
+            }
+            idle += 1;
+            if let Some(t) = self.sh.hang {
+                if last.elapsed() >= t {
+                    let report = self.sh.report();
+                    eprintln!("amnet watchdog (AMNET_HANG_TIMEOUT): {report}");
+                    return Err(Error::Hang {
+                        secs: t.as_secs(),
+                        detail: report,
+                    });
+                }
+            }
+            if idle < 64 {
+                std::hint::spin_loop();
+            } else if idle < 256 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(u64::from((idle - 256).min(200)) + 20));
+            }
+        }
+    }
+
+    /// Blocking sync.
+    pub fn wait_sync(&self, h: CollHandle) -> Result<()> {
+        if h.is_invalid() {
+            return self.rules("wait_sync");
+        }
+        self.wait("wait_sync", || self.try_finish(h.0))
+    }
+
+    /// Non-blocking sync of every handle: completed ones become invalid; Ok(true) when all
+    /// are.
+    pub fn try_sync_all(&self, hs: &mut [CollHandle]) -> Result<bool> {
+        self.rules("try_sync_all")?;
+        self.sh.ep.poll()?;
+        self.sh.advance()?;
+        self.finish_all(hs)
+    }
+
+    fn finish_all(&self, hs: &mut [CollHandle]) -> Result<bool> {
+        let mut all = true;
+        for h in hs.iter_mut() {
+            if h.is_invalid() {
+                continue;
+            }
+            if self.try_finish(h.0)? {
+                *h = CollHandle::INVALID;
+            } else {
+                all = false;
+            }
+        }
+        Ok(all)
+    }
+
+    /// Blocking sync of every handle (all become invalid).
+    pub fn wait_sync_all(&self, hs: &mut [CollHandle]) -> Result<()> {
+        self.wait("wait_sync_all", || self.finish_all(hs))
+    }
+
+    fn finish_some(&self, hs: &mut [CollHandle]) -> Result<bool> {
+        let mut any = false;
+        let mut live = false;
+        for h in hs.iter_mut() {
+            if h.is_invalid() {
+                continue;
+            }
+            live = true;
+            if self.try_finish(h.0)? {
+                *h = CollHandle::INVALID;
+                any = true;
+            }
+        }
+        Ok(any || !live)
+    }
+
+    /// Non-blocking sync of at least one handle: completed ones become invalid; Ok(true) when
+    /// one completed (or none was live).
+    pub fn try_sync_some(&self, hs: &mut [CollHandle]) -> Result<bool> {
+        self.rules("try_sync_some")?;
+        self.sh.ep.poll()?;
+        self.sh.advance()?;
+        self.finish_some(hs)
+    }
+
+    /// Blocking sync of at least one handle.
+    pub fn wait_sync_some(&self, hs: &mut [CollHandle]) -> Result<()> {
+        self.wait("wait_sync_some", || self.finish_some(hs))
+    }
+
+    fn run(&self, team: Team, mut c: Call<'_>, blocking: bool) -> Result<CollHandle> {
+        c.blocking = blocking;
+        let h = self.start(team, c)?;
+        if blocking {
+            self.wait_sync(h)?;
+            return Ok(CollHandle::INVALID);
+        }
+        Ok(h)
+    }
+}
+
+macro_rules! both {
+    ($(#[$doc:meta])* $nb:ident, $blk:ident, ($($a:ident : $t:ty),*), $call:expr) => {
+        impl Coll {
+            $(#[$doc])*
+            /// Non-blocking: returns a handle to sync.
+            #[allow(clippy::too_many_arguments)]
+            pub fn $nb(&self, team: Team, $($a: $t),*) -> Result<CollHandle> {
+                let c: Call<'_> = $call;
+                self.run(team, c, false)
+            }
+            $(#[$doc])*
+            /// Blocking.
+            #[allow(clippy::too_many_arguments)]
+            pub fn $blk(&self, team: Team, $($a: $t),*) -> Result<()> {
+                let c: Call<'_> = $call;
+                self.run(team, c, true).map(|_| ())
+            }
+        }
+    };
+}
+
+fn call<'a>(
+    op: &'static str,
+    kind: Kind,
+    root: Option<u32>,
+    counts: Counts<'a>,
+    addrs: Addrs<'a>,
+    flags: u32,
+) -> Call<'a> {
+    Call {
+        op,
+        kind,
+        root_image: root,
+        counts,
+        red: None,
+        addrs,
+        flags,
+        blocking: false,
+    }
+}
+
+fn one<'a>(src: Addr, dst: Addr) -> Addrs<'a> {
+    Addrs::One { src, dst }
+}
+
+fn many<'a>(src: AddrList<'a>, dst: AddrList<'a>) -> Addrs<'a> {
+    Addrs::Many { src, dst }
+}
+
+both!(
+    /// Broadcast `nbytes` from the root image's `src` to every participant's `dst`.
+    broadcast_nb, broadcast, (dst: Addr, root: u32, src: Addr, nbytes: usize, flags: u32),
+    call("broadcast", Kind::Broadcast, Some(root), Counts::Uniform(nbytes), one(src, dst), flags)
+);
+both!(
+    /// Broadcast to a list of destinations (one per image).
+    broadcastm_nb, broadcastm, (dst: &[Addr], root: u32, src: Addr, nbytes: usize, flags: u32),
+    call("broadcastm", Kind::Broadcast, Some(root), Counts::Uniform(nbytes), many(AddrList::One(src), AddrList::List(dst)), flags)
+);
+both!(
+    /// Scatter: block `i` (of `nbytes`) of the root's `src` to participant `i`'s `dst`.
+    scatter_nb, scatter, (dst: Addr, root: u32, src: Addr, nbytes: usize, flags: u32),
+    call("scatter", Kind::Scatter, Some(root), Counts::Uniform(nbytes), one(src, dst), flags)
+);
+both!(
+    /// Scatter to a list of destinations.
+    scatterm_nb, scatterm, (dst: &[Addr], root: u32, src: Addr, nbytes: usize, flags: u32),
+    call("scatterm", Kind::Scatter, Some(root), Counts::Uniform(nbytes), many(AddrList::One(src), AddrList::List(dst)), flags)
+);
+both!(
+    /// Gather: participant `i`'s `nbytes` to block `i` of the root's `dst`.
+    gather_nb, gather, (root: u32, dst: Addr, src: Addr, nbytes: usize, flags: u32),
+    call("gather", Kind::Gather, Some(root), Counts::Uniform(nbytes), one(src, dst), flags)
+);
+both!(
+    /// Gather from a list of sources.
+    gatherm_nb, gatherm, (root: u32, dst: Addr, src: &[Addr], nbytes: usize, flags: u32),
+    call("gatherm", Kind::Gather, Some(root), Counts::Uniform(nbytes), many(AddrList::List(src), AddrList::One(dst)), flags)
+);
+both!(
+    /// Gather to every participant.
+    gather_all_nb, gather_all, (dst: Addr, src: Addr, nbytes: usize, flags: u32),
+    call("gather_all", Kind::GatherAll, None, Counts::Uniform(nbytes), one(src, dst), flags)
+);
+both!(
+    /// Gather to every participant, with address lists.
+    gather_allm_nb, gather_allm, (dst: &[Addr], src: &[Addr], nbytes: usize, flags: u32),
+    call("gather_allm", Kind::GatherAll, None, Counts::Uniform(nbytes), many(AddrList::List(src), AddrList::List(dst)), flags)
+);
+both!(
+    /// All-to-all: block `j` of participant `i`'s `src` to block `i` of participant `j`'s `dst`.
+    exchange_nb, exchange, (dst: Addr, src: Addr, nbytes: usize, flags: u32),
+    call("exchange", Kind::Exchange, None, Counts::Uniform(nbytes), one(src, dst), flags)
+);
+both!(
+    /// All-to-all with address lists.
+    exchangem_nb, exchangem, (dst: &[Addr], src: &[Addr], nbytes: usize, flags: u32),
+    call("exchangem", Kind::Exchange, None, Counts::Uniform(nbytes), many(AddrList::List(src), AddrList::List(dst)), flags)
+);
+both!(
+    /// Scatter with `counts[i]` bytes for participant `i` (blocks packed in order in `src`).
+    scatter_v_nb, scatter_v, (dst: Addr, root: u32, src: Addr, counts: &[usize], flags: u32),
+    call("scatter_v", Kind::Scatter, Some(root), Counts::PerPart(counts), one(src, dst), flags)
+);
+both!(
+    /// scatter_v with address lists.
+    scatter_vm_nb, scatter_vm, (dst: &[Addr], root: u32, src: Addr, counts: &[usize], flags: u32),
+    call("scatter_vm", Kind::Scatter, Some(root), Counts::PerPart(counts), many(AddrList::One(src), AddrList::List(dst)), flags)
+);
+both!(
+    /// Gather `counts[i]` bytes from participant `i` (packed in order in the root's `dst`).
+    gather_v_nb, gather_v, (root: u32, dst: Addr, src: Addr, counts: &[usize], flags: u32),
+    call("gather_v", Kind::Gather, Some(root), Counts::PerPart(counts), one(src, dst), flags)
+);
+both!(
+    /// gather_v with address lists.
+    gather_vm_nb, gather_vm, (root: u32, dst: Addr, src: &[Addr], counts: &[usize], flags: u32),
+    call("gather_vm", Kind::Gather, Some(root), Counts::PerPart(counts), many(AddrList::List(src), AddrList::One(dst)), flags)
+);
+both!(
+    /// gather_all with `counts[i]` bytes from participant `i`.
+    gather_all_v_nb, gather_all_v, (dst: Addr, src: Addr, counts: &[usize], flags: u32),
+    call("gather_all_v", Kind::GatherAll, None, Counts::PerPart(counts), one(src, dst), flags)
+);
+both!(
+    /// gather_all_v with address lists.
+    gather_all_vm_nb, gather_all_vm, (dst: &[Addr], src: &[Addr], counts: &[usize], flags: u32),
+    call("gather_all_vm", Kind::GatherAll, None, Counts::PerPart(counts), many(AddrList::List(src), AddrList::List(dst)), flags)
+);
+both!(
+    /// All-to-all with `counts[i * P + j]` bytes from participant `i` to `j` (P participants;
+    /// each source packs its blocks in destination order, each destination in source order).
+    exchange_v_nb, exchange_v, (dst: Addr, src: Addr, counts: &[usize], flags: u32),
+    call("exchange_v", Kind::Exchange, None, Counts::Matrix(counts), one(src, dst), flags)
+);
+both!(
+    /// exchange_v with address lists.
+    exchange_vm_nb, exchange_vm, (dst: &[Addr], src: &[Addr], counts: &[usize], flags: u32),
+    call("exchange_vm", Kind::Exchange, None, Counts::Matrix(counts), many(AddrList::List(src), AddrList::List(dst)), flags)
+);
+
+fn red_call<'a>(
+    op: &'static str,
+    kind: Kind,
+    root: Option<u32>,
+    addrs: Addrs<'a>,
+    r: Red,
+    flags: u32,
+) -> Call<'a> {
+    Call {
+        op,
+        kind,
+        root_image: root,
+        counts: Counts::None,
+        red: Some(r),
+        addrs,
+        flags,
+        blocking: false,
+    }
+}
+
+fn red(es: usize, n: usize, src_lay: Layout, dst_lay: Layout, func: usize, arg: u32) -> Red {
+    Red {
+        es,
+        n,
+        src_lay,
+        dst_lay,
+        func,
+        arg,
+    }
+}
+
+both!(
+    /// Reduce the `elem_count` elements of the distributed array (`src`, `src_lay`) with
+    /// function `func` to one element at the root image's `dst`.
+    reduce_nb, reduce, (root: u32, dst: Addr, src: Addr, src_lay: Layout, elem_size: usize, elem_count: usize, func: usize, arg: u32, flags: u32),
+    red_call("reduce", Kind::Reduce, Some(root), one(src, dst), red(elem_size, elem_count, src_lay, src_lay, func, arg), flags)
+);
+both!(
+    /// reduce with a list of sources.
+    reducem_nb, reducem, (root: u32, dst: Addr, src: &[Addr], src_lay: Layout, elem_size: usize, elem_count: usize, func: usize, arg: u32, flags: u32),
+    red_call("reducem", Kind::Reduce, Some(root), many(AddrList::List(src), AddrList::One(dst)), red(elem_size, elem_count, src_lay, src_lay, func, arg), flags)
+);
+both!(
+    /// Reduce to one element at every participant's `dst`.
+    reduce_to_all_nb, reduce_to_all, (dst: Addr, src: Addr, src_lay: Layout, elem_size: usize, elem_count: usize, func: usize, arg: u32, flags: u32),
+    red_call("reduce_to_all", Kind::ReduceAll, None, one(src, dst), red(elem_size, elem_count, src_lay, src_lay, func, arg), flags)
+);
+both!(
+    /// reduce_to_all with address lists.
+    reduce_to_allm_nb, reduce_to_allm, (dst: &[Addr], src: &[Addr], src_lay: Layout, elem_size: usize, elem_count: usize, func: usize, arg: u32, flags: u32),
+    red_call("reduce_to_allm", Kind::ReduceAll, None, many(AddrList::List(src), AddrList::List(dst)), red(elem_size, elem_count, src_lay, src_lay, func, arg), flags)
+);
+both!(
+    /// Inclusive prefix reduction: element `k` of the destination array (`dst`, `dst_lay`)
+    /// gets the combination of source elements `0..=k` (`src`, `src_lay`; the layouts may
+    /// differ).
+    prefix_reduce_nb, prefix_reduce, (dst: Addr, dst_lay: Layout, src: Addr, src_lay: Layout, elem_size: usize, elem_count: usize, func: usize, arg: u32, flags: u32),
+    red_call("prefix_reduce", Kind::Prefix, None, one(src, dst), red(elem_size, elem_count, src_lay, dst_lay, func, arg), flags)
+);
+both!(
+    /// prefix_reduce with address lists.
+    prefix_reducem_nb, prefix_reducem, (dst: &[Addr], dst_lay: Layout, src: &[Addr], src_lay: Layout, elem_size: usize, elem_count: usize, func: usize, arg: u32, flags: u32),
+    red_call("prefix_reducem", Kind::Prefix, None, many(AddrList::List(src), AddrList::List(dst)), red(elem_size, elem_count, src_lay, dst_lay, func, arg), flags)
+);
+both!(
+    /// Exclusive prefix reduction: element `k > 0` gets source elements `0..k`; element 0 is
+    /// left unchanged.
+    exclusive_prefix_reduce_nb, exclusive_prefix_reduce, (dst: Addr, dst_lay: Layout, src: Addr, src_lay: Layout, elem_size: usize, elem_count: usize, func: usize, arg: u32, flags: u32),
+    red_call("exclusive_prefix_reduce", Kind::ExclusivePrefix, None, one(src, dst), red(elem_size, elem_count, src_lay, dst_lay, func, arg), flags)
+);
+both!(
+    /// exclusive_prefix_reduce with address lists.
+    exclusive_prefix_reducem_nb, exclusive_prefix_reducem, (dst: &[Addr], dst_lay: Layout, src: &[Addr], src_lay: Layout, elem_size: usize, elem_count: usize, func: usize, arg: u32, flags: u32),
+    red_call("exclusive_prefix_reducem", Kind::ExclusivePrefix, None, many(AddrList::List(src), AddrList::List(dst)), red(elem_size, elem_count, src_lay, dst_lay, func, arg), flags)
+);
+
+// ----- typed API ---------------------------------------------------------------------------
+
+impl Coll {
+    /// Flags for the typed calls: the caller's IN/OUT bits, LOCAL addressing, and
+    /// ALL_THREADS when ranks host several images (then every image's thread calls).
+    fn typed_flags(&self, sync: u32) -> u32 {
+        use amnet_sync_modes::flags::*;
+        let mut f = sync | LOCAL;
+        if self.multi_image() {
+            f |= ALL_THREADS;
+        }
+        f
+    }
+
+    fn typed<T: Copy>(
+        &self,
+        kind: Kind,
+        op: RedOp,
+        ty: crate::builtin::ElemType,
+        root: Option<u32>,
+        value: T,
+        sync: u32,
+    ) -> Result<T> {
+        let func = builtin::builtin_index(op, ty);
+        let es = std::mem::size_of::<T>();
+        let flags = self.typed_flags(sync);
+        let np = if self.multi_image() {
+            self.sh.nimages() as usize
+        } else {
+            self.sh.size as usize
+        };
+        let _ = np;
+        let mut src = value;
+        let mut dst = value;
+        // SAFETY: both live on this stack frame for the whole blocking call, which returns
+        // only once the collective completed on this rank (so nothing writes them later).
+        let (s, d) = unsafe {
+            (
+                Addr::ptr((&mut src as *mut T).cast()),
+                Addr::ptr((&mut dst as *mut T).cast()),
+            )
+        };
+        let lay = Layout::block_cyclic(1, 0);
+        let r = red(es, np, lay, lay, func, 0);
+        let c = red_call(kind.name(), kind, root, one(s, d), r, flags);
+        self.run(Team::WORLD, c, true)?;
+        Ok(dst)
+    }
+
+    /// Every participant contributes `value`; every participant gets the reduction (in
+    /// participant order).
+    pub fn reduce_to_all_typed<T: Elem>(&self, op: RedOp, value: T, sync: u32) -> Result<T> {
+        self.check_typed::<T>(op)?;
+        self.typed(Kind::ReduceAll, op, T::TYPE, None, value, sync)
+    }
+
+    /// Every participant contributes `value`; the root image gets the reduction (`Some` on
+    /// the root's caller only).
+    pub fn reduce_typed<T: Elem>(
+        &self,
+        root: u32,
+        op: RedOp,
+        value: T,
+        sync: u32,
+    ) -> Result<Option<T>> {
+        self.check_typed::<T>(op)?;
+        let v = self.typed(Kind::Reduce, op, T::TYPE, Some(root), value, sync)?;
+        let mine = if self.multi_image() {
+            root == self.image
+        } else {
+            self.image_rank(root)? == self.sh.rank
+        };
+        Ok(mine.then_some(v))
+    }
+
+    /// Inclusive (or exclusive) scan of one value per participant; the exclusive scan gives
+    /// participant 0 its own value back.
+    pub fn prefix_reduce_typed<T: Elem>(
+        &self,
+        op: RedOp,
+        value: T,
+        exclusive: bool,
+        sync: u32,
+    ) -> Result<T> {
+        self.check_typed::<T>(op)?;
+        let k = if exclusive {
+            Kind::ExclusivePrefix
+        } else {
+            Kind::Prefix
+        };
+        self.typed(k, op, T::TYPE, None, value, sync)
+    }
+
+    /// MINLOC/MAXLOC to every participant: the extreme value and, on ties, the smallest
+    /// `loc`.
+    pub fn reduce_to_all_loc<T: Elem>(
+        &self,
+        op: RedOp,
+        value: T,
+        loc: u64,
+        sync: u32,
+    ) -> Result<Loc<T>> {
+        if !matches!(op, RedOp::MinLoc | RedOp::MaxLoc) {
+            return Err(usage(
+                "reduce_to_all_loc",
+                format!("{op:?} is not MinLoc or MaxLoc"),
+            ));
+        }
+        self.typed(Kind::ReduceAll, op, T::TYPE, None, Loc { value, loc }, sync)
+    }
+
+    fn check_typed<T: Elem>(&self, op: RedOp) -> Result<()> {
+        if matches!(op, RedOp::MinLoc | RedOp::MaxLoc) {
+            return Err(usage(
+                "typed reduction",
+                "use reduce_to_all_loc for MinLoc and MaxLoc",
+            ));
+        }
+        if !builtin::builtin_supported(op, T::TYPE) {
+            return Err(usage(
+                "typed reduction",
+                format!("{op:?} is not defined for {:?}", T::TYPE),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,965 @@
+//! The collective engine: per-rank state of every collective in flight, the handlers that
+//! receive data and signals, and the progress function that moves each collective along.
+//!
+//! See `README.md` next to this file for the protocol. In short: every collective has a
+//! sequence number (all ranks initiate in the same order, so numbers agree); data travels
+//! as Medium requests tagged with it and is written into a destination only once its
+//! participant has entered and issued its own sends; earlier data waits in a buffer. The
+//! IN_ALLSYNC and OUT_ALLSYNC signals are dissemination rounds per aggregate ("group").
+//! Handlers only record what arrived: every send, every reduction callback and every copy out
+//! of a source runs in [`Shared::advance`], on an application thread.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use amnet_core::{Endpoint, Error, Rank, Result, Token};
+use amnet_sync_modes::{Dissemination, Merged, Mode};
+
+use crate::plan::Spec;
+use crate::types::FnEntry;
+
+/// Layer handler: data for a participant's destination.
+pub(crate) const H_DATA: u8 = 40;
+/// Layer handler: a packed stream of reduction operands or partial results.
+pub(crate) const H_STAGE: u8 = 41;
+/// Layer handler: an entry or exit signal of a group.
+pub(crate) const H_SIG: u8 = 42;
+/// Layer handler: a call's signature (checked mode).
+pub(crate) const H_CHECK: u8 = 43;
+
+const SIG_ENTRY: u32 = 0;
+const SIG_EXIT: u32 = 1;
+
+fn lo(v: u64) -> u32 {
+    (v & 0xffff_ffff) as u32
+}
+fn hi(v: u64) -> u32 {
+    (v >> 32) as u32
+}
+fn join(l: u32, h: u32) -> u64 {
+    u64::from(l) | (u64::from(h) << 32)
+}
+
+/// A resolved local area: a pointer into this process and its length.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Area {
+    pub(crate) ptr: usize,
+    pub(crate) len: usize,
+}
+
+/// One local participant of a collective.
+#[derive(Debug, Default)]
+pub(crate) struct Part {
+    pub(crate) entered: bool,
+    pub(crate) src: Area,
+    pub(crate) dst: Area,
+    /// Its sends are issued (its source was read).
+    pushed: bool,
+    /// A thread is issuing its sends.
+    pushing: bool,
+    /// Its destination may be written.
+    open: bool,
+    got: usize,
+    want: usize,
+}
+
+/// One collective in flight on this rank.
+pub(crate) struct Op {
+    pub(crate) seq: u64,
+    pub(crate) group: u64,
+    pub(crate) spec: Option<Arc<Spec>>,
+    pub(crate) mode: Option<Mode>,
+    /// The first participant this rank hosts, and the local participants.
+    pub(crate) first: usize,
+    /// Participants are images (else ranks).
+    pub(crate) image_space: bool,
+    pub(crate) parts: Vec<Part>,
+    /// Data that arrived for a participant whose destination is not open yet.
+    early: Vec<(usize, usize, Vec<u8>)>,
+    /// Reductions: phase -> source rank -> packed stream.
+    pub(crate) stage: [Vec<Vec<u8>>; 2],
+    pub(crate) stage_got: [usize; 2],
+    /// Reductions: 0 = operands not sent, 1 = phase-0 sent, 2 = phase-1 sent, 3 = done.
+    pub(crate) rphase: u8,
+    /// Prefix reductions: the operands of this rank's destination runs, kept between steps.
+    pub(crate) xs: Vec<Vec<u8>>,
+    working: bool,
+    /// Checked mode: signatures per rank.
+    sigs: Vec<Option<Vec<u8>>>,
+    pub(crate) checked_ok: bool,
+    pub(crate) local_done: bool,
+    pub(crate) error: Option<Error>,
+}
+
+impl Op {
+    fn new(seq: u64, size: usize) -> Op {
+        Op {
+            seq,
+            group: 0,
+            spec: None,
+            mode: None,
+            first: 0,
+            image_space: false,
+            parts: Vec::new(),
+            early: Vec::new(),
+            stage: [vec![Vec::new(); size], vec![Vec::new(); size]],
+            stage_got: [0, 0],
+            rphase: 0,
+            xs: Vec::new(),
+            working: false,
+            sigs: vec![None; size],
+            checked_ok: false,
+            local_done: false,
+            error: None,
+        }
+    }
+
+    fn all_entered(&self) -> bool {
+        self.spec.is_some() && self.parts.iter().all(|p| p.entered)
+    }
+}
+
+/// An aggregate (a single collective is a group of one).
+pub(crate) struct Group {
+    pub(crate) members: Vec<u64>,
+    pub(crate) closed: bool,
+    merged: Merged,
+    entry: Dissemination,
+    exit: Dissemination,
+    pub(crate) complete: bool,
+    pub(crate) handles: usize,
+    pub(crate) started: Instant,
+}
+
+impl Group {
+    fn new(rank: u32, size: u32) -> Group {
+        Group {
+            members: Vec::new(),
+            closed: false,
+            merged: Merged::default(),
+            entry: Dissemination::new(rank, size),
+            exit: Dissemination::new(rank, size),
+            complete: false,
+            handles: 0,
+            started: Instant::now(),
+        }
+    }
+}
+
+/// A live handle.
+pub(crate) struct HandleRec {
+    pub(crate) group: u64,
+    pub(crate) thread: std::thread::ThreadId,
+}
+
+/// Everything that changes, under one lock.
+#[derive(Default)]
+pub(crate) struct State {
+    pub(crate) ops: HashMap<u64, Op>,
+    pub(crate) groups: HashMap<u64, Group>,
+    pub(crate) handles: HashMap<u64, HandleRec>,
+    pub(crate) next_handle: u64,
+    /// Open aggregate per caller (image index, or u32::MAX for a representative thread).
+    pub(crate) agg_open: HashMap<u32, u64>,
+    /// Next sequence number per local image.
+    pub(crate) seq: Vec<u64>,
+    /// Collectives started and not yet synced on this rank (barrier rule).
+    pub(crate) unsynced: usize,
+}
+
+/// Per-rank collective state, shared by every image thread of the rank.
+pub(crate) struct Shared {
+    pub(crate) ep: Endpoint,
+    pub(crate) rank: Rank,
+    pub(crate) size: u32,
+    /// Images per rank, and the first image of each rank (len size + 1).
+    pub(crate) images: Vec<u32>,
+    pub(crate) img_first: Vec<u32>,
+    pub(crate) fns: Vec<FnEntry>,
+    pub(crate) check: bool,
+    pub(crate) hang: Option<Duration>,
+    pub(crate) st: Mutex<State>,
+}
+
+/// A message to send once the lock is released.
+enum Out {
+    Stage {
+        to: Rank,
+        seq: u64,
+        phase: u32,
+        bytes: Arc<Vec<u8>>,
+    },
+    Sig {
+        to: Rank,
+        group: u64,
+        which: u32,
+        round: u32,
+    },
+}
+
+/// Work that needs the lock released.
+enum Job {
+    Push { seq: u64, idx: usize },
+    Reduce { seq: u64 },
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn nimages(&self) -> u32 {
+        self.img_first[self.size as usize]
+    }
+
+    pub(crate) fn image_rank(&self, image: u32) -> Rank {
+        // img_first is increasing; find the last rank whose first image <= image.
+        let r = self.img_first.partition_point(|&f| f <= image);
+        #[allow(clippy::cast_possible_truncation)] // r <= size, a u32
+        {
+            (r - 1) as Rank
+        }
+    }
+
+    /// Owner rank of participant `p` of `spec` in the participant space of `image_space`.
+    pub(crate) fn owner(&self, image_space: bool, p: usize) -> Rank {
+        if image_space {
+            #[allow(clippy::cast_possible_truncation)] // p < nimages, a u32
+            self.image_rank(p as u32)
+        } else {
+            #[allow(clippy::cast_possible_truncation)] // p < size
+            {
+                p as Rank
+            }
+        }
+    }
+
+    pub(crate) fn install(self: &Arc<Self>) -> Result<()> {
+        for (h, f) in [
+            (
+                H_DATA,
+                on_data as fn(&Shared, &mut Token<'_>, &[u32], &[u8]),
+            ),
+            (H_STAGE, on_stage),
+            (H_SIG, on_sig),
+            (H_CHECK, on_check),
+        ] {
+            let me = Arc::downgrade(self);
+            self.ep
+                .install_layer_handler(h, move |tok, args, payload| {
+                    if let Some(s) = me.upgrade() {
+                        f(&s, tok, args, payload);
+                    }
+                })?;
+        }
+        let me = Arc::downgrade(self);
+        self.ep.set_barrier_guard(Box::new(move || {
+            let s = me.upgrade()?;
+            let st = s.lock();
+            if st.unsynced > 0 || !st.agg_open.is_empty() {
+                Some(format!(
+                    "{} collective(s) are in flight on rank {} (initiated and not synced{}); \
+                     sync every collective before a barrier",
+                    st.unsynced,
+                    s.rank,
+                    if st.agg_open.is_empty() {
+                        ""
+                    } else {
+                        ", or an aggregate left open"
+                    }
+                ))
+            } else {
+                None
+            }
+        }))
+    }
+
+    /// Record an entry (see `api`): creates the op and its group on first sight.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn enter(
+        &self,
+        st: &mut State,
+        seq: u64,
+        group: u64,
+        spec: &Arc<Spec>,
+        mode: Mode,
+        image_space: bool,
+        entries: &[(usize, crate::engine::Area, crate::engine::Area)],
+    ) {
+        let size = self.size as usize;
+        let op = st.ops.entry(seq).or_insert_with(|| Op::new(seq, size));
+        if op.spec.is_none() {
+            op.spec = Some(spec.clone());
+            op.mode = Some(mode);
+            op.group = group;
+            let (first, count) = if image_space {
+                (
+                    self.img_first[self.rank as usize] as usize,
+                    self.images[self.rank as usize] as usize,
+                )
+            } else {
+                (self.rank as usize, 1)
+            };
+            op.first = first;
+            op.image_space = image_space;
+            op.parts = (0..count)
+                .map(|i| Part {
+                    want: spec.incoming(first + i),
+                    ..Part::default()
+                })
+                .collect();
+            if self.check {
+                let sig = signature(spec, &mode);
+                op.sigs[self.rank as usize] = Some(sig);
+            } else {
+                op.checked_ok = true;
+            }
+        }
+        for &(p, src, dst) in entries {
+            let i = p - op.first;
+            let part = &mut op.parts[i];
+            part.entered = true;
+            part.src = src;
+            part.dst = dst;
+        }
+        let g = st
+            .groups
+            .entry(group)
+            .or_insert_with(|| Group::new(self.rank, self.size));
+        if !g.members.contains(&seq) {
+            g.members.push(seq);
+            g.merged = Merged {
+                entry: g.merged.entry || mode.needs_entry_signal(),
+                exit: g.merged.exit || mode.needs_exit_signal(),
+            };
+        }
+        if !mode.aggregate {
+            g.closed = true;
+        }
+    }
+
+    /// Move every collective along as far as it can go without waiting. Returns whether
+    /// anything happened.
+    pub(crate) fn advance(&self) -> Result<bool> {
+        let mut any = false;
+        loop {
+            let (outs, jobs) = {
+                let mut st = self.lock();
+                self.collect(&mut st)
+            };
+            if outs.is_empty() && jobs.is_empty() {
+                return Ok(any);
+            }
+            any = true;
+            self.send_all(outs)?;
+            for j in jobs {
+                match j {
+                    Job::Push { seq, idx } => self.push(seq, idx)?,
+                    Job::Reduce { seq } => self.reduce_step(seq)?,
+                }
+            }
+        }
+    }
+
+    fn send_all(&self, outs: Vec<Out>) -> Result<()> {
+        for o in outs {
+            match o {
+                Out::Sig {
+                    to,
+                    group,
+                    which,
+                    round,
+                } => {
+                    let args = [lo(group), hi(group), which, round];
+                    if to == self.rank {
+                        self.sig_arrived(group, which, round);
+                    } else {
+                        self.ep.layer_request(to, H_SIG, &args, &[])?;
+                    }
+                }
+                Out::Stage {
+                    to,
+                    seq,
+                    phase,
+                    bytes,
+                } => self.send_stage(to, seq, phase, &bytes)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn chunk(&self) -> usize {
+        self.ep.max_medium().max(64)
+    }
+
+    fn send_data(
+        &self,
+        to: Rank,
+        seq: u64,
+        part: usize,
+        off: usize,
+        src: usize,
+        len: usize,
+    ) -> Result<()> {
+        // SAFETY: `src` was resolved from the caller's address for this participant and
+        // checked to hold the source area (see `api::resolve`); the bulk contract keeps it
+        // valid and untouched until the collective is synced, which cannot happen before
+        // this send returns.
+        let bytes = unsafe { std::slice::from_raw_parts(src as *const u8, len) };
+        if to == self.rank {
+            self.deliver(seq, part, off, bytes);
+            return Ok(());
+        }
+        let chunk = self.chunk();
+        let mut done = 0;
+        loop {
+            let n = chunk.min(len - done);
+            let o = (off + done) as u64;
+            #[allow(clippy::cast_possible_truncation)] // participants fit in u32
+            let args = [lo(seq), hi(seq), part as u32, lo(o), hi(o)];
+            self.ep
+                .layer_request(to, H_DATA, &args, &bytes[done..done + n])?;
+            done += n;
+            if done >= len {
+                return Ok(());
+            }
+        }
+    }
+
+    fn send_stage(&self, to: Rank, seq: u64, phase: u32, bytes: &[u8]) -> Result<()> {
+        if bytes.is_empty() {
+            // Receivers count bytes, and know how many each rank sends.
+            return Ok(());
+        }
+        if to == self.rank {
+            self.stage_arrived(self.rank, seq, phase, 0, bytes);
+            return Ok(());
+        }
+        let chunk = self.chunk();
+        let mut done = 0;
+        loop {
+            let n = chunk.min(bytes.len() - done);
+            let o = done as u64;
+            let args = [lo(seq), hi(seq), phase, lo(o), hi(o)];
+            self.ep
+                .layer_request(to, H_STAGE, &args, &bytes[done..done + n])?;
+            done += n;
+            if done >= bytes.len() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Data for local participant `part` at `off` of its destination.
+    pub(crate) fn deliver(&self, seq: u64, part: usize, off: usize, bytes: &[u8]) {
+        let mut st = self.lock();
+        let size = self.size as usize;
+        let op = st.ops.entry(seq).or_insert_with(|| Op::new(seq, size));
+        let idx = part.checked_sub(op.first);
+        let open = op.spec.is_some() && idx.is_some_and(|i| i < op.parts.len() && op.parts[i].open);
+        if !open {
+            op.early.push((part, off, bytes.to_vec()));
+            return;
+        }
+        let i = idx.unwrap_or(0);
+        write_into(op, i, off, bytes);
+    }
+
+    fn stage_arrived(&self, src: Rank, seq: u64, phase: u32, off: usize, bytes: &[u8]) {
+        let mut st = self.lock();
+        let size = self.size as usize;
+        let op = st.ops.entry(seq).or_insert_with(|| Op::new(seq, size));
+        let ph = (phase & 1) as usize;
+        let buf = &mut op.stage[ph][src as usize];
+        if buf.len() < off + bytes.len() {
+            buf.resize(off + bytes.len(), 0);
+        }
+        buf[off..off + bytes.len()].copy_from_slice(bytes);
+        op.stage_got[ph] += bytes.len();
+    }
+
+    fn sig_arrived(&self, group: u64, which: u32, round: u32) {
+        let mut st = self.lock();
+        let g = st
+            .groups
+            .entry(group)
+            .or_insert_with(|| Group::new(self.rank, self.size));
+        if which == SIG_ENTRY {
+            g.entry.arrive(round);
+        } else {
+            g.exit.arrive(round);
+        }
+    }
+
+    /// Under the lock: what can happen now.
+    fn collect(&self, st: &mut State) -> (Vec<Out>, Vec<Job>) {
+        let mut outs = Vec::new();
+        let mut jobs = Vec::new();
+        if self.check {
+            self.check_signatures(st);
+        }
+        let gids: Vec<u64> = st.groups.keys().copied().collect();
+        for gid in gids {
+            let Some(g) = st.groups.get(&gid) else {
+                continue;
+            };
+            if g.complete || g.members.is_empty() {
+                continue;
+            }
+            let members = g.members.clone();
+            let closed = g.closed;
+            let merged = g.merged;
+            // Entry signal: once the group is closed and every member fully entered.
+            let all_entered = members
+                .iter()
+                .all(|s| st.ops.get(s).is_some_and(Op::all_entered));
+            let checked = members.iter().all(|s| {
+                st.ops
+                    .get(s)
+                    .is_some_and(|o| o.checked_ok || o.error.is_some())
+            });
+            let g = st.groups.get_mut(&gid).expect("group present");
+            if merged.entry && closed && all_entered && checked && !g.entry.started() {
+                g.entry.start();
+            }
+            for (to, round) in g.entry.sends() {
+                outs.push(Out::Sig {
+                    to,
+                    group: gid,
+                    which: SIG_ENTRY,
+                    round,
+                });
+            }
+            let entry_done = !merged.entry || g.entry.done();
+            // Members: pushes, opening, reductions.
+            let mut all_local = true;
+            for &seq in &members {
+                let Some(op) = st.ops.get_mut(&seq) else {
+                    all_local = false;
+                    continue;
+                };
+                let Some(mode) = op.mode else {
+                    all_local = false;
+                    continue;
+                };
+                if op.error.is_some() {
+                    op.local_done = true;
+                    continue;
+                }
+                let may_move = op.checked_ok && (!mode.needs_entry_signal() || entry_done);
+                let spec = op.spec.clone().expect("entered op has a spec");
+                if may_move {
+                    for (i, p) in op.parts.iter_mut().enumerate() {
+                        if p.entered && !p.pushed && !p.pushing {
+                            p.pushing = true;
+                            if spec.kind.is_reduction() {
+                                // Reductions read sources in `reduce_step`; the part only
+                                // counts as pushed then.
+                                p.pushing = false;
+                                p.pushed = true;
+                                p.open = true;
+                            } else {
+                                jobs.push(Job::Push { seq, idx: i });
+                            }
+                        }
+                    }
+                    if spec.kind.is_reduction()
+                        && !op.working
+                        && op.all_entered()
+                        && op.rphase < 3
+                        && reduction_ready(op, &spec, self)
+                    {
+                        op.working = true;
+                        jobs.push(Job::Reduce { seq });
+                    }
+                }
+                if !op.local_done {
+                    let done = if spec.kind.is_reduction() {
+                        op.rphase == 3
+                    } else {
+                        op.all_entered()
+                            && op
+                                .parts
+                                .iter()
+                                .all(|p| p.pushed && p.open && p.got >= p.want)
+                    };
+                    op.local_done = done;
+                }
+                all_local &= op.local_done;
+            }
+            let g = st.groups.get_mut(&gid).expect("group present");
+            if all_local && closed {
+                if merged.exit && !g.exit.started() {
+                    g.exit.start();
+                }
+                for (to, round) in g.exit.sends() {
+                    outs.push(Out::Sig {
+                        to,
+                        group: gid,
+                        which: SIG_EXIT,
+                        round,
+                    });
+                }
+                if !merged.exit || g.exit.done() {
+                    g.complete = true;
+                }
+            }
+        }
+        (outs, jobs)
+    }
+
+    /// Issue the sends of local participant `idx` of `seq`, then open its destination.
+    fn push(&self, seq: u64, idx: usize) -> Result<()> {
+        let (spec, src, first, image_space) = {
+            let st = self.lock();
+            let Some(op) = st.ops.get(&seq) else {
+                return Ok(());
+            };
+            let Some(spec) = op.spec.clone() else {
+                return Ok(());
+            };
+            (spec, op.parts[idx].src, op.first, op.image_space)
+        };
+        let p = first + idx;
+        for t in spec.transfers_from(p) {
+            let to = self.owner(image_space, t.to);
+            self.send_data(to, seq, t.to, t.dst_off, src.ptr + t.src_off, t.len)?;
+        }
+        let mut st = self.lock();
+        if let Some(op) = st.ops.get_mut(&seq) {
+            let part = &mut op.parts[idx];
+            part.pushing = false;
+            part.pushed = true;
+            part.open = true;
+            // Apply what arrived early for this participant.
+            let early = std::mem::take(&mut op.early);
+            for (q, off, bytes) in early {
+                if q == p {
+                    write_into(op, idx, off, &bytes);
+                } else {
+                    op.early.push((q, off, bytes));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Run the next step of a reduction (outside the lock).
+    fn reduce_step(&self, seq: u64) -> Result<()> {
+        let r = crate::reduce::step(self, seq);
+        let mut st = self.lock();
+        if let Some(op) = st.ops.get_mut(&seq) {
+            op.working = false;
+            match r {
+                Ok(outs) => {
+                    drop(st);
+                    self.send_all(
+                        outs.into_iter()
+                            .map(|(to, phase, bytes)| Out::Stage {
+                                to,
+                                seq,
+                                phase,
+                                bytes,
+                            })
+                            .collect(),
+                    )?;
+                }
+                Err(e) => {
+                    op.error = Some(e);
+                    op.rphase = 3;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checked mode: a signature arrived.
+    fn check_arrived(&self, src: Rank, seq: u64, sig: &[u8]) {
+        let mut st = self.lock();
+        let size = self.size as usize;
+        let op = st.ops.entry(seq).or_insert_with(|| Op::new(seq, size));
+        op.sigs[src as usize] = Some(sig.to_vec());
+    }
+
+    /// Checked mode: compare the signatures once all arrived.
+    pub(crate) fn check_signatures(&self, st: &mut State) {
+        for op in st.ops.values_mut() {
+            if op.checked_ok || op.error.is_some() || op.spec.is_none() {
+                continue;
+            }
+            if op.sigs.iter().any(Option::is_none) {
+                continue;
+            }
+            match compare_signatures(&op.sigs) {
+                None => op.checked_ok = true,
+                Some(detail) => {
+                    op.error = Some(Error::Mismatch {
+                        what: "collective arguments (AMNET_COLL_CHECK)",
+                        detail: format!("collective #{}: {detail}", op.seq),
+                    })
+                }
+            }
+        }
+    }
+
+    /// Checked mode: the signature of a newly entered op goes to every other rank.
+    pub(crate) fn send_signature(&self, seq: u64, sig: &[u8]) -> Result<()> {
+        for r in 0..self.size {
+            if r != self.rank {
+                self.ep
+                    .layer_request(r, H_CHECK, &[lo(seq), hi(seq)], sig)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A report of everything in flight, for the watchdog.
+    pub(crate) fn report(&self) -> String {
+        let st = self.lock();
+        let mut lines = Vec::new();
+        let mut gids: Vec<&u64> = st.groups.keys().collect();
+        gids.sort();
+        for gid in gids {
+            let g = &st.groups[gid];
+            if g.complete {
+                continue;
+            }
+            let mut what = Vec::new();
+            if g.merged.entry && !g.entry.done() {
+                match g.entry.waiting_for() {
+                    Some((k, from)) => {
+                        what.push(format!("entry signal round {k} from rank {from}"))
+                    }
+                    None => what.push("every local participant to enter (entry signal)".into()),
+                }
+            }
+            for s in &g.members {
+                let Some(op) = st.ops.get(s) else { continue };
+                let name = op.spec.as_ref().map_or("?", |s| s.kind.name());
+                if !op.checked_ok && op.error.is_none() {
+                    let missing: Vec<usize> = op
+                        .sigs
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, s)| s.is_none())
+                        .map(|(r, _)| r)
+                        .collect();
+                    what.push(format!("{name} #{s}: signatures of ranks {missing:?}"));
+                }
+                for (i, p) in op.parts.iter().enumerate() {
+                    let pi = op.first + i;
+                    if !p.entered {
+                        what.push(format!("{name} #{s}: participant {pi} to enter"));
+                    } else if p.got < p.want {
+                        what.push(format!(
+                            "{name} #{s}: {} more bytes for participant {pi}",
+                            p.want - p.got
+                        ));
+                    }
+                }
+                if op.spec.as_ref().is_some_and(|s| s.kind.is_reduction()) && op.rphase < 3 {
+                    what.push(format!(
+                        "{name} #{s}: reduction step {} (operands received: {:?} bytes)",
+                        op.rphase, op.stage_got
+                    ));
+                }
+            }
+            if g.merged.exit && g.exit.started() && !g.exit.done() {
+                if let Some((k, from)) = g.exit.waiting_for() {
+                    what.push(format!("exit signal round {k} from rank {from}"));
+                }
+            }
+            lines.push(format!(
+                "  group #{gid} ({} member(s), {:.1} s old) waits for: {}",
+                g.members.len(),
+                g.started.elapsed().as_secs_f64(),
+                if what.is_empty() {
+                    "nothing (ready to complete)".to_string()
+                } else {
+                    what.join("; ")
+                }
+            ));
+        }
+        if lines.is_empty() {
+            format!("rank {}: no collectives in flight", self.rank)
+        } else {
+            format!(
+                "rank {}: collectives in flight:\n{}",
+                self.rank,
+                lines.join("\n")
+            )
+        }
+    }
+}
+
+fn write_into(op: &mut Op, i: usize, off: usize, bytes: &[u8]) {
+    let part = &mut op.parts[i];
+    let end = off.checked_add(bytes.len());
+    if !matches!(end, Some(e) if e <= part.dst.len) {
+        op.error = Some(Error::Usage {
+            op: "collective",
+            detail: format!(
+                "collective #{}: a peer sent {} bytes at offset {off} for participant {}, whose \
+                 destination holds {} bytes: the ranks disagree on the sizes (run with \
+                 AMNET_COLL_CHECK=1 to find which)",
+                op.seq,
+                bytes.len(),
+                op.first + i,
+                part.dst.len
+            ),
+        });
+        return;
+    }
+    // SAFETY: the destination area was resolved and bounds-checked at entry and stays valid
+    // and unaccessed by the client until the collective is synced (bulk contract); the range
+    // was checked just above; the bytes come from a message buffer, not the destination.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), (part.dst.ptr + off) as *mut u8, bytes.len());
+    }
+    part.got += bytes.len();
+}
+
+fn reduction_ready(op: &Op, spec: &Spec, s: &Shared) -> bool {
+    crate::reduce::ready(op, spec, s)
+}
+
+// ----- handlers ------------------------------------------------------------------------
+
+fn on_data(s: &Shared, _tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
+    let [sl, sh, part, ol, oh, ..] = *args else {
+        return;
+    };
+    s.deliver(join(sl, sh), part as usize, addr(join(ol, oh)), payload);
+}
+
+fn on_stage(s: &Shared, tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
+    let [sl, sh, phase, ol, oh, ..] = *args else {
+        return;
+    };
+    s.stage_arrived(tok.src(), join(sl, sh), phase, addr(join(ol, oh)), payload);
+}
+
+fn on_sig(s: &Shared, _tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
+    let [gl, gh, which, round, ..] = *args else {
+        return;
+    };
+    s.sig_arrived(join(gl, gh), which, round);
+}
+
+fn on_check(s: &Shared, tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
+    let [sl, sh, ..] = *args else {
+        return;
+    };
+    s.check_arrived(tok.src(), join(sl, sh), payload);
+}
+
+fn addr(v: u64) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
+}
+
+// ----- checked mode ------------------------------------------------------------------------
+
+/// The agreed arguments of a call, encoded field by field.
+pub(crate) fn signature(spec: &Spec, mode: &Mode) -> Vec<u8> {
+    let mut v = Vec::new();
+    let mut put = |x: u64| v.extend_from_slice(&x.to_le_bytes());
+    put(u64::from(spec.kind.code()));
+    put(spec.root as u64);
+    put(spec.np as u64);
+    put(u64::from(mode.agreement_bits()));
+    put(spec.es as u64);
+    put(spec.n as u64);
+    put(spec.src_lay.blk as u64);
+    put(spec.src_lay.off as u64);
+    put(spec.dst_lay.blk as u64);
+    put(spec.dst_lay.off as u64);
+    put(spec.func as u64);
+    put(u64::from(spec.arg));
+    put(spec.counts.len() as u64);
+    for &c in &spec.counts {
+        put(c as u64);
+    }
+    v
+}
+
+const FIELDS: [&str; 13] = [
+    "operation",
+    "root",
+    "participants",
+    "flags",
+    "element size",
+    "element count",
+    "source block size",
+    "source offset",
+    "destination block size",
+    "destination offset",
+    "function",
+    "function argument",
+    "sizes",
+];
+
+fn field(sig: &[u8], i: usize) -> Option<u64> {
+    sig.get(i * 8..i * 8 + 8)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+}
+
+fn show(i: usize, v: u64) -> String {
+    match i {
+        0 => [
+            "broadcast",
+            "scatter",
+            "gather",
+            "gather_all",
+            "exchange",
+            "reduce",
+            "reduce_to_all",
+            "prefix_reduce",
+            "exclusive_prefix_reduce",
+        ]
+        .get(addr(v))
+        .map_or(v.to_string(), |s| (*s).to_string()),
+        #[allow(clippy::cast_possible_truncation)] // flag words are u32
+        3 => amnet_sync_modes::names(v as u32),
+        _ => v.to_string(),
+    }
+}
+
+/// None when every rank's signature equals rank 0's; else which ranks differ in what.
+fn compare_signatures(sigs: &[Option<Vec<u8>>]) -> Option<String> {
+    let base = sigs[0].as_deref().unwrap_or(&[]);
+    let mut diffs = Vec::new();
+    for (r, s) in sigs.iter().enumerate().skip(1) {
+        let s = s.as_deref().unwrap_or(&[]);
+        if s == base {
+            continue;
+        }
+        let n = base.len().max(s.len()) / 8;
+        let mut found = false;
+        #[allow(clippy::needless_range_loop)] // i indexes two signatures and FIELDS
+        for i in 0..n.min(FIELDS.len() - 1) {
+            let (a, b) = (field(base, i), field(s, i));
+            if a != b {
+                diffs.push(format!(
+                    "rank {r} passed {} = {} but rank 0 passed {}",
+                    FIELDS[i],
+                    b.map_or("-".into(), |v| show(i, v)),
+                    a.map_or("-".into(), |v| show(i, v))
+                ));
+                found = true;
+                break;
+            }
+        }
+        if !found {
+            diffs.push(format!(
+                "rank {r} passed different {} than rank 0",
+                FIELDS[FIELDS.len() - 1]
+            ));
+        }
+    }
+    if diffs.is_empty() {
+        None
+    } else {
+        Some(diffs.join("; "))
+    }
+}

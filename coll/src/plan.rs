@@ -1,0 +1,312 @@
+//! What each collective moves, as pure functions of its single-valued arguments: the
+//! transfers of the data-movement operations and the runs of the block-cyclic layouts of the
+//! reductions. Every rank computes the same plan independently; nothing here communicates.
+
+use crate::types::Layout;
+
+/// The operation of a collective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    Broadcast,
+    Scatter,
+    Gather,
+    GatherAll,
+    Exchange,
+    Reduce,
+    ReduceAll,
+    Prefix,
+    ExclusivePrefix,
+}
+
+impl Kind {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::Broadcast => "broadcast",
+            Kind::Scatter => "scatter",
+            Kind::Gather => "gather",
+            Kind::GatherAll => "gather_all",
+            Kind::Exchange => "exchange",
+            Kind::Reduce => "reduce",
+            Kind::ReduceAll => "reduce_to_all",
+            Kind::Prefix => "prefix_reduce",
+            Kind::ExclusivePrefix => "exclusive_prefix_reduce",
+        }
+    }
+
+    pub(crate) fn code(self) -> u32 {
+        self as u32
+    }
+
+    pub(crate) fn is_reduction(self) -> bool {
+        matches!(
+            self,
+            Kind::Reduce | Kind::ReduceAll | Kind::Prefix | Kind::ExclusivePrefix
+        )
+    }
+}
+
+/// The single-valued description of one collective over `np` participants.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Spec {
+    pub(crate) kind: Kind,
+    /// Participants (ranks or images).
+    pub(crate) np: usize,
+    /// The root participant of rooted operations (0 otherwise).
+    pub(crate) root: usize,
+    /// Data movement: bytes per participant (len np), or the np x np matrix of exchange
+    /// (row = source). Empty for reductions.
+    pub(crate) counts: Vec<usize>,
+    /// Reductions: element size, element count, layouts, function, argument.
+    pub(crate) es: usize,
+    pub(crate) n: usize,
+    pub(crate) src_lay: Layout,
+    pub(crate) dst_lay: Layout,
+    pub(crate) func: usize,
+    pub(crate) arg: u32,
+}
+
+/// One block to move: from the source participant's area at `src_off` to participant `to`'s
+/// destination at `dst_off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Transfer {
+    pub(crate) to: usize,
+    pub(crate) src_off: usize,
+    pub(crate) dst_off: usize,
+    pub(crate) len: usize,
+}
+
+fn prefix(v: impl Iterator<Item = usize>) -> Vec<usize> {
+    let mut acc = 0;
+    v.map(|x| {
+        let d = acc;
+        acc += x;
+        d
+    })
+    .collect()
+}
+
+impl Spec {
+    fn c(&self, p: usize) -> usize {
+        self.counts[p]
+    }
+
+    fn m(&self, p: usize, q: usize) -> usize {
+        self.counts[p * self.np + q]
+    }
+
+    /// Bytes of participant `p`'s source area (0 where it has none).
+    pub(crate) fn src_len(&self, p: usize) -> usize {
+        match self.kind {
+            Kind::Broadcast if p == self.root => self.c(0),
+            Kind::Scatter if p == self.root => self.counts.iter().sum(),
+            Kind::Gather | Kind::GatherAll => self.c(p),
+            Kind::Exchange => (0..self.np).map(|q| self.m(p, q)).sum(),
+            _ => 0,
+        }
+    }
+
+    /// Bytes of participant `p`'s destination area (data movement).
+    pub(crate) fn dst_len(&self, p: usize) -> usize {
+        match self.kind {
+            Kind::Broadcast => self.c(0),
+            Kind::Scatter => self.c(p),
+            Kind::Gather if p == self.root => self.counts.iter().sum(),
+            Kind::Gather => 0,
+            Kind::GatherAll => self.counts.iter().sum(),
+            Kind::Exchange => (0..self.np).map(|i| self.m(i, p)).sum(),
+            _ => 0,
+        }
+    }
+
+    /// Whether participant `p` has a destination area (its address is used).
+    pub(crate) fn has_dst(&self, p: usize) -> bool {
+        match self.kind {
+            Kind::Gather | Kind::Reduce => p == self.root,
+            Kind::Prefix | Kind::ExclusivePrefix => true,
+            _ => true,
+        }
+    }
+
+    /// Where an in-place source of `p` starts inside its destination.
+    pub(crate) fn in_place_offset(&self, p: usize) -> Option<usize> {
+        match self.kind {
+            Kind::Broadcast => Some(0),
+            Kind::Gather if p == self.root => Some(prefix(self.counts.iter().copied())[p]),
+            Kind::GatherAll => Some(prefix(self.counts.iter().copied())[p]),
+            Kind::Exchange => Some(0),
+            Kind::Reduce | Kind::ReduceAll | Kind::Prefix | Kind::ExclusivePrefix => Some(0),
+            _ => None,
+        }
+    }
+
+    /// The blocks participant `p` sends (zero-length blocks left out).
+    #[allow(clippy::needless_range_loop)] // q names the destination participant
+    pub(crate) fn transfers_from(&self, p: usize) -> Vec<Transfer> {
+        let np = self.np;
+        let mut v = Vec::new();
+        let mut add = |to, src_off, dst_off, len| {
+            if len > 0 {
+                v.push(Transfer {
+                    to,
+                    src_off,
+                    dst_off,
+                    len,
+                });
+            }
+        };
+        match self.kind {
+            Kind::Broadcast if p == self.root => {
+                for q in 0..np {
+                    add(q, 0, 0, self.c(0));
+                }
+            }
+            Kind::Scatter if p == self.root => {
+                let d = prefix(self.counts.iter().copied());
+                for q in 0..np {
+                    add(q, d[q], 0, self.c(q));
+                }
+            }
+            Kind::Gather => {
+                let d = prefix(self.counts.iter().copied());
+                add(self.root, 0, d[p], self.c(p));
+            }
+            Kind::GatherAll => {
+                let d = prefix(self.counts.iter().copied());
+                for q in 0..np {
+                    add(q, 0, d[p], self.c(p));
+                }
+            }
+            Kind::Exchange => {
+                let sd = prefix((0..np).map(|q| self.m(p, q)));
+                for q in 0..np {
+                    let rd: usize = (0..p).map(|i| self.m(i, q)).sum();
+                    add(q, sd[q], rd, self.m(p, q));
+                }
+            }
+            _ => {}
+        }
+        v
+    }
+
+    /// Bytes participant `q` receives in all.
+    pub(crate) fn incoming(&self, q: usize) -> usize {
+        match self.kind {
+            Kind::Broadcast | Kind::Scatter | Kind::GatherAll | Kind::Exchange => self.dst_len(q),
+            Kind::Gather => self.dst_len(q),
+            _ => 0,
+        }
+    }
+}
+
+/// A maximal run of consecutive elements `k0..k0+len` of a distributed array that lie on one
+/// participant, at element `local` of its area.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Run {
+    pub(crate) part: usize,
+    pub(crate) local: usize,
+    pub(crate) k0: usize,
+    pub(crate) len: usize,
+}
+
+/// The runs of elements `0..n` laid out by `lay` over `np` participants, in element order.
+pub(crate) fn runs(lay: Layout, n: usize, np: usize) -> Vec<Run> {
+    if lay.blk == 0 {
+        return vec![Run {
+            part: lay.off,
+            local: 0,
+            k0: 0,
+            len: n,
+        }];
+    }
+    let mut v = Vec::new();
+    let mut k = 0;
+    while k < n {
+        let g = lay.off + k;
+        let b = g / lay.blk;
+        let within = g % lay.blk;
+        let len = (lay.blk - within).min(n - k);
+        v.push(Run {
+            part: b % np,
+            local: (b / np) * lay.blk + within,
+            k0: k,
+            len,
+        });
+        k += len;
+    }
+    v
+}
+
+/// Elements a participant's area must hold under `lay` for `n` elements (0 for participants
+/// with none).
+pub(crate) fn area_elems(lay: Layout, n: usize, np: usize, p: usize) -> usize {
+    runs(lay, n, np)
+        .iter()
+        .filter(|r| r.part == p)
+        .map(|r| r.local + r.len)
+        .max()
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_cover_every_element_once() {
+        for np in 1..6 {
+            for blk in 0..5 {
+                for off in 0..7 {
+                    let lay = if blk == 0 {
+                        Layout::indefinite(off % np)
+                    } else {
+                        Layout::block_cyclic(blk, off)
+                    };
+                    let n = 23;
+                    let rs = runs(lay, n, np);
+                    let mut k = 0;
+                    let mut seen = std::collections::HashSet::new();
+                    for r in &rs {
+                        assert_eq!(r.k0, k);
+                        assert!(r.part < np);
+                        for i in 0..r.len {
+                            assert!(seen.insert((r.part, r.local + i)), "slot used twice");
+                        }
+                        k += r.len;
+                    }
+                    assert_eq!(k, n);
+                }
+            }
+        }
+        // Cyclic over 3, starting at element 4: element 0 is global 4 = block 4 -> part 1.
+        let rs = runs(Layout::block_cyclic(1, 4), 3, 3);
+        assert_eq!(
+            rs.iter().map(|r| (r.part, r.local)).collect::<Vec<_>>(),
+            vec![(1, 1), (2, 1), (0, 2)]
+        );
+    }
+
+    #[test]
+    fn exchange_plan_is_a_transpose() {
+        let np = 3;
+        let spec = Spec {
+            kind: Kind::Exchange,
+            np,
+            root: 0,
+            counts: vec![1, 2, 3, 4, 5, 6, 7, 8, 9],
+            es: 0,
+            n: 0,
+            src_lay: Layout::indefinite(0),
+            dst_lay: Layout::indefinite(0),
+            func: 0,
+            arg: 0,
+        };
+        let t = spec.transfers_from(1);
+        assert_eq!(
+            t.iter()
+                .map(|t| (t.to, t.src_off, t.dst_off, t.len))
+                .collect::<Vec<_>>(),
+            vec![(0, 0, 1, 4), (1, 4, 2, 5), (2, 9, 3, 6)]
+        );
+        assert_eq!(spec.incoming(2), 3 + 6 + 9);
+    }
+}

@@ -1,0 +1,398 @@
+//! The steps of the reductions, run on an application thread (never in a handler, so
+//! functions without AMSAFE are safe).
+//!
+//! - reduce / reduce_to_all: each rank reduces each of its source runs (consecutive elements
+//!   on one participant) to one partial and sends the partials, packed in element order, to
+//!   the root's rank (or every rank); the receiver combines all partials in element order with
+//!   one call. Non-commutative functions are thus applied in image and element order, and the
+//!   grouping depends only on the layout: the same job gives bitwise the same result.
+//! - prefix_reduce (inclusive or exclusive): phase 0 sends every operand to the rank that owns
+//!   its destination element (reblocking); phase 1 reduces each destination run to a partial
+//!   and sends the partials to every rank; phase 2 combines the partials before each local run
+//!   into its carry and computes the run's prefixes with one call.
+
+use std::sync::Arc;
+
+use amnet_core::{Error, Rank, Result};
+
+use crate::engine::{Area, Op, Shared};
+use crate::plan::{runs, Kind, Run, Spec};
+
+/// One step's output: (destination rank, phase, packed stream).
+pub(crate) type StageOut = Vec<(Rank, u32, Arc<Vec<u8>>)>;
+
+fn total_runs(lay_runs: &[Run]) -> usize {
+    lay_runs.len()
+}
+
+/// Bytes of phase `ph` that rank `me` expects.
+fn expected(s: &Shared, op: &Op, spec: &Spec, ph: usize) -> usize {
+    let me = s.rank;
+    let owner = |p: usize| s.owner(op.image_space, p);
+    match (spec.kind, ph) {
+        (Kind::Reduce, 0) if owner(spec.root) == me => {
+            total_runs(&runs(spec.src_lay, spec.n, spec.np)) * spec.es
+        }
+        (Kind::ReduceAll, 0) => total_runs(&runs(spec.src_lay, spec.n, spec.np)) * spec.es,
+        (Kind::Prefix | Kind::ExclusivePrefix, 0) => {
+            runs(spec.dst_lay, spec.n, spec.np)
+                .iter()
+                .filter(|r| owner(r.part) == me)
+                .map(|r| r.len)
+                .sum::<usize>()
+                * spec.es
+        }
+        (Kind::Prefix | Kind::ExclusivePrefix, 1) => {
+            runs(spec.dst_lay, spec.n, spec.np).len() * spec.es
+        }
+        _ => 0,
+    }
+}
+
+/// Whether the next step of `op` can run.
+pub(crate) fn ready(op: &Op, spec: &Spec, s: &Shared) -> bool {
+    match op.rphase {
+        0 => true,
+        1 => op.stage_got[0] >= expected(s, op, spec, 0),
+        2 => op.stage_got[1] >= expected(s, op, spec, 1),
+        _ => false,
+    }
+}
+
+struct Ctx<'a> {
+    s: &'a Shared,
+    spec: Arc<Spec>,
+    image_space: bool,
+    first: usize,
+    src: Vec<Area>,
+    dst: Vec<Area>,
+    f: Arc<crate::types::ReduceFn>,
+    fflags: u32,
+}
+
+impl Ctx<'_> {
+    fn owner(&self, p: usize) -> Rank {
+        self.s.owner(self.image_space, p)
+    }
+
+    fn local(&self, p: usize) -> Option<usize> {
+        p.checked_sub(self.first).filter(|&i| i < self.src.len())
+    }
+
+    /// `n` elements of participant `p`'s source from element `at`.
+    fn src_elems(&self, p: usize, at: usize, n: usize) -> &[u8] {
+        let es = self.spec.es;
+        let Some(i) = self.local(p) else { return &[] };
+        let a = self.src[i];
+        if (at + n) * es > a.len {
+            return &[];
+        }
+        // SAFETY: the source area was resolved and checked at entry to hold the elements of
+        // this participant under the layout (`api` checks its length against
+        // `area_elems`); bulk semantics keep it valid and unmodified until sync.
+        unsafe { std::slice::from_raw_parts((a.ptr + at * es) as *const u8, n * es) }
+    }
+
+    fn write_dst(&self, p: usize, at: usize, bytes: &[u8]) -> Result<()> {
+        let es = self.spec.es;
+        let Some(i) = self.local(p) else {
+            return Ok(());
+        };
+        let a = self.dst[i];
+        if at * es + bytes.len() > a.len {
+            return Err(Error::Usage {
+                op: self.spec.kind.name(),
+                detail: format!(
+                    "the destination of participant {p} holds {} bytes, too few for element {at}",
+                    a.len
+                ),
+            });
+        }
+        // SAFETY: bounds checked above against the destination area resolved at entry,
+        // which the bulk contract keeps valid and unaccessed by the client until sync; the
+        // bytes come from library buffers.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), (a.ptr + at * es) as *mut u8, bytes.len())
+        };
+        Ok(())
+    }
+
+    /// Reduce `m >= 1` packed elements to one, in order, with one call.
+    fn reduce_list(&self, v: &[u8]) -> Vec<u8> {
+        let es = self.spec.es;
+        let m = v.len() / es.max(1);
+        if m <= 1 {
+            return v.to_vec();
+        }
+        let mut out = vec![0u8; es];
+        (self.f)(
+            &mut out,
+            1,
+            &v[..(m - 1) * es],
+            m - 1,
+            &v[(m - 1) * es..],
+            es,
+            self.fflags,
+            self.spec.arg,
+        );
+        out
+    }
+
+    /// Inclusive prefixes of `x` after the optional carry.
+    fn prefixes(&self, carry: Option<&[u8]>, x: &[u8]) -> Vec<u8> {
+        let es = self.spec.es;
+        let m = x.len() / es.max(1);
+        let mut out = vec![0u8; x.len()];
+        if m == 0 {
+            return out;
+        }
+        let (left, lc) = match carry {
+            Some(c) => (c, 1),
+            None => (&[][..], 0),
+        };
+        (self.f)(&mut out, m, left, lc, x, es, self.fflags, self.spec.arg);
+        out
+    }
+}
+
+/// Run the next step of reduction `seq`; returns the streams to send.
+pub(crate) fn step(s: &Shared, seq: u64) -> Result<StageOut> {
+    // Take what the step needs under the lock.
+    let (ctx, phase, stage, xs) = {
+        let mut st = s.lock();
+        let Some(op) = st.ops.get_mut(&seq) else {
+            return Ok(Vec::new());
+        };
+        let Some(spec) = op.spec.clone() else {
+            return Ok(Vec::new());
+        };
+        let Some(entry) = s.fns.get(spec.func) else {
+            return Err(Error::Usage {
+                op: spec.kind.name(),
+                detail: format!(
+                    "function {} is not in the table ({} entries)",
+                    spec.func,
+                    s.fns.len()
+                ),
+            });
+        };
+        let phase = op.rphase;
+        let stage = match phase {
+            1 => std::mem::take(&mut op.stage[0]),
+            2 => std::mem::take(&mut op.stage[1]),
+            _ => Vec::new(),
+        };
+        let ctx = Ctx {
+            s,
+            image_space: op.image_space,
+            first: op.first,
+            src: op.parts.iter().map(|p| p.src).collect(),
+            dst: op.parts.iter().map(|p| p.dst).collect(),
+            f: entry.f.clone(),
+            fflags: entry.flags & crate::types::fn_flags::NONCOMM,
+            spec,
+        };
+        (ctx, phase, stage, std::mem::take(&mut op.xs))
+    };
+    let (outs, next, xs) = match phase {
+        0 => (phase0(&ctx), 1, xs),
+        1 => phase1(&ctx, &stage)?,
+        _ => (phase2(&ctx, &stage, &xs)?, 3, Vec::new()),
+    };
+    let mut st = s.lock();
+    if let Some(op) = st.ops.get_mut(&seq) {
+        op.rphase = next;
+        op.xs = xs;
+    }
+    Ok(outs)
+}
+
+fn phase0(c: &Ctx<'_>) -> StageOut {
+    let spec = &c.spec;
+    let es = spec.es;
+    let me = c.s.rank;
+    let size = c.s.size;
+    match spec.kind {
+        Kind::Reduce | Kind::ReduceAll => {
+            let mut stream = Vec::new();
+            for r in runs(spec.src_lay, spec.n, spec.np) {
+                if c.owner(r.part) == me {
+                    stream.extend(c.reduce_list(c.src_elems(r.part, r.local, r.len)));
+                }
+            }
+            let stream = Arc::new(stream);
+            if spec.kind == Kind::Reduce {
+                vec![(c.owner(spec.root), 0, stream)]
+            } else {
+                (0..size).map(|to| (to, 0, stream.clone())).collect()
+            }
+        }
+        _ => {
+            // Reblock: every local operand goes to the rank owning its destination element.
+            let dst_owner = dst_owner_by_k(c);
+            let mut streams = vec![Vec::new(); size as usize];
+            for r in runs(spec.src_lay, spec.n, spec.np) {
+                if c.owner(r.part) != me {
+                    continue;
+                }
+                let x = c.src_elems(r.part, r.local, r.len);
+                for i in 0..r.len {
+                    let to = dst_owner[r.k0 + i] as usize;
+                    if let Some(e) = x.get(i * es..(i + 1) * es) {
+                        streams[to].extend_from_slice(e);
+                    }
+                }
+            }
+            streams
+                .into_iter()
+                .enumerate()
+                .map(|(to, v)| {
+                    #[allow(clippy::cast_possible_truncation)] // to < size
+                    (to as Rank, 0, Arc::new(v))
+                })
+                .collect()
+        }
+    }
+}
+
+fn dst_owner_by_k(c: &Ctx<'_>) -> Vec<Rank> {
+    let mut v = vec![0; c.spec.n];
+    for r in runs(c.spec.dst_lay, c.spec.n, c.spec.np) {
+        let o = c.owner(r.part);
+        v[r.k0..r.k0 + r.len].fill(o);
+    }
+    v
+}
+
+fn src_owner_by_k(c: &Ctx<'_>) -> Vec<Rank> {
+    let mut v = vec![0; c.spec.n];
+    for r in runs(c.spec.src_lay, c.spec.n, c.spec.np) {
+        let o = c.owner(r.part);
+        v[r.k0..r.k0 + r.len].fill(o);
+    }
+    v
+}
+
+/// Reads packed elements from per-rank streams in order.
+struct Streams<'a> {
+    bufs: &'a [Vec<u8>],
+    at: Vec<usize>,
+}
+
+impl<'a> Streams<'a> {
+    fn new(bufs: &'a [Vec<u8>]) -> Self {
+        Streams {
+            bufs,
+            at: vec![0; bufs.len()],
+        }
+    }
+
+    fn next(&mut self, from: Rank, es: usize) -> Result<&'a [u8]> {
+        let f = from as usize;
+        let a = self.at[f];
+        let b = self.bufs.get(f).and_then(|v| v.get(a..a + es));
+        match b {
+            Some(b) => {
+                self.at[f] += es;
+                Ok(b)
+            }
+            None => Err(Error::Usage {
+                op: "reduction",
+                detail: format!(
+                    "rank {from} sent fewer operands than the layout implies: the ranks \
+                     disagree on the arguments (run with AMNET_COLL_CHECK=1 to find which)"
+                ),
+            }),
+        }
+    }
+}
+
+type Phase1 = (StageOut, u8, Vec<Vec<u8>>);
+
+fn phase1(c: &Ctx<'_>, stage: &[Vec<u8>]) -> Result<Phase1> {
+    let spec = &c.spec;
+    let es = spec.es;
+    let me = c.s.rank;
+    match spec.kind {
+        Kind::Reduce if c.owner(spec.root) != me => Ok((Vec::new(), 3, Vec::new())),
+        Kind::Reduce | Kind::ReduceAll => {
+            // Combine every source run's partial in element order.
+            let mut st = Streams::new(stage);
+            let mut all = Vec::new();
+            for r in runs(spec.src_lay, spec.n, spec.np) {
+                all.extend_from_slice(st.next(c.owner(r.part), es)?);
+            }
+            let result = c.reduce_list(&all);
+            if spec.kind == Kind::Reduce {
+                if c.owner(spec.root) == me {
+                    c.write_dst(spec.root, 0, &result)?;
+                }
+            } else {
+                for i in 0..c.dst.len() {
+                    c.write_dst(c.first + i, 0, &result)?;
+                }
+            }
+            Ok((Vec::new(), 3, Vec::new()))
+        }
+        _ => {
+            // Operands of the local destination runs, then their partials to every rank.
+            let src_owner = src_owner_by_k(c);
+            let mut st = Streams::new(stage);
+            let mut xs = Vec::new();
+            let mut partials = Vec::new();
+            for r in runs(spec.dst_lay, spec.n, spec.np) {
+                if c.owner(r.part) != me {
+                    continue;
+                }
+                let mut x = Vec::with_capacity(r.len * es);
+                for &from in &src_owner[r.k0..r.k0 + r.len] {
+                    x.extend_from_slice(st.next(from, es)?);
+                }
+                partials.extend(c.reduce_list(&x));
+                xs.push(x);
+            }
+            let partials = Arc::new(partials);
+            let outs = (0..c.s.size).map(|to| (to, 1, partials.clone())).collect();
+            Ok((outs, 2, xs))
+        }
+    }
+}
+
+fn phase2(c: &Ctx<'_>, stage: &[Vec<u8>], xs: &[Vec<u8>]) -> Result<StageOut> {
+    let spec = &c.spec;
+    let es = spec.es;
+    let me = c.s.rank;
+    let mut st = Streams::new(stage);
+    let mut carry: Option<Vec<u8>> = None;
+    let mut mine = xs.iter();
+    for r in runs(spec.dst_lay, spec.n, spec.np) {
+        let owner = c.owner(r.part);
+        let partial = st.next(owner, es)?.to_vec();
+        if owner == me {
+            let x = mine.next().map_or(&[][..], Vec::as_slice);
+            if spec.kind == Kind::Prefix {
+                let out = c.prefixes(carry.as_deref(), x);
+                c.write_dst(r.part, r.local, &out)?;
+            } else {
+                // Exclusive: element k gets the prefix through k - 1; element 0 of the whole
+                // array has none and is left unchanged.
+                if let Some(cv) = &carry {
+                    c.write_dst(r.part, r.local, cv)?;
+                }
+                if r.len > 1 {
+                    let out = c.prefixes(carry.as_deref(), &x[..(r.len - 1) * es]);
+                    c.write_dst(r.part, r.local + 1, &out)?;
+                }
+            }
+        }
+        carry = Some(match carry {
+            None => partial,
+            Some(cv) => {
+                let mut both = cv;
+                both.extend_from_slice(&partial);
+                c.reduce_list(&both)
+            }
+        });
+    }
+    Ok(Vec::new())
+}
