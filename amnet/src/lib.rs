@@ -25,6 +25,12 @@
 //! Run it with `amrun -n 4 ./program`. The conduit is chosen at run time by `AMNET_CONDUIT`
 //! (default `smp`). See `spec/core.md` for the semantics.
 
+/// Collectives: broadcast, scatter, gather, gather_all, exchange, reductions and prefix
+/// reductions with UPC-style sync modes (see `spec/coll.md`).
+pub use amnet_coll as coll;
+/// The IN/OUT synchronization modes and flags of the collectives.
+pub use amnet_sync_modes as sync_modes;
+
 pub use amnet_core::barrier_flags;
 pub use amnet_core::launch;
 pub use amnet_core::{

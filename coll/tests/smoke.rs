@@ -1,3 +1,4 @@
+#![allow(clippy::cast_possible_truncation)] // test data patterns
 //! Smoke tests of the collectives in thread mode (the conduit test suite has the full
 //! property tests as multi-process jobs).
 
