@@ -413,6 +413,7 @@ impl Dissemination {
 }
 
 #[cfg(test)]
+#[allow(clippy::cast_possible_truncation)] // random indices reduced modulo small lengths
 mod tests {
     use super::flags::*;
     use super::*;
