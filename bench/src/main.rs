@@ -6,12 +6,14 @@
 //! amrun -n 2 target/release/amnet-bench SUITE [--json] [--iters N] [--max-bytes N]
 //! ```
 //!
-//! SUITE is `am`, `rma`, `barrier` or `all`. Rank 0 prints an OSU-style table per operation
-//! (or, with `--json`, one JSON object per line) and a targets section. Point-to-point
-//! measurements run between ranks 0 and 1; further ranks only take part in barriers.
+//! SUITE is `am`, `rma`, `barrier`, `coll` or `all`. Rank 0 prints an OSU-style table per
+//! operation (or, with `--json`, one JSON object per line) and a targets section.
+//! Point-to-point measurements run between ranks 0 and 1; further ranks only take part in
+//! barriers and collectives.
 
 mod am;
 mod barrier;
+mod coll;
 mod floor;
 mod latency;
 mod measure;
@@ -28,13 +30,17 @@ use crate::report::{Report, TARGET_BYTES};
 const USAGE: &str = "usage: amrun -n 2 amnet-bench SUITE [--json] [--iters N] [--max-bytes N]
 
 SUITE: am (Short/Medium/Long round trips, Medium/Long bandwidth), rma (put/get latency
-and bandwidth), barrier, or all. Every run also measures the floors: a shared-memory
+and bandwidth), barrier, coll (broadcast, scatter, gather, gather_all, exchange,
+reduce_to_all and prefix_reduce in the nine IN/OUT sync modes, 8 B to 1 MiB), or all
+(every suite but coll). Every run but coll also measures the floors: a shared-memory
 cache-line round trip between ranks 0 and 1, and local memcpy bandwidth.
 
   --json          one JSON object per line instead of tables
   --iters N       samples for the small-message latencies (default 20000); the
-                  bandwidth sweeps scale theirs down from it
-  --max-bytes N   largest size of the bandwidth sweeps (default 4M; K/M suffixes allowed)
+                  bandwidth sweeps scale theirs down from it, and coll times N/100
+                  calls per point up to 4 KiB, fewer above (at least 20)
+  --max-bytes N   largest size of the bandwidth sweeps (default 4M; K/M suffixes
+                  allowed); coll stops at 1M or at N, whichever is smaller
   -h, --help      this text";
 
 /// Why a benchmark run failed.
@@ -70,6 +76,7 @@ enum Suite {
     Am,
     Rma,
     Barrier,
+    Coll,
     All,
 }
 
@@ -189,6 +196,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
                     "am" => Suite::Am,
                     "rma" => Suite::Rma,
                     "barrier" => Suite::Barrier,
+                    "coll" => Suite::Coll,
                     "all" => Suite::All,
                     _ => return Err(format!("unknown suite {s:?}")),
                 })
@@ -210,9 +218,17 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
     let mut table = HandlerTable::new();
     am::register(&mut table, &st)?;
     let plan = &opts.plan;
-    // Long payloads, puts and gets all use offset 0 of the peer's segment.
-    ep.attach(table, plan.max_bytes.max(4096))?;
-    let point_to_point = opts.suite != Suite::Barrier;
+    // Long payloads, puts and gets all use offset 0 of the peer's segment; the coll suite
+    // needs source and destination areas of `ranks` blocks each, and room for its figures.
+    let mut seg = plan.max_bytes.max(4096);
+    if opts.suite == Suite::Coll {
+        seg = seg.max(coll::segment_bytes(
+            plan.max_bytes.min(coll::MAX_BYTES),
+            ep.size() as usize,
+        ));
+    }
+    ep.attach(table, seg)?;
+    let point_to_point = !matches!(opts.suite, Suite::Barrier | Suite::Coll);
     if point_to_point && ep.size() < 2 {
         return Err(BenchError::Usage(
             "the am and rma suites need at least 2 ranks (amrun -n 2 ...)".into(),
@@ -226,7 +242,7 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
         let s = measure::timer_overhead(plan.iters);
         report.extend([report::Row::latency("floor", "timer", 0, &s, 1)]);
     }
-    if ep.size() >= 2 {
+    if ep.size() >= 2 && opts.suite != Suite::Coll {
         // The cache-line floor, interleaved with the AM round trips when they are measured.
         let mut line = floor::PingLine::setup(&ep)?;
         let mut ops = vec![latency::LatOp::Floor];
@@ -256,6 +272,9 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
     }
     if matches!(opts.suite, Suite::Barrier | Suite::All) {
         report.extend(barrier::run(&ep, plan)?);
+    }
+    if opts.suite == Suite::Coll {
+        report.extend(coll::run(&ep, plan)?);
     }
 
     if me == 0 {

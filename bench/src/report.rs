@@ -28,6 +28,24 @@ pub(crate) struct Row {
     pub(crate) samples: usize,
     /// Operations per sample (1, or the batch size of batched timing, or the window).
     pub(crate) per_sample: usize,
+    /// Collectives only: the figures over ranks.
+    pub(crate) coll: Option<CollFigs>,
+}
+
+/// What a collective row adds: the sync mode, the statistics over ranks and the message
+/// count.
+#[derive(Debug, Clone)]
+pub(crate) struct CollFigs {
+    /// The IN/OUT sync mode, e.g. `IN_ALLSYNC|OUT_ALLSYNC`.
+    pub(crate) sync: &'static str,
+    /// Average over ranks of the per-rank mean latency, nanoseconds.
+    pub(crate) avg_ns: f64,
+    /// Smallest per-rank mean, nanoseconds.
+    pub(crate) min_ns: f64,
+    /// Largest per-rank mean, nanoseconds.
+    pub(crate) max_ns: f64,
+    /// AM requests sent per call, summed over ranks.
+    pub(crate) msgs: f64,
 }
 
 impl Row {
@@ -50,6 +68,41 @@ impl Row {
             floor_mb_s: None,
             samples: s.len(),
             per_sample,
+            coll: None,
+        }
+    }
+
+    /// A collective row of the `coll` suite: `t` holds the average over ranks of the
+    /// per-rank means, the average of the medians, the largest p99, and the smallest and
+    /// largest mean (nanoseconds); `msgs` the requests per call summed over ranks. The
+    /// bandwidth is `bytes` over the average latency.
+    pub(crate) fn collective(
+        op: &'static str,
+        bytes: usize,
+        sync: &'static str,
+        t: [f64; 5],
+        msgs: f64,
+        samples: usize,
+    ) -> Row {
+        let [avg_ns, p50_ns, p99_ns, min_ns, max_ns] = t;
+        Row {
+            suite: "coll",
+            op,
+            bytes,
+            p50_ns,
+            p99_ns,
+            mb_s: Some(bytes as f64 / avg_ns * 1e3),
+            ratio: None,
+            floor_mb_s: None,
+            samples,
+            per_sample: 1,
+            coll: Some(CollFigs {
+                sync,
+                avg_ns,
+                min_ns,
+                max_ns,
+                msgs,
+            }),
         }
     }
 
@@ -121,6 +174,49 @@ fn fmt_val(v: f64, unit: &str) -> String {
     }
 }
 
+/// The table of one collective: a line per size and sync mode.
+fn coll_table(out: &mut String, rows: &[&Row]) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        out,
+        "{:<9} {:<23} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7} {:>8} {:>7}",
+        "# bytes",
+        "sync",
+        "avg us",
+        "min us",
+        "max us",
+        "p50 us",
+        "p99 us",
+        "ratio",
+        "msgs",
+        "iters"
+    );
+    for r in rows {
+        let Some(c) = &r.coll else { continue };
+        let ratio = r.ratio.map_or("-".to_string(), |x| format!("{x:.3}"));
+        let _ = writeln!(
+            out,
+            "{:<9} {:<23} {:>11.2} {:>11.2} {:>11.2} {:>11.2} {:>11.2} {:>7} {:>8.1} {:>7}",
+            r.bytes,
+            c.sync,
+            c.avg_ns / 1e3,
+            c.min_ns / 1e3,
+            c.max_ns / 1e3,
+            r.p50_ns / 1e3,
+            r.p99_ns / 1e3,
+            ratio,
+            c.msgs,
+            r.samples
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# avg: mean over ranks of each rank's mean call time; min/max: extreme per-rank \
+         means; p50: mean of the per-rank medians; p99: largest per-rank p99; ratio: avg over \
+         IN_ALLSYNC|OUT_ALLSYNC at this size; msgs: AM requests per call, all ranks"
+    );
+}
+
 /// Every row of a run, plus where it ran.
 #[derive(Debug)]
 pub(crate) struct Report {
@@ -168,7 +264,24 @@ impl Report {
             .filter(|r| r.op == "memcpy_bw")
             .filter_map(|r| r.mb_s.map(|m| (r.bytes, m)))
             .collect();
+        // Collectives: the average latency over IN_ALLSYNC|OUT_ALLSYNC at the same op and
+        // size.
+        let coll_ref: Vec<(&'static str, usize, f64)> = self
+            .rows
+            .iter()
+            .filter_map(|r| {
+                let c = r.coll.as_ref()?;
+                (c.sync == crate::coll::REFERENCE_SYNC).then_some((r.op, r.bytes, c.avg_ns))
+            })
+            .collect();
         for r in &mut self.rows {
+            if let Some(c) = &r.coll {
+                r.ratio = coll_ref
+                    .iter()
+                    .find(|(op, b, _)| *op == r.op && *b == r.bytes)
+                    .map(|&(_, _, a)| c.avg_ns / a);
+                continue;
+            }
             r.ratio = match r.op {
                 "short_rtt" => floor.map(|f| r.p50_ns / f),
                 "medium_rtt" | "long_rtt" => short.map(|s| r.p50_ns / s),
@@ -304,6 +417,11 @@ impl Report {
                 "# amnet-bench {suite}/{op} (conduit {}, {} ranks)",
                 self.conduit, self.ranks
             );
+            if rows.iter().any(|r| r.coll.is_some()) {
+                coll_table(&mut out, &rows);
+                out.push('\n');
+                continue;
+            }
             let _ = writeln!(
                 out,
                 "{:<10} {:>12} {:>12} {:>12} {:>8} {:>14}",
@@ -394,6 +512,13 @@ impl Report {
                 });
                 if let Some(x) = r.ratio {
                     o["ratio"] = Value::from(round(x, 4));
+                }
+                if let Some(c) = &r.coll {
+                    o["sync"] = Value::from(c.sync);
+                    o["avg_us"] = us(c.avg_ns);
+                    o["min_us"] = us(c.min_ns);
+                    o["max_us"] = us(c.max_ns);
+                    o["msgs"] = Value::from(round(c.msgs, 2));
                 }
                 o.to_string()
             })

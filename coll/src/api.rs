@@ -843,12 +843,18 @@ impl Coll {
                     });
                 }
             }
-            if idle < 64 {
-                std::hint::spin_loop();
-            } else if idle < 256 {
+            // The core's idle policy: spin AMNET_SPIN polls (fewer when oversubscribed),
+            // then yield, then sleep in growing steps.
+            let spin = self.sh.ep.config().spin;
+            if idle <= spin {
+                if idle > 64 {
+                    std::hint::spin_loop();
+                }
+            } else if idle <= spin + 200 {
                 std::thread::yield_now();
             } else {
-                std::thread::sleep(Duration::from_micros(u64::from((idle - 256).min(200)) + 20));
+                let steps = (idle - spin - 200) / 8;
+                std::thread::sleep(Duration::from_micros(1u64 << steps.min(8)));
             }
         }
     }

@@ -1,0 +1,321 @@
+//! The `coll` suite: latency of the collectives (broadcast, scatter, gather, gather_all,
+//! exchange, reduce_to_all, prefix_reduce) in each of the nine IN/OUT synchronization
+//! modes, single-address form (`SINGLE`, segment addresses), with the AM requests each call
+//! sends.
+//!
+//! Method (OSU style): every rank runs the same calls; before each call (warm-up included)
+//! the ranks meet in a barrier, outside the timed region, and each rank times its own call,
+//! from initiation to the return of the blocking call. Per point, each rank keeps the mean,
+//! median and 99th percentile of its samples and the AM requests it sent per call (its
+//! request count over the timed loop, less the barriers' share measured beforehand). At the
+//! end one `gather` brings every rank's figures to rank 0, which reports the average over
+//! ranks of the per-rank means (the headline), their minimum and maximum, the average of
+//! the medians, the largest per-rank p99 and the requests per call summed over ranks.
+//!
+//! With one rank per core (2 ranks on the 2-core VM) the waits of `Endpoint::barrier` and of
+//! the collectives both end in sleeps of tens to hundreds of microseconds, and a point can
+//! settle into a rhythm in which the rank that waits for data sleeps every call (120-250 µs
+//! on it, about 3 µs on the other): look at `min us` for what the protocol itself costs. A
+//! barrier that never sleeps avoids the rhythm with 2 ranks but doubles every time with 4
+//! oversubscribed ranks, so the suite keeps the library's barrier (see RESULTS.md).
+//!
+//! Sizes: `bytes` is the block each participant contributes or receives: the broadcast
+//! payload, the per-participant block of scatter/gather/gather_all/exchange (the root's
+//! scatter source and gather destination, every rank's gather_all destination and exchange
+//! areas, are `bytes * ranks`), and for the reductions `8 * elements` of u64 data in a
+//! block-cyclic layout with one block per rank (so each rank holds about `bytes / ranks`).
+
+use amnet::coll::builtin::builtin_index;
+use amnet::coll::{flags, Addr, Coll, ElemType, Layout, RedOp, Team};
+use amnet::Endpoint;
+
+use crate::measure::Samples;
+use crate::report::Row;
+use crate::{BenchError, Plan};
+
+/// The collectives the suite measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Broadcast,
+    Scatter,
+    Gather,
+    GatherAll,
+    Exchange,
+    ReduceToAll,
+    Prefix,
+}
+
+impl Op {
+    const ALL: [Op; 7] = [
+        Op::Broadcast,
+        Op::Scatter,
+        Op::Gather,
+        Op::GatherAll,
+        Op::Exchange,
+        Op::ReduceToAll,
+        Op::Prefix,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Op::Broadcast => "broadcast",
+            Op::Scatter => "scatter",
+            Op::Gather => "gather",
+            Op::GatherAll => "gather_all",
+            Op::Exchange => "exchange",
+            Op::ReduceToAll => "reduce_to_all",
+            Op::Prefix => "prefix_reduce",
+        }
+    }
+}
+
+/// The IN and OUT modes, strongest first; every pair is measured.
+const IN_MODES: [(u32, &str); 3] = [
+    (flags::IN_ALLSYNC, "IN_ALLSYNC"),
+    (flags::IN_MYSYNC, "IN_MYSYNC"),
+    (flags::IN_NOSYNC, "IN_NOSYNC"),
+];
+const OUT_MODES: [(u32, &str); 3] = [
+    (flags::OUT_ALLSYNC, "OUT_ALLSYNC"),
+    (flags::OUT_MYSYNC, "OUT_MYSYNC"),
+    (flags::OUT_NOSYNC, "OUT_NOSYNC"),
+];
+
+/// The sync-mode label every ratio is taken against.
+pub(crate) const REFERENCE_SYNC: &str = "IN_ALLSYNC|OUT_ALLSYNC";
+
+/// The nine (flags, label) pairs, IN_ALLSYNC|OUT_ALLSYNC first.
+fn modes() -> Vec<(u32, &'static str)> {
+    const LABELS: [&str; 9] = [
+        "IN_ALLSYNC|OUT_ALLSYNC",
+        "IN_ALLSYNC|OUT_MYSYNC",
+        "IN_ALLSYNC|OUT_NOSYNC",
+        "IN_MYSYNC|OUT_ALLSYNC",
+        "IN_MYSYNC|OUT_MYSYNC",
+        "IN_MYSYNC|OUT_NOSYNC",
+        "IN_NOSYNC|OUT_ALLSYNC",
+        "IN_NOSYNC|OUT_MYSYNC",
+        "IN_NOSYNC|OUT_NOSYNC",
+    ];
+    let mut v = Vec::with_capacity(9);
+    for (i, &(fi, ni)) in IN_MODES.iter().enumerate() {
+        for (o, &(fo, no)) in OUT_MODES.iter().enumerate() {
+            let label = LABELS[i * 3 + o];
+            debug_assert_eq!(label, format!("{ni}|{no}"));
+            v.push((fi | fo, label));
+        }
+    }
+    v
+}
+
+/// Largest size the suite measures by default (`--max-bytes` caps it further).
+pub(crate) const MAX_BYTES: usize = 1 << 20;
+
+/// The sizes: 8 B to 1 MiB in powers of 8, plus 64 KiB, capped at `max`.
+pub(crate) fn sizes(max: usize) -> Vec<usize> {
+    [8, 64, 512, 4 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20]
+        .into_iter()
+        .filter(|&n| n <= max)
+        .collect()
+}
+
+/// Bytes of segment the suite needs on every rank of a `ranks`-rank job whose largest size
+/// is `max`.
+pub(crate) fn segment_bytes(max: usize, ranks: usize) -> usize {
+    let l = layout(max, ranks);
+    l.gathered + l.results * ranks
+}
+
+/// Where the suite's areas lie in the segment.
+#[derive(Debug, Clone, Copy)]
+struct SegLayout {
+    /// Source area (`max * ranks` bytes).
+    src: usize,
+    /// Destination area (`max * ranks` bytes).
+    dst: usize,
+    /// This rank's figures (`results` bytes).
+    mine: usize,
+    /// Every rank's figures, gathered on rank 0 (`results * ranks` bytes).
+    gathered: usize,
+    /// Bytes of one rank's figures.
+    results: usize,
+}
+
+/// Figures per point and rank: mean, median, p99 (ns), requests per call.
+const FIGS: usize = 4;
+
+fn layout(max: usize, ranks: usize) -> SegLayout {
+    let area = (max * ranks).next_multiple_of(4096);
+    let points = Op::ALL.len() * sizes(max).len() * 9;
+    let results = (points * FIGS * 8).next_multiple_of(64);
+    SegLayout {
+        src: 0,
+        dst: area,
+        mine: 2 * area,
+        gathered: 2 * area + results,
+        results,
+    }
+}
+
+/// Fewest timed calls per point.
+const MIN_ITERS: usize = 20;
+
+/// (warm-up, timed) calls at `n` bytes: `--iters / 100` (200 by default) up to 4 KiB, then
+/// fewer as sizes grow (but at least [`MIN_ITERS`]); a tenth as many warm-ups (at least 2).
+/// Most calls take 20 µs to 3 ms on the 2-core VM, so the default run stays near a minute.
+fn shape(plan: &Plan, n: usize) -> (usize, usize) {
+    let base = (plan.iters / 100).max(MIN_ITERS);
+    let iters = if n <= 4096 {
+        base
+    } else {
+        (base * 4096 / n).max(MIN_ITERS)
+    };
+    ((iters / 10).max(2), iters)
+}
+
+/// One blocking collective of `op` at `n` bytes with `fl` (the IN/OUT bits and `SINGLE`).
+fn call(coll: &Coll, op: Op, n: usize, ranks: usize, l: &SegLayout, fl: u32) -> amnet::Result<()> {
+    let (src, dst) = (Addr::seg(l.src as u64), Addr::seg(l.dst as u64));
+    let w = Team::WORLD;
+    match op {
+        Op::Broadcast => coll.broadcast(w, dst, 0, src, n, fl),
+        Op::Scatter => coll.scatter(w, dst, 0, src, n, fl),
+        Op::Gather => coll.gather(w, 0, dst, src, n, fl),
+        Op::GatherAll => coll.gather_all(w, dst, src, n, fl),
+        Op::Exchange => coll.exchange(w, dst, src, n, fl),
+        Op::ReduceToAll | Op::Prefix => {
+            let count = n / 8;
+            let lay = Layout::block_cyclic(count.div_ceil(ranks).max(1), 0);
+            let func = builtin_index(RedOp::Sum, ElemType::U64);
+            if op == Op::ReduceToAll {
+                coll.reduce_to_all(w, dst, src, lay, 8, count, func, 0, fl)
+            } else {
+                coll.prefix_reduce(w, dst, lay, src, lay, 8, count, func, 0, fl)
+            }
+        }
+    }
+}
+
+/// AM requests this rank has sent so far.
+fn requests(ep: &Endpoint) -> u64 {
+    ep.stats().requests_sent.messages()
+}
+
+/// Collective: measure every op, size and mode. Returns the rows on rank 0.
+pub(crate) fn run(ep: &Endpoint, plan: &Plan) -> Result<Vec<Row>, BenchError> {
+    let coll = Coll::init(ep, None, 0, &[])?;
+    let ranks = ep.size() as usize;
+    let max = plan.max_bytes.min(MAX_BYTES);
+    let l = layout(max, ranks);
+    // Small u64 values, so that sums and scans stay far from overflow.
+    let src: Vec<u8> = (0..max * ranks / 8)
+        .flat_map(|i| (i as u64 % 251 + 1).to_ne_bytes())
+        .collect();
+    ep.write_local(l.src as u64, &src)?;
+
+    // The barriers' share of the request counts.
+    ep.barrier()?;
+    let calib = 200;
+    let before = requests(ep);
+    for _ in 0..calib {
+        ep.barrier()?;
+    }
+    let per_barrier = (requests(ep) - before) as f64 / calib as f64;
+
+    let modes = modes();
+    let sizes = sizes(max);
+    let mut figs: Vec<f64> = Vec::with_capacity(Op::ALL.len() * sizes.len() * 9 * FIGS);
+    let mut points = Vec::new();
+    for op in Op::ALL {
+        for &n in &sizes {
+            let (warmup, iters) = shape(plan, n);
+            for &(mode, label) in &modes {
+                let fl = mode | flags::SINGLE;
+                for _ in 0..warmup {
+                    ep.barrier()?;
+                    call(&coll, op, n, ranks, &l, fl)?;
+                }
+                let mut ns = Vec::with_capacity(iters);
+                let before = requests(ep);
+                for _ in 0..iters {
+                    ep.barrier()?;
+                    let t = std::time::Instant::now();
+                    call(&coll, op, n, ranks, &l, fl)?;
+                    ns.push(t.elapsed().as_nanos() as f64);
+                }
+                let sent = (requests(ep) - before) as f64 - per_barrier * iters as f64;
+                let mean = ns.iter().sum::<f64>() / iters as f64;
+                let s = Samples::from_ns(ns);
+                figs.extend([mean, s.p50(), s.p99(), sent / iters as f64]);
+                points.push((op, n, label, iters));
+            }
+        }
+    }
+
+    // Every rank's figures to rank 0.
+    let bytes: Vec<u8> = figs.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    ep.write_local(l.mine as u64, &bytes)?;
+    ep.barrier()?;
+    coll.gather(
+        Team::WORLD,
+        0,
+        Addr::seg(l.gathered as u64),
+        Addr::seg(l.mine as u64),
+        l.results,
+        flags::ALLSYNC | flags::SINGLE,
+    )?;
+    ep.barrier()?;
+    if ep.rank() != 0 {
+        return Ok(Vec::new());
+    }
+    let mut all = vec![0u8; l.results * ranks];
+    ep.read_local(l.gathered as u64, &mut all)?;
+    let fig = |rank: usize, point: usize, k: usize| {
+        let at = rank * l.results + (point * FIGS + k) * 8;
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&all[at..at + 8]);
+        f64::from_ne_bytes(b)
+    };
+    let rf = ranks as f64;
+    Ok(points
+        .iter()
+        .enumerate()
+        .map(|(p, &(op, n, label, iters))| {
+            let means: Vec<f64> = (0..ranks).map(|r| fig(r, p, 0)).collect();
+            let avg = means.iter().sum::<f64>() / rf;
+            let p50 = (0..ranks).map(|r| fig(r, p, 1)).sum::<f64>() / rf;
+            let p99 = (0..ranks).map(|r| fig(r, p, 2)).fold(0.0, f64::max);
+            let msgs = (0..ranks).map(|r| fig(r, p, 3)).sum::<f64>();
+            let min = means.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = means.iter().copied().fold(0.0, f64::max);
+            Row::collective(op.name(), n, label, [avg, p50, p99, min, max], msgs, iters)
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_and_sizes() {
+        let m = modes();
+        assert_eq!(m.len(), 9);
+        assert_eq!(m[0].1, REFERENCE_SYNC);
+        assert_eq!(m[0].0, flags::ALLSYNC);
+        assert_eq!(m[8].0, flags::NOSYNC);
+        assert_eq!(m[4].0, flags::MYSYNC);
+        assert_eq!(sizes(MAX_BYTES).len(), 8);
+        assert_eq!(sizes(100), vec![8, 64]);
+        let l = layout(1 << 20, 4);
+        assert!(l.gathered >= l.mine + l.results);
+        assert!(segment_bytes(1 << 20, 4) >= 8 << 20);
+        let p = Plan {
+            iters: 20_000,
+            max_bytes: 1 << 20,
+        };
+        assert_eq!(shape(&p, 8), (20, 200));
+        assert_eq!(shape(&p, 64 << 10), (2, 20));
+        assert_eq!(shape(&p, 1 << 20), (2, 20));
+    }
+}
