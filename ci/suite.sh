@@ -7,5 +7,9 @@ for n in 2 4 8; do
     echo "== amrun -n $n amnet-testsuite"
     target/release/amrun -n "$n" --timeout 600 target/release/amnet-testsuite
 done
+for n in 3 7; do
+    echo "== amrun -n $n amnet-testsuite coll"
+    target/release/amrun -n "$n" --timeout 300 target/release/amnet-testsuite coll
+done
 echo "== amrun -n 4 demo"
 target/release/amrun -n 4 --timeout 120 target/release/examples/demo

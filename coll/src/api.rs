@@ -505,6 +505,10 @@ impl Coll {
         if sh.check && first_on_rank {
             sh.send_signature(seq, &crate::engine::signature(&spec, &mode))?;
         }
+        // Poll too: a rank that initiates many collectives without syncing must still take
+        // in its peers' data, or every one of them stays in flight (and `advance` revisits
+        // them all on each initiation).
+        sh.ep.poll()?;
         sh.advance()?;
         match handle {
             None => Ok(CollHandle::INVALID),
@@ -684,12 +688,12 @@ impl Coll {
                         ),
                     )
                 })?;
-            if spec.kind.is_reduction() && src_len > dst_len {
+            if off.checked_add(src_len).is_none_or(|end| end > dst_len) {
                 return Err(usage(
                     op,
                     format!(
-                        "an in-place source needs {src_len} bytes but the destination of \
-                         participant {} holds {dst_len}",
+                        "an in-place source needs {src_len} bytes from offset {off} but the \
+                         destination of participant {} holds {dst_len}",
                         e.p
                     ),
                 ));
@@ -882,10 +886,14 @@ impl Coll {
             if h.is_invalid() {
                 continue;
             }
-            if self.try_finish(h.0)? {
-                *h = CollHandle::INVALID;
-            } else {
-                all = false;
+            match self.try_finish(h.0) {
+                Ok(true) => *h = CollHandle::INVALID,
+                Ok(false) => all = false,
+                Err(e) => {
+                    // The handle is dead either way.
+                    *h = CollHandle::INVALID;
+                    return Err(e);
+                }
             }
         }
         Ok(all)
@@ -904,9 +912,16 @@ impl Coll {
                 continue;
             }
             live = true;
-            if self.try_finish(h.0)? {
-                *h = CollHandle::INVALID;
-                any = true;
+            match self.try_finish(h.0) {
+                Ok(true) => {
+                    *h = CollHandle::INVALID;
+                    any = true;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    *h = CollHandle::INVALID;
+                    return Err(e);
+                }
             }
         }
         Ok(any || !live)

@@ -166,6 +166,9 @@ pub(crate) struct State {
     pub(crate) seq: Vec<u64>,
     /// Collectives started and not yet synced on this rank (barrier rule).
     pub(crate) unsynced: usize,
+    /// The groups not complete yet: the only ones `collect` visits, so that its cost follows
+    /// the work in flight rather than every handle not yet synced.
+    pub(crate) pending: std::collections::BTreeSet<u64>,
 }
 
 /// Per-rank collective state, shared by every image thread of the rank.
@@ -322,6 +325,9 @@ impl Shared {
             part.entered = true;
             part.src = src;
             part.dst = dst;
+        }
+        if !st.groups.contains_key(&group) {
+            st.pending.insert(group);
         }
         let g = st
             .groups
@@ -481,6 +487,9 @@ impl Shared {
 
     fn sig_arrived(&self, group: u64, which: u32, round: u32) {
         let mut st = self.lock();
+        if !st.groups.contains_key(&group) {
+            st.pending.insert(group);
+        }
         let g = st
             .groups
             .entry(group)
@@ -499,9 +508,10 @@ impl Shared {
         if self.check {
             self.check_signatures(st);
         }
-        let gids: Vec<u64> = st.groups.keys().copied().collect();
+        let gids: Vec<u64> = st.pending.iter().copied().collect();
         for gid in gids {
             let Some(g) = st.groups.get(&gid) else {
+                st.pending.remove(&gid);
                 continue;
             };
             if g.complete || g.members.is_empty() {
@@ -603,6 +613,7 @@ impl Shared {
                 }
                 if !merged.exit || g.exit.done() {
                     g.complete = true;
+                    st.pending.remove(&gid);
                 }
             }
         }

@@ -19,6 +19,10 @@ use amnet::{Endpoint, Error, HandlerTable};
 
 pub mod am;
 pub mod barrier;
+pub mod coll;
+pub mod coll_images;
+pub mod coll_oracle;
+pub mod coll_prop;
 pub mod pattern;
 pub mod rma;
 pub mod rules;
@@ -80,6 +84,7 @@ pub fn all_tests() -> Vec<Test> {
     v.extend(rma::tests());
     v.extend(barrier::tests());
     v.extend(storm::tests());
+    v.extend(coll::tests());
     v.extend(scenarios::tests());
     v
 }

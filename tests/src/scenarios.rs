@@ -26,6 +26,8 @@ pub struct Scenario {
     pub timeout: Duration,
     /// What every rank of the nested job runs.
     pub body: fn(&Endpoint) -> Result<(), String>,
+    /// Environment variables every rank sets at start-up, before `amnet::init`.
+    pub env: &'static [(&'static str, &'static str)],
 }
 
 const T: Duration = Duration::from_secs(30);
@@ -39,6 +41,7 @@ pub fn scenarios() -> Vec<Scenario> {
             codes: &[7],
             log: Some("rank 1 ended the job with code 7"),
             timeout: T,
+            env: &[],
             body: exit_after_attach,
         },
         Scenario {
@@ -47,6 +50,7 @@ pub fn scenarios() -> Vec<Scenario> {
             codes: &[9],
             log: None,
             timeout: T,
+            env: &[],
             body: exit_in_request_handler,
         },
         Scenario {
@@ -55,6 +59,7 @@ pub fn scenarios() -> Vec<Scenario> {
             codes: &[11],
             log: None,
             timeout: T,
+            env: &[],
             body: exit_in_reply_handler,
         },
         Scenario {
@@ -63,6 +68,7 @@ pub fn scenarios() -> Vec<Scenario> {
             codes: &[13],
             log: None,
             timeout: T,
+            env: &[],
             body: exit_during_barrier,
         },
         Scenario {
@@ -71,6 +77,7 @@ pub fn scenarios() -> Vec<Scenario> {
             codes: &[15],
             log: None,
             timeout: T,
+            env: &[],
             body: exit_with_ops,
         },
         Scenario {
@@ -79,6 +86,7 @@ pub fn scenarios() -> Vec<Scenario> {
             codes: &[20, 21, 22],
             log: None,
             timeout: T,
+            env: &[],
             body: exit_several,
         },
         Scenario {
@@ -87,6 +95,7 @@ pub fn scenarios() -> Vec<Scenario> {
             codes: &[17],
             log: None,
             timeout: T,
+            env: &[],
             body: exit_before_attach,
         },
         Scenario {
@@ -95,6 +104,7 @@ pub fn scenarios() -> Vec<Scenario> {
             codes: &[0],
             log: None,
             timeout: T,
+            env: &[],
             body: return_from_main,
         },
         Scenario {
@@ -103,6 +113,7 @@ pub fn scenarios() -> Vec<Scenario> {
             codes: &[1],
             log: Some("rank 1 ended the job with code 1"),
             timeout: T,
+            env: &[],
             body: return_error_from_main,
         },
         Scenario {
@@ -111,6 +122,7 @@ pub fn scenarios() -> Vec<Scenario> {
             codes: &[137],
             log: Some("rank 1 was killed by signal 9 (SIGKILL)"),
             timeout: T,
+            env: &[],
             body: killed_by_signal,
         },
         Scenario {
@@ -119,6 +131,7 @@ pub fn scenarios() -> Vec<Scenario> {
             codes: &[137],
             log: Some("rank 2 was killed by signal 9 (SIGKILL)"),
             timeout: T,
+            env: &[],
             body: dies_after_return,
         },
         Scenario {
@@ -127,6 +140,7 @@ pub fn scenarios() -> Vec<Scenario> {
             codes: &[101],
             log: Some("rank 2 ended the job with code 101"),
             timeout: T,
+            env: &[],
             body: panics,
         },
         Scenario {
@@ -135,6 +149,7 @@ pub fn scenarios() -> Vec<Scenario> {
             codes: &[124],
             log: Some("ranks still running: [0, 1]"),
             timeout: Duration::from_secs(2),
+            env: &[],
             body: hang,
         },
         Scenario {
@@ -143,6 +158,7 @@ pub fn scenarios() -> Vec<Scenario> {
             codes: &[0],
             log: None,
             timeout: T,
+            env: &[],
             body: use_before_attach,
         },
         Scenario {
@@ -151,6 +167,7 @@ pub fn scenarios() -> Vec<Scenario> {
             codes: &[0],
             log: None,
             timeout: T,
+            env: &[],
             body: segment_too_large,
         },
         Scenario {
@@ -159,7 +176,26 @@ pub fn scenarios() -> Vec<Scenario> {
             codes: &[0],
             log: None,
             timeout: T,
+            env: &[],
             body: tables_differ,
+        },
+        Scenario {
+            name: "coll_checked_mode_mismatch",
+            ranks: 3,
+            codes: &[0],
+            log: None,
+            timeout: T,
+            env: &[("AMNET_COLL_CHECK", "1")],
+            body: crate::coll_images::check_mismatch,
+        },
+        Scenario {
+            name: "coll_hang_watchdog_report",
+            ranks: 3,
+            codes: &[42],
+            log: None,
+            timeout: T,
+            env: &[("AMNET_HANG_TIMEOUT", "1")],
+            body: crate::coll_images::hang_report,
         },
     ]
 }
@@ -245,6 +281,10 @@ pub fn main_scenario(name: &str) -> i32 {
         eprintln!("amnet-testsuite: no scenario {name:?}");
         return 2;
     };
+    // Still one thread: nothing else reads the environment yet.
+    for (k, v) in s.env {
+        std::env::set_var(k, v);
+    }
     let ep = match amnet::init() {
         Ok(ep) => ep,
         Err(e) => {

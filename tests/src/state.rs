@@ -35,6 +35,8 @@ pub const H_EXIT_VIA_REPLY: u8 = 140;
 pub const H_EXIT_IN_REPLY: u8 = 141;
 /// Request: counts, no reply.
 pub const H_COUNT: u8 = 142;
+/// Request: tries collectives from handler context and records the errors in `rules`.
+pub const H_COLL_RULES: u8 = 143;
 /// A handler index nobody registers.
 pub const H_UNREGISTERED: u8 = 250;
 
@@ -76,6 +78,8 @@ pub struct State {
     pub results: Mutex<Vec<Option<Verdict>>>,
     /// How many verdicts arrived.
     pub results_n: AtomicU64,
+    /// This rank's collectives, initialized by the first collective test.
+    pub coll: std::sync::OnceLock<amnet::coll::Coll>,
 }
 
 impl State {
@@ -93,6 +97,7 @@ impl State {
             storm: AtomicU64::new(0),
             results: Mutex::new(vec![None; size as usize]),
             results_n: AtomicU64::new(0),
+            coll: std::sync::OnceLock::new(),
         }
     }
 
@@ -290,6 +295,13 @@ pub fn register(t: &mut HandlerTable, st: &Arc<State>) -> Result<(), Error> {
         move |tok: &mut Token<'_>, args: &[u32], _p: &[u8]| {
             #[allow(clippy::cast_possible_wrap)]
             tok.endpoint().exit(args[0] as i32);
+        },
+    )?;
+    let s = st.clone();
+    t.register(
+        H_COLL_RULES,
+        move |tok: &mut Token<'_>, _a: &[u32], _p: &[u8]| {
+            crate::coll::in_handler(&s, tok);
         },
     )?;
     let s = st.clone();

@@ -1,0 +1,609 @@
+//! The collectives tests of the suite: property tests against the oracle, sync-mode tests
+//! that fail when a mode is violated, the usage rules, many collectives outstanding, and
+//! (as nested jobs) multi-image property tests, checked mode and the hang watchdog.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use amnet::coll::{Addr, Coll, CollHandle, RedOp, Team};
+use amnet::sync_modes::flags as f;
+use amnet::{Error, Token};
+
+use crate::coll_prop::{fn_table, pattern, run_units, Caller, Form, World};
+use crate::state::{lock, H_COLL_RULES};
+use crate::{ck, ensure, Ctx, State, Test, Verdict};
+
+/// The suite's collective tests.
+pub fn tests() -> Vec<Test> {
+    let t = |name, run, secs: u64| Test {
+        name,
+        min_ranks: 1,
+        process_only: false,
+        timeout: Duration::from_secs(secs),
+        run,
+    };
+    vec![
+        t("coll_property_single", prop_single, 120),
+        t("coll_property_multi_all_threads", prop_multi, 120),
+        t("coll_typed", typed, 30),
+        t("coll_in_allsync", in_allsync, 30),
+        t("coll_out_allsync", out_allsync, 30),
+        t("coll_aggregate_merges_sync", aggregate_messages, 30),
+        t("coll_rules", rules, 30),
+        t("coll_rule_in_handler", rule_in_handler, 30),
+        t("coll_65535_outstanding", outstanding, 120),
+        Test {
+            process_only: true,
+            ..t("coll_images", crate::coll_images::from_suite, 180)
+        },
+    ]
+}
+
+/// This rank's Coll (initialized, collectively, on first use).
+pub fn coll<'a>(c: &'a Ctx<'_>) -> Result<&'a Coll, String> {
+    if c.st.coll.get().is_none() {
+        let x = ck("Coll::init", Coll::init(c.ep, None, 0, &fn_table()))?;
+        let _ = c.st.coll.set(x);
+    }
+    c.st.coll.get().ok_or_else(|| "no Coll".to_string())
+}
+
+fn world(c: &Ctx<'_>) -> World {
+    World::new(vec![1; c.size() as usize])
+}
+
+fn prop_single(c: &Ctx<'_>) -> Verdict {
+    let co = coll(c)?;
+    let w = world(c);
+    let seed = crate::coll_prop::seed(0xC011 + u64::from(c.size()));
+    let units = crate::coll_prop::gen_units(seed, &w, 260, &[Form::Single]);
+    run_units(
+        &Caller {
+            ep: c.ep,
+            coll: co,
+            w: &w,
+            seed,
+        },
+        &units,
+    )
+}
+
+fn prop_multi(c: &Ctx<'_>) -> Verdict {
+    let co = coll(c)?;
+    let w = world(c);
+    let seed = crate::coll_prop::seed(0xA11 + u64::from(c.size()));
+    let units = crate::coll_prop::gen_units(
+        seed,
+        &w,
+        160,
+        &[Form::Single, Form::Multi, Form::AllThreads],
+    );
+    run_units(
+        &Caller {
+            ep: c.ep,
+            coll: co,
+            w: &w,
+            seed,
+        },
+        &units,
+    )
+}
+
+fn typed(c: &Ctx<'_>) -> Verdict {
+    let co = coll(c)?;
+    let me = u64::from(c.rank());
+    let p = u64::from(c.size());
+    let s = ck(
+        "reduce_to_all_typed",
+        co.reduce_to_all_typed(RedOp::Sum, me + 1, f::ALLSYNC),
+    )?;
+    ensure(s == p * (p + 1) / 2, || format!("sum {s}"))?;
+    let x = ck(
+        "prefix_reduce_typed",
+        co.prefix_reduce_typed(RedOp::Sum, me + 1, false, f::MYSYNC),
+    )?;
+    ensure(x == (me + 1) * (me + 2) / 2, || format!("prefix {x}"))?;
+    let x = ck(
+        "exclusive prefix",
+        co.prefix_reduce_typed(RedOp::Max, me + 1, true, f::NOSYNC),
+    )?;
+    ensure(x == me.max(1), || format!("exclusive prefix max {x}"))?;
+    let r = ck(
+        "reduce_typed",
+        co.reduce_typed(c.size() - 1, RedOp::Min, me + 5, f::ALLSYNC),
+    )?;
+    ensure(r == (me == p - 1).then_some(5), || format!("reduce {r:?}"))?;
+    #[allow(clippy::cast_possible_wrap)]
+    let v = (me % 3) as i32;
+    let l = ck(
+        "reduce_to_all_loc",
+        co.reduce_to_all_loc(RedOp::MinLoc, v, me, f::ALLSYNC),
+    )?;
+    ensure(l.value == 0 && l.loc == 0, || format!("minloc {l:?}"))
+}
+
+// ----- sync modes ---------------------------------------------------------------------------
+
+const SM_SRC: u64 = 0;
+const SM_DST: u64 = 1 << 20;
+
+/// IN_ALLSYNC: rank 0 enters at once; the last rank sleeps, then puts a new value into rank
+/// 0's source, then enters. Every destination must hold the new value.
+fn in_allsync(c: &Ctx<'_>) -> Verdict {
+    let co = coll(c)?;
+    let (me, p) = (c.rank(), c.size());
+    let last = p - 1;
+    let old = vec![0x11u8; 64];
+    let new = vec![0xeeu8; 64];
+    for (round, kind) in [(0u8, "broadcast"), (1, "broadcast_nb"), (2, "gather_all")] {
+        ck("write", c.ep.write_local(SM_SRC, &old))?;
+        ck(
+            "write",
+            c.ep.write_local(SM_DST, &vec![0u8; 64 * p as usize]),
+        )?;
+        ck("barrier", c.ep.barrier())?;
+        if me == last {
+            std::thread::sleep(Duration::from_millis(50));
+            ck("put", c.ep.put(0, SM_SRC, &new))?;
+        }
+        let fl = f::IN_ALLSYNC | f::OUT_MYSYNC | f::SINGLE;
+        let (d, s) = (Addr::Seg(SM_DST), Addr::Seg(SM_SRC));
+        match round {
+            0 => ck("broadcast", co.broadcast(Team::WORLD, d, 0, s, 64, fl))?,
+            1 => {
+                let h = ck(
+                    "broadcast_nb",
+                    co.broadcast_nb(Team::WORLD, d, 0, s, 64, fl),
+                )?;
+                ck("wait_sync", co.wait_sync(h))?;
+            }
+            _ => ck("gather_all", co.gather_all(Team::WORLD, d, s, 64, fl))?,
+        }
+        let mut got = vec![0u8; 64];
+        ck("read", c.ep.read_local(SM_DST, &mut got))?;
+        ensure(got == new, || {
+            format!(
+                "{kind}: rank 0's source was read before the last rank entered (got {:02x?})",
+                &got[..4]
+            )
+        })?;
+        ck("barrier", c.ep.barrier())?;
+    }
+    Ok(())
+}
+
+/// OUT_ALLSYNC: as soon as this rank's sync returns, every other rank's destination is done.
+fn out_allsync(c: &Ctx<'_>) -> Verdict {
+    let co = coll(c)?;
+    let (me, p) = (c.rank() as usize, c.size() as usize);
+    let nb = 1000;
+    for round in 0..4usize {
+        let seed = round as u64;
+        let src = pattern(seed, 0, me, 7, nb);
+        ck("write", c.ep.write_local(SM_SRC, &src))?;
+        ck("write", c.ep.write_local(SM_DST, &vec![0u8; nb * p]))?;
+        ck("barrier", c.ep.barrier())?;
+        // A different late rank each round.
+        if me == (round + 1) % p && p > 1 {
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        let ins = [f::IN_NOSYNC, f::IN_MYSYNC, f::IN_ALLSYNC, f::IN_NOSYNC][round];
+        let fl = ins | f::OUT_ALLSYNC | f::SINGLE;
+        let h = ck(
+            "gather_all_nb",
+            co.gather_all_nb(Team::WORLD, Addr::Seg(SM_DST), Addr::Seg(SM_SRC), nb, fl),
+        )?;
+        ck("wait_sync", co.wait_sync(h))?;
+        let mut want = Vec::new();
+        for r in 0..p {
+            want.extend(pattern(seed, 0, r, 7, nb));
+        }
+        for r in 0..p {
+            let mut got = vec![0u8; nb * p];
+            #[allow(clippy::cast_possible_truncation)]
+            ck("get", c.ep.get(r as u32, SM_DST, &mut got))?;
+            crate::coll_oracle::diff(
+                &format!("round {round}: rank {r}'s destination right after rank {me}'s OUT_ALLSYNC sync"),
+                &got,
+                &want,
+            )?;
+        }
+        ck("barrier", c.ep.barrier())?;
+    }
+    Ok(())
+}
+
+fn requests(c: &Ctx<'_>) -> u64 {
+    c.ep.stats().requests_sent.messages()
+}
+
+/// Messages this rank sends for `k` 8-byte broadcasts with `fl`, aggregated or not.
+fn count_broadcasts(
+    c: &Ctx<'_>,
+    co: &Coll,
+    k: usize,
+    fl: u32,
+    aggregate: bool,
+) -> Result<u64, String> {
+    ck("barrier", c.ep.barrier())?;
+    let before = requests(c);
+    let mut hs = Vec::new();
+    for i in 0..k {
+        let a = if aggregate && i + 1 < k {
+            f::AGGREGATE
+        } else {
+            0
+        };
+        let d = Addr::Seg(SM_DST + 64 * i as u64);
+        let h = ck(
+            "broadcast_nb",
+            co.broadcast_nb(Team::WORLD, d, 0, Addr::Seg(SM_SRC), 8, fl | f::SINGLE | a),
+        )?;
+        hs.push(h);
+    }
+    ck("wait_sync_all", co.wait_sync_all(&mut hs))?;
+    let n = requests(c) - before;
+    ck("barrier", c.ep.barrier())?;
+    Ok(n)
+}
+
+/// An aggregate of k ALLSYNC broadcasts pays one entry and one exit round, not k.
+fn aggregate_messages(c: &Ctx<'_>) -> Verdict {
+    let co = coll(c)?;
+    let p = u64::from(c.size());
+    let k = 8usize;
+    let log = u64::from(64 - (p - 1).leading_zeros()); // ceil(log2 p)
+    let sep = count_broadcasts(c, co, k, f::ALLSYNC, false)?;
+    let agg = count_broadcasts(c, co, k, f::ALLSYNC, true)?;
+    let bound = sep.saturating_sub((k as u64 - 1) * 2 * log);
+    ensure(agg <= bound, || {
+        format!("an aggregate of {k} ALLSYNC broadcasts sent {agg} requests; {k} separate ones sent {sep}; expected at most {bound}")
+    })?;
+    let nosync = count_broadcasts(c, co, k, f::NOSYNC, false)?;
+    let mysync = count_broadcasts(c, co, k, f::MYSYNC, false)?;
+    let in_all = count_broadcasts(c, co, k, f::IN_ALLSYNC | f::OUT_NOSYNC, false)?;
+    let out_all = count_broadcasts(c, co, k, f::IN_NOSYNC | f::OUT_ALLSYNC, false)?;
+    if p > 1 {
+        ensure(
+            nosync < sep && mysync < sep && in_all < sep && out_all < sep,
+            || {
+                format!("requests: ALLSYNC {sep}, NOSYNC {nosync}, MYSYNC {mysync}, IN_ALLSYNC {in_all}, OUT_ALLSYNC {out_all}: weaker modes should send fewer")
+            },
+        )?;
+        ensure(nosync + k as u64 * 2 * log == sep, || {
+            format!("ALLSYNC sent {sep} requests, NOSYNC {nosync}: expected exactly {} signal messages more", k as u64 * 2 * log)
+        })?;
+    }
+    Ok(())
+}
+
+// ----- rules --------------------------------------------------------------------------------
+
+/// A correct broadcast after an error: it must still work.
+fn still_works(c: &Ctx<'_>, co: &Coll, what: &str) -> Verdict {
+    let v = pattern(99, what.len(), 0, 3, 40);
+    if c.rank() == 0 {
+        ck("write", c.ep.write_local(SM_SRC, &v))?;
+    }
+    ck("write", c.ep.write_local(SM_DST, &[0u8; 40]))?;
+    co.broadcast(
+        Team::WORLD,
+        Addr::Seg(SM_DST),
+        0,
+        Addr::Seg(SM_SRC),
+        40,
+        f::ALLSYNC | f::SINGLE,
+    )
+    .map_err(|e| format!("a broadcast after {what} failed: {e}"))?;
+    let mut got = vec![0u8; 40];
+    ck("read", c.ep.read_local(SM_DST, &mut got))?;
+    ensure(got == v, || {
+        format!("a broadcast after {what} moved wrong data")
+    })
+}
+
+fn expect_err(what: &str, r: Result<(), Error>, ok: impl Fn(&Error) -> bool) -> Verdict {
+    match r {
+        Err(e) if ok(&e) => Ok(()),
+        Err(e) => Err(format!("{what}: unexpected error {e:?}")),
+        Ok(()) => Err(format!("{what}: succeeded")),
+    }
+}
+
+/// (what, outcome, whether the error is the expected one).
+type Case<'a> = (&'a str, Result<(), Error>, fn(&Error) -> bool);
+
+fn is_usage(e: &Error) -> bool {
+    matches!(e, Error::Usage { .. })
+}
+
+/// barrier_notify must be refused; if it is not, finish that barrier so the job stays in step.
+fn notify_refused(c: &Ctx<'_>, what: &str) -> Verdict {
+    match c.ep.barrier_notify(0, amnet::barrier_flags::ANONYMOUS) {
+        Err(e) if is_usage(&e) => Ok(()),
+        Err(e) => Err(format!("{what}: unexpected error {e:?}")),
+        Ok(()) => {
+            let _ = c.ep.barrier_wait(0, amnet::barrier_flags::ANONYMOUS);
+            Err(format!("{what}: succeeded"))
+        }
+    }
+}
+
+fn rules(c: &Ctx<'_>) -> Verdict {
+    let co = coll(c)?;
+    let t = Team::WORLD;
+    let (d, s) = (Addr::Seg(SM_DST), Addr::Seg(SM_SRC));
+    let p = c.size() as usize;
+    still_works(c, co, "nothing")?;
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "AGGREGATE on a blocking call",
+            co.broadcast(t, d, 0, s, 8, f::ALLSYNC | f::SINGLE | f::AGGREGATE),
+            is_usage,
+        ),
+        (
+            "no IN flag",
+            co.broadcast(t, d, 0, s, 8, f::OUT_MYSYNC | f::SINGLE),
+            is_usage,
+        ),
+        (
+            "two OUT flags",
+            co.broadcast(
+                t,
+                d,
+                0,
+                s,
+                8,
+                f::IN_MYSYNC | f::OUT_MYSYNC | f::OUT_NOSYNC | f::SINGLE,
+            ),
+            is_usage,
+        ),
+        (
+            "no SINGLE/LOCAL",
+            co.broadcast(t, d, 0, s, 8, f::ALLSYNC),
+            is_usage,
+        ),
+        (
+            "SINGLE and LOCAL",
+            co.broadcast(t, d, 0, s, 8, f::ALLSYNC | f::SINGLE | f::LOCAL),
+            is_usage,
+        ),
+        (
+            "nbytes 0",
+            co.broadcast(t, d, 0, s, 0, f::ALLSYNC | f::SINGLE),
+            is_usage,
+        ),
+        (
+            "root out of range",
+            co.broadcast(t, d, c.size(), s, 8, f::ALLSYNC | f::SINGLE),
+            is_usage,
+        ),
+        (
+            "counts one too long",
+            co.scatter_v(t, d, 0, s, &vec![1; p + 1], f::ALLSYNC | f::SINGLE),
+            is_usage,
+        ),
+        (
+            "exchange_v counts of length P*P+1",
+            co.exchange_v(t, d, s, &vec![1; p * p + 1], f::ALLSYNC | f::SINGLE),
+            is_usage,
+        ),
+        (
+            "destination beyond the segment",
+            co.broadcast(
+                t,
+                Addr::Seg(crate::SEG_LEN as u64 - 4),
+                0,
+                s,
+                8,
+                f::ALLSYNC | f::SINGLE,
+            ),
+            |e| matches!(e, Error::OutOfSegment { .. }),
+        ),
+        (
+            "m list of the wrong length",
+            co.broadcastm(t, &vec![d; p + 1], 0, s, 8, f::ALLSYNC | f::SINGLE),
+            is_usage,
+        ),
+        (
+            "function index past the table",
+            co.reduce_to_all(
+                t,
+                d,
+                s,
+                amnet::coll::Layout::block_cyclic(1, 0),
+                8,
+                p,
+                10_000,
+                0,
+                f::ALLSYNC | f::SINGLE,
+            ),
+            is_usage,
+        ),
+    ];
+    for (what, r, ok) in cases {
+        expect_err(what, r, ok)?;
+        still_works(c, co, what)?;
+    }
+    expect_err(
+        "a second Coll::init",
+        Coll::init(c.ep, None, 0, &fn_table()).map(|_| ()),
+        is_usage,
+    )?;
+    still_works(c, co, "a second Coll::init")?;
+    // A barrier with a collective initiated and not synced.
+    // (ALLSYNC, so that the handle stays live until every rank synced it, with 2+ ranks.)
+    let h = ck(
+        "broadcast_nb",
+        co.broadcast_nb(t, d, 0, s, 8, f::ALLSYNC | f::SINGLE),
+    )?;
+    if !h.is_invalid() {
+        notify_refused(c, "barrier_notify with an unsynced collective")?;
+    }
+    // Sync from another thread, then twice.
+    if !h.is_invalid() {
+        let co2 = co.clone();
+        let r = std::thread::scope(|sc| sc.spawn(move || co2.try_sync(h).map(|_| ())).join());
+        expect_err(
+            "try_sync from another thread",
+            r.map_err(|_| "thread panicked".to_string())?,
+            |e| matches!(e, Error::BadHandle(_)),
+        )?;
+    }
+    ck("wait_sync", co.wait_sync(h))?;
+    if !h.is_invalid() {
+        expect_err("wait_sync of a synced handle", co.wait_sync(h), |e| {
+            matches!(e, Error::BadHandle(_))
+        })?;
+        expect_err(
+            "try_sync of a synced handle",
+            co.try_sync(h).map(|_| ()),
+            |e| matches!(e, Error::BadHandle(_)),
+        )?;
+    }
+    ck("barrier after sync", c.ep.barrier())?;
+    // An aggregate left open also stops a barrier, until a plain call closes it.
+    let h0 = ck(
+        "aggregate member",
+        co.broadcast_nb(t, d, 0, s, 8, f::NOSYNC | f::SINGLE | f::AGGREGATE),
+    )?;
+    ensure(h0.is_invalid(), || {
+        "an aggregate member returned a live handle".into()
+    })?;
+    notify_refused(c, "barrier_notify with an aggregate open")?;
+    let h1 = ck(
+        "closing call",
+        co.broadcast_nb(t, Addr::Seg(SM_DST + 64), 0, s, 8, f::NOSYNC | f::SINGLE),
+    )?;
+    ck("wait_sync", co.wait_sync(h1))?;
+    ck("barrier after the aggregate", c.ep.barrier())?;
+    let mut hs = [CollHandle::INVALID; 3];
+    ck(
+        "wait_sync_all of invalid handles",
+        co.wait_sync_all(&mut hs),
+    )?;
+    still_works(c, co, "the barrier rules")
+}
+
+/// H_COLL_RULES: try collectives from a handler; record what happened.
+pub fn in_handler(st: &State, tok: &mut Token<'_>) {
+    let mut out = Vec::new();
+    match st.coll.get() {
+        None => out.push("no Coll on this rank".to_string()),
+        Some(co) => {
+            let r = co.broadcast(
+                Team::WORLD,
+                Addr::Seg(SM_DST),
+                0,
+                Addr::Seg(SM_SRC),
+                8,
+                f::ALLSYNC | f::SINGLE,
+            );
+            if !matches!(r, Err(Error::InHandler { .. })) {
+                out.push(format!("broadcast in a handler: {r:?}"));
+            }
+            let r = co.broadcast_nb(
+                Team::WORLD,
+                Addr::Seg(SM_DST),
+                0,
+                Addr::Seg(SM_SRC),
+                8,
+                f::NOSYNC | f::SINGLE,
+            );
+            if !matches!(r, Err(Error::InHandler { .. })) {
+                out.push(format!("broadcast_nb in a handler: {r:?}"));
+            }
+            let r = co.reduce_to_all_typed(RedOp::Sum, 1u64, f::NOSYNC);
+            if !matches!(r, Err(Error::InHandler { .. })) {
+                out.push(format!("reduce_to_all_typed in a handler: {r:?}"));
+            }
+            let r = Coll::init(tok.endpoint(), None, 0, &fn_table());
+            if !matches!(r, Err(Error::InHandler { .. })) {
+                out.push(format!("Coll::init in a handler: {r:?}"));
+            }
+        }
+    }
+    lock(&st.rules).extend(out);
+    st.rules_done.fetch_add(1, Ordering::SeqCst);
+}
+
+fn rule_in_handler(c: &Ctx<'_>) -> Verdict {
+    let co = coll(c)?;
+    let next = (c.rank() + 1) % c.size();
+    ck("request", c.ep.request_short(next, H_COLL_RULES, &[]))?;
+    ck(
+        "wait",
+        c.ep.wait_until(|| c.st.rules_done.load(Ordering::SeqCst) >= 1),
+    )?;
+    let r = lock(&c.st.rules).clone();
+    ensure(r.is_empty(), || r.join("; "))?;
+    ck("barrier", c.ep.barrier())?;
+    still_works(c, co, "collectives tried in a handler")
+}
+
+// ----- many outstanding ---------------------------------------------------------------------
+
+/// At least 65,535 tiny non-blocking NOSYNC collectives outstanding, then one wait_sync_all.
+fn outstanding(c: &Ctx<'_>) -> Verdict {
+    if c.size() > 4 {
+        if c.rank() == 0 {
+            println!(
+                "note: coll_65535_outstanding runs only with <= 4 ranks; skipped at {}",
+                c.size()
+            );
+        }
+        return Ok(());
+    }
+    let co = coll(c)?;
+    let n: usize = std::env::var("AMNET_COLL_OUTSTANDING")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(65_536);
+    let p = c.size() as usize;
+    let me = c.rank() as usize;
+    let src = pattern(5, 0, me, 0, n);
+    ck("write", c.ep.write_local(SM_SRC, &src))?;
+    ck("write", c.ep.write_local(SM_DST, &vec![0u8; n]))?;
+    ck("barrier", c.ep.barrier())?;
+    let t0 = Instant::now();
+    let mut hs = Vec::with_capacity(n);
+    for i in 0..n {
+        #[allow(clippy::cast_possible_truncation)]
+        let root = (i % p) as u32;
+        let h = co
+            .broadcast_nb(
+                Team::WORLD,
+                Addr::Seg(SM_DST + i as u64),
+                root,
+                Addr::Seg(SM_SRC + i as u64),
+                1,
+                f::NOSYNC | f::SINGLE,
+            )
+            .map_err(|e| format!("broadcast_nb #{i}: {e}"))?;
+        hs.push(h);
+    }
+    let issued = t0.elapsed();
+    let live = hs.iter().filter(|h| !h.is_invalid()).count();
+    ck("wait_sync_all", co.wait_sync_all(&mut hs))?;
+    let took = t0.elapsed();
+    let mut got = vec![0u8; n];
+    ck("read", c.ep.read_local(SM_DST, &mut got))?;
+    let srcs: Vec<Vec<u8>> = (0..p).map(|r| pattern(5, 0, r, 0, n)).collect();
+    for (i, &g) in got.iter().enumerate() {
+        let want = srcs[i % p][i];
+        ensure(g == want, || {
+            format!("broadcast #{i}: got {g:#x}, expected {want:#x}")
+        })?;
+    }
+    if me == 0 {
+        println!(
+            "note: {n} outstanding collectives at {p} ranks: issued in {:.2} s ({live} live handles on rank 0), all synced in {:.2} s",
+            issued.as_secs_f64(),
+            took.as_secs_f64()
+        );
+    }
+    ensure(took < Duration::from_secs(60), || {
+        format!("{n} outstanding collectives took {took:?}")
+    })?;
+    Ok(())
+}
