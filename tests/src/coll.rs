@@ -31,7 +31,11 @@ pub fn tests() -> Vec<Test> {
         t("coll_aggregate_merges_sync", aggregate_messages, 30),
         t("coll_rules", rules, 30),
         t("coll_rule_in_handler", rule_in_handler, 30),
-        t("coll_65535_outstanding", outstanding, 120),
+        // A measurement of a real job (it takes minutes in thread mode with a debug build).
+        Test {
+            process_only: true,
+            ..t("coll_65535_outstanding", outstanding, 300)
+        },
         Test {
             process_only: true,
             ..t("coll_images", crate::coll_images::from_suite, 180)
@@ -263,6 +267,9 @@ fn aggregate_messages(c: &Ctx<'_>) -> Verdict {
     let mysync = count_broadcasts(c, co, k, f::MYSYNC, false)?;
     let in_all = count_broadcasts(c, co, k, f::IN_ALLSYNC | f::OUT_NOSYNC, false)?;
     let out_all = count_broadcasts(c, co, k, f::IN_NOSYNC | f::OUT_ALLSYNC, false)?;
+    if c.rank() == 0 {
+        println!("note: rank 0 requests for {k} broadcasts at {p} ranks: ALLSYNC {sep}, aggregated ALLSYNC {agg}, NOSYNC {nosync}, MYSYNC {mysync}, IN_ALLSYNC|OUT_NOSYNC {in_all}, IN_NOSYNC|OUT_ALLSYNC {out_all}");
+    }
     if p > 1 {
         ensure(
             nosync < sep && mysync < sep && in_all < sep && out_all < sep,
@@ -555,10 +562,7 @@ fn outstanding(c: &Ctx<'_>) -> Verdict {
         return Ok(());
     }
     let co = coll(c)?;
-    let n: usize = std::env::var("AMNET_COLL_OUTSTANDING")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(65_536);
+    let n = 65_536usize;
     let p = c.size() as usize;
     let me = c.rank() as usize;
     let src = pattern(5, 0, me, 0, n);
@@ -602,8 +606,10 @@ fn outstanding(c: &Ctx<'_>) -> Verdict {
             took.as_secs_f64()
         );
     }
-    ensure(took < Duration::from_secs(60), || {
-        format!("{n} outstanding collectives took {took:?}")
+    // Optimized builds only: a debug build under a loaded `cargo test` is no measurement.
+    let bound = Duration::from_secs(30);
+    ensure(cfg!(debug_assertions) || took < bound, || {
+        format!("{n} outstanding collectives at {p} ranks took {took:?}, more than {bound:?}")
     })?;
     Ok(())
 }
