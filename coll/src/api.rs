@@ -141,7 +141,7 @@ impl Coll {
     /// before any other collective.
     ///
     /// `images`: images per rank (len = ranks, none zero), node-major numbering; `None` for
-    /// one image per rank (then `my_image` is ignored). With images, every image's thread
+    /// one image per rank (then `my_image` is 0 or the rank's own image). With images, every image's thread
     /// calls `init` with its own `my_image`. `fns`: the client's function table; it follows
     /// the [`builtin`] entries, so client function `i` has index `builtin::N_BUILTIN + i`. The
     /// images and the table's size and flags must agree on every rank.
@@ -652,7 +652,6 @@ impl Coll {
         mode: &Mode,
         e: Entry,
     ) -> Result<(usize, Area, Area)> {
-        let _ = ();
         let (src_len, dst_len) = match spec.kind {
             Kind::Reduce | Kind::ReduceAll => (
                 area_elems(spec.src_lay, spec.n, spec.np, e.p) * spec.es,
@@ -1200,7 +1199,6 @@ impl Coll {
         } else {
             self.sh.size as usize
         };
-        let _ = np;
         let mut src = value;
         let mut dst = value;
         // SAFETY: both live on this stack frame for the whole blocking call, which returns

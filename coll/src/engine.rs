@@ -67,7 +67,6 @@ pub(crate) struct Part {
 /// One collective in flight on this rank.
 pub(crate) struct Op {
     pub(crate) seq: u64,
-    pub(crate) group: u64,
     pub(crate) spec: Option<Arc<Spec>>,
     pub(crate) mode: Option<Mode>,
     /// The first participant this rank hosts, and the local participants.
@@ -96,7 +95,6 @@ impl Op {
     fn new(seq: u64, size: usize) -> Op {
         Op {
             seq,
-            group: 0,
             spec: None,
             mode: None,
             first: 0,
@@ -295,7 +293,6 @@ impl Shared {
         if op.spec.is_none() {
             op.spec = Some(spec.clone());
             op.mode = Some(mode);
-            op.group = group;
             let (first, count) = if image_space {
                 (
                     self.img_first[self.rank as usize] as usize,
@@ -335,10 +332,7 @@ impl Shared {
             .or_insert_with(|| Group::new(self.rank, self.size));
         if !g.members.contains(&seq) {
             g.members.push(seq);
-            g.merged = Merged {
-                entry: g.merged.entry || mode.needs_entry_signal(),
-                exit: g.merged.exit || mode.needs_exit_signal(),
-            };
+            g.merged.add(&mode);
         }
         if !mode.aggregate {
             g.closed = true;
@@ -533,14 +527,7 @@ impl Shared {
             if merged.entry && closed && all_entered && checked && !g.entry.started() {
                 g.entry.start();
             }
-            for (to, round) in g.entry.sends() {
-                outs.push(Out::Sig {
-                    to,
-                    group: gid,
-                    which: SIG_ENTRY,
-                    round,
-                });
-            }
+            signal_sends(&mut g.entry, gid, SIG_ENTRY, &mut outs);
             let entry_done = !merged.entry || g.entry.done();
             // Members: pushes, opening, reductions.
             let mut all_local = true;
@@ -603,14 +590,7 @@ impl Shared {
                 if merged.exit && !g.exit.started() {
                     g.exit.start();
                 }
-                for (to, round) in g.exit.sends() {
-                    outs.push(Out::Sig {
-                        to,
-                        group: gid,
-                        which: SIG_EXIT,
-                        round,
-                    });
-                }
+                signal_sends(&mut g.exit, gid, SIG_EXIT, &mut outs);
                 if !merged.exit || g.exit.done() {
                     g.complete = true;
                     st.pending.remove(&gid);
@@ -802,6 +782,16 @@ impl Shared {
             )
         }
     }
+}
+
+/// Queue the signals `d` may send now for `group`.
+fn signal_sends(d: &mut Dissemination, group: u64, which: u32, outs: &mut Vec<Out>) {
+    outs.extend(d.sends().into_iter().map(|(to, round)| Out::Sig {
+        to,
+        group,
+        which,
+        round,
+    }));
 }
 
 fn write_into(op: &mut Op, i: usize, off: usize, bytes: &[u8]) {

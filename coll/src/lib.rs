@@ -6,13 +6,15 @@
 //!
 //! ```no_run
 //! use amnet_coll::{flags, Addr, Coll, RedOp, Team};
-//! # fn main() -> amnet_core::Result<()> {
-//! # let ep: amnet_core::Endpoint = unimplemented!();
-//! let coll = Coll::init(&ep, None, 0, &[])?;
-//! // Rank 0's 8 bytes at segment offset 0 go to offset 64 of every rank's segment.
-//! coll.broadcast(Team::WORLD, Addr::seg(64), 0, Addr::seg(0), 8, flags::ALLSYNC | flags::SINGLE)?;
-//! let total = coll.reduce_to_all_typed(RedOp::Sum, ep.rank() as u64, flags::ALLSYNC)?;
-//! # Ok(()) }
+//! use amnet_core::Endpoint;
+//!
+//! /// On an attached endpoint: rank 0's 8 bytes at segment offset 0 go to offset 64 of every
+//! /// rank's segment, then every rank gets the sum of the rank numbers.
+//! fn example(ep: &Endpoint) -> amnet_core::Result<u64> {
+//!     let coll = Coll::init(ep, None, 0, &[])?;
+//!     coll.broadcast(Team::WORLD, Addr::seg(64), 0, Addr::seg(0), 8, flags::ALLSYNC | flags::SINGLE)?;
+//!     coll.reduce_to_all_typed(RedOp::Sum, u64::from(ep.rank()), flags::ALLSYNC)
+//! }
 //! ```
 //!
 //! See `spec/coll.md` for the full semantics.

@@ -122,7 +122,6 @@ impl Spec {
     pub(crate) fn has_dst(&self, p: usize) -> bool {
         match self.kind {
             Kind::Gather | Kind::Reduce => p == self.root,
-            Kind::Prefix | Kind::ExclusivePrefix => true,
             _ => true,
         }
     }
@@ -188,13 +187,10 @@ impl Spec {
         v
     }
 
-    /// Bytes participant `q` receives in all.
+    /// Bytes participant `q` receives in all: its whole destination (data movement; the
+    /// reductions track their operands separately).
     pub(crate) fn incoming(&self, q: usize) -> usize {
-        match self.kind {
-            Kind::Broadcast | Kind::Scatter | Kind::GatherAll | Kind::Exchange => self.dst_len(q),
-            Kind::Gather => self.dst_len(q),
-            _ => 0,
-        }
+        self.dst_len(q)
     }
 }
 

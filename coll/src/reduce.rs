@@ -16,14 +16,11 @@ use std::sync::Arc;
 use amnet_core::{Error, Rank, Result};
 
 use crate::engine::{Area, Op, Shared};
-use crate::plan::{runs, Kind, Run, Spec};
+use crate::plan::{runs, Kind, Spec};
+use crate::types::Layout;
 
 /// One step's output: (destination rank, phase, packed stream).
 pub(crate) type StageOut = Vec<(Rank, u32, Arc<Vec<u8>>)>;
-
-fn total_runs(lay_runs: &[Run]) -> usize {
-    lay_runs.len()
-}
 
 /// Bytes of phase `ph` that rank `me` expects.
 fn expected(s: &Shared, op: &Op, spec: &Spec, ph: usize) -> usize {
@@ -31,9 +28,9 @@ fn expected(s: &Shared, op: &Op, spec: &Spec, ph: usize) -> usize {
     let owner = |p: usize| s.owner(op.image_space, p);
     match (spec.kind, ph) {
         (Kind::Reduce, 0) if owner(spec.root) == me => {
-            total_runs(&runs(spec.src_lay, spec.n, spec.np)) * spec.es
+            runs(spec.src_lay, spec.n, spec.np).len() * spec.es
         }
-        (Kind::ReduceAll, 0) => total_runs(&runs(spec.src_lay, spec.n, spec.np)) * spec.es,
+        (Kind::ReduceAll, 0) => runs(spec.src_lay, spec.n, spec.np).len() * spec.es,
         (Kind::Prefix | Kind::ExclusivePrefix, 0) => {
             runs(spec.dst_lay, spec.n, spec.np)
                 .iter()
@@ -229,7 +226,7 @@ fn phase0(c: &Ctx<'_>) -> StageOut {
         }
         _ => {
             // Reblock: every local operand goes to the rank owning its destination element.
-            let dst_owner = dst_owner_by_k(c);
+            let dst_owner = owner_by_k(c, spec.dst_lay);
             let mut streams = vec![Vec::new(); size as usize];
             for r in runs(spec.src_lay, spec.n, spec.np) {
                 if c.owner(r.part) != me {
@@ -255,20 +252,11 @@ fn phase0(c: &Ctx<'_>) -> StageOut {
     }
 }
 
-fn dst_owner_by_k(c: &Ctx<'_>) -> Vec<Rank> {
+/// The rank holding each element `k` under `lay`.
+fn owner_by_k(c: &Ctx<'_>, lay: Layout) -> Vec<Rank> {
     let mut v = vec![0; c.spec.n];
-    for r in runs(c.spec.dst_lay, c.spec.n, c.spec.np) {
-        let o = c.owner(r.part);
-        v[r.k0..r.k0 + r.len].fill(o);
-    }
-    v
-}
-
-fn src_owner_by_k(c: &Ctx<'_>) -> Vec<Rank> {
-    let mut v = vec![0; c.spec.n];
-    for r in runs(c.spec.src_lay, c.spec.n, c.spec.np) {
-        let o = c.owner(r.part);
-        v[r.k0..r.k0 + r.len].fill(o);
+    for r in runs(lay, c.spec.n, c.spec.np) {
+        v[r.k0..r.k0 + r.len].fill(c.owner(r.part));
     }
     v
 }
@@ -336,7 +324,7 @@ fn phase1(c: &Ctx<'_>, stage: &[Vec<u8>]) -> Result<Phase1> {
         }
         _ => {
             // Operands of the local destination runs, then their partials to every rank.
-            let src_owner = src_owner_by_k(c);
+            let src_owner = owner_by_k(c, spec.src_lay);
             let mut st = Streams::new(stage);
             let mut xs = Vec::new();
             let mut partials = Vec::new();

@@ -303,10 +303,15 @@ pub struct Merged {
 impl Merged {
     /// Merge the modes of an aggregate's members.
     pub fn of<'a>(modes: impl IntoIterator<Item = &'a Mode>) -> Merged {
-        modes.into_iter().fold(Merged::default(), |m, x| Merged {
-            entry: m.entry || x.needs_entry_signal(),
-            exit: m.exit || x.needs_exit_signal(),
-        })
+        let mut m = Merged::default();
+        modes.into_iter().for_each(|x| m.add(x));
+        m
+    }
+
+    /// Add one more member's mode.
+    pub fn add(&mut self, mode: &Mode) {
+        self.entry |= mode.needs_entry_signal();
+        self.exit |= mode.needs_exit_signal();
     }
 }
 
