@@ -148,10 +148,10 @@ pub enum Error {
     },
     /// A watchdog found a wait that made no progress for too long; `detail` lists what was
     /// in flight and what each operation waited for.
-    #[error("no progress for {secs} s: {detail}")]
+    #[error("no progress for {millis} ms: {detail}")]
     Hang {
-        /// Seconds without progress.
-        secs: u64,
+        /// Milliseconds without progress.
+        millis: u64,
         /// What was in flight.
         detail: String,
     },

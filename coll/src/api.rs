@@ -246,7 +246,8 @@ impl Coll {
                         check: std::env::var("AMNET_COLL_CHECK").is_ok_and(|v| v == "1"),
                         hang: env_secs("AMNET_HANG_TIMEOUT")?,
                         st: Mutex::new(State {
-                            seq: vec![1; images[me] as usize],
+                            next_seq: 1,
+                            at_calls: vec![0; images[me] as usize],
                             next_handle: 1,
                             ..State::default()
                         }),
@@ -462,12 +463,31 @@ impl Coll {
         let mut st = sh.lock();
         let local_img = (self.image - sh.img_first[sh.rank as usize]) as usize;
         let seq = if mode.all_threads {
-            let s = st.seq[local_img];
-            st.seq[local_img] += 1;
+            // The k-th ALL_THREADS call of every local image is the same collective: the first
+            // image to make it numbers it, the others join that number.
+            let local_images = sh.images[sh.rank as usize];
+            let k = st.at_calls[local_img];
+            st.at_calls[local_img] += 1;
+            let idx = usize::try_from(k - st.at_base).unwrap_or(usize::MAX);
+            let s = if let Some(e) = st.at_open.get_mut(idx) {
+                e.1 += 1;
+                e.0
+            } else {
+                let s = st.next_seq;
+                st.next_seq += 1;
+                st.at_open.push_back((s, 1));
+                s
+            };
+            while st.at_open.front().is_some_and(|e| e.1 >= local_images) {
+                st.at_open.pop_front();
+                st.at_base += 1;
+            }
             s
         } else {
-            let s = st.seq.iter().copied().max().unwrap_or(1);
-            st.seq.iter_mut().for_each(|x| *x = s + 1);
+            // A representative call stands for every local image (the client serializes it
+            // against every other initiation on the rank).
+            let s = st.next_seq;
+            st.next_seq += 1;
             s
         };
         let key = if mode.all_threads {
@@ -482,7 +502,16 @@ impl Coll {
             st.agg_open.remove(&key);
         }
         let first_on_rank = st.ops.get(&seq).is_none_or(|o| o.spec.is_none());
-        sh.enter(&mut st, seq, group, &spec, mode, image_space, &areas);
+        let local_mismatch = sh.enter(
+            &mut st,
+            seq,
+            group,
+            &spec,
+            mode,
+            image_space,
+            self.image,
+            &areas,
+        );
         let handle = if mode.aggregate {
             None
         } else {
@@ -504,6 +533,9 @@ impl Coll {
         drop(st);
         if sh.check && first_on_rank {
             sh.send_signature(seq, &crate::engine::signature(&spec, &mode))?;
+        }
+        if let Some(detail) = local_mismatch {
+            sh.send_mismatch(seq, &detail)?;
         }
         // Poll too: a rank that initiates many collectives without syncing must still take
         // in its peers' data, or every one of them stays in flight (and `advance` revisits
@@ -667,6 +699,29 @@ impl Coll {
             ),
             _ => (spec.src_len(e.p), spec.dst_len(e.p)),
         };
+        if spec.kind == Kind::Scatter && e.dst == Addr::InPlace && dst_len > 0 {
+            // In-place scatter: the root's own block stays where it is in the source.
+            if e.p != spec.root {
+                return Err(usage(
+                    op,
+                    format!(
+                        "an in-place destination is only for the scatter root ({}), not \
+                         participant {}",
+                        spec.root, e.p
+                    ),
+                ));
+            }
+            let src = self.area(op, "source", e.src, src_len, mode.src_in_segment)?;
+            let off = spec.scatter_block_offset(e.p);
+            return Ok((
+                e.p,
+                src,
+                Area {
+                    ptr: src.ptr + off,
+                    len: dst_len,
+                },
+            ));
+        }
         let dst = if dst_len > 0 {
             self.area(op, "destination", e.dst, dst_len, mode.dst_in_segment)?
         } else {
@@ -841,7 +896,7 @@ impl Coll {
                     let report = self.sh.report();
                     eprintln!("amnet watchdog (AMNET_HANG_TIMEOUT): {report}");
                     return Err(Error::Hang {
-                        secs: t.as_secs(),
+                        millis: u64::try_from(t.as_millis()).unwrap_or(u64::MAX),
                         detail: report,
                     });
                 }
@@ -900,7 +955,29 @@ impl Coll {
 
     /// Blocking sync of every handle (all become invalid).
     pub fn wait_sync_all(&self, hs: &mut [CollHandle]) -> Result<()> {
-        self.wait("wait_sync_all", || self.finish_all(hs))
+        // Each round stops at the first handle still in flight: it has to complete anyway, and
+        // a full scan per poll would cost handles x polls with 65,535 outstanding. `next`
+        // skips the completed prefix.
+        let mut next = 0;
+        self.wait("wait_sync_all", || {
+            while next < hs.len() {
+                let h = hs[next];
+                if !h.is_invalid() {
+                    match self.try_finish(h.0) {
+                        Ok(true) => {}
+                        Ok(false) => return Ok(false),
+                        Err(e) => {
+                            // The handle is dead either way.
+                            hs[next] = CollHandle::INVALID;
+                            return Err(e);
+                        }
+                    }
+                    hs[next] = CollHandle::INVALID;
+                }
+                next += 1;
+            }
+            Ok(true)
+        })
     }
 
     fn finish_some(&self, hs: &mut [CollHandle]) -> Result<bool> {

@@ -27,6 +27,10 @@ pub(crate) const H_STAGE: u8 = 41;
 pub(crate) const H_SIG: u8 = 42;
 /// Layer handler: a call's signature (checked mode).
 pub(crate) const H_CHECK: u8 = 43;
+/// `H_CHECK` kind: the payload is the sender's signature.
+const CHECK_SIGNATURE: u32 = 0;
+/// `H_CHECK` kind: the payload describes a disagreement between the sender's own images.
+const CHECK_MISMATCH: u32 = 1;
 
 const SIG_ENTRY: u32 = 0;
 const SIG_EXIT: u32 = 1;
@@ -67,6 +71,8 @@ pub(crate) struct Part {
 /// One collective in flight on this rank.
 pub(crate) struct Op {
     pub(crate) seq: u64,
+    /// The group (aggregate) it belongs to, once entered here.
+    group: Option<u64>,
     pub(crate) spec: Option<Arc<Spec>>,
     pub(crate) mode: Option<Mode>,
     /// The first participant this rank hosts, and the local participants.
@@ -86,6 +92,8 @@ pub(crate) struct Op {
     working: bool,
     /// Checked mode: signatures per rank.
     sigs: Vec<Option<Vec<u8>>>,
+    /// Checked mode: the image whose call gave this rank's signature.
+    sig_image: u32,
     pub(crate) checked_ok: bool,
     pub(crate) local_done: bool,
     pub(crate) error: Option<Error>,
@@ -95,6 +103,7 @@ impl Op {
     fn new(seq: u64, size: usize) -> Op {
         Op {
             seq,
+            group: None,
             spec: None,
             mode: None,
             first: 0,
@@ -107,6 +116,7 @@ impl Op {
             xs: Vec::new(),
             working: false,
             sigs: vec![None; size],
+            sig_image: 0,
             checked_ok: false,
             local_done: false,
             error: None,
@@ -160,13 +170,34 @@ pub(crate) struct State {
     pub(crate) next_handle: u64,
     /// Open aggregate per caller (image index, or u32::MAX for a representative thread).
     pub(crate) agg_open: HashMap<u32, u64>,
-    /// Next sequence number per local image.
-    pub(crate) seq: Vec<u64>,
+    /// The next sequence number this rank hands out: every collective, whoever initiates it,
+    /// takes the next one when its first caller on this rank arrives.
+    pub(crate) next_seq: u64,
+    /// `ALL_THREADS` calls made so far, per local image.
+    pub(crate) at_calls: Vec<u64>,
+    /// `ALL_THREADS` collectives some local image initiated and not every one yet: (sequence
+    /// number, images that joined), the first being the `at_base`-th such collective.
+    pub(crate) at_open: std::collections::VecDeque<(u64, u32)>,
+    /// Ordinal of `at_open[0]` among this rank's `ALL_THREADS` collectives.
+    pub(crate) at_base: u64,
     /// Collectives started and not yet synced on this rank (barrier rule).
     pub(crate) unsynced: usize,
     /// The groups not complete yet: the only ones `collect` visits, so that its cost follows
     /// the work in flight rather than every handle not yet synced.
     pub(crate) pending: std::collections::BTreeSet<u64>,
+    /// The pending groups something happened to since `collect` last looked (an entry, data,
+    /// a signal, a finished push or reduction step): the only ones it visits, so that a poll
+    /// costs what changed, not what is in flight (65,535 collectives may be).
+    pub(crate) dirty: std::collections::BTreeSet<u64>,
+}
+
+impl State {
+    /// Note that `seq`'s group has something new to look at.
+    fn touch(&mut self, seq: u64) {
+        if let Some(g) = self.ops.get(&seq).and_then(|o| o.group) {
+            self.dirty.insert(g);
+        }
+    }
 }
 
 /// Per-rank collective state, shared by every image thread of the rank.
@@ -276,7 +307,9 @@ impl Shared {
         }))
     }
 
-    /// Record an entry (see `api`): creates the op and its group on first sight.
+    /// Record an entry (see `api`) by the thread of `image`: creates the op and its group on
+    /// first sight. In checked mode, returns what a later local image's call disagrees on
+    /// with the first one's (the op then fails).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn enter(
         &self,
@@ -286,10 +319,13 @@ impl Shared {
         spec: &Arc<Spec>,
         mode: Mode,
         image_space: bool,
+        image: u32,
         entries: &[(usize, crate::engine::Area, crate::engine::Area)],
-    ) {
+    ) -> Option<String> {
+        let mut mismatch = None;
         let size = self.size as usize;
         let op = st.ops.entry(seq).or_insert_with(|| Op::new(seq, size));
+        op.group = Some(group);
         if op.spec.is_none() {
             op.spec = Some(spec.clone());
             op.mode = Some(mode);
@@ -312,8 +348,26 @@ impl Shared {
             if self.check {
                 let sig = signature(spec, &mode);
                 op.sigs[self.rank as usize] = Some(sig);
+                op.sig_image = image;
             } else {
                 op.checked_ok = true;
+            }
+        } else if self.check && op.error.is_none() {
+            // Another image of this rank joins (ALL_THREADS): its arguments must agree with
+            // the first caller's, which stand for the rank.
+            let sig = signature(spec, &mode);
+            let base = op.sigs[self.rank as usize].as_deref().unwrap_or(&[]);
+            if let Some(d) = first_diff(base, &sig) {
+                let detail = format!(
+                    "collective #{seq}: image {image} passed {} = {} but image {} (rank {}) \
+                     passed {}",
+                    d.0, d.2, op.sig_image, self.rank, d.1
+                );
+                op.error = Some(Error::Mismatch {
+                    what: "collective arguments (AMNET_COLL_CHECK)",
+                    detail: detail.clone(),
+                });
+                mismatch = Some(detail);
             }
         }
         for &(p, src, dst) in entries {
@@ -326,6 +380,7 @@ impl Shared {
         if !st.groups.contains_key(&group) {
             st.pending.insert(group);
         }
+        st.dirty.insert(group);
         let g = st
             .groups
             .entry(group)
@@ -337,6 +392,7 @@ impl Shared {
         if !mode.aggregate {
             g.closed = true;
         }
+        mismatch
     }
 
     /// Move every collective along as far as it can go without waiting. Returns whether
@@ -464,6 +520,7 @@ impl Shared {
         }
         let i = idx.unwrap_or(0);
         write_into(op, i, off, bytes);
+        st.touch(seq);
     }
 
     fn stage_arrived(&self, src: Rank, seq: u64, phase: u32, off: usize, bytes: &[u8]) {
@@ -477,6 +534,7 @@ impl Shared {
         }
         buf[off..off + bytes.len()].copy_from_slice(bytes);
         op.stage_got[ph] += bytes.len();
+        st.touch(seq);
     }
 
     fn sig_arrived(&self, group: u64, which: u32, round: u32) {
@@ -484,6 +542,7 @@ impl Shared {
         if !st.groups.contains_key(&group) {
             st.pending.insert(group);
         }
+        st.dirty.insert(group);
         let g = st
             .groups
             .entry(group)
@@ -502,8 +561,11 @@ impl Shared {
         if self.check {
             self.check_signatures(st);
         }
-        let gids: Vec<u64> = st.pending.iter().copied().collect();
-        for gid in gids {
+        let dirty = std::mem::take(&mut st.dirty);
+        for gid in dirty {
+            if !st.pending.contains(&gid) {
+                continue;
+            }
             let Some(g) = st.groups.get(&gid) else {
                 st.pending.remove(&gid);
                 continue;
@@ -633,6 +695,7 @@ impl Shared {
                 }
             }
         }
+        st.touch(seq);
         Ok(())
     }
 
@@ -640,6 +703,7 @@ impl Shared {
     fn reduce_step(&self, seq: u64) -> Result<()> {
         let r = crate::reduce::step(self, seq);
         let mut st = self.lock();
+        st.touch(seq);
         if let Some(op) = st.ops.get_mut(&seq) {
             op.working = false;
             match r {
@@ -671,11 +735,51 @@ impl Shared {
         let size = self.size as usize;
         let op = st.ops.entry(seq).or_insert_with(|| Op::new(seq, size));
         op.sigs[src as usize] = Some(sig.to_vec());
+        st.touch(seq);
+    }
+
+    /// Checked mode: a rank found that two of its images disagree (`detail`); the
+    /// collective fails everywhere.
+    fn mismatch_arrived(&self, seq: u64, detail: &[u8]) {
+        let mut st = self.lock();
+        let size = self.size as usize;
+        let op = st.ops.entry(seq).or_insert_with(|| Op::new(seq, size));
+        if op.error.is_none() {
+            op.error = Some(Error::Mismatch {
+                what: "collective arguments (AMNET_COLL_CHECK)",
+                detail: String::from_utf8_lossy(detail).into_owned(),
+            });
+        }
+        st.touch(seq);
+    }
+
+    /// Checked mode: tell every other rank that two images of this one disagree on `seq`.
+    pub(crate) fn send_mismatch(&self, seq: u64, detail: &str) -> Result<()> {
+        let text = detail.as_bytes();
+        let text = &text[..text.len().min(self.ep.max_medium())];
+        for r in 0..self.size {
+            if r != self.rank {
+                self.ep
+                    .layer_request(r, H_CHECK, &[lo(seq), hi(seq), CHECK_MISMATCH], text)?;
+            }
+        }
+        Ok(())
     }
 
     /// Checked mode: compare the signatures once all arrived.
     pub(crate) fn check_signatures(&self, st: &mut State) {
-        for op in st.ops.values_mut() {
+        // Only members of groups something happened to: a signature arriving or an entry
+        // marks its group.
+        let seqs: Vec<u64> = st
+            .dirty
+            .iter()
+            .filter_map(|g| st.groups.get(g))
+            .flat_map(|g| g.members.iter().copied())
+            .collect();
+        for seq in seqs {
+            let Some(op) = st.ops.get_mut(&seq) else {
+                continue;
+            };
             if op.checked_ok || op.error.is_some() || op.spec.is_none() {
                 continue;
             }
@@ -699,7 +803,7 @@ impl Shared {
         for r in 0..self.size {
             if r != self.rank {
                 self.ep
-                    .layer_request(r, H_CHECK, &[lo(seq), hi(seq)], sig)?;
+                    .layer_request(r, H_CHECK, &[lo(seq), hi(seq), CHECK_SIGNATURE], sig)?;
             }
         }
         Ok(())
@@ -812,11 +916,16 @@ fn write_into(op: &mut Op, i: usize, off: usize, bytes: &[u8]) {
         });
         return;
     }
-    // SAFETY: the destination area was resolved and bounds-checked at entry and stays valid
-    // and unaccessed by the client until the collective is synced (bulk contract); the range
-    // was checked just above; the bytes come from a message buffer, not the destination.
-    unsafe {
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), (part.dst.ptr + off) as *mut u8, bytes.len());
+    let to = (part.dst.ptr + off) as *mut u8;
+    if !std::ptr::eq(bytes.as_ptr(), to) {
+        // SAFETY: the destination area was resolved and bounds-checked at entry and stays
+        // valid and unaccessed by the client until the collective is synced (bulk contract);
+        // the range was checked just above. The bytes come from a message buffer or, for a
+        // participant's block to itself, from its source, which may overlap the destination
+        // in place: `copy` allows that (and identical ranges are skipped above).
+        unsafe {
+            std::ptr::copy(bytes.as_ptr(), to, bytes.len());
+        }
     }
     part.got += bytes.len();
 }
@@ -849,10 +958,14 @@ fn on_sig(s: &Shared, _tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
 }
 
 fn on_check(s: &Shared, tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
-    let [sl, sh, ..] = *args else {
+    let [sl, sh, kind, ..] = *args else {
         return;
     };
-    s.check_arrived(tok.src(), join(sl, sh), payload);
+    if kind == CHECK_MISMATCH {
+        s.mismatch_arrived(join(sl, sh), payload);
+    } else {
+        s.check_arrived(tok.src(), join(sl, sh), payload);
+    }
 }
 
 fn addr(v: u64) -> usize {
@@ -877,14 +990,34 @@ pub(crate) fn signature(spec: &Spec, mode: &Mode) -> Vec<u8> {
     put(spec.dst_lay.off as u64);
     put(spec.func as u64);
     put(u64::from(spec.arg));
-    put(spec.counts.len() as u64);
+    // The sizes go as their number and a hash, so that the signature is the same small
+    // message at any scale (exchange_v has np^2 of them).
+    let mut h = Fnv::new();
     for &c in &spec.counts {
-        put(c as u64);
+        h.add(c as u64);
     }
+    put(spec.counts.iter().map(|&c| c as u64).sum());
+    put(spec.counts.len() as u64);
+    put(h.0);
     v
 }
 
-const FIELDS: [&str; 13] = [
+/// FNV-1a over 64-bit words.
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+    fn add(&mut self, x: u64) {
+        for b in x.to_le_bytes() {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+const FIELDS: [&str; 15] = [
     "operation",
     "root",
     "participants",
@@ -897,7 +1030,9 @@ const FIELDS: [&str; 13] = [
     "destination offset",
     "function",
     "function argument",
-    "sizes",
+    "bytes in all",
+    "number of sizes",
+    "sizes (hash)",
 ];
 
 fn field(sig: &[u8], i: usize) -> Option<u64> {
@@ -926,38 +1061,34 @@ fn show(i: usize, v: u64) -> String {
     }
 }
 
+/// The first field in which two signatures differ: (field name, value in `a`, value in `b`).
+fn first_diff(a: &[u8], b: &[u8]) -> Option<(&'static str, String, String)> {
+    if a == b {
+        return None;
+    }
+    let n = a.len().max(b.len()) / 8;
+    for (i, name) in FIELDS.iter().enumerate().take(n) {
+        let (x, y) = (field(a, i), field(b, i));
+        if x != y {
+            let fmt = |v: Option<u64>| v.map_or("-".into(), |v| show(i, v));
+            return Some((name, fmt(x), fmt(y)));
+        }
+    }
+    Some(("signature length", a.len().to_string(), b.len().to_string()))
+}
+
 /// None when every rank's signature equals rank 0's; else which ranks differ in what.
 fn compare_signatures(sigs: &[Option<Vec<u8>>]) -> Option<String> {
     let base = sigs[0].as_deref().unwrap_or(&[]);
-    let mut diffs = Vec::new();
-    for (r, s) in sigs.iter().enumerate().skip(1) {
-        let s = s.as_deref().unwrap_or(&[]);
-        if s == base {
-            continue;
-        }
-        let n = base.len().max(s.len()) / 8;
-        let mut found = false;
-        #[allow(clippy::needless_range_loop)] // i indexes two signatures and FIELDS
-        for i in 0..n.min(FIELDS.len() - 1) {
-            let (a, b) = (field(base, i), field(s, i));
-            if a != b {
-                diffs.push(format!(
-                    "rank {r} passed {} = {} but rank 0 passed {}",
-                    FIELDS[i],
-                    b.map_or("-".into(), |v| show(i, v)),
-                    a.map_or("-".into(), |v| show(i, v))
-                ));
-                found = true;
-                break;
-            }
-        }
-        if !found {
-            diffs.push(format!(
-                "rank {r} passed different {} than rank 0",
-                FIELDS[FIELDS.len() - 1]
-            ));
-        }
-    }
+    let diffs: Vec<String> = sigs
+        .iter()
+        .enumerate()
+        .skip(1)
+        .filter_map(|(r, s)| {
+            first_diff(base, s.as_deref().unwrap_or(&[]))
+                .map(|(name, a, b)| format!("rank {r} passed {name} = {b} but rank 0 passed {a}"))
+        })
+        .collect();
     if diffs.is_empty() {
         None
     } else {

@@ -138,6 +138,11 @@ impl Spec {
         }
     }
 
+    /// Scatter: where participant `p`'s block starts in the root's source.
+    pub(crate) fn scatter_block_offset(&self, p: usize) -> usize {
+        self.counts[..p].iter().sum()
+    }
+
     /// The blocks participant `p` sends (zero-length blocks left out).
     #[allow(clippy::needless_range_loop)] // q names the destination participant
     pub(crate) fn transfers_from(&self, p: usize) -> Vec<Transfer> {

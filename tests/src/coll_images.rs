@@ -136,6 +136,10 @@ pub fn main_images(seed: u64) -> i32 {
                 if x.as_ref().ok() != Some(&(img as u64 + 1)) {
                     fail(img, format!("prefix_reduce_typed: {x:?}"));
                 }
+                bar.wait();
+                if let Err(e) = mixed_callers(&ep, &co, w, me, li) {
+                    fail(img, e);
+                }
             });
         }
     });
@@ -144,6 +148,87 @@ pub fn main_images(seed: u64) -> i32 {
         return 1;
     }
     0
+}
+
+/// Where `mixed_callers` works: above the property test's slots.
+const MIX: u64 = (crate::coll_prop::SLOTS * crate::coll_prop::SLOT) as u64;
+
+/// ALL_THREADS and representative calls interleaved with no barrier between the local
+/// images: image 0 of each rank runs ahead (issuing its ALL_THREADS gather_all, then a
+/// representative broadcast, six times), the others lag and must still join the right
+/// gather_alls.
+fn mixed_callers(ep: &Endpoint, co: &Coll, w: &World, me: usize, li: usize) -> Verdict {
+    let k_max = 6u64;
+    let ni = w.nimages() as u64;
+    let img = (w.first[me] + li) as u64;
+    let e = |what: &str, x: Error| format!("mixed callers: {what}: {x}");
+    if me == 0 && li == 0 {
+        for k in 0..k_max {
+            ep.write_local(MIX + 8 * k, &(0xB0 + k).to_le_bytes())
+                .map_err(|x| e("write", x))?;
+        }
+    }
+    let src = |k: u64| MIX + 4096 + (k * 3 + li as u64) * 8;
+    let dst = |k: u64| MIX + 65536 + (k * 3 + li as u64) * 8 * ni;
+    let mut hs = Vec::new();
+    for k in 0..k_max {
+        if li != 0 {
+            std::thread::sleep(Duration::from_millis(li as u64 * 2 + k % 2));
+        }
+        ep.write_local(src(k), &(img * 1000 + k).to_le_bytes())
+            .map_err(|x| e("write", x))?;
+        let fl = f::IN_MYSYNC | f::OUT_MYSYNC;
+        hs.push(
+            co.gather_all_nb(
+                Team::WORLD,
+                Addr::Seg(dst(k)),
+                Addr::Seg(src(k)),
+                8,
+                fl | f::LOCAL | f::ALL_THREADS,
+            )
+            .map_err(|x| e("gather_all_nb", x))?,
+        );
+        if li == 0 {
+            hs.push(
+                co.broadcast_nb(
+                    Team::WORLD,
+                    Addr::Seg(MIX + 1024 + 8 * k),
+                    0,
+                    Addr::Seg(MIX + 8 * k),
+                    8,
+                    fl | f::SINGLE,
+                )
+                .map_err(|x| e("broadcast_nb", x))?,
+            );
+        }
+    }
+    co.wait_sync_all(&mut hs)
+        .map_err(|x| e("wait_sync_all", x))?;
+    let mut b = [0u8; 8];
+    for k in 0..k_max {
+        ep.read_local(MIX + 1024 + 8 * k, &mut b)
+            .map_err(|x| e("read", x))?;
+        if u64::from_le_bytes(b) != 0xB0 + k {
+            return Err(format!(
+                "mixed callers: representative broadcast #{k} delivered {:#x}",
+                u64::from_le_bytes(b)
+            ));
+        }
+        #[allow(clippy::cast_possible_truncation)] // 8 * images, small
+        let mut v = vec![0u8; (8 * ni) as usize];
+        ep.read_local(dst(k), &mut v).map_err(|x| e("read", x))?;
+        for (j, c) in v.chunks(8).enumerate() {
+            let got = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+            if got != j as u64 * 1000 + k {
+                return Err(format!(
+                    "mixed callers: gather_all #{k} on image {img}: block {j} holds {got}, \
+                     expected {}",
+                    j as u64 * 1000 + k
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 // ----- scenarios ----------------------------------------------------------------------------
@@ -188,6 +273,53 @@ pub fn check_mismatch(ep: &Endpoint) -> Result<(), String> {
             ep.exit(1)
         }
     }
+}
+
+/// AMNET_COLL_CHECK=1 with two images per rank: a correct ALL_THREADS broadcast works, then
+/// image 1 (rank 0) passes 16 bytes where every other image passes 8: every image of every
+/// rank must get a Mismatch naming image 1 and the size.
+pub fn check_image_mismatch(ep: &Endpoint) -> Result<(), String> {
+    let st = Arc::new(State::new(ep.size()));
+    let t = handler_table(&st).map_err(|e| e.to_string())?;
+    ep.attach(t, 1 << 20).map_err(|e| e.to_string())?;
+    let images = vec![2u32; ep.size() as usize];
+    let me = ep.rank();
+    if me == 0 {
+        ep.write_local(0, &[7u8; 16]).map_err(|e| e.to_string())?;
+    }
+    let bad = std::sync::atomic::AtomicU32::new(0);
+    std::thread::scope(|sc| {
+        for li in 0..2u32 {
+            let (ep, images, bad) = (ep.clone(), &images, &bad);
+            sc.spawn(move || {
+                let img = 2 * me + li;
+                let report = |m: String| {
+                    eprintln!("rank {me} image {img}: {m}");
+                    bad.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                };
+                let co = match Coll::init(&ep, Some(images), img, &fn_table()) {
+                    Ok(c) => c,
+                    Err(e) => return report(format!("Coll::init: {e}")),
+                };
+                let fl = f::ALLSYNC | f::LOCAL | f::ALL_THREADS;
+                let dst = Addr::Seg(64 + 64 * u64::from(li));
+                if let Err(e) = co.broadcast(Team::WORLD, dst, 0, Addr::Seg(0), 8, fl) {
+                    return report(format!("a matching ALL_THREADS broadcast: {e}"));
+                }
+                let n = if img == 1 { 16 } else { 8 };
+                match co.broadcast(Team::WORLD, dst, 0, Addr::Seg(0), n, fl) {
+                    Err(Error::Mismatch { detail, .. })
+                        if detail.contains("image 1 ") && detail.contains("bytes") => {}
+                    other => report(format!(
+                        "image 1 passing 16 bytes against 8 everywhere else gave {other:?}"
+                    )),
+                }
+            });
+        }
+    });
+    // Leave together after a pause, so a failing rank's code wins.
+    std::thread::sleep(Duration::from_millis(300));
+    ep.exit(i32::from(bad.into_inner() > 0))
 }
 
 /// AMNET_HANG_TIMEOUT=1: the last rank never enters; the others must give up with a report

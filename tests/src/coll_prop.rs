@@ -903,7 +903,20 @@ impl Caller<'_> {
     pub fn run_unit(&self, u: &Unit, r: &mut Rng) -> Result<(), String> {
         let mut issued = Vec::new();
         for c in &u.calls {
-            issued.push(self.issue(c)?);
+            match self.issue(c) {
+                Ok(i) => issued.push(i),
+                Err(e) => {
+                    // Sync what was started, so that this failure does not also fail every
+                    // later test of the job (a barrier refuses collectives in flight).
+                    let mut hs: Vec<CollHandle> = issued
+                        .iter()
+                        .map(|i| i.handle)
+                        .filter(|h| !h.is_invalid())
+                        .collect();
+                    let _ = self.coll.wait_sync_all(&mut hs);
+                    return Err(e);
+                }
+            }
         }
         let mut hs: Vec<CollHandle> = issued
             .iter()

@@ -189,6 +189,15 @@ pub fn scenarios() -> Vec<Scenario> {
             body: crate::coll_images::check_mismatch,
         },
         Scenario {
+            name: "coll_checked_mode_image_mismatch",
+            ranks: 3,
+            codes: &[0],
+            log: None,
+            timeout: T,
+            env: &[("AMNET_COLL_CHECK", "1")],
+            body: crate::coll_images::check_image_mismatch,
+        },
+        Scenario {
             name: "coll_hang_watchdog_report",
             ranks: 3,
             codes: &[42],
