@@ -30,6 +30,62 @@ pub trait JobBackend {
     fn publish_exit(&self, code: i32);
     /// Remove everything the job created (shared memory, sockets...). Called once at the end.
     fn cleanup(&mut self);
+    /// For a rank that runs elsewhere: the command that starts a program there (for example
+    /// `["ssh", "host"]`). The supervisor then runs `PREFIX... env K=V... PROGRAM ARGS...`,
+    /// passing the rank's variables and every `AMNET_*` variable of the launcher on the
+    /// command line. `None` (the default) starts the rank here as a child process.
+    fn remote_prefix(&self, _rank: u32) -> Option<Vec<String>> {
+        None
+    }
+}
+
+/// The command that starts `rank`: here, or through the backend's remote prefix.
+fn rank_command(backend: &dyn JobBackend, opts: &LaunchOptions, r: u32) -> Command {
+    let mut env: Vec<(String, String)> = vec![
+        ("AMNET_RANK".into(), r.to_string()),
+        ("AMNET_SIZE".into(), opts.ranks.to_string()),
+        ("AMNET_CONDUIT".into(), opts.conduit.clone()),
+    ];
+    env.extend(backend.rank_env(r));
+    match backend.remote_prefix(r).filter(|p| !p.is_empty()) {
+        None => {
+            let mut cmd = Command::new(&opts.program);
+            cmd.args(&opts.args);
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            cmd
+        }
+        Some(prefix) => {
+            let mut words = vec!["env".to_string()];
+            // The launcher's own AMNET_* settings (fault injection, tuning) travel along;
+            // the rank's variables come last and win.
+            for (k, v) in std::env::vars() {
+                if k.starts_with("AMNET_") && !env.iter().any(|(e, _)| *e == k) {
+                    words.push(format!("{k}={v}"));
+                }
+            }
+            for (k, v) in env {
+                words.push(format!("{k}={v}"));
+            }
+            words.push(opts.program.clone());
+            words.extend(opts.args.iter().cloned());
+            // ssh hands its arguments to a remote shell: quote them.
+            let shell = std::path::Path::new(&prefix[0])
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().contains("ssh"));
+            let mut cmd = Command::new(&prefix[0]);
+            cmd.args(&prefix[1..]);
+            for w in words {
+                if shell {
+                    cmd.arg(format!("'{}'", w.replace('\'', "'\\''")));
+                } else {
+                    cmd.arg(w);
+                }
+            }
+            cmd
+        }
+    }
 }
 
 /// How to run a job.
@@ -126,14 +182,7 @@ fn supervise_inner(
 ) -> Result<i32> {
     let mut ranks: Vec<Rank> = Vec::with_capacity(opts.ranks as usize);
     for r in 0..opts.ranks {
-        let mut cmd = Command::new(&opts.program);
-        cmd.args(&opts.args)
-            .env("AMNET_RANK", r.to_string())
-            .env("AMNET_SIZE", opts.ranks.to_string())
-            .env("AMNET_CONDUIT", &opts.conduit);
-        for (k, v) in backend.rank_env(r) {
-            cmd.env(k, v);
-        }
+        let mut cmd = rank_command(backend, opts, r);
         use std::os::unix::process::CommandExt;
         // SAFETY: prctl is async-signal-safe; the closure allocates nothing.
         unsafe {

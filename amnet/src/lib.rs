@@ -40,7 +40,7 @@ pub use amnet_core::{
 pub use amnet_smp::RankOutcome;
 
 /// The conduits this build knows, as named by `AMNET_CONDUIT` and `amrun --conduit`.
-pub const CONDUITS: &[&str] = &["smp"];
+pub const CONDUITS: &[&str] = &["smp", "udp"];
 
 /// The conduit selected by `AMNET_CONDUIT` (default `smp`).
 pub fn selected_conduit() -> Result<String> {
@@ -60,6 +60,7 @@ pub fn selected_conduit() -> Result<String> {
 pub fn init() -> Result<Endpoint> {
     match selected_conduit()?.as_str() {
         "smp" => Endpoint::new(Box::new(amnet_smp::SmpConduit::from_env()?)),
+        "udp" => Endpoint::new(Box::new(amnet_udp::UdpConduit::from_env()?)),
         other => Err(Error::Config(format!("conduit {other} is not built in"))),
     }
 }
@@ -87,6 +88,7 @@ pub fn launch_job(opts: &launch::LaunchOptions) -> Result<i32> {
 pub fn launch_job_with_log(opts: &launch::LaunchOptions, log: &mut dyn FnMut(&str)) -> Result<i32> {
     match opts.conduit.as_str() {
         "smp" => amnet_smp::run(opts, log),
+        "udp" => amnet_udp::spawn::run(opts, log),
         other => Err(Error::Config(format!(
             "unknown conduit {other:?}; this build has {CONDUITS:?}"
         ))),

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use amnet::launch::LaunchOptions;
 
-const USAGE: &str = "usage: amrun -n N [--conduit smp] [--timeout SECS] PROGRAM [ARGS...]
+const USAGE: &str =
+    "usage: amrun -n N [--conduit smp|udp] [--hosts H1,H2,...] [--timeout SECS] PROGRAM [ARGS...]
 
 Starts an N-rank amnet job and exits with the job's code: the code a rank passed to exit
 (returning from main counts as exit with main's status), else the first non-zero code of a
@@ -14,6 +15,9 @@ running are named, and the code is 124.
 
   -n, --ranks N       number of ranks (processes)
   --conduit NAME      conduit (default: $AMNET_CONDUIT or smp)
+  --hosts H1,H2,...   udp: spread the ranks over these hosts in contiguous blocks, started
+                      through $AMNET_SSH (default \"ssh -o BatchMode=yes\"); same as
+                      $AMNET_UDP_HOSTS
   --timeout SECS      kill the job after SECS seconds (fractions allowed)
   --grace SECS        time ranks get to leave after a job-wide exit (default 2)
   -h, --help          this text";
@@ -80,6 +84,11 @@ fn main() {
                     .unwrap_or_else(|| fail("--conduit needs a name"))
             }
             "--timeout" => timeout = Some(parse_secs("--timeout", args.next())),
+            "--hosts" => {
+                let h = args.next().unwrap_or_else(|| fail("--hosts needs a list"));
+                // Set before any thread starts; the udp spawner reads it.
+                std::env::set_var("AMNET_UDP_HOSTS", h);
+            }
             "--grace" => grace = parse_secs("--grace", args.next()),
             s if s.starts_with('-') => fail(&format!("unknown option {s}")),
             _ => break a,

@@ -1,0 +1,671 @@
+//! The bootstrap service: how the ranks of a udp job find each other, agree at attach, and
+//! learn that the job ends.
+//!
+//! The launcher runs a [`BootServer`] on a TCP port and tells every rank where it is
+//! (`AMNET_UDP_BOOT`). Each rank opens one TCP connection to it ([`BootClient`]), announces its
+//! UDP endpoint, and receives every rank's endpoint once all have announced. The same
+//! connection then carries the core's collective `exchange` (attach agreement) and exit: a rank
+//! that calls `exit(code)` tells the server, which tells every rank; a rank whose connection
+//! drops (the launcher died) leaves too. Nothing here is on the message path.
+//!
+//! Frames on the connection: `len: u32 LE` (kind and body), `kind: u8`, body.
+//!
+//! | kind | direction | body |
+//! |---|---|---|
+//! | HELLO | rank → server | `rank: u32`, UTF-8 socket address of the rank's UDP socket |
+//! | TABLE | server → rank | `job_key: u64`, `n: u32`, `n` × (`len: u16`, UTF-8 address) |
+//! | EXCH | rank → server | `round: u32`, blob |
+//! | EXCH_ALL | server → rank | `round: u32`, `n: u32`, `n` × (`len: u32`, blob) |
+//! | EXIT | both | `code: i32` |
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use amnet_core::{Error, Result};
+
+const HELLO: u8 = 1;
+const TABLE: u8 = 2;
+const EXCH: u8 = 3;
+const EXCH_ALL: u8 = 4;
+const EXIT: u8 = 5;
+/// No frame is larger (a blob exchange of a big job still fits easily).
+const MAX_FRAME: usize = 64 << 20;
+/// `exit_code` when no exit was requested.
+const NO_EXIT: i64 = i64::MIN;
+
+fn boot_err(msg: impl Into<String>) -> Error {
+    Error::conduit("udp", format!("bootstrap: {}", msg.into()))
+}
+
+fn write_frame(s: &mut TcpStream, kind: u8, body: &[u8]) -> std::io::Result<()> {
+    let len = u32::try_from(body.len() + 1)
+        .map_err(|_| std::io::Error::other("bootstrap frame too large"))?;
+    let mut v = Vec::with_capacity(body.len() + 5);
+    v.extend_from_slice(&len.to_le_bytes());
+    v.push(kind);
+    v.extend_from_slice(body);
+    s.write_all(&v)
+}
+
+fn read_frame(s: &mut TcpStream) -> std::io::Result<(u8, Vec<u8>)> {
+    let mut l = [0u8; 4];
+    s.read_exact(&mut l)?;
+    let len = u32::from_le_bytes(l) as usize;
+    if len == 0 || len > MAX_FRAME {
+        return Err(std::io::Error::other(format!(
+            "bootstrap frame of {len} bytes"
+        )));
+    }
+    let mut v = vec![0u8; len];
+    s.read_exact(&mut v)?;
+    let kind = v.remove(0);
+    Ok((kind, v))
+}
+
+/// A cursor over a frame body; every read checks the length.
+struct Body<'a>(&'a [u8]);
+
+impl Body<'_> {
+    fn take(&mut self, n: usize) -> std::io::Result<&[u8]> {
+        if self.0.len() < n {
+            return Err(std::io::Error::other("truncated bootstrap frame"));
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u16(&mut self) -> std::io::Result<u16> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn u32(&mut self) -> std::io::Result<u32> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self) -> std::io::Result<u64> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+}
+
+fn utf8(b: &[u8]) -> std::io::Result<String> {
+    String::from_utf8(b.to_vec()).map_err(|_| std::io::Error::other("address is not UTF-8"))
+}
+
+// ----- server -------------------------------------------------------------------------------
+
+#[derive(Default)]
+struct ServerState {
+    conns: Vec<Option<TcpStream>>,
+    addrs: Vec<Option<String>>,
+    rounds: HashMap<u32, Vec<Option<Vec<u8>>>>,
+    exit: Option<(i32, Option<u32>)>,
+    /// Connection problems (a rank that sent nonsense), for the launcher's log.
+    errors: Vec<String>,
+}
+
+struct ServerShared {
+    ranks: u32,
+    job_key: u64,
+    st: Mutex<ServerState>,
+    stop: AtomicBool,
+}
+
+impl ServerShared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ServerState> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn broadcast(st: &mut ServerState, kind: u8, body: &[u8]) {
+        for c in st.conns.iter_mut().flatten() {
+            // A rank that is gone cannot be told; the supervisor sees it die.
+            let _ = write_frame(c, kind, body);
+        }
+    }
+
+    fn set_exit(&self, code: i32, rank: Option<u32>) {
+        let mut st = self.lock();
+        if st.exit.is_none() {
+            st.exit = Some((code, rank));
+        }
+        let code = st.exit.map_or(code, |e| e.0);
+        Self::broadcast(&mut st, EXIT, &code.to_le_bytes());
+    }
+
+    /// Serve one rank's connection until it closes.
+    fn serve(&self, mut s: TcpStream) {
+        let mut me: Option<u32> = None;
+        loop {
+            let (kind, body) = match read_frame(&mut s) {
+                Ok(f) => f,
+                Err(_) => return,
+            };
+            let r = self.frame(&mut s, &mut me, kind, &body);
+            if let Err(e) = r {
+                let mut st = self.lock();
+                st.errors.push(format!(
+                    "rank {}: {e}",
+                    me.map_or("?".to_string(), |r| r.to_string())
+                ));
+                return;
+            }
+        }
+    }
+
+    fn frame(
+        &self,
+        s: &mut TcpStream,
+        me: &mut Option<u32>,
+        kind: u8,
+        body: &[u8],
+    ) -> std::io::Result<()> {
+        let mut b = Body(body);
+        match kind {
+            HELLO => {
+                let rank = b.u32()?;
+                let addr = utf8(b.0)?;
+                if rank >= self.ranks {
+                    return Err(std::io::Error::other(format!(
+                        "HELLO from rank {rank} in a job of {}",
+                        self.ranks
+                    )));
+                }
+                let mut st = self.lock();
+                if st.addrs[rank as usize].is_some() {
+                    return Err(std::io::Error::other(format!(
+                        "rank {rank} said HELLO twice"
+                    )));
+                }
+                *me = Some(rank);
+                st.addrs[rank as usize] = Some(addr);
+                st.conns[rank as usize] = Some(s.try_clone()?);
+                if st.addrs.iter().all(Option::is_some) {
+                    let mut t = Vec::new();
+                    t.extend_from_slice(&self.job_key.to_le_bytes());
+                    t.extend_from_slice(&self.ranks.to_le_bytes());
+                    for a in st.addrs.iter().flatten() {
+                        let n = u16::try_from(a.len()).unwrap_or(0);
+                        t.extend_from_slice(&n.to_le_bytes());
+                        t.extend_from_slice(&a.as_bytes()[..usize::from(n)]);
+                    }
+                    Self::broadcast(&mut st, TABLE, &t);
+                }
+                // A rank that joins after the job already ended learns it at once.
+                if let Some((code, _)) = st.exit {
+                    let _ = write_frame(s, EXIT, &code.to_le_bytes());
+                }
+                Ok(())
+            }
+            EXCH => {
+                let Some(rank) = *me else {
+                    return Err(std::io::Error::other("EXCH before HELLO"));
+                };
+                let round = b.u32()?;
+                let mut st = self.lock();
+                let n = self.ranks as usize;
+                let slots = st.rounds.entry(round).or_insert_with(|| vec![None; n]);
+                slots[rank as usize] = Some(b.0.to_vec());
+                if slots.iter().all(Option::is_some) {
+                    let slots = st.rounds.remove(&round).unwrap_or_default();
+                    let mut t = Vec::new();
+                    t.extend_from_slice(&round.to_le_bytes());
+                    t.extend_from_slice(&self.ranks.to_le_bytes());
+                    for blob in slots.iter().flatten() {
+                        let l = u32::try_from(blob.len()).unwrap_or(u32::MAX);
+                        t.extend_from_slice(&l.to_le_bytes());
+                        t.extend_from_slice(blob);
+                    }
+                    Self::broadcast(&mut st, EXCH_ALL, &t);
+                }
+                Ok(())
+            }
+            EXIT => {
+                let code = i32::from_le_bytes(b.take(4)?.try_into().unwrap_or([0; 4]));
+                self.set_exit(code, *me);
+                Ok(())
+            }
+            k => Err(std::io::Error::other(format!("unknown frame kind {k}"))),
+        }
+    }
+}
+
+/// The launcher's side: accepts one connection per rank.
+pub struct BootServer {
+    shared: Arc<ServerShared>,
+    addr: SocketAddr,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for BootServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BootServer")
+            .field("addr", &self.addr)
+            .field("ranks", &self.shared.ranks)
+            .finish()
+    }
+}
+
+impl BootServer {
+    /// Listen on `bind` (port 0 picks one) for a job of `ranks` ranks with `job_key`.
+    pub fn start(bind: SocketAddr, ranks: u32, job_key: u64) -> Result<BootServer> {
+        let l = TcpListener::bind(bind)
+            .map_err(|e| boot_err(format!("cannot listen on {bind}: {e}")))?;
+        let addr = l
+            .local_addr()
+            .map_err(|e| boot_err(format!("local_addr: {e}")))?;
+        let shared = Arc::new(ServerShared {
+            ranks,
+            job_key,
+            st: Mutex::new(ServerState {
+                conns: (0..ranks).map(|_| None).collect(),
+                addrs: vec![None; ranks as usize],
+                ..ServerState::default()
+            }),
+            stop: AtomicBool::new(false),
+        });
+        let sh = shared.clone();
+        let accept = std::thread::Builder::new()
+            .name("amnet-udp-boot".into())
+            .spawn(move || {
+                for s in l.incoming() {
+                    if sh.stop.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let Ok(s) = s else { continue };
+                    let _ = s.set_nodelay(true);
+                    let sh = sh.clone();
+                    let _ = std::thread::Builder::new()
+                        .name("amnet-udp-boot-conn".into())
+                        .spawn(move || sh.serve(s));
+                }
+            })
+            .map_err(|e| boot_err(format!("cannot start the server thread: {e}")))?;
+        Ok(BootServer {
+            shared,
+            addr,
+            accept: Some(accept),
+        })
+    }
+
+    /// Where the server listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The job-wide exit code and the rank that asked for it (`None`: the launcher did).
+    pub fn exit(&self) -> Option<(i32, Option<u32>)> {
+        self.shared.lock().exit
+    }
+
+    /// End the job with `code` (the first code stands): every connected rank is told.
+    pub fn publish_exit(&self, code: i32) {
+        self.shared.set_exit(code, None);
+    }
+
+    /// Problems seen on the ranks' connections (malformed frames).
+    pub fn errors(&self) -> Vec<String> {
+        self.shared.lock().errors.clone()
+    }
+
+    /// Close every connection and stop accepting.
+    pub fn stop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        {
+            let mut st = self.shared.lock();
+            for c in st.conns.iter_mut().flatten() {
+                let _ = c.shutdown(Shutdown::Both);
+            }
+        }
+        // Wake the accept loop with a connection of our own.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for BootServer {
+    fn drop(&mut self) {
+        if self.accept.is_some() {
+            self.stop();
+        }
+    }
+}
+
+// ----- client -------------------------------------------------------------------------------
+
+/// Exchange answers (round, every rank's blob) from the reader thread.
+type Answers = Receiver<(u32, Vec<Vec<u8>>)>;
+
+/// A rank's connection to the bootstrap server.
+#[derive(Debug)]
+pub struct BootClient {
+    w: Mutex<TcpStream>,
+    exit: Arc<AtomicI64>,
+    /// The server has told this rank that the job ends (so it knows of the exit).
+    exit_heard: Arc<AtomicBool>,
+    exch: Mutex<(u32, Answers)>,
+    /// The job key the launcher chose.
+    pub job_key: u64,
+    /// Every rank's UDP endpoint, in rank order.
+    pub table: Vec<SocketAddr>,
+    /// The address of this end of the connection: the interface that reaches the launcher,
+    /// which is the one peers should use too.
+    pub local_ip: std::net::IpAddr,
+}
+
+/// The local IP a connection to `server` uses, without connecting for real (UDP connect
+/// only picks a route).
+pub fn route_ip(server: SocketAddr) -> Result<std::net::IpAddr> {
+    let s = std::net::UdpSocket::bind(if server.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    })
+    .map_err(|e| boot_err(format!("bind: {e}")))?;
+    s.connect(server)
+        .map_err(|e| boot_err(format!("no route to {server}: {e}")))?;
+    Ok(s.local_addr()
+        .map_err(|e| boot_err(format!("local_addr: {e}")))?
+        .ip())
+}
+
+impl BootClient {
+    /// Connect to `server` as `rank`, announce `udp` (this rank's UDP endpoint; an unspecified
+    /// IP is replaced by the connection's local IP), and wait up to `timeout` for every
+    /// rank's endpoint.
+    pub fn join(
+        server: SocketAddr,
+        rank: u32,
+        udp_port: u16,
+        timeout: Duration,
+    ) -> Result<BootClient> {
+        let deadline = Instant::now() + timeout;
+        let mut s = loop {
+            match TcpStream::connect_timeout(&server, Duration::from_secs(2)) {
+                Ok(s) => break s,
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(boot_err(format!(
+                        "cannot reach the launcher at {server}: {e}"
+                    )))
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        };
+        let _ = s.set_nodelay(true);
+        let local_ip = s
+            .local_addr()
+            .map_err(|e| boot_err(format!("local_addr: {e}")))?
+            .ip();
+        let me = SocketAddr::new(local_ip, udp_port).to_string();
+        let mut hello = rank.to_le_bytes().to_vec();
+        hello.extend_from_slice(me.as_bytes());
+        write_frame(&mut s, HELLO, &hello).map_err(|e| boot_err(format!("HELLO: {e}")))?;
+        let mut r = s
+            .try_clone()
+            .map_err(|e| boot_err(format!("try_clone: {e}")))?;
+        r.set_read_timeout(Some(
+            deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1)),
+        ))
+        .map_err(|e| boot_err(format!("set_read_timeout: {e}")))?;
+        let exit = Arc::new(AtomicI64::new(NO_EXIT));
+        // Wait for the table; an EXIT may come first.
+        let (kind, body) = read_frame(&mut r).map_err(|e| {
+            boot_err(format!(
+                "waiting for the other ranks to join (timeout {timeout:?}): {e}"
+            ))
+        })?;
+        let (job_key, table) = {
+            match kind {
+                TABLE => parse_table(&body).map_err(|e| boot_err(format!("TABLE: {e}")))?,
+                EXIT => {
+                    let code = i32::from_le_bytes(
+                        body.get(..4)
+                            .and_then(|b| b.try_into().ok())
+                            .unwrap_or([0; 4]),
+                    );
+                    exit.store(i64::from(code), Ordering::Release);
+                    return Err(boot_err(format!(
+                        "the job ended (code {code}) before it started"
+                    )));
+                }
+                k => return Err(boot_err(format!("unexpected frame kind {k} before TABLE"))),
+            }
+        };
+        r.set_read_timeout(None)
+            .map_err(|e| boot_err(format!("set_read_timeout: {e}")))?;
+        let (tx, rx) = channel();
+        let ex = exit.clone();
+        let exit_heard = Arc::new(AtomicBool::new(false));
+        let heard = exit_heard.clone();
+        std::thread::Builder::new()
+            .name("amnet-udp-boot".into())
+            .spawn(move || loop {
+                match read_frame(&mut r) {
+                    Ok((EXIT, body)) => {
+                        let code = i32::from_le_bytes(
+                            body.get(..4)
+                                .and_then(|b| b.try_into().ok())
+                                .unwrap_or([0; 4]),
+                        );
+                        let _ = ex.compare_exchange(
+                            NO_EXIT,
+                            i64::from(code),
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        );
+                        heard.store(true, Ordering::Release);
+                    }
+                    Ok((EXCH_ALL, body)) => {
+                        if let Ok(x) = parse_all(&body) {
+                            let _ = tx.send(x);
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => {
+                        // The launcher is gone: leave. Code 1 unless an exit was already known.
+                        let _ =
+                            ex.compare_exchange(NO_EXIT, 1, Ordering::AcqRel, Ordering::Acquire);
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| boot_err(format!("cannot start the reader thread: {e}")))?;
+        Ok(BootClient {
+            w: Mutex::new(s),
+            exit,
+            exit_heard,
+            exch: Mutex::new((0, rx)),
+            job_key,
+            table,
+            local_ip,
+        })
+    }
+
+    /// The job-wide exit code, once the launcher said the job ends (or the connection to it
+    /// dropped: code 1).
+    pub fn exit_requested(&self) -> Option<i32> {
+        let v = self.exit.load(Ordering::Acquire);
+        (v != NO_EXIT).then(|| i32::try_from(v).unwrap_or(1))
+    }
+
+    /// Ask for the job to end with `code`. Returns the code in force (an earlier request
+    /// known here wins).
+    pub fn request_exit(&self, code: i32) -> i32 {
+        let _ = self.exit.compare_exchange(
+            NO_EXIT,
+            i64::from(code),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        {
+            let mut w = self.w.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = write_frame(&mut w, EXIT, &code.to_le_bytes());
+        }
+        // The launcher must know before this process ends, or it reads the exit status as a
+        // rank that died on its own: wait (briefly) for the server's echo.
+        let t0 = Instant::now();
+        while !self.exit_heard.load(Ordering::Acquire) && t0.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        self.exit_requested().unwrap_or(code)
+    }
+
+    /// Collective: every rank contributes `blob`; returns all blobs in rank order. Fails with
+    /// `Error::Exit`-like conduit errors if the job ends meanwhile (`on_exit` is called then).
+    pub fn exchange(&self, blob: &[u8], on_exit: &dyn Fn(i32)) -> Result<Vec<Vec<u8>>> {
+        let mut ex = self.exch.lock().unwrap_or_else(|e| e.into_inner());
+        let round = ex.0;
+        ex.0 += 1;
+        {
+            let mut body = round.to_le_bytes().to_vec();
+            body.extend_from_slice(blob);
+            let mut w = self.w.lock().unwrap_or_else(|e| e.into_inner());
+            write_frame(&mut w, EXCH, &body).map_err(|e| boot_err(format!("EXCH: {e}")))?;
+        }
+        loop {
+            // The answer first: a job-wide exit that arrives right after it must not undo an
+            // exchange that completed (the caller then leaves at its next poll).
+            match ex.1.recv_timeout(Duration::from_millis(20)) {
+                Ok((r, blobs)) if r == round => return Ok(blobs),
+                Ok((r, _)) => {
+                    return Err(boot_err(format!(
+                        "exchange round {r} answered while waiting for round {round}"
+                    )))
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Some(code) = self.exit_requested() {
+                        on_exit(code);
+                        return Err(boot_err(format!("the job ended with code {code}")));
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    let code = self.exit_requested().unwrap_or(1);
+                    on_exit(code);
+                    return Err(boot_err("the connection to the launcher closed"));
+                }
+            }
+        }
+    }
+}
+
+fn parse_table(body: &[u8]) -> std::io::Result<(u64, Vec<SocketAddr>)> {
+    let mut b = Body(body);
+    let key = b.u64()?;
+    let n = b.u32()?;
+    let mut v = Vec::with_capacity(n.min(1 << 16) as usize);
+    for _ in 0..n {
+        let l = b.u16()?;
+        let a = utf8(b.take(usize::from(l))?)?;
+        v.push(
+            a.parse()
+                .map_err(|_| std::io::Error::other(format!("bad address {a:?}")))?,
+        );
+    }
+    Ok((key, v))
+}
+
+fn parse_all(body: &[u8]) -> std::io::Result<(u32, Vec<Vec<u8>>)> {
+    let mut b = Body(body);
+    let round = b.u32()?;
+    let n = b.u32()?;
+    let mut v = Vec::with_capacity(n.min(1 << 16) as usize);
+    for _ in 0..n {
+        let l = b.u32()? as usize;
+        v.push(b.take(l)?.to_vec());
+    }
+    Ok((round, v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn join_exchange_exit() {
+        let mut srv = BootServer::start("127.0.0.1:0".parse().unwrap(), 3, 0xabcd).unwrap();
+        let addr = srv.addr();
+        let out: Vec<_> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..3u32)
+                .map(|r| {
+                    s.spawn(move || {
+                        let c = BootClient::join(
+                            addr,
+                            r,
+                            4000 + u16::try_from(r).unwrap(),
+                            Duration::from_secs(10),
+                        )
+                        .unwrap();
+                        assert_eq!(c.job_key, 0xabcd);
+                        assert_eq!(c.table.len(), 3);
+                        assert_eq!(c.table[2].port(), 4002);
+                        let all = c.exchange(&[u8::try_from(r).unwrap(); 3], &|_| {}).unwrap();
+                        assert_eq!(all, vec![vec![0u8; 3], vec![1u8; 3], vec![2u8; 3]]);
+                        let all = c.exchange(&[], &|_| {}).unwrap();
+                        assert_eq!(all.len(), 3);
+                        if r == 1 {
+                            assert_eq!(c.request_exit(5), 5);
+                        }
+                        let t0 = Instant::now();
+                        while c.exit_requested().is_none() {
+                            assert!(t0.elapsed() < Duration::from_secs(10));
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                        c.exit_requested()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(out, vec![Some(5); 3]);
+        assert_eq!(srv.exit(), Some((5, Some(1))));
+        srv.stop();
+    }
+
+    #[test]
+    fn launcher_gone_means_exit() {
+        let mut srv = BootServer::start("127.0.0.1:0".parse().unwrap(), 1, 1).unwrap();
+        let c = BootClient::join(srv.addr(), 0, 1, Duration::from_secs(10)).unwrap();
+        srv.stop();
+        let t0 = Instant::now();
+        while c.exit_requested().is_none() {
+            assert!(t0.elapsed() < Duration::from_secs(10));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(c.exit_requested(), Some(1));
+    }
+
+    #[test]
+    fn join_times_out_when_a_rank_is_missing() {
+        let srv = BootServer::start("127.0.0.1:0".parse().unwrap(), 2, 1).unwrap();
+        let e = BootClient::join(srv.addr(), 0, 1, Duration::from_millis(300)).unwrap_err();
+        assert!(e.to_string().contains("waiting for the other ranks"), "{e}");
+    }
+
+    #[test]
+    fn malformed_frames_are_errors_not_panics() {
+        for junk in [
+            &[0u8, 0, 0, 0][..],
+            &[5, 0, 0, 0, 1, 9, 9, 9, 9],
+            &[2, 0, 0, 0, 99, 1],
+        ] {
+            let srv = BootServer::start("127.0.0.1:0".parse().unwrap(), 1, 1).unwrap();
+            let mut s = TcpStream::connect(srv.addr()).unwrap();
+            s.write_all(junk).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            drop(srv);
+        }
+        assert!(parse_table(&[1, 2, 3]).is_err());
+        assert!(parse_all(&[1, 0, 0, 0, 5, 0, 0, 0]).is_err());
+    }
+}

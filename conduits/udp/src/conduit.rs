@@ -1,0 +1,809 @@
+//! The socket edge: one non-blocking UDP socket per rank, batched `sendmmsg`/`recvmmsg`, the
+//! clock, fault injection, and the [`Conduit`] implementation over [`Proto`].
+//!
+//! Everything protocol-related lives in [`Proto`]; this file only moves datagrams between it
+//! and the kernel. The protocol state is behind one mutex: UDP costs a system call per batch
+//! anyway, and the lock is never held while a handler runs (handlers may reply, which sends).
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use amnet_core::{Category, Conduit, Error, InMsg, LocalSegment, OutMsg, Rank, Result};
+
+use crate::boot::BootClient;
+use crate::proto::{Config, Datagram, Delivery, Proto, SendError, BATCH};
+
+/// Largest Medium payload (the same as the smp conduit's).
+pub const MAX_MEDIUM: usize = 65536;
+/// Datagrams taken from the socket per `recvmmsg` call.
+const RX_BATCH: usize = 32;
+/// `recvmmsg` calls per poll at most (fairness with the caller's own work).
+const RX_ROUNDS: usize = 8;
+/// Room for any datagram.
+const RX_BUF: usize = 65536;
+/// Deliveries handed to the core per poll at most.
+const DELIVER_BUDGET: usize = 64;
+const NO_EXIT: i64 = i64::MIN;
+
+fn cerr(msg: impl Into<String>) -> Error {
+    Error::conduit("udp", msg.into())
+}
+
+fn env_prob(name: &str) -> Result<f64> {
+    match std::env::var(name) {
+        Ok(v) if !v.is_empty() => match v.parse::<f64>() {
+            Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+            _ => Err(Error::Config(format!(
+                "{name}={v:?}: expected a probability between 0 and 1"
+            ))),
+        },
+        _ => Ok(0.0),
+    }
+}
+
+fn env_secs(name: &str) -> Result<Option<f64>> {
+    match std::env::var(name) {
+        Ok(v) if !v.is_empty() => match v.parse::<f64>() {
+            Ok(s) if s.is_finite() && s > 0.0 => Ok(Some(s)),
+            _ => Err(Error::Config(format!(
+                "{name}={v:?}: expected a positive number of seconds"
+            ))),
+        },
+        _ => Ok(None),
+    }
+}
+
+/// Loss, duplication and reordering applied to outgoing datagrams (`AMNET_UDP_LOSS`,
+/// `AMNET_UDP_DUP`, `AMNET_UDP_REORDER`), for tests.
+#[derive(Debug, Clone, Copy, Default)]
+struct Faults {
+    loss: f64,
+    dup: f64,
+    reorder: f64,
+}
+
+impl Faults {
+    fn any(&self) -> bool {
+        self.loss > 0.0 || self.dup > 0.0 || self.reorder > 0.0
+    }
+}
+
+/// xorshift64*: cheap, and enough for fault injection.
+#[derive(Debug)]
+struct Rng(u64);
+
+impl Rng {
+    fn unit(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let v = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        #[allow(clippy::cast_precision_loss)] // 53 bits are plenty
+        let x = (v >> 11) as f64 / (1u64 << 53) as f64;
+        x
+    }
+}
+
+/// Counts of the socket edge (the protocol keeps its own).
+#[derive(Debug, Default, Clone, Copy)]
+struct EdgeCounters {
+    send_errors: u64,
+    injected_loss: u64,
+    injected_dup: u64,
+    injected_reorder: u64,
+    rx_errors: u64,
+}
+
+struct Inner {
+    proto: Proto,
+    /// Deliveries taken from the protocol that the core has not seen yet (a waiter stopped
+    /// the previous poll early).
+    held: VecDeque<Delivery>,
+    rx: Vec<Vec<u8>>,
+    faults: Faults,
+    rng: Rng,
+    /// A datagram held back to be sent after the next one (reorder injection).
+    late: Option<(Rank, Vec<u8>)>,
+    edge: EdgeCounters,
+    failure_reported: bool,
+}
+
+/// The local segment: zeroed heap memory at a stable address, written through raw pointers
+/// (by Long deliveries here and by the core's put/get).
+struct Segment {
+    ptr: *mut u8,
+    len: usize,
+    layout: Option<std::alloc::Layout>,
+}
+
+// SAFETY: the segment is plain memory; who may access which bytes when is the core's contract.
+unsafe impl Send for Segment {}
+// SAFETY: as above.
+unsafe impl Sync for Segment {}
+
+impl Segment {
+    fn new(len: usize) -> Result<Segment> {
+        if len == 0 {
+            return Ok(Segment {
+                ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(),
+                len: 0,
+                layout: None,
+            });
+        }
+        let layout = std::alloc::Layout::from_size_align(len, 4096)
+            .map_err(|_| cerr(format!("a segment of {len} bytes is too large")))?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(cerr(format!("cannot allocate a segment of {len} bytes")));
+        }
+        Ok(Segment {
+            ptr,
+            len,
+            layout: Some(layout),
+        })
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        if let Some(l) = self.layout {
+            // SAFETY: allocated in `new` with this layout and not freed before.
+            unsafe { std::alloc::dealloc(self.ptr, l) };
+        }
+    }
+}
+
+/// A rank of a udp job.
+pub struct UdpConduit {
+    rank: Rank,
+    size: u32,
+    sock: UdpSocket,
+    peers: Vec<SocketAddr>,
+    boot: Option<BootClient>,
+    inner: Mutex<Inner>,
+    seg: OnceLock<Segment>,
+    epoch: Instant,
+    /// Exit for a job without a launcher (one rank).
+    solo_exit: AtomicI64,
+    oversubscribed: bool,
+    stats_printed: AtomicBool,
+}
+
+impl std::fmt::Debug for UdpConduit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdpConduit")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("local", &self.sock.local_addr().ok())
+            .finish()
+    }
+}
+
+fn env_u32(name: &str) -> Result<Option<u32>> {
+    match std::env::var(name) {
+        Ok(v) if !v.is_empty() => v
+            .parse()
+            .map(Some)
+            .map_err(|_| Error::Config(format!("{name}={v:?}: expected a whole number"))),
+        _ => Ok(None),
+    }
+}
+
+/// `size_of::<T>()` as a socket length (every socket structure is far below 4 GiB).
+fn socklen<T>() -> libc::socklen_t {
+    libc::socklen_t::try_from(std::mem::size_of::<T>()).unwrap_or(libc::socklen_t::MAX)
+}
+
+fn set_buf(fd: i32, opt: libc::c_int, bytes: libc::c_int) {
+    let v = bytes;
+    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from a live local; failures are
+    // harmless (the default buffer size stays).
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            std::ptr::from_ref(&v).cast(),
+            socklen::<libc::c_int>(),
+        );
+    }
+}
+
+fn cores() -> u32 {
+    std::thread::available_parallelism()
+        .map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+        .unwrap_or(1)
+}
+
+impl UdpConduit {
+    /// Join the job described by the environment (`AMNET_RANK`, `AMNET_SIZE`,
+    /// `AMNET_UDP_BOOT`, `AMNET_UDP_JOB_KEY`, set by `amrun --conduit udp`). Without them the
+    /// process is a job of one rank.
+    pub fn from_env() -> Result<UdpConduit> {
+        static JOINED: AtomicBool = AtomicBool::new(false);
+        if JOINED.swap(true, Ordering::AcqRel) {
+            return Err(Error::Config(
+                "amnet::init called twice in one process: a process is one rank; clone the \
+                 Endpoint to use it from several threads"
+                    .into(),
+            ));
+        }
+        let rank = env_u32("AMNET_RANK")?;
+        let size = env_u32("AMNET_SIZE")?;
+        let boot = std::env::var("AMNET_UDP_BOOT")
+            .ok()
+            .filter(|s| !s.is_empty());
+        let faults = Faults {
+            loss: env_prob("AMNET_UDP_LOSS")?,
+            dup: env_prob("AMNET_UDP_DUP")?,
+            reorder: env_prob("AMNET_UDP_REORDER")?,
+        };
+        let mut cfg = Config::default();
+        if let Some(t) = env_secs("AMNET_UDP_PEER_TIMEOUT")? {
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // positive, finite
+            let us = (t * 1e6) as u64;
+            cfg.peer_timeout = us.max(2);
+            cfg.heartbeat_interval = (cfg.peer_timeout / 4).clamp(1, 1_000_000);
+        }
+        if let Some(m) = env_u32("AMNET_UDP_MTU")? {
+            cfg.mtu = m as usize;
+        }
+        let bind_ip: IpAddr = match std::env::var("AMNET_UDP_BIND") {
+            Ok(v) if !v.is_empty() => v
+                .parse()
+                .map_err(|_| Error::Config(format!("AMNET_UDP_BIND={v:?}: expected an IP")))?,
+            _ => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        };
+        let sock = UdpSocket::bind(SocketAddr::new(bind_ip, 0))
+            .map_err(|e| cerr(format!("cannot bind a UDP socket on {bind_ip}: {e}")))?;
+        sock.set_nonblocking(true)
+            .map_err(|e| cerr(format!("set_nonblocking: {e}")))?;
+        let fd = sock.as_raw_fd();
+        set_buf(fd, libc::SO_RCVBUF, 8 << 20);
+        set_buf(fd, libc::SO_SNDBUF, 8 << 20);
+        // As root the caps of net.core.[rw]mem_max do not apply.
+        set_buf(fd, libc::SO_RCVBUFFORCE, 8 << 20);
+        set_buf(fd, libc::SO_SNDBUFFORCE, 8 << 20);
+        let port = sock
+            .local_addr()
+            .map_err(|e| cerr(format!("local_addr: {e}")))?
+            .port();
+        let (rank, size, boot, peers, key) = match (rank, size, boot) {
+            (None, None, None) => {
+                let me = sock
+                    .local_addr()
+                    .map_err(|e| cerr(format!("local_addr: {e}")))?;
+                (0, 1, None, vec![me], 1u64)
+            }
+            (Some(rank), Some(size), Some(b)) => {
+                if rank >= size {
+                    return Err(Error::Config(format!(
+                        "AMNET_RANK={rank} is not below AMNET_SIZE={size}"
+                    )));
+                }
+                let server: SocketAddr = b.parse().map_err(|_| {
+                    Error::Config(format!("AMNET_UDP_BOOT={b:?}: expected HOST:PORT"))
+                })?;
+                let c = BootClient::join(server, rank, port, Duration::from_secs(60))?;
+                if c.table.len() != size as usize {
+                    return Err(cerr(format!(
+                        "the launcher knows {} ranks but AMNET_SIZE is {size}",
+                        c.table.len()
+                    )));
+                }
+                let peers = c.table.clone();
+                let key = c.job_key;
+                (rank, size, Some(c), peers, key)
+            }
+            _ => {
+                return Err(Error::Config(
+                    "AMNET_RANK, AMNET_SIZE and AMNET_UDP_BOOT must be set together (start \
+                     the job with amrun --conduit udp)"
+                        .into(),
+                ))
+            }
+        };
+        let epoch = Instant::now();
+        let proto =
+            Proto::new(cfg, rank, size, key, 0).map_err(|e| Error::Config(format!("udp: {e}")))?;
+        Ok(UdpConduit {
+            rank,
+            size,
+            sock,
+            peers,
+            boot,
+            inner: Mutex::new(Inner {
+                proto,
+                held: VecDeque::new(),
+                rx: (0..RX_BATCH).map(|_| vec![0u8; RX_BUF]).collect(),
+                faults,
+                rng: Rng(0x9e37_79b9_7f4a_7c15 ^ (u64::from(rank) << 17) ^ u64::from(port) | 1),
+                late: None,
+                edge: EdgeCounters::default(),
+                failure_reported: false,
+            }),
+            seg: OnceLock::new(),
+            epoch,
+            solo_exit: AtomicI64::new(NO_EXIT),
+            oversubscribed: size > cores(),
+            stats_printed: AtomicBool::new(false),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// Send a batch with one `sendmmsg`; returns how many the kernel took (the rest are
+    /// offered again later). A full socket buffer is not an error.
+    fn sendmmsg(&self, batch: &[(Rank, &[u8])], edge: &mut EdgeCounters) -> usize {
+        if batch.is_empty() {
+            return 0;
+        }
+        let n = batch.len().min(BATCH);
+        let mut addrs: [libc::sockaddr_storage; BATCH] =
+            // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+            unsafe { std::mem::zeroed() };
+        let mut lens = [0 as libc::socklen_t; BATCH];
+        let mut iovs = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; BATCH];
+        // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
+        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+        for i in 0..n {
+            let (dest, bytes) = batch[i];
+            lens[i] = sockaddr(self.peers[dest as usize], &mut addrs[i]);
+            iovs[i].iov_base = bytes.as_ptr().cast_mut().cast();
+            iovs[i].iov_len = bytes.len();
+            msgs[i].msg_hdr.msg_name = std::ptr::from_mut(&mut addrs[i]).cast();
+            msgs[i].msg_hdr.msg_namelen = lens[i];
+            msgs[i].msg_hdr.msg_iov = std::ptr::from_mut(&mut iovs[i]);
+            msgs[i].msg_hdr.msg_iovlen = 1;
+        }
+        let mut done = 0usize;
+        while done < n {
+            // SAFETY: `msgs[done..n]` point at live addresses and iovecs of this frame, whose
+            // buffers (`batch`) outlive the call; the kernel only reads them.
+            let r = unsafe {
+                libc::sendmmsg(
+                    self.sock.as_raw_fd(),
+                    msgs.as_mut_ptr().add(done),
+                    u32::try_from(n - done).unwrap_or(1),
+                    0,
+                )
+            };
+            if r > 0 {
+                done += usize::try_from(r).unwrap_or(0);
+                continue;
+            }
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN) | Some(libc::ENOBUFS) => break,
+                _ => {
+                    // A datagram the kernel refuses (e.g. an unreachable peer) is dropped: the
+                    // protocol retransmits or fails the peer.
+                    edge.send_errors += 1;
+                    done += 1;
+                }
+            }
+        }
+        done
+    }
+
+    /// Hand the protocol's due datagrams to the socket (through fault injection).
+    fn transmit(&self, inner: &mut Inner, now: u64) {
+        let Inner {
+            proto,
+            faults,
+            rng,
+            late,
+            edge,
+            ..
+        } = inner;
+        let faults = *faults;
+        proto.poll_transmit(now, |dgrams: &[Datagram<'_>]| {
+            if !faults.any() {
+                let b: Vec<(Rank, &[u8])> = dgrams.iter().map(|d| (d.dest, d.bytes)).collect();
+                return self.sendmmsg(&b, edge);
+            }
+            let mut out: Vec<(Rank, &[u8])> = Vec::with_capacity(dgrams.len() * 2);
+            let mut release = None;
+            for d in dgrams {
+                if rng.unit() < faults.loss {
+                    edge.injected_loss += 1;
+                    continue;
+                }
+                if rng.unit() < faults.reorder && late.is_none() {
+                    edge.injected_reorder += 1;
+                    *late = Some((d.dest, d.bytes.to_vec()));
+                    continue;
+                }
+                out.push((d.dest, d.bytes));
+                if rng.unit() < faults.dup {
+                    edge.injected_dup += 1;
+                    out.push((d.dest, d.bytes));
+                }
+                if release.is_none() {
+                    release = late.take();
+                }
+            }
+            self.sendmmsg(&out, edge);
+            if let Some((dest, bytes)) = release {
+                self.sendmmsg(&[(dest, &bytes)], edge);
+            }
+            // Everything offered counts as sent: what was dropped is the injected loss.
+            dgrams.len()
+        });
+        // A held-back datagram never waits longer than one transmit round.
+        if let Some((dest, bytes)) = late.take() {
+            self.sendmmsg(&[(dest, &bytes)], edge);
+        }
+    }
+
+    /// Take what the socket holds into the protocol.
+    fn receive(&self, inner: &mut Inner, now: u64) -> usize {
+        let mut total = 0;
+        for _ in 0..RX_ROUNDS {
+            let mut iovs: Vec<libc::iovec> = inner
+                .rx
+                .iter_mut()
+                .map(|b| libc::iovec {
+                    iov_base: b.as_mut_ptr().cast(),
+                    iov_len: b.len(),
+                })
+                .collect();
+            // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
+            let mut msgs: [libc::mmsghdr; RX_BATCH] = unsafe { std::mem::zeroed() };
+            for (m, iov) in msgs.iter_mut().zip(iovs.iter_mut()) {
+                m.msg_hdr.msg_iov = std::ptr::from_mut(iov);
+                m.msg_hdr.msg_iovlen = 1;
+            }
+            // SAFETY: every iovec points into a live buffer of `inner.rx` of its stated length,
+            // which the kernel fills; `msgs` lives across the call.
+            let r = unsafe {
+                libc::recvmmsg(
+                    self.sock.as_raw_fd(),
+                    msgs.as_mut_ptr(),
+                    u32::try_from(RX_BATCH).unwrap_or(1),
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            if r <= 0 {
+                let e = std::io::Error::last_os_error();
+                if r < 0 && !matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EINTR)) {
+                    inner.edge.rx_errors += 1;
+                }
+                break;
+            }
+            let got = usize::try_from(r).unwrap_or(0);
+            for (i, m) in msgs.iter().enumerate().take(got) {
+                let len = (m.msg_len as usize).min(RX_BUF);
+                let Inner { proto, rx, .. } = &mut *inner;
+                // Drops are counted by the protocol (foreign job, malformed, duplicate).
+                let _ = proto.on_datagram(now, &rx[i][..len]);
+            }
+            total += got;
+            if got < RX_BATCH {
+                break;
+            }
+        }
+        total
+    }
+
+    fn check_failed(&self, inner: &mut Inner) -> Result<()> {
+        let Some(r) = inner.proto.failed_peers().next() else {
+            return Ok(());
+        };
+        let secs = inner.proto.config().peer_timeout as f64 / 1e6;
+        let msg = format!(
+            "rank {r} has not been heard from for {secs} s (AMNET_UDP_PEER_TIMEOUT); the job \
+             cannot go on"
+        );
+        if !inner.failure_reported {
+            inner.failure_reported = true;
+            eprintln!("amnet udp rank {}: {msg}", self.rank);
+        }
+        Err(cerr(msg))
+    }
+
+    fn print_stats(&self) {
+        if std::env::var("AMNET_STATS").is_ok_and(|v| v == "1")
+            && !self.stats_printed.swap(true, Ordering::AcqRel)
+        {
+            let inner = self.lock();
+            let c = inner.proto.counters();
+            let e = inner.edge;
+            eprintln!(
+                "amnet udp rank {}: datagrams sent {} received {}; retransmits {} (fast {}); \
+                 timeouts {}; duplicates dropped {}; acks {}; heartbeats {}; decode errors {}; \
+                 foreign {}; injected loss {} dup {} reorder {}; send errors {}",
+                self.rank,
+                c.tx_datagrams,
+                c.rx_datagrams,
+                c.retransmits,
+                c.fast_retransmits,
+                c.timeouts,
+                c.duplicates,
+                c.acks_sent,
+                c.heartbeats_sent,
+                c.decode_errors,
+                c.foreign_key,
+                e.injected_loss,
+                e.injected_dup,
+                e.injected_reorder,
+                e.send_errors
+            );
+        }
+    }
+
+    /// Deliver one message to the core: Long payloads go into the segment first.
+    fn hand_up(&self, d: &Delivery, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> bool {
+        let payload: &[u8] = match d.am.category {
+            Category::Long => {
+                let Some(seg) = self.seg.get() else {
+                    eprintln!(
+                        "amnet udp rank {}: dropped a Long from rank {} before attach",
+                        self.rank, d.src
+                    );
+                    return true;
+                };
+                let off = d.am.long_offset;
+                let end = off.checked_add(d.payload.len() as u64);
+                if !matches!(end, Some(e) if e <= seg.len as u64) {
+                    eprintln!(
+                        "amnet udp rank {}: dropped a Long from rank {} outside the segment",
+                        self.rank, d.src
+                    );
+                    return true;
+                }
+                let at = usize::try_from(off).unwrap_or(0);
+                let dst = seg.ptr;
+                // SAFETY: the range was checked against the segment just above; the segment
+                // stays allocated for the conduit's life; clients that touch the same bytes
+                // concurrently break the core's contract, not memory safety of this copy.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(d.payload.as_ptr(), dst.add(at), d.payload.len());
+                    std::slice::from_raw_parts(dst.add(at), d.payload.len())
+                }
+            }
+            _ => &d.payload,
+        };
+        sink(&InMsg {
+            src: d.src,
+            handler: d.am.handler,
+            category: d.am.category,
+            is_reply: d.am.is_reply,
+            args: d.am.args(),
+            payload,
+            long_offset: d.am.long_offset,
+        })
+    }
+}
+
+/// Memory this host can still give (MemAvailable + SwapFree from /proc/meminfo), in bytes.
+fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = text.lines().find(|l| l.starts_with(name))?;
+        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb * 1024)
+    };
+    Some(field("MemAvailable:")? + field("SwapFree:").unwrap_or(0))
+}
+
+fn sockaddr(a: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
+    match a {
+        SocketAddr::V4(v4) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::sa_family_t::try_from(libc::AF_INET).unwrap_or(2),
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is large enough and suitably aligned for sockaddr_in.
+            unsafe { std::ptr::write(std::ptr::from_mut(out).cast::<libc::sockaddr_in>(), sin) };
+            socklen::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(v6) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::sa_family_t::try_from(libc::AF_INET6).unwrap_or(10),
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: v6.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v6.ip().octets(),
+                },
+                sin6_scope_id: v6.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is large enough and suitably aligned for sockaddr_in6.
+            unsafe { std::ptr::write(std::ptr::from_mut(out).cast::<libc::sockaddr_in6>(), sin6) };
+            socklen::<libc::sockaddr_in6>()
+        }
+    }
+}
+
+impl Conduit for UdpConduit {
+    fn name(&self) -> &'static str {
+        "udp"
+    }
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+    fn size(&self) -> u32 {
+        self.size
+    }
+    fn max_medium(&self) -> usize {
+        MAX_MEDIUM
+    }
+    fn oversubscribed(&self) -> bool {
+        self.oversubscribed
+    }
+
+    fn exchange(&self, blob: &[u8]) -> Result<Vec<Vec<u8>>> {
+        match &self.boot {
+            None => Ok(vec![blob.to_vec()]),
+            Some(b) => b.exchange(blob, &|c| self.terminate(c)),
+        }
+    }
+
+    fn attach_segment(&self, len: usize, lens: &[usize]) -> Result<LocalSegment> {
+        let _ = lens;
+        if let Some(avail) = mem_available() {
+            if len as u64 > avail {
+                return Err(Error::Config(format!(
+                    "the segment asks for {len} bytes but this host has {avail} bytes of memory \
+                     available (MemAvailable + SwapFree): ask for a smaller segment"
+                )));
+            }
+        }
+        self.seg
+            .set(Segment::new(len)?)
+            .map_err(|_| Error::AlreadyAttached)?;
+        let s = self.seg.get().ok_or(Error::AlreadyAttached)?;
+        // Everyone has its segment before anyone sends into it.
+        self.exchange(&[])?;
+        Ok(LocalSegment {
+            base: s.ptr,
+            len: s.len,
+        })
+    }
+
+    fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
+        let now = self.now();
+        let mut inner = self.lock();
+        self.check_failed(&mut inner)?;
+        match inner.proto.send(dest, msg) {
+            Ok(()) => {
+                self.transmit(&mut inner, now);
+                Ok(true)
+            }
+            Err(SendError::Backpressure(_)) => {
+                // Take in acks and push out what is due; the core polls and retries.
+                self.receive(&mut inner, now);
+                self.transmit(&mut inner, now);
+                Ok(false)
+            }
+            Err(SendError::PeerFailed(r)) => Err(cerr(format!(
+                "rank {r} has failed (silent past AMNET_UDP_PEER_TIMEOUT)"
+            ))),
+            Err(e) => Err(cerr(format!("cannot send to rank {dest}: {e}"))),
+        }
+    }
+
+    fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {
+        let now = self.now();
+        let mut batch: Vec<Delivery> = Vec::new();
+        {
+            let mut inner = self.lock();
+            self.receive(&mut inner, now);
+            self.transmit(&mut inner, now);
+            // Earlier leftovers first (in order), then fresh ones.
+            let mut keep = VecDeque::new();
+            while let Some(d) = inner.held.pop_front() {
+                if batch.len() < DELIVER_BUDGET && (!replies_only || d.am.is_reply) {
+                    batch.push(d);
+                } else {
+                    keep.push_back(d);
+                }
+            }
+            inner.held = keep;
+            while batch.len() < DELIVER_BUDGET {
+                match inner.proto.pop(replies_only) {
+                    Some(d) => batch.push(d),
+                    None => break,
+                }
+            }
+            if replies_only {
+                // A handler waiting to send its reply polls replies only. Requests left in the
+                // protocol would hold the peer's receive window shut, and with it the replies
+                // that travel in the same window: take them out (they run at the next full
+                // poll, in order) so the window reopens.
+                while let Some(d) = inner.proto.pop(false) {
+                    inner.held.push_back(d);
+                }
+            }
+            if batch.is_empty() {
+                self.check_failed(&mut inner)?;
+                return Ok(0);
+            }
+        }
+        // Handlers run without the lock: they may reply, which sends.
+        let mut n = 0;
+        let mut it = batch.into_iter();
+        let mut done = Vec::new();
+        for d in it.by_ref() {
+            n += 1;
+            let more = self.hand_up(&d, sink);
+            done.push(d);
+            if !more {
+                break;
+            }
+        }
+        let mut inner = self.lock();
+        // What the waiter did not take stays first in line, in order.
+        let rest: Vec<Delivery> = it.collect();
+        for d in rest.into_iter().rev() {
+            inner.held.push_front(d);
+        }
+        for d in done {
+            inner.proto.recycle(d);
+        }
+        // Acks for what was just consumed (credits reopened) go out now.
+        self.transmit(&mut inner, self.now());
+        Ok(n)
+    }
+
+    fn exit_requested(&self) -> Option<i32> {
+        match &self.boot {
+            Some(b) => b.exit_requested(),
+            None => {
+                let v = self.solo_exit.load(Ordering::Acquire);
+                (v != NO_EXIT).then(|| i32::try_from(v).unwrap_or(1))
+            }
+        }
+    }
+
+    fn request_exit(&self, code: i32) -> i32 {
+        match &self.boot {
+            Some(b) => b.request_exit(code),
+            None => {
+                let _ = self.solo_exit.compare_exchange(
+                    NO_EXIT,
+                    i64::from(code),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+                self.exit_requested().unwrap_or(code)
+            }
+        }
+    }
+
+    fn terminate(&self, code: i32) -> ! {
+        // Best effort: what is queued (a last reply, acks) goes out before we leave.
+        if let Ok(mut inner) = self.inner.try_lock() {
+            let now = self.now();
+            self.transmit(&mut inner, now);
+        }
+        self.print_stats();
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        std::process::exit(code)
+    }
+
+    fn is_process_mode(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,25 @@
+//! amnet udp conduit: active messages between ranks over UDP datagrams.
+//!
+//! UDP loses, duplicates and reorders datagrams and caps their size, so this crate brings its
+//! own reliability layer. It is built in two pieces that know nothing of sockets:
+//!
+//! - [`wire`]: the versioned datagram format, with an encoder and a decoder that rejects every
+//!   malformed input with a precise error and never panics;
+//! - [`proto`]: the protocol as a pure state machine driven by the caller's clock: per-peer
+//!   sequencing, cumulative and selective acks, credit-based flow control, adaptive
+//!   retransmission, fragmentation and reassembly, heartbeats and failure detection.
+//!
+//! The socket edge (batched `sendmmsg`/`recvmmsg`, the clock, the `Conduit` implementation) sits
+//! on top of [`proto::Proto`] and only moves bytes.
+
+pub mod boot;
+pub mod conduit;
+pub mod proto;
+pub mod spawn;
+pub mod wire;
+
+pub use conduit::UdpConduit;
+
+pub use proto::{
+    Config, ConfigError, Counters, Datagram, Delivery, PeerStatus, Proto, RxError, SendError,
+};

@@ -1,0 +1,474 @@
+//! Unit tests of the state machine on a lossless wire and against hand-made hostile datagrams.
+//! The lossy, reordering network simulation is in `tests/sim.rs`.
+
+use super::*;
+use amnet_core::Category;
+
+const KEY: u64 = 0xfeed_f00d;
+
+fn cfg() -> Config {
+    Config {
+        mtu: 1400,
+        ..Config::default()
+    }
+}
+
+fn medium<'a>(args: &'a [u32], payload: &'a [u8]) -> OutMsg<'a> {
+    OutMsg {
+        handler: 200,
+        category: if payload.is_empty() {
+            Category::Short
+        } else {
+            Category::Medium
+        },
+        is_reply: false,
+        args,
+        payload,
+        long_offset: 0,
+    }
+}
+
+fn drain(p: &mut Proto, now: u64) -> Vec<(Rank, Vec<u8>)> {
+    let mut v = Vec::new();
+    p.poll_transmit(now, |batch| {
+        v.extend(batch.iter().map(|d| (d.dest, d.bytes.to_vec())));
+        batch.len()
+    });
+    v
+}
+
+/// Moves datagrams between `ps` without loss at a fixed time until none is produced.
+fn pump(ps: &mut [Proto], now: u64) {
+    loop {
+        let mut any = false;
+        for i in 0..ps.len() {
+            for (d, b) in drain(&mut ps[i], now) {
+                any = true;
+                ps[d as usize].on_datagram(now, &b).unwrap();
+            }
+        }
+        if !any {
+            break;
+        }
+    }
+}
+
+fn pair(cfg: Config) -> Vec<Proto> {
+    (0..2)
+        .map(|r| Proto::new(cfg.clone(), r, 2, KEY, 0).unwrap())
+        .collect()
+}
+
+/// A DATA datagram from rank 1 to rank 0.
+fn data(seq: u64, msg_id: u64, index: u32, count: u32, total: u64, chunk: &[u8]) -> Vec<u8> {
+    let am = AmHeader::new(200, Category::Medium, false, &[1], 0).unwrap();
+    let pkt = Packet {
+        header: Header {
+            kind: Kind::Data,
+            job_key: KEY,
+            src: 1,
+            dst: 0,
+            seq,
+            ack: 0,
+            sack: 0,
+            window: 64,
+        },
+        frag: Some(Fragment {
+            msg_id,
+            index,
+            count,
+            total_len: total,
+            am: (index == 0).then_some(am),
+            chunk,
+        }),
+    };
+    let mut v = Vec::new();
+    wire::encode_to_vec(&pkt, &mut v).unwrap();
+    v
+}
+
+#[test]
+fn config_is_validated() {
+    assert!(Config::default().validate().is_ok());
+    let bad = |c: Config| c.validate().unwrap_err().field;
+    assert_eq!(bad(Config { mtu: 100, ..cfg() }), "mtu");
+    assert_eq!(
+        bad(Config {
+            mtu: 70_000,
+            ..cfg()
+        }),
+        "mtu"
+    );
+    assert_eq!(
+        bad(Config {
+            recv_window: 0,
+            ..cfg()
+        }),
+        "recv_window"
+    );
+    assert_eq!(
+        bad(Config {
+            send_window: 0,
+            ..cfg()
+        }),
+        "send_window"
+    );
+    assert_eq!(
+        bad(Config {
+            rto_min: 0,
+            ..cfg()
+        }),
+        "rto_initial"
+    );
+    assert_eq!(
+        bad(Config {
+            rto_max: 5,
+            ..cfg()
+        }),
+        "rto_initial"
+    );
+    assert_eq!(
+        bad(Config {
+            delayed_ack: 1_000,
+            ..cfg()
+        }),
+        "delayed_ack"
+    );
+    assert_eq!(
+        bad(Config {
+            peer_timeout: 1_000_000,
+            ..cfg()
+        }),
+        "peer_timeout"
+    );
+    assert_eq!(Proto::new(cfg(), 2, 2, KEY, 0).unwrap_err().field, "rank");
+}
+
+#[test]
+fn send_rejects_bad_messages_before_queueing() {
+    let mut p = Proto::new(
+        Config {
+            max_message: 1000,
+            ..cfg()
+        },
+        0,
+        2,
+        KEY,
+        0,
+    )
+    .unwrap();
+    assert_eq!(
+        p.send(2, &medium(&[], b"x")),
+        Err(SendError::BadRank { rank: 2, size: 2 })
+    );
+    assert_eq!(
+        p.send(1, &medium(&[0; 17], b"x")),
+        Err(SendError::Malformed(WireError::TooManyArgs(17)))
+    );
+    let mut m = medium(&[], b"");
+    m.handler = 0;
+    assert_eq!(
+        p.send(1, &m),
+        Err(SendError::Malformed(WireError::HandlerZero))
+    );
+    let mut m = medium(&[], b"abc");
+    m.category = Category::Short;
+    assert_eq!(
+        p.send(1, &m),
+        Err(SendError::Malformed(WireError::ShortPayload(3)))
+    );
+    assert_eq!(
+        p.send(1, &medium(&[], &[0; 1001])),
+        Err(SendError::TooLarge {
+            len: 1001,
+            max: 1000
+        })
+    );
+    assert_eq!(p.unacked(), 0);
+    assert_eq!(p.counters().messages_sent, 0);
+}
+
+#[test]
+fn messages_to_self_skip_the_wire() {
+    let mut p = Proto::new(
+        Config {
+            send_queue: 3,
+            ..cfg()
+        },
+        0,
+        1,
+        KEY,
+        0,
+    )
+    .unwrap();
+    let mut buf = vec![7u8; 5000];
+    p.send(0, &medium(&[1, 2], &buf)).unwrap();
+    buf.fill(0); // the payload was copied
+    p.send(0, &medium(&[3], b"")).unwrap();
+    p.send(0, &medium(&[4], b"z")).unwrap();
+    assert_eq!(
+        p.send(0, &medium(&[5], b"")),
+        Err(SendError::Backpressure(0))
+    );
+    assert_eq!(drain(&mut p, 0).len(), 0);
+    assert_eq!(p.next_timeout(), None);
+    let d = p.pop(false).unwrap();
+    assert_eq!(
+        (d.src, d.am.args(), d.payload.len()),
+        (0, &[1, 2][..], 5000)
+    );
+    assert!(d.payload.iter().all(|&b| b == 7));
+    p.recycle(d);
+    assert_eq!(p.pop(false).unwrap().am.args(), &[3]);
+    assert_eq!(p.pop(false).unwrap().am.args(), &[4]);
+    assert!(p.pop(false).is_none());
+}
+
+#[test]
+fn lossless_exchange_with_fragments_and_delayed_ack() {
+    let mut ps = pair(cfg());
+    let sizes = [0usize, 10, 1300, 1301, 5000, 100_000];
+    let byte = |i: usize, j: usize| (j * 7 + i).to_le_bytes()[0];
+    for (i, &n) in (0u32..).zip(&sizes) {
+        let payload: Vec<u8> = (0..n).map(|j| byte(i as usize, j)).collect();
+        ps[0].send(1, &medium(&[i], &payload)).unwrap();
+    }
+    pump(&mut ps, 10);
+    for (i, &n) in (0u32..).zip(&sizes) {
+        let d = ps[1].pop(false).expect("delivered");
+        assert_eq!((d.src, d.am.args()), (0, &[i][..]));
+        assert_eq!(d.payload.len(), n);
+        assert!(d
+            .payload
+            .iter()
+            .enumerate()
+            .all(|(j, &b)| b == byte(i as usize, j)));
+    }
+    assert!(!ps[1].has_ready());
+    // 84 datagrams: ack_every made every ack go at once.
+    assert_eq!(ps[0].unacked(), 0);
+    assert_eq!(ps[0].counters().data_sent, 84);
+    // One more datagram: its ack waits for the delayed-ack timer.
+    ps[0].send(1, &medium(&[9], b"tail")).unwrap();
+    pump(&mut ps, 20);
+    assert_eq!(ps[0].unacked(), 1);
+    let owed_at = ps[1].next_timeout().unwrap();
+    assert_eq!(owed_at, 20 + cfg().delayed_ack);
+    let acks = ps[1].counters().acks_sent;
+    pump(&mut ps, owed_at);
+    assert_eq!(ps[0].unacked(), 0);
+    assert_eq!(ps[1].counters().acks_sent, acks + 1);
+    assert_eq!(ps[0].counters().retransmits, 0);
+    assert_eq!(ps[1].counters().duplicates, 0);
+}
+
+#[test]
+fn acks_ride_on_data() {
+    let mut ps = pair(cfg());
+    ps[0].send(1, &medium(&[1], b"ping")).unwrap();
+    let out = drain(&mut ps[0], 0);
+    assert_eq!(out.len(), 1);
+    ps[1].on_datagram(5, &out[0].1).unwrap();
+    assert_eq!(ps[1].pop(false).unwrap().payload, b"ping");
+    ps[1].send(0, &medium(&[2], b"pong")).unwrap();
+    let back = drain(&mut ps[1], 6);
+    assert_eq!(back.len(), 1, "the reply carries the ack; no separate ACK");
+    ps[0].on_datagram(9, &back[0].1).unwrap();
+    assert_eq!(ps[0].unacked(), 0);
+    assert_eq!(ps[1].counters().acks_sent, 0);
+    let st = ps[0].peer_status(1).unwrap();
+    assert_eq!(st.srtt, Some(9));
+}
+
+#[test]
+fn duplicates_and_reordering_deliver_once_in_order() {
+    let mut p = Proto::new(cfg(), 0, 2, KEY, 0).unwrap();
+    let d0 = data(0, 0, 0, 1, 1, b"a");
+    let d1 = data(1, 1, 0, 2, 3, b"bc");
+    let d2 = data(2, 1, 1, 2, 3, b"d");
+    for d in [&d2, &d2, &d1, &d0, &d0, &d1] {
+        p.on_datagram(1, d).unwrap();
+    }
+    assert_eq!(p.counters().duplicates, 3);
+    assert_eq!(p.pop(false).unwrap().payload, b"a");
+    assert_eq!(p.pop(false).unwrap().payload, b"bcd");
+    assert!(p.pop(false).is_none());
+    // Out-of-order arrivals ask for an immediate ack.
+    assert_eq!(p.next_timeout(), Some(0));
+    let acks = drain(&mut p, 1);
+    assert_eq!(acks.len(), 1);
+    let h = wire::decode(&acks[0].1).unwrap().header;
+    assert_eq!((h.kind, h.ack, h.sack), (Kind::Ack, 3, 0));
+}
+
+#[test]
+fn selective_acks_describe_the_reorder_buffer() {
+    let mut p = Proto::new(cfg(), 0, 2, KEY, 0).unwrap();
+    for seq in [2u64, 4, 5] {
+        p.on_datagram(1, &data(seq, seq, 0, 1, 1, b"x")).unwrap();
+    }
+    let out = drain(&mut p, 1);
+    let h = wire::decode(&out[0].1).unwrap().header;
+    // Bit i is seq ack + 1 + i: 2 -> bit 1, 4 -> bit 3, 5 -> bit 4.
+    assert_eq!((h.ack, h.sack), (0, 0b11010));
+    assert_eq!(p.peer_status(1).unwrap().reorder_buffered, 3);
+}
+
+#[test]
+fn hostile_datagrams_are_counted_and_bounded() {
+    let c = Config {
+        recv_window: 16,
+        max_message: 10_000,
+        ..cfg()
+    };
+    let mut p = Proto::new(c, 0, 3, KEY, 0).unwrap();
+    assert!(matches!(
+        p.on_datagram(0, b"garbage"),
+        Err(RxError::Decode(_))
+    ));
+    let mut foreign = data(0, 0, 0, 1, 1, b"a");
+    foreign[8] ^= 1;
+    assert!(matches!(
+        p.on_datagram(0, &foreign),
+        Err(RxError::ForeignJob(_))
+    ));
+    for (src, dst) in [(0u32, 0u32), (1, 2), (7, 0)] {
+        let mut d = data(0, 0, 0, 1, 1, b"a");
+        d[16..20].copy_from_slice(&src.to_le_bytes());
+        d[20..24].copy_from_slice(&dst.to_le_bytes());
+        assert_eq!(
+            p.on_datagram(0, &d),
+            Err(RxError::Misaddressed { src, dst })
+        );
+    }
+    // A flood far ahead of the cumulative ack: only the window is buffered.
+    for seq in 1..1000 {
+        p.on_datagram(0, &data(seq, seq, 0, 1, 1, b"a")).unwrap();
+    }
+    p.on_datagram(0, &data(u64::MAX, 0, 0, 1, 1, b"a")).unwrap();
+    let st = p.peer_status(1).unwrap();
+    assert_eq!(st.reorder_buffered, 15);
+    let c = *p.counters();
+    assert_eq!(
+        (
+            c.decode_errors,
+            c.foreign_key,
+            c.misaddressed,
+            c.out_of_window
+        ),
+        (1, 1, 3, 1000 - 16 + 1)
+    );
+    // A message above the limit, then a fragment of nothing, then an ack of unsent data.
+    let mut q = Proto::new(
+        Config {
+            max_message: 10_000,
+            ..cfg()
+        },
+        0,
+        2,
+        KEY,
+        0,
+    )
+    .unwrap();
+    assert!(matches!(
+        q.on_datagram(0, &data(0, 0, 0, 2, u64::MAX / 2, b"ab")),
+        Err(RxError::Protocol { src: 1, .. })
+    ));
+    assert!(matches!(
+        q.on_datagram(0, &data(1, 0, 1, 2, u64::MAX / 2, b"c")),
+        Err(RxError::Protocol { src: 1, .. })
+    ));
+    let mut ack = data(2, 1, 0, 1, 1, b"d");
+    ack[32..40].copy_from_slice(&5u64.to_le_bytes());
+    assert!(matches!(
+        q.on_datagram(0, &ack),
+        Err(RxError::Protocol {
+            what: "acked data that was never sent",
+            ..
+        })
+    ));
+    assert_eq!(q.counters().protocol_errors, 3);
+    // The well-formed message inside the last datagram was still delivered.
+    assert_eq!(q.pop(false).unwrap().payload, b"d");
+}
+
+#[test]
+fn undelivered_messages_close_the_window_and_taking_them_reopens_it() {
+    let c = Config {
+        recv_window: 4,
+        ..cfg()
+    };
+    let mut ps = pair(c);
+    for i in 0..10u32 {
+        ps[0].send(1, &medium(&[i], b"m")).unwrap();
+    }
+    pump(&mut ps, 0);
+    pump(&mut ps, 1000); // the delayed ack, advertising a closed window
+    let st = ps[1].peer_status(0).unwrap();
+    assert_eq!((st.undelivered, st.advertised), (4, 0));
+    assert_eq!(ps[0].peer_status(1).unwrap().send_credit, 0);
+    assert_eq!(ps[0].peer_status(1).unwrap().unsent, 6);
+    let mut got = Vec::new();
+    for round in 1..10 {
+        while let Some(d) = ps[1].pop(false) {
+            got.push(d.am.args()[0]);
+            ps[1].recycle(d);
+        }
+        // Reopening the window sends an ACK at once: no timer needed.
+        pump(&mut ps, 1000 + round);
+    }
+    assert_eq!(got, (0..10).collect::<Vec<_>>());
+    assert_eq!(ps[0].counters().retransmits, 0);
+}
+
+#[test]
+fn replies_can_be_taken_first() {
+    let mut p = Proto::new(cfg(), 0, 1, KEY, 0).unwrap();
+    let mut m = medium(&[1], b"");
+    p.send(0, &m).unwrap();
+    m.is_reply = true;
+    m.args = &[2];
+    p.send(0, &m).unwrap();
+    assert_eq!(p.pop(true).unwrap().am.args(), &[2]);
+    assert!(p.pop(true).is_none());
+    assert_eq!(p.pop(false).unwrap().am.args(), &[1]);
+    let mut seen = 0;
+    p.send(0, &m).unwrap();
+    p.send(0, &m).unwrap();
+    assert_eq!(
+        p.deliver(false, |_| {
+            seen += 1;
+            false
+        }),
+        1
+    );
+    assert_eq!(seen, 1);
+    assert!(p.has_ready());
+}
+
+#[test]
+fn a_short_write_is_offered_again() {
+    let mut ps = pair(cfg());
+    for i in 0..3u32 {
+        ps[0].send(1, &medium(&[i], b"x")).unwrap();
+    }
+    let mut offered = 0;
+    assert_eq!(
+        ps[0].poll_transmit(0, |b| {
+            offered = b.len();
+            1 // the socket took only the first
+        }),
+        1
+    );
+    assert_eq!(offered, 3);
+    assert_eq!(ps[0].peer_status(1).unwrap().in_flight, 1);
+    assert_eq!(ps[0].next_timeout(), Some(0));
+    let rest = drain(&mut ps[0], 1);
+    assert_eq!(rest.len(), 2);
+    let seqs: Vec<u64> = rest
+        .iter()
+        .map(|(_, b)| wire::decode(b).unwrap().header.seq)
+        .collect();
+    assert_eq!(seqs, [1, 2]);
+    assert_eq!(ps[0].counters().retransmits, 0);
+}

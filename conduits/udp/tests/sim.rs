@@ -1,0 +1,707 @@
+//! The protocol state machine on a simulated network: several `Proto` instances exchange
+//! datagrams through a simulator with seeded random loss, duplication, reordering and delay,
+//! on a simulated clock. Everything is deterministic for a given seed.
+//!
+//! The simulator also checks `next_timeout`: right after `poll_transmit(now)` nothing may be
+//! due at or before `now`, and the clock only ever jumps to the next datagram arrival, the
+//! earliest protocol timeout or the application's next tick.
+
+// Test arithmetic on small, known values (ranks, indices, lengths below 2^32).
+#![allow(clippy::cast_possible_truncation)]
+
+use std::cell::RefCell;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use amnet_core::{Category, OutMsg};
+use amnet_udp::wire::{self, Kind};
+use amnet_udp::{Config, Proto, SendError};
+use proptest::prelude::*;
+
+const KEY: u64 = 0x5eed_0000_0000_0001;
+
+/// splitmix64.
+#[derive(Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn chance(&mut self, p: f64) -> bool {
+        ((self.next() >> 11) as f64) / ((1u64 << 53) as f64) < p
+    }
+}
+
+/// Network behaviour.
+#[derive(Clone, Copy, Debug)]
+struct Net {
+    loss: f64,
+    dup: f64,
+    /// Fixed one-way delay (µs).
+    delay: u64,
+    /// Extra uniform random delay, 0..=jitter (µs): reorders datagrams.
+    jitter: u64,
+}
+
+/// One transmitted datagram, as logged.
+#[derive(Clone, Copy, Debug)]
+struct Sent {
+    at: u64,
+    src: u32,
+    kind: Kind,
+    seq: u64,
+}
+
+type Blocked = fn(u64, u32, u32) -> bool;
+
+/// A datagram on the wire: (arrival time, tie-break, destination, bytes), earliest first.
+type InFlight = Reverse<(u64, u64, u32, Vec<u8>)>;
+
+struct Sim {
+    now: u64,
+    procs: Vec<Proto>,
+    alive: Vec<bool>,
+    net: Net,
+    rng: Rng,
+    wire: BinaryHeap<InFlight>,
+    order: u64,
+    /// Drops every datagram for which it returns true (time, src, dst).
+    blocked: Blocked,
+    log: Option<Vec<Sent>>,
+}
+
+impl Sim {
+    fn new(n: u32, cfg: &Config, net: Net, seed: u64) -> Self {
+        Sim {
+            now: 0,
+            procs: (0..n)
+                .map(|r| Proto::new(cfg.clone(), r, n, KEY, 0).unwrap())
+                .collect(),
+            alive: vec![true; n as usize],
+            net,
+            rng: Rng(seed),
+            wire: BinaryHeap::new(),
+            order: 0,
+            blocked: |_, _, _| false,
+            log: None,
+        }
+    }
+
+    /// One round at `now`: deliver what has arrived, run the application on every live rank,
+    /// then let every live rank transmit.
+    fn step(&mut self, app: &mut impl FnMut(u32, &mut Proto, u64)) {
+        let now = self.now;
+        while let Some(Reverse((at, ..))) = self.wire.peek() {
+            if *at > now {
+                break;
+            }
+            let Some(Reverse((_, _, dest, bytes))) = self.wire.pop() else {
+                break;
+            };
+            if self.alive[dest as usize] {
+                self.procs[dest as usize]
+                    .on_datagram(now, &bytes)
+                    .expect("the simulator never corrupts a datagram");
+            }
+        }
+        for (r, p) in self.procs.iter_mut().enumerate() {
+            if self.alive[r] {
+                app(r as u32, p, now);
+            }
+        }
+        let Sim {
+            procs,
+            alive,
+            net,
+            rng,
+            wire,
+            order,
+            blocked,
+            log,
+            ..
+        } = self;
+        for (r, p) in procs.iter_mut().enumerate() {
+            if !alive[r] {
+                continue;
+            }
+            let src = r as u32;
+            p.poll_transmit(now, |batch| {
+                for d in batch {
+                    if let Some(log) = log.as_mut() {
+                        let h = wire::decode(d.bytes).unwrap().header;
+                        log.push(Sent {
+                            at: now,
+                            src,
+                            kind: h.kind,
+                            seq: h.seq,
+                        });
+                    }
+                    if blocked(now, src, d.dest) || rng.chance(net.loss) {
+                        continue;
+                    }
+                    let copies = if rng.chance(net.dup) { 2 } else { 1 };
+                    for _ in 0..copies {
+                        let at = now + net.delay + rng.below(net.jitter + 1);
+                        *order += 1;
+                        wire.push(Reverse((at, *order, d.dest, d.bytes.to_vec())));
+                    }
+                }
+                batch.len()
+            });
+        }
+    }
+
+    /// Moves the clock to the next event, at most `limit`. Returns false at the limit.
+    fn advance(&mut self, tick: Option<u64>, limit: u64) -> bool {
+        let mut t = self.wire.peek().map_or(u64::MAX, |Reverse((at, ..))| *at);
+        for (r, p) in self.procs.iter().enumerate() {
+            if !self.alive[r] {
+                continue;
+            }
+            if let Some(x) = p.next_timeout() {
+                assert!(
+                    x > self.now,
+                    "rank {r}: next_timeout {x} is not after {} right after poll_transmit",
+                    self.now
+                );
+                t = t.min(x);
+            }
+        }
+        if let Some(tick) = tick {
+            t = t.min((self.now / tick + 1) * tick);
+        }
+        if t >= limit {
+            self.now = limit;
+            return false;
+        }
+        self.now = t;
+        true
+    }
+
+    /// Runs rounds until `done` holds (returns true) or the clock reaches `limit` (false).
+    fn run(
+        &mut self,
+        limit: u64,
+        tick: Option<u64>,
+        app: &mut impl FnMut(u32, &mut Proto, u64),
+        mut done: impl FnMut(&Sim) -> bool,
+    ) -> bool {
+        loop {
+            self.step(app);
+            if done(self) {
+                return true;
+            }
+            if !self.advance(tick, limit) {
+                self.step(app);
+                return done(self);
+            }
+        }
+    }
+}
+
+fn sim_config(mtu: usize) -> Config {
+    Config {
+        mtu,
+        send_window: 32,
+        recv_window: 32,
+        send_queue: 64,
+        max_message: 1 << 20,
+        rto_initial: 10_000,
+        rto_min: 1_000,
+        rto_max: 200_000,
+        delayed_ack: 200,
+        ack_every: 4,
+        heartbeat_interval: 50_000,
+        peer_timeout: 60_000_000,
+        buffer_pool: 64,
+    }
+}
+
+/// One message of a workload: everything about it derives from (src, dst, idx, len).
+#[derive(Clone, Copy, Debug)]
+struct Spec {
+    idx: u32,
+    len: usize,
+}
+
+fn byte(src: u32, dst: u32, idx: u32, j: usize) -> u8 {
+    let x = (u64::from(src) << 48) ^ (u64::from(dst) << 40) ^ (u64::from(idx) << 24) ^ j as u64;
+    let x = x.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (x >> 56) as u8
+}
+
+fn args_of(src: u32, idx: u32, len: usize) -> Vec<u32> {
+    let nargs = (idx as usize * 7) % 17;
+    let mut a: Vec<u32> = (0..nargs as u32)
+        .map(|k| idx.wrapping_mul(31) + k)
+        .collect();
+    if nargs >= 3 {
+        a[0] = idx;
+        a[1] = len as u32;
+        a[2] = src;
+    }
+    a
+}
+
+fn category_of(idx: u32, len: usize) -> (Category, u64) {
+    if len == 0 {
+        (Category::Short, 0)
+    } else if idx % 4 == 0 {
+        (Category::Long, u64::from(idx) * 1000)
+    } else {
+        (Category::Medium, 0)
+    }
+}
+
+/// Every rank sends a stream of messages to every rank (itself included) and checks what it
+/// receives: exactly once, in per-sender order, with identical bytes and fields.
+struct Workload {
+    n: u32,
+    /// [src][dst]: messages not yet accepted by `send`.
+    todo: Vec<Vec<VecDeque<Spec>>>,
+    /// [src][dst]: every message, by index.
+    all: Vec<Vec<Vec<Spec>>>,
+    /// [dst][src]: next expected index.
+    next: Vec<Vec<u32>>,
+    delivered: usize,
+    total: usize,
+    /// [src][dst]: the payload of the front message of `todo`, built once however often
+    /// backpressure defers it.
+    payload: Vec<Vec<Option<Vec<u8>>>>,
+}
+
+impl Workload {
+    fn random(n: u32, per_pair: u32, rng: &mut Rng) -> Self {
+        let mut all = vec![vec![Vec::new(); n as usize]; n as usize];
+        let mut total = 0;
+        for row in all.iter_mut() {
+            for list in row.iter_mut() {
+                let count = rng.below(u64::from(per_pair) + 1) as u32;
+                for idx in 0..count {
+                    let len = match rng.below(10) {
+                        0..=4 => rng.below(65) as usize,
+                        5..=7 => 64 + rng.below(4032) as usize,
+                        _ => 4096 + rng.below(200 * 1024 - 4096 + 1) as usize,
+                    };
+                    list.push(Spec { idx, len });
+                    total += 1;
+                }
+            }
+        }
+        let todo = all
+            .iter()
+            .map(|row| row.iter().map(|l| l.iter().copied().collect()).collect())
+            .collect();
+        Workload {
+            n,
+            todo,
+            all,
+            next: vec![vec![0; n as usize]; n as usize],
+            delivered: 0,
+            total,
+            payload: vec![vec![None; n as usize]; n as usize],
+        }
+    }
+
+    fn todo_empty(&self) -> bool {
+        self.todo.iter().flatten().all(VecDeque::is_empty)
+    }
+
+    fn app(&mut self, r: u32, p: &mut Proto) {
+        while let Some(d) = p.pop(false) {
+            let (src, dst) = (d.src, r);
+            let idx = self.next[dst as usize][src as usize];
+            let spec = *self.all[src as usize][dst as usize]
+                .get(idx as usize)
+                .unwrap_or_else(|| panic!("{src}->{dst}: message beyond the last, {idx}"));
+            let (cat, off) = category_of(idx, spec.len);
+            assert_eq!(d.am.handler, 128 + (idx % 128) as u8, "{src}->{dst} #{idx}");
+            assert_eq!(
+                d.am.args(),
+                &args_of(src, idx, spec.len)[..],
+                "{src}->{dst} #{idx}"
+            );
+            assert_eq!((d.am.category, d.am.long_offset), (cat, off));
+            assert_eq!(d.am.is_reply, idx % 3 == 1);
+            assert_eq!(d.payload.len(), spec.len, "{src}->{dst} #{idx}");
+            for (j, &b) in d.payload.iter().enumerate() {
+                assert_eq!(b, byte(src, dst, idx, j), "{src}->{dst} #{idx} byte {j}");
+            }
+            self.next[dst as usize][src as usize] += 1;
+            self.delivered += 1;
+            p.recycle(d);
+        }
+        for dst in 0..self.n {
+            while let Some(&spec) = self.todo[r as usize][dst as usize].front() {
+                let payload = self.payload[r as usize][dst as usize].get_or_insert_with(|| {
+                    (0..spec.len).map(|j| byte(r, dst, spec.idx, j)).collect()
+                });
+                let args = args_of(r, spec.idx, spec.len);
+                let (category, long_offset) = category_of(spec.idx, spec.len);
+                let msg = OutMsg {
+                    handler: 128 + (spec.idx % 128) as u8,
+                    category,
+                    is_reply: spec.idx % 3 == 1,
+                    args: &args,
+                    payload,
+                    long_offset,
+                };
+                match p.send(dst, &msg) {
+                    Ok(()) => {
+                        self.todo[r as usize][dst as usize].pop_front();
+                        self.payload[r as usize][dst as usize] = None;
+                    }
+                    Err(SendError::Backpressure(_)) => break,
+                    Err(e) => panic!("send {r}->{dst}: {e}"),
+                }
+            }
+        }
+    }
+}
+
+/// Runs a random workload to completion; returns the simulated time it took.
+fn stream(seed: u64, n: u32, per_pair: u32, mtu: usize, net: Net) -> u64 {
+    let mut rng = Rng(seed ^ 0xabcdef);
+    let w = RefCell::new(Workload::random(n, per_pair, &mut rng));
+    let mut sim = Sim::new(n, &sim_config(mtu), net, seed);
+    let limit = 600_000_000; // 10 simulated minutes: never reached unless something is stuck
+    let done = sim.run(limit, None, &mut |r, p, _| w.borrow_mut().app(r, p), |s| {
+        let w = w.borrow();
+        w.delivered == w.total && w.todo_empty() && s.procs.iter().all(|p| p.unacked() == 0)
+    });
+    let w = w.into_inner();
+    assert!(
+        done,
+        "seed {seed}: stuck at t={} us with {}/{} messages delivered",
+        sim.now, w.delivered, w.total
+    );
+    for (r, p) in sim.procs.iter().enumerate() {
+        let c = p.counters();
+        assert_eq!(p.failed_peers().count(), 0, "rank {r} failed a peer");
+        assert_eq!(
+            (
+                c.decode_errors,
+                c.protocol_errors,
+                c.foreign_key,
+                c.misaddressed
+            ),
+            (0, 0, 0, 0),
+            "rank {r}: {c:?}"
+        );
+        assert!(!p.has_ready());
+    }
+    if std::env::var_os("SIM_VERBOSE").is_some() {
+        let sum = |f: fn(&amnet_udp::Counters) -> u64| -> u64 {
+            sim.procs.iter().map(|p| f(p.counters())).sum()
+        };
+        eprintln!(
+            "seed {seed} n {n} mtu {mtu} {net:?}: {} messages in {} us; data {} rtx {} fast {} \
+             timeouts {} dups {} oow {} acks {} hb {}",
+            w.total,
+            sim.now,
+            sum(|c| c.data_sent),
+            sum(|c| c.retransmits),
+            sum(|c| c.fast_retransmits),
+            sum(|c| c.timeouts),
+            sum(|c| c.duplicates),
+            sum(|c| c.out_of_window),
+            sum(|c| c.acks_sent),
+            sum(|c| c.heartbeats_sent),
+        );
+    }
+    sim.now
+}
+
+fn lossy(loss: f64, dup: f64, jitter: u64) -> Net {
+    Net {
+        loss,
+        dup,
+        delay: 50,
+        jitter,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Random message streams (0..=200 KiB, every rank to every rank) under random loss up to
+    /// 30%, duplication and reordering: each message arrives exactly once, in order, intact.
+    #[test]
+    fn streams_survive_a_hostile_network(
+        seed in any::<u64>(),
+        n in 2u32..=4,
+        per_pair in 1u32..=10,
+        mtu in prop::sample::select(vec![1400usize, 9000, 65_000]),
+        loss in 0.0f64..=0.3,
+        dup in 0.0f64..=0.1,
+        jitter in 0u64..=2000,
+    ) {
+        stream(seed, n, per_pair, mtu, lossy(loss, dup, jitter));
+    }
+}
+
+#[test]
+fn worst_case_network_several_seeds() {
+    for seed in 1..=6 {
+        stream(seed, 4, 8, 1400, lossy(0.3, 0.1, 3000));
+    }
+}
+
+#[test]
+fn perfect_network_needs_no_retransmission() {
+    let mut rng = Rng(7);
+    let mut w = Workload::random(3, 10, &mut rng);
+    let mut sim = Sim::new(3, &sim_config(9000), lossy(0.0, 0.0, 0), 7);
+    let done = sim.run(10_000_000, None, &mut |r, p, _| w.app(r, p), |s| {
+        s.procs.iter().all(|p| p.unacked() == 0 && !p.has_ready())
+    });
+    assert!(done);
+    assert_eq!(w.delivered, w.total);
+    for p in &sim.procs {
+        assert_eq!(p.counters().retransmits, 0);
+        assert_eq!(p.counters().duplicates, 0);
+    }
+}
+
+#[test]
+fn silent_peer_is_failed_after_the_timeout() {
+    let cfg = Config {
+        heartbeat_interval: 10_000,
+        peer_timeout: 100_000,
+        ..sim_config(1400)
+    };
+    let mut sim = Sim::new(3, &cfg, lossy(0.0, 0.0, 100), 1);
+    let mut app = |r: u32, p: &mut Proto, now: u64| {
+        while let Some(d) = p.pop(false) {
+            p.recycle(d);
+        }
+        if now < 40_000 && now % 10_000 == 0 {
+            let m = OutMsg {
+                handler: 200,
+                category: Category::Medium,
+                is_reply: false,
+                args: &[r],
+                payload: b"hello",
+                long_offset: 0,
+            };
+            let _ = p.send((r + 1) % 3, &m);
+        }
+    };
+    assert!(!sim.run(50_000, Some(10_000), &mut app, |_| false));
+    let died = sim.now;
+    sim.alive[2] = false;
+    // Heartbeats every 10 ms: rank 2 was heard within the last interval, so no verdict yet.
+    sim.run(died + 85_000, Some(10_000), &mut app, |_| false);
+    for p in &sim.procs[..2] {
+        assert_eq!(p.failed_peers().count(), 0, "failed too early");
+    }
+    sim.run(died + 101_000, Some(10_000), &mut app, |_| false);
+    for (r, p) in sim.procs[..2].iter().enumerate() {
+        assert_eq!(p.failed_peers().collect::<Vec<_>>(), vec![2], "rank {r}");
+        assert!(p.is_failed(2));
+        assert_eq!(p.counters().peers_failed, 1);
+    }
+    let m = OutMsg {
+        handler: 200,
+        category: Category::Short,
+        is_reply: false,
+        args: &[],
+        payload: &[],
+        long_offset: 0,
+    };
+    assert_eq!(sim.procs[0].send(2, &m), Err(SendError::PeerFailed(2)));
+    assert_eq!(sim.procs[1].peer_status(2).unwrap().in_flight, 0);
+    // The survivors keep each other alive with heartbeats alone.
+    sim.run(died + 2_000_000, None, &mut app, |_| false);
+    assert!(sim.procs[0].peer_status(1).is_some_and(|s| !s.failed));
+    assert!(sim.procs[1].peer_status(0).is_some_and(|s| !s.failed));
+    assert!(sim.procs[0].counters().heartbeats_sent > 100);
+}
+
+#[test]
+fn credits_and_window_bound_outstanding_data() {
+    for (send_window, recv_window) in [(8u32, 16u32), (32, 6)] {
+        let cfg = Config {
+            send_window,
+            recv_window,
+            send_queue: 40,
+            ..sim_config(1400)
+        };
+        let bound = u64::from(send_window.min(recv_window));
+        let mut sim = Sim::new(2, &cfg, lossy(0.1, 0.05, 500), 11);
+        let total = 300u32;
+        let (mut next_send, mut got, mut backpressured) = (0u32, 0u32, 0u32);
+        let mut app = |r: u32, p: &mut Proto, now: u64| {
+            if r == 0 {
+                while next_send < total {
+                    let m = OutMsg {
+                        handler: 200,
+                        category: Category::Medium,
+                        is_reply: false,
+                        args: &[next_send],
+                        payload: &[next_send as u8; 700],
+                        long_offset: 0,
+                    };
+                    match p.send(1, &m) {
+                        Ok(()) => next_send += 1,
+                        Err(SendError::Backpressure(1)) => {
+                            backpressured += 1;
+                            break;
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                let st = p.peer_status(1).unwrap();
+                assert!(
+                    st.in_flight <= bound,
+                    "{} in flight > {bound}",
+                    st.in_flight
+                );
+                assert!(st.in_flight + st.unsent <= 40);
+            } else {
+                let st = p.peer_status(0).unwrap();
+                assert!(
+                    u64::from(st.undelivered) + st.reorder_buffered as u64
+                        <= u64::from(recv_window),
+                    "receiver holds {} + {}",
+                    st.undelivered,
+                    st.reorder_buffered
+                );
+                // A slow application: nothing is taken for the first 200 ms.
+                if now >= 200_000 {
+                    while let Some(d) = p.pop(false) {
+                        assert_eq!(d.am.args(), &[got]);
+                        got += 1;
+                        p.recycle(d);
+                    }
+                }
+            }
+        };
+        let done = sim.run(100_000_000, Some(1_000), &mut app, |s| {
+            s.procs[0].unacked() == 0 && !s.procs[1].has_ready()
+        });
+        assert!(done && got == total, "got {got} of {total}");
+        assert!(backpressured > 0);
+    }
+}
+
+#[test]
+fn rto_tracks_the_path_and_karn_keeps_samples_clean() {
+    let cfg = Config {
+        rto_initial: 5_000,
+        rto_min: 1_000,
+        rto_max: 2_000_000,
+        ..sim_config(1400)
+    };
+    // 20 ms each way, no jitter: the RTT is 40 ms (plus up to one delayed ack).
+    let mut sim = Sim::new(2, &cfg, lossy(0.0, 0.0, 0), 3);
+    sim.net.delay = 20_000;
+    let mut app = |r: u32, p: &mut Proto, now: u64| {
+        while let Some(d) = p.pop(false) {
+            p.recycle(d);
+        }
+        if r == 0 && now % 50_000 == 0 {
+            let m = OutMsg {
+                handler: 200,
+                category: Category::Medium,
+                is_reply: false,
+                args: &[],
+                payload: b"tick",
+                long_offset: 0,
+            };
+            p.send(1, &m).unwrap();
+        }
+    };
+    sim.run(2_000_000, Some(50_000), &mut app, |_| false);
+    let st = sim.procs[0].peer_status(1).unwrap();
+    // The initial 5 ms timeout fired before the first ack could come back...
+    assert!(sim.procs[0].counters().retransmits > 0);
+    // ...yet no sample was taken from a retransmitted datagram, so the estimate is the path's.
+    let srtt = st.srtt.unwrap();
+    assert!((40_000..=40_400).contains(&srtt), "srtt {srtt}");
+    assert!(st.rto >= 40_000 && st.backoff == 0, "{st:?}");
+    // The path gets fast: the timeout follows it down to its floor.
+    sim.net.delay = 100;
+    sim.run(6_000_000, Some(50_000), &mut app, |_| false);
+    let st = sim.procs[0].peer_status(1).unwrap();
+    assert!(st.srtt.unwrap() <= 500, "{st:?}");
+    assert_eq!(st.rto, 1_000, "{st:?}");
+}
+
+#[test]
+fn rto_backs_off_exponentially_up_to_the_cap() {
+    let cfg = Config {
+        rto_initial: 10_000,
+        rto_max: 160_000,
+        ..sim_config(1400)
+    };
+    let mut sim = Sim::new(2, &cfg, lossy(0.0, 0.0, 0), 5);
+    sim.log = Some(Vec::new());
+    sim.blocked = |now, src, _| src == 0 && now < 1_000_000; // 0 -> 1 is down for 1 s
+    let mut sent = 0u32;
+    let delivered = std::cell::Cell::new(0u32);
+    let mut app = |r: u32, p: &mut Proto, now: u64| {
+        while let Some(d) = p.pop(false) {
+            delivered.set(delivered.get() + 1);
+            p.recycle(d);
+        }
+        let second = now >= 1_500_000;
+        if r == 0 && (sent == 0 || (second && sent == 1)) {
+            let m = OutMsg {
+                handler: 200,
+                category: Category::Short,
+                is_reply: false,
+                args: &[sent],
+                payload: &[],
+                long_offset: 0,
+            };
+            p.send(1, &m).unwrap();
+            sent += 1;
+        }
+    };
+    sim.run(990_000, None, &mut app, |_| false);
+    let times: Vec<u64> = sim
+        .log
+        .as_ref()
+        .unwrap()
+        .iter()
+        .filter(|s| s.src == 0 && s.kind == Kind::Data && s.seq == 0)
+        .map(|s| s.at)
+        .collect();
+    let gaps: Vec<u64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    assert_eq!(
+        gaps,
+        [10_000, 20_000, 40_000, 80_000, 160_000, 160_000, 160_000, 160_000, 160_000],
+        "transmissions at {times:?}"
+    );
+    let st = sim.procs[0].peer_status(1).unwrap();
+    assert_eq!(st.rto, 160_000);
+    assert_eq!(sim.procs[0].counters().timeouts, 9);
+    // The link heals: the retransmission gets through, but its ack is no sample (Karn), so the
+    // backed-off timeout stays until fresh data is acked.
+    sim.run(1_400_000, Some(100_000), &mut app, |_| false);
+    assert_eq!(delivered.get(), 1);
+    let st = sim.procs[0].peer_status(1).unwrap();
+    assert_eq!((st.in_flight, st.srtt), (0, None));
+    assert!(st.backoff > 0);
+    sim.run(2_000_000, Some(100_000), &mut app, |_| false);
+    let st = sim.procs[0].peer_status(1).unwrap();
+    assert_eq!(delivered.get(), 2);
+    assert!(st.srtt.is_some() && st.backoff == 0, "{st:?}");
+    assert!(st.rto < 10_000, "{st:?}");
+}
+
+#[test]
+fn duplicated_and_reordered_acks_are_harmless() {
+    // All duplication, heavy reordering, no loss: nothing may be delivered twice, and the
+    // sender must not treat a late ack as news.
+    stream(99, 3, 10, 9000, lossy(0.0, 1.0, 5000));
+}
