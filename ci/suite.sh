@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The conduit test suite the way users run it: through amrun, as real multi-process jobs.
+# The conduit test suite the way users run it: through amrun, as real multi-process jobs, on
+# every conduit of the default build (smp, udp), then udp on a lossy network and across two
+# network namespaces.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --bin amrun --bin amnet-testsuite --example demo
@@ -11,5 +13,15 @@ for n in 3 7; do
     echo "== amrun -n $n amnet-testsuite coll"
     target/release/amrun -n "$n" --timeout 300 target/release/amnet-testsuite coll
 done
+for n in 2 4 8; do
+    echo "== amrun --conduit udp -n $n amnet-testsuite"
+    target/release/amrun --conduit udp -n "$n" --timeout 900 target/release/amnet-testsuite
+done
+for n in 2 4 8; do
+    echo "== amrun --conduit udp -n $n amnet-testsuite, 10% loss + 5% duplication + 10% reordering"
+    AMNET_UDP_LOSS=0.1 AMNET_UDP_DUP=0.05 AMNET_UDP_REORDER=0.1 \
+        target/release/amrun --conduit udp -n "$n" --timeout 900 target/release/amnet-testsuite
+done
+bash ci/udp-netns.sh
 echo "== amrun -n 4 demo"
 target/release/amrun -n 4 --timeout 120 target/release/examples/demo

@@ -686,10 +686,8 @@ fn outstanding(c: &Ctx<'_>) -> Verdict {
             took.as_secs_f64()
         );
     }
-    // Optimized builds only: a debug build under a loaded `cargo test` is no measurement.
-    let bound = Duration::from_secs(30);
-    ensure(cfg!(debug_assertions) || took < bound, || {
-        format!("{n} outstanding collectives at {p} ranks took {took:?}, more than {bound:?}")
-    })?;
+    // The time is printed, not asserted: the test's watchdog bounds it, and how fast 65,536
+    // collectives go is a benchmark figure (it depends on the conduit, the network and the
+    // load), not a pass/fail criterion.
     Ok(())
 }

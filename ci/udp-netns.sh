@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The udp conduit across two hosts: two network namespaces joined by a veth pair stand for two
+# machines on one Ethernet segment. The launcher runs in the first, ranks are spread over both
+# ("remote" start through AMNET_SSH="ip netns exec"), and the conduit test suite runs as one
+# job, then again with loss, duplication and reordering. Skipped, with the reason, only where
+# namespaces cannot be created.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RANKS=${RANKS:-4}
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+    if sudo -n true 2>/dev/null; then SUDO="sudo -n"; else
+        echo "udp-netns: SKIPPED: network namespaces need root (or password-less sudo)"
+        exit 0
+    fi
+fi
+if ! command -v ip >/dev/null; then
+    echo "udp-netns: installing iproute2"
+    $SUDO apt-get install -y -qq --no-install-recommends iproute2 >/dev/null \
+        || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends iproute2 >/dev/null; }
+fi
+
+cargo build --release --bin amrun --bin amnet-testsuite
+
+A="amnA$$"
+B="amnB$$"
+VA="va$$"
+VB="vb$$"
+cleanup() {
+    $SUDO ip netns del "$A" 2>/dev/null || true
+    $SUDO ip netns del "$B" 2>/dev/null || true
+}
+trap cleanup EXIT
+if ! err=$($SUDO ip netns add "$A" 2>&1); then
+    echo "udp-netns: SKIPPED: cannot create a network namespace: $err"
+    exit 0
+fi
+$SUDO ip netns add "$B"
+$SUDO ip link add "$VA" type veth peer name "$VB"
+$SUDO ip link set "$VA" netns "$A"
+$SUDO ip link set "$VB" netns "$B"
+$SUDO ip -n "$A" addr add 198.18.0.1/24 dev "$VA"
+$SUDO ip -n "$B" addr add 198.18.0.2/24 dev "$VB"
+for ns in "$A" "$B"; do $SUDO ip -n "$ns" link set lo up; done
+$SUDO ip -n "$A" link set "$VA" up
+$SUDO ip -n "$B" link set "$VB" up
+$SUDO ip netns exec "$A" ping -c 1 -W 2 198.18.0.2 >/dev/null 2>&1 \
+    || echo "udp-netns: note: ping between the namespaces failed (no ping?); going on"
+
+# Loss on the link itself where the kernel has netem; the conduit's own fault injection at the
+# socket edge otherwise.
+NETEM=0
+if $SUDO ip netns exec "$A" tc qdisc add dev "$VA" root netem loss 5% 2>/dev/null; then
+    NETEM=1
+    $SUDO ip netns exec "$A" tc qdisc del dev "$VA" root
+else
+    echo "udp-netns: note: tc netem is not available here; loss comes from AMNET_UDP_LOSS"
+fi
+
+run() {
+    echo "== udp across namespaces $A,$B: $RANKS ranks $*"
+    $SUDO ip netns exec "$A" env AMNET_SSH="ip netns exec" AMNET_UDP_BOOT_ADDR=198.18.0.1 "$@" \
+        target/release/amrun --conduit udp -n "$RANKS" --hosts "$A,$B" --timeout 900 \
+        target/release/amnet-testsuite
+}
+run
+if [ "$NETEM" = 1 ]; then
+    $SUDO ip netns exec "$A" tc qdisc add dev "$VA" root netem loss 10% duplicate 5% reorder 10% delay 1ms
+    $SUDO ip netns exec "$B" tc qdisc add dev "$VB" root netem loss 10% duplicate 5% reorder 10% delay 1ms
+    run
+else
+    run AMNET_UDP_LOSS=0.1 AMNET_UDP_DUP=0.05 AMNET_UDP_REORDER=0.1
+fi
+# The ranks in the second namespace must really have talked over the link.
+rx=$($SUDO ip netns exec "$B" cat "/sys/class/net/$VB/statistics/rx_bytes")
+tx=$($SUDO ip netns exec "$B" cat "/sys/class/net/$VB/statistics/tx_bytes")
+echo "udp-netns: the second namespace's link carried $rx bytes in, $tx bytes out"
+if [ "$rx" -lt 1000000 ] || [ "$tx" -lt 1000000 ]; then
+    echo "udp-netns: FAILED: almost no traffic crossed the link; were the ranks spread?"
+    exit 1
+fi
+echo "udp-netns: passed"
