@@ -20,6 +20,7 @@ pub fn tests() -> Vec<Test> {
         min_ranks: 1,
         process_only: false,
         timeout: Duration::from_secs(secs),
+        only_conduit: None,
         run,
     };
     vec![

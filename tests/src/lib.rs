@@ -72,6 +72,8 @@ pub struct Test {
     pub process_only: bool,
     /// Time limit, enforced by the watchdog.
     pub timeout: Duration,
+    /// The conduit it is about, when it checks one conduit's own behaviour; skipped on others.
+    pub only_conduit: Option<&'static str>,
     /// The body, run on every rank.
     pub run: fn(&Ctx<'_>) -> Verdict,
 }
@@ -96,6 +98,7 @@ pub const fn test(name: &'static str, run: fn(&Ctx<'_>) -> Verdict) -> Test {
         min_ranks: 1,
         process_only: false,
         timeout: Duration::from_secs(60),
+        only_conduit: None,
         run,
     }
 }
@@ -204,12 +207,15 @@ pub fn run_attached(
         if filter.is_some_and(|f| !t.name.contains(f)) {
             continue;
         }
-        if ep.size() < t.min_ranks || (t.process_only && !process_mode) {
+        let wrong_conduit = t.only_conduit.filter(|&c| c != ep.conduit_name());
+        if ep.size() < t.min_ranks || (t.process_only && !process_mode) || wrong_conduit.is_some() {
             if ep.rank() == 0 {
                 println!(
                     "skip {} (needs {})",
                     t.name,
-                    if t.process_only && !process_mode {
+                    if let Some(c) = wrong_conduit {
+                        format!("the {c} conduit")
+                    } else if t.process_only && !process_mode {
                         "process mode".to_string()
                     } else {
                         format!("{} ranks", t.min_ranks)

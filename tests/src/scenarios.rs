@@ -28,6 +28,8 @@ pub struct Scenario {
     pub body: fn(&Endpoint) -> Result<(), String>,
     /// Environment variables every rank sets at start-up, before `amnet::init`.
     pub env: &'static [(&'static str, &'static str)],
+    /// The conduit it is about, when it checks one conduit's own behaviour.
+    pub only_conduit: Option<&'static str>,
 }
 
 const T: Duration = Duration::from_secs(30);
@@ -43,6 +45,7 @@ pub fn scenarios() -> Vec<Scenario> {
             timeout: T,
             env: &[],
             body: exit_after_attach,
+            only_conduit: None,
         },
         Scenario {
             name: "exit-in-request-handler",
@@ -52,6 +55,7 @@ pub fn scenarios() -> Vec<Scenario> {
             timeout: T,
             env: &[],
             body: exit_in_request_handler,
+            only_conduit: None,
         },
         Scenario {
             name: "exit-in-reply-handler",
@@ -61,6 +65,7 @@ pub fn scenarios() -> Vec<Scenario> {
             timeout: T,
             env: &[],
             body: exit_in_reply_handler,
+            only_conduit: None,
         },
         Scenario {
             name: "exit-while-others-in-barrier",
@@ -70,6 +75,7 @@ pub fn scenarios() -> Vec<Scenario> {
             timeout: T,
             env: &[],
             body: exit_during_barrier,
+            only_conduit: None,
         },
         Scenario {
             name: "exit-with-operations-outstanding",
@@ -79,6 +85,7 @@ pub fn scenarios() -> Vec<Scenario> {
             timeout: T,
             env: &[],
             body: exit_with_ops,
+            only_conduit: None,
         },
         Scenario {
             name: "exit-several-ranks-at-once",
@@ -88,6 +95,7 @@ pub fn scenarios() -> Vec<Scenario> {
             timeout: T,
             env: &[],
             body: exit_several,
+            only_conduit: None,
         },
         Scenario {
             name: "exit-before-attach",
@@ -97,6 +105,7 @@ pub fn scenarios() -> Vec<Scenario> {
             timeout: T,
             env: &[],
             body: exit_before_attach,
+            only_conduit: None,
         },
         Scenario {
             name: "return-from-main-without-exit",
@@ -106,6 +115,7 @@ pub fn scenarios() -> Vec<Scenario> {
             timeout: T,
             env: &[],
             body: return_from_main,
+            only_conduit: None,
         },
         Scenario {
             name: "return-error-from-main",
@@ -115,6 +125,7 @@ pub fn scenarios() -> Vec<Scenario> {
             timeout: T,
             env: &[],
             body: return_error_from_main,
+            only_conduit: None,
         },
         Scenario {
             name: "rank-killed-by-signal",
@@ -124,6 +135,7 @@ pub fn scenarios() -> Vec<Scenario> {
             timeout: T,
             env: &[],
             body: killed_by_signal,
+            only_conduit: None,
         },
         Scenario {
             name: "rank-dies-after-another-returned",
@@ -133,6 +145,7 @@ pub fn scenarios() -> Vec<Scenario> {
             timeout: T,
             env: &[],
             body: dies_after_return,
+            only_conduit: None,
         },
         Scenario {
             name: "rank-panics",
@@ -142,6 +155,7 @@ pub fn scenarios() -> Vec<Scenario> {
             timeout: T,
             env: &[],
             body: panics,
+            only_conduit: None,
         },
         Scenario {
             name: "launcher-timeout",
@@ -151,6 +165,7 @@ pub fn scenarios() -> Vec<Scenario> {
             timeout: Duration::from_secs(2),
             env: &[],
             body: hang,
+            only_conduit: None,
         },
         Scenario {
             name: "rule-use-before-attach",
@@ -160,6 +175,7 @@ pub fn scenarios() -> Vec<Scenario> {
             timeout: T,
             env: &[],
             body: use_before_attach,
+            only_conduit: None,
         },
         Scenario {
             name: "rule-segment-larger-than-memory",
@@ -169,6 +185,7 @@ pub fn scenarios() -> Vec<Scenario> {
             timeout: T,
             env: &[],
             body: segment_too_large,
+            only_conduit: None,
         },
         Scenario {
             name: "rule-handler-tables-differ",
@@ -178,6 +195,7 @@ pub fn scenarios() -> Vec<Scenario> {
             timeout: T,
             env: &[],
             body: tables_differ,
+            only_conduit: None,
         },
         Scenario {
             name: "coll_checked_mode_mismatch",
@@ -187,6 +205,7 @@ pub fn scenarios() -> Vec<Scenario> {
             timeout: T,
             env: &[("AMNET_COLL_CHECK", "1")],
             body: crate::coll_images::check_mismatch,
+            only_conduit: None,
         },
         Scenario {
             name: "coll_checked_mode_image_mismatch",
@@ -196,6 +215,7 @@ pub fn scenarios() -> Vec<Scenario> {
             timeout: T,
             env: &[("AMNET_COLL_CHECK", "1")],
             body: crate::coll_images::check_image_mismatch,
+            only_conduit: None,
         },
         Scenario {
             name: "coll_hang_watchdog_report",
@@ -205,6 +225,17 @@ pub fn scenarios() -> Vec<Scenario> {
             timeout: T,
             env: &[("AMNET_HANG_TIMEOUT", "1")],
             body: crate::coll_images::hang_report,
+            only_conduit: None,
+        },
+        Scenario {
+            name: "udp-peer-timeout",
+            ranks: 3,
+            codes: &[42],
+            log: None,
+            timeout: T,
+            env: &[("AMNET_UDP_PEER_TIMEOUT", "1")],
+            body: udp_peer_timeout,
+            only_conduit: Some("udp"),
         },
     ]
 }
@@ -218,6 +249,7 @@ pub fn tests() -> Vec<Test> {
             min_ranks: 1,
             process_only: true,
             timeout: Duration::from_secs(60),
+            only_conduit: s.only_conduit,
             run: run_from_suite,
         })
         .collect()
@@ -442,6 +474,39 @@ fn panics(ep: &Endpoint) -> Result<(), String> {
         panic!("rank 2 panics on purpose");
     }
     park(ep)
+}
+
+/// udp: rank 2 stops itself (alive but silent, so only the conduit's liveness check can
+/// notice); ranks 0 and 1 send to it and wait, and must get an error naming rank 2 after
+/// about AMNET_UDP_PEER_TIMEOUT (1 s), then end the job with 42 (the launcher kills the
+/// stopped rank).
+fn udp_peer_timeout(ep: &Endpoint) -> Result<(), String> {
+    attach(ep)?;
+    ep.barrier().map_err(|e| e.to_string())?;
+    if ep.rank() == 2 {
+        // SAFETY: raising a signal on ourselves.
+        unsafe { libc::raise(libc::SIGSTOP) };
+        return park(ep);
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let t0 = Instant::now();
+    let r = ep
+        .request_short(2, H_COUNT, &[1])
+        .and_then(|()| ep.wait_until(|| false));
+    let took = t0.elapsed();
+    match r {
+        Err(e) if e.to_string().contains("rank 2") && took < Duration::from_secs(10) => {
+            std::thread::sleep(Duration::from_millis(200));
+            ep.exit(42)
+        }
+        other => {
+            eprintln!(
+                "rank {}: waiting on a stopped rank 2 gave {other:?} after {took:?}",
+                ep.rank()
+            );
+            ep.exit(1)
+        }
+    }
 }
 
 fn hang(ep: &Endpoint) -> Result<(), String> {
