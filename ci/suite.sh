@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The conduit test suite the way users run it: through amrun, as real multi-process jobs, on
-# every conduit of the default build (smp, udp), then udp on a lossy network and across two
-# network namespaces.
+# every conduit (smp, udp, mpi), udp also on a lossy network and across two network
+# namespaces.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --bin amrun --bin amnet-testsuite --example demo
@@ -23,5 +23,11 @@ for n in 2 4 8; do
         target/release/amrun --conduit udp -n "$n" --timeout 900 target/release/amnet-testsuite
 done
 bash ci/udp-netns.sh
+# The mpi conduit (Open MPI, installed by ci/install-mpi.sh): the same suite through mpirun.
+cargo build --release --features amnet/mpi --bin amrun --bin amnet-testsuite
+for n in 2 3 4; do
+    echo "== amrun --conduit mpi -n $n amnet-testsuite"
+    target/release/amrun --conduit mpi -n "$n" --timeout 900 target/release/amnet-testsuite
+done
 echo "== amrun -n 4 demo"
 target/release/amrun -n 4 --timeout 120 target/release/examples/demo

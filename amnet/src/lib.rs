@@ -40,7 +40,11 @@ pub use amnet_core::{
 pub use amnet_smp::RankOutcome;
 
 /// The conduits this build knows, as named by `AMNET_CONDUIT` and `amrun --conduit`.
+#[cfg(not(feature = "mpi"))]
 pub const CONDUITS: &[&str] = &["smp", "udp"];
+/// The conduits this build knows, as named by `AMNET_CONDUIT` and `amrun --conduit`.
+#[cfg(feature = "mpi")]
+pub const CONDUITS: &[&str] = &["smp", "udp", "mpi"];
 
 /// The conduit selected by `AMNET_CONDUIT` (default `smp`).
 pub fn selected_conduit() -> Result<String> {
@@ -61,6 +65,8 @@ pub fn init() -> Result<Endpoint> {
     match selected_conduit()?.as_str() {
         "smp" => Endpoint::new(Box::new(amnet_smp::SmpConduit::from_env()?)),
         "udp" => Endpoint::new(Box::new(amnet_udp::UdpConduit::from_env()?)),
+        #[cfg(feature = "mpi")]
+        "mpi" => Endpoint::new(Box::new(amnet_mpi::MpiConduit::from_env()?)),
         other => Err(Error::Config(format!("conduit {other} is not built in"))),
     }
 }
@@ -89,6 +95,8 @@ pub fn launch_job_with_log(opts: &launch::LaunchOptions, log: &mut dyn FnMut(&st
     match opts.conduit.as_str() {
         "smp" => amnet_smp::run(opts, log),
         "udp" => amnet_udp::spawn::run(opts, log),
+        #[cfg(feature = "mpi")]
+        "mpi" => amnet_mpi::run(opts, log),
         other => Err(Error::Config(format!(
             "unknown conduit {other:?}; this build has {CONDUITS:?}"
         ))),

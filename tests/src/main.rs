@@ -54,8 +54,17 @@ fn main() {
         ep.exit(2);
     }
     match amnet_testsuite::run_attached(&ep, &st, filter.as_deref(), true, summary.as_deref()) {
-        Ok(s) if s.failed == 0 => {}
-        Ok(_) => ep.exit(1),
+        // Rank 0 holds the verdict and ends the job with it. The others wait for that: a rank
+        // returning from main first would publish 0 for the whole job.
+        Ok(s) if ep.rank() == 0 => ep.exit(i32::from(s.failed > 0)),
+        Ok(_) => {
+            let r = ep.wait_until(|| false);
+            eprintln!(
+                "amnet-testsuite: rank {}: waiting for rank 0's verdict: {r:?}",
+                ep.rank()
+            );
+            ep.exit(2);
+        }
         Err(e) => {
             eprintln!("amnet-testsuite: rank {}: {e}", ep.rank());
             ep.exit(2);

@@ -1,0 +1,1330 @@
+//! The mpi conduit: active messages over non-blocking MPI point-to-point messages on a
+//! private communicator.
+//!
+//! Design (the details are in `README.md` beside this file):
+//!
+//! - **Private communicator.** `MPI_COMM_WORLD` is duplicated at start-up; all amnet traffic
+//!   uses the duplicate, so no client receive on the world communicator can match it. A second
+//!   duplicate carries only the barrier of the job-wide exit.
+//! - **Tags.** Requests and replies travel under different tags, each in a small and a large
+//!   size class; credit returns, exit notices and separate Long payloads have tags of their own.
+//! - **Pre-posted receives.** A bounded pool of `MPI_ANY_SOURCE` receives per tag. A completed
+//!   receive holds its buffer until the handler has run, then is posted again.
+//! - **Credits.** A rank may have at most `credits` unconsumed requests, and as many replies,
+//!   outstanding at each peer. The receiver returns credits piggy-backed on its own messages
+//!   (request credits on anything, reply credits on replies only) or, once half the window is
+//!   owed, in a credit message that is always received. Replies have their own credits, tags
+//!   and receives, so a handler that waits to reply only needs replies to drain.
+//! - **Long.** A payload of up to 64 KiB travels inline and is copied into the segment before
+//!   the handler runs; a larger one follows as a separate message under a per-transfer data tag
+//!   and is received straight into the segment at the given offset.
+//! - **Exit.** An exit notice goes to every rank; then every rank meets in a barrier on the exit
+//!   communicator and finalizes MPI, or, when some rank does not arrive within the grace
+//!   period, one calls `MPI_Abort` with the code.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::os::raw::c_int;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use amnet_core::{Category, Conduit, Error, InMsg, LocalSegment, OutMsg, Rank, Result, MAX_ARGS};
+use mpi::Threading;
+
+use crate::raw::{self, Comm, Completions, Request, Status};
+use crate::segment::{self, Segment};
+use crate::wire::{self, Header};
+
+/// Largest Medium payload (and largest Long payload sent inline).
+pub const MAX_MEDIUM: usize = wire::MAX_INLINE;
+
+const TAG_EXIT: c_int = 1;
+const TAG_CREDIT: c_int = 2;
+/// Message tags by `[class][size]`: class 0 requests, 1 replies; size 0 small, 1 large.
+const TAG_MSG: [[c_int; 2]; 2] = [[5, 6], [3, 4]];
+/// Separate Long payloads use `TAG_LONG + index`, index < `wire::LONG_TAGS` (the standard
+/// guarantees tags up to 32767).
+const TAG_LONG: c_int = 64;
+
+/// Receive buffer of the small classes: a Short message with 16 arguments, or a Medium or Long
+/// with up to 928 payload bytes.
+const SMALL_BYTES: usize = 1024;
+/// Receive buffer of the large classes: the largest message.
+const LARGE_BYTES: usize = wire::encoded_len(MAX_ARGS, MAX_MEDIUM);
+/// A separate Long payload is sent in messages of at most this many bytes (MPI counts are
+/// `int`).
+const LONG_CHUNK: usize = 1 << 30;
+/// Messages delivered per poll at most.
+const POLL_BUDGET: usize = 64;
+/// `try_send` reaps completed sends once this many are outstanding (and then once twice as
+/// many as remained are), so that many slow sends do not make every send scan them all.
+const REAP_AT: usize = 64;
+/// Free send buffers kept per size class.
+const KEEP_SMALL: usize = 256;
+const KEEP_LARGE: usize = 16;
+
+const REQ: usize = 0;
+const REP: usize = 1;
+
+const DEFAULT_CREDITS: u32 = 32;
+/// At most this many credits per peer and class: every outstanding separate Long holds a
+/// credit, so the data tag index cannot wrap onto a transfer still in flight.
+const MAX_CREDITS: u32 = 1024;
+const _: () = assert!(2 * MAX_CREDITS < wire::LONG_TAGS);
+const _: () = assert!((TAG_LONG as u32) + wire::LONG_TAGS <= 32767);
+
+const RUNNING: u8 = 0;
+const LEAVING: u8 = 1;
+const FINALIZED: u8 = 2;
+
+/// Settings read from the environment.
+#[derive(Debug, Clone)]
+struct Settings {
+    credits: u32,
+    grace: Duration,
+    boot_timeout: Duration,
+    verbose: bool,
+    /// File where the rank that ends the job with a non-zero code records `rank code`, for the
+    /// launcher's report (`AMNET_MPI_REPORT`, set by the spawner).
+    report: Option<std::path::PathBuf>,
+}
+
+fn env_flag(name: &str) -> Result<bool> {
+    match std::env::var(name) {
+        Err(_) => Ok(false),
+        Ok(v) => match v.as_str() {
+            "" | "0" | "no" | "false" => Ok(false),
+            "1" | "yes" | "true" => Ok(true),
+            other => Err(Error::Config(format!("{name}={other:?}: expected 0 or 1"))),
+        },
+    }
+}
+
+impl Settings {
+    fn from_env() -> Result<Settings> {
+        let credits = match std::env::var("AMNET_MPI_CREDITS") {
+            Err(_) => DEFAULT_CREDITS,
+            Ok(v) => match v.parse::<u32>() {
+                Ok(c) if (2..=MAX_CREDITS).contains(&c) => c,
+                _ => {
+                    return Err(Error::Config(format!(
+                        "AMNET_MPI_CREDITS={v:?}: expected a whole number in 2..={MAX_CREDITS}"
+                    )))
+                }
+            },
+        };
+        let grace = match std::env::var("AMNET_MPI_EXIT_GRACE") {
+            Err(_) => Duration::from_secs(2),
+            Ok(v) => match v.parse::<f64>() {
+                Ok(s) if s.is_finite() && s > 0.0 && s < 1e6 => Duration::from_secs_f64(s),
+                _ => {
+                    return Err(Error::Config(format!(
+                        "AMNET_MPI_EXIT_GRACE={v:?}: expected a positive number of seconds"
+                    )))
+                }
+            },
+        };
+        let boot_timeout = match std::env::var("AMNET_BOOT_TIMEOUT") {
+            Err(_) => Duration::from_secs(120),
+            Ok(v) => match v.parse::<u64>() {
+                Ok(s) if s > 0 => Duration::from_secs(s),
+                _ => {
+                    return Err(Error::Config(format!(
+                        "AMNET_BOOT_TIMEOUT={v:?}: expected a whole number of seconds >= 1"
+                    )))
+                }
+            },
+        };
+        Ok(Settings {
+            credits,
+            grace,
+            boot_timeout,
+            verbose: env_flag("AMNET_VERBOSE")?,
+            report: std::env::var_os("AMNET_MPI_REPORT")
+                .filter(|p| !p.is_empty())
+                .map(Into::into),
+        })
+    }
+}
+
+/// Flow-control state for one peer.
+#[derive(Debug)]
+struct Peer {
+    /// Messages of each class this rank may still send to the peer.
+    credits: [AtomicU32; 2],
+    /// Messages of each class from the peer consumed here and not yet returned.
+    owed: [AtomicU32; 2],
+    /// Next data tag index for a separate Long to the peer.
+    long_seq: AtomicU32,
+}
+
+impl Peer {
+    fn new(credits: u32) -> Peer {
+        Peer {
+            credits: [AtomicU32::new(credits), AtomicU32::new(credits)],
+            owed: [AtomicU32::new(0), AtomicU32::new(0)],
+            long_seq: AtomicU32::new(0),
+        }
+    }
+
+    #[inline]
+    fn take_credit(&self, class: usize) -> bool {
+        self.credits[class]
+            .fetch_update(Ordering::Acquire, Ordering::Relaxed, |c| c.checked_sub(1))
+            .is_ok()
+    }
+
+    #[inline]
+    fn give(&self, class: usize, n: u16) {
+        if n > 0 {
+            self.credits[class].fetch_add(u32::from(n), Ordering::Release);
+        }
+    }
+
+    /// Take what is owed for `class`, at most what a header field carries.
+    #[inline]
+    fn take_owed(&self, class: usize) -> u16 {
+        if self.owed[class].load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        let v = self.owed[class].swap(0, Ordering::AcqRel);
+        match u16::try_from(v) {
+            Ok(n) => n,
+            Err(_) => {
+                self.owed[class].fetch_add(v - u32::from(u16::MAX), Ordering::AcqRel);
+                u16::MAX
+            }
+        }
+    }
+}
+
+/// Outstanding sends and their buffers.
+struct Tx {
+    reqs: Vec<Request>,
+    bufs: Vec<Vec<u8>>,
+    small: Vec<Vec<u8>>,
+    large: Vec<Vec<u8>>,
+    done: Completions,
+    scratch: Vec<usize>,
+    /// Outstanding sends at which `try_send` reaps next.
+    reap_at: usize,
+}
+
+// SAFETY: the request handles are process-wide MPI names usable from any thread (calls are
+// serialized by `raw::locked` below MPI_THREAD_MULTIPLE); the buffers are owned heap memory.
+// The whole structure is only reached through its mutex.
+unsafe impl Send for Tx {}
+
+impl Tx {
+    fn buffer(&mut self, need: usize) -> Vec<u8> {
+        let b = if need <= SMALL_BYTES {
+            self.small.pop()
+        } else if need <= LARGE_BYTES {
+            self.large.pop()
+        } else {
+            None
+        };
+        match b {
+            Some(mut b) => {
+                b.clear();
+                b
+            }
+            None => Vec::with_capacity(if need <= SMALL_BYTES {
+                SMALL_BYTES
+            } else {
+                need.max(LARGE_BYTES)
+            }),
+        }
+    }
+
+    fn push(&mut self, comm: Comm, dest: u32, tag: c_int, buf: Vec<u8>) -> Result<()> {
+        // SAFETY: the buffer's heap memory stays in `self.bufs`, unread and unmodified, until
+        // `reap` sees the request complete (moving the Vec does not move its contents).
+        let req = unsafe { raw::isend(buf.as_ptr(), buf.len(), dest, tag, comm)? };
+        self.reqs.push(req);
+        self.bufs.push(buf);
+        Ok(())
+    }
+
+    /// Retire completed sends and keep their buffers for reuse.
+    fn reap(&mut self) -> Result<()> {
+        let n = raw::testsome(&mut self.reqs, &mut self.done)?;
+        if n == 0 {
+            self.reap_at = (2 * self.reqs.len()).max(REAP_AT);
+            return Ok(());
+        }
+        let mut idx = std::mem::take(&mut self.scratch);
+        idx.clear();
+        idx.extend(self.done.iter().map(|(i, _)| i));
+        // Highest index first, so swap_remove moves only entries already visited.
+        idx.sort_unstable_by(|a, b| b.cmp(a));
+        for &i in &idx {
+            if i >= self.reqs.len() {
+                continue;
+            }
+            self.reqs.swap_remove(i);
+            let b = self.bufs.swap_remove(i);
+            let cap = b.capacity();
+            if (SMALL_BYTES..LARGE_BYTES).contains(&cap) && self.small.len() < KEEP_SMALL {
+                self.small.push(b);
+            } else if (LARGE_BYTES..2 * LARGE_BYTES).contains(&cap) && self.large.len() < KEEP_LARGE
+            {
+                self.large.push(b);
+            }
+        }
+        self.scratch = idx;
+        self.reap_at = (2 * self.reqs.len()).max(REAP_AT);
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotKind {
+    Exit,
+    Credit,
+    /// Active messages of a class (REQ or REP).
+    Msg(usize),
+}
+
+/// One pre-posted receive.
+struct Slot {
+    kind: SlotKind,
+    tag: c_int,
+    /// The buffer; taken out while a received message waits for (or is in) its handler.
+    buf: Option<Box<[u8]>>,
+}
+
+/// A separate Long payload being received into the segment.
+struct PendingLong {
+    src: u32,
+    hdr: Header,
+    chunks_left: usize,
+}
+
+/// A received message waiting for delivery.
+struct Ready {
+    src: u32,
+    hdr: Header,
+    /// The receive slot and its buffer, for messages that arrived in the pool (all but separate
+    /// Longs, whose payload is already in the segment).
+    slot: Option<(usize, Box<[u8]>)>,
+}
+
+/// Receive state.
+struct Rx {
+    /// One request per slot: the exit slot, the credit slots, the reply slots (these form the
+    /// prefix `..reply_end` polled when only replies may run), then the request slots.
+    reqs: Vec<Request>,
+    slots: Vec<Slot>,
+    reply_end: usize,
+    long_reqs: Vec<Request>,
+    long_owner: Vec<usize>,
+    longs: Vec<Option<PendingLong>>,
+    free_longs: Vec<usize>,
+    /// Received messages not yet delivered, by class.
+    ready: [VecDeque<Ready>; 2],
+    done: Completions,
+    long_done: Completions,
+    scratch: Vec<usize>,
+}
+
+// SAFETY: as for `Tx`: MPI handles and owned buffers, reached only through the mutex. A buffer
+// under a pending receive is written by MPI only, and read only after the receive completes.
+unsafe impl Send for Rx {}
+
+impl Rx {
+    fn post(&mut self, i: usize, comm: Comm) -> Result<()> {
+        let slot = &mut self.slots[i];
+        let Some(buf) = slot.buf.as_mut() else {
+            return Ok(());
+        };
+        // SAFETY: the buffer stays in the slot, untouched by Rust code, until MPI_Testsome
+        // reports the receive complete (then it is taken out) or it is cancelled at exit.
+        self.reqs[i] = unsafe { raw::irecv(buf.as_mut_ptr(), buf.len(), None, slot.tag, comm)? };
+        Ok(())
+    }
+
+    fn pop(&mut self, replies_only: bool) -> Option<Ready> {
+        self.ready[REP].pop_front().or_else(|| {
+            if replies_only {
+                None
+            } else {
+                self.ready[REQ].pop_front()
+            }
+        })
+    }
+
+    fn add_long(&mut self, p: PendingLong) -> usize {
+        match self.free_longs.pop() {
+            Some(i) => {
+                self.longs[i] = Some(p);
+                i
+            }
+            None => {
+                self.longs.push(Some(p));
+                self.longs.len() - 1
+            }
+        }
+    }
+}
+
+/// The process-wide state of the conduit.
+struct Engine {
+    rank: u32,
+    size: u32,
+    comm: Comm,
+    exit_comm: Comm,
+    level: Threading,
+    oversubscribed: bool,
+    settings: Settings,
+    threshold: u32,
+    peers: Box<[Peer]>,
+    tx: Mutex<Tx>,
+    rx: Mutex<Rx>,
+    seg: OnceLock<Segment>,
+    /// 0, or `1 << 63 | origin << 32 | code` once a job-wide exit is known here.
+    exit: AtomicU64,
+    state: AtomicU8,
+}
+
+fn pack_exit(origin: u32, code: i32) -> u64 {
+    (1u64 << 63) | (u64::from(origin & 0x7fff_ffff) << 32) | u64::from(code as u32)
+}
+
+fn unpack_code(v: u64) -> i32 {
+    #[allow(clippy::cast_possible_truncation)] // the low half holds the code's bits
+    let c = v as u32 as i32;
+    c
+}
+
+#[inline]
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn long_tag(index: u32) -> c_int {
+    TAG_LONG + c_int::try_from(index % wire::LONG_TAGS).unwrap_or(0)
+}
+
+thread_local! {
+    /// Set on the thread that is ending the process through the conduit.
+    static LEAVING_HERE: Cell<bool> = const { Cell::new(false) };
+}
+
+impl Engine {
+    #[inline]
+    fn class_of(is_reply: bool) -> usize {
+        if is_reply {
+            REP
+        } else {
+            REQ
+        }
+    }
+
+    fn send_control(&self, dest: u32, tag: c_int, body: [u8; wire::CTRL_LEN]) -> Result<()> {
+        let mut tx = lock(&self.tx);
+        let mut b = tx.buffer(body.len());
+        b.extend_from_slice(&body);
+        tx.push(self.comm, dest, tag, b)
+    }
+
+    /// A message of `class` from `src` has been consumed: owe a credit, and return what is
+    /// owed in a credit message once half the window is.
+    fn consumed(&self, src: u32, class: usize) {
+        let Some(p) = self.peers.get(src as usize) else {
+            return;
+        };
+        let owed = p.owed[class].fetch_add(1, Ordering::AcqRel) + 1;
+        if owed >= self.threshold {
+            let c = [p.take_owed(REQ), p.take_owed(REP)];
+            if c != [0, 0] {
+                if let Err(e) = self.send_control(src, TAG_CREDIT, wire::encode_credit(c)) {
+                    eprintln!("amnet mpi rank {}: cannot return credits: {e}", self.rank);
+                }
+            }
+        }
+    }
+
+    fn note_exit(&self, origin: u32, code: i32) {
+        let _ = self.exit.compare_exchange(
+            0,
+            pack_exit(origin, code),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    fn exit_code(&self) -> Option<i32> {
+        let v = self.exit.load(Ordering::Acquire);
+        (v != 0).then(|| unpack_code(v))
+    }
+
+    fn request_exit(&self, code: i32) -> i32 {
+        match self.exit.compare_exchange(
+            0,
+            pack_exit(self.rank, code),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => {
+                if self.state.load(Ordering::Acquire) == RUNNING && !raw::finalized() {
+                    let notice = wire::encode_exit(code);
+                    for r in (0..self.size).filter(|&r| r != self.rank) {
+                        if let Err(e) = self.send_control(r, TAG_EXIT, notice) {
+                            eprintln!(
+                                "amnet mpi rank {}: cannot send the exit notice to rank {r}: {e}",
+                                self.rank
+                            );
+                        }
+                    }
+                }
+                code
+            }
+            Err(cur) => unpack_code(cur),
+        }
+    }
+
+    /// Test the exit slot alone (used while blocked in a collective).
+    fn test_exit_notice(&self) -> Result<()> {
+        let mut rx = lock(&self.rx);
+        if rx.reqs[0] == raw::null_request() {
+            // Already received (MPI_Test of a null request would report an empty status).
+            return Ok(());
+        }
+        if let Some(st) = raw::test(&mut rx.reqs[0])? {
+            self.on_exit_notice(&rx, &st)?;
+        }
+        Ok(())
+    }
+
+    fn on_exit_notice(&self, rx: &Rx, st: &Status) -> Result<()> {
+        let src = raw::source(st)?;
+        let len = raw::received_len(st)?;
+        let buf = rx.slots[0].buf.as_deref().unwrap_or(&[]);
+        match wire::decode_exit(buf.get(..len).unwrap_or(&[])) {
+            Ok(code) => self.note_exit(src, code),
+            Err(e) => eprintln!(
+                "amnet mpi rank {}: malformed exit notice from rank {src}: {e}; ending the job \
+                 with code 1",
+                self.rank
+            ),
+        }
+        // The exit slot is not posted again: one notice ends the job. A malformed one ends it
+        // too, since a peer that sent it is in an unknown state.
+        if self.exit_code().is_none() {
+            self.note_exit(src, 1);
+        }
+        Ok(())
+    }
+
+    /// Move completed receives to the ready queues (all classes, or only what a thread waiting
+    /// to reply may use: exit, credits, replies, and separate Long payloads).
+    fn progress(&self, rx: &mut Rx, replies_only: bool) -> Result<()> {
+        let end = if replies_only {
+            rx.reply_end
+        } else {
+            rx.reqs.len()
+        };
+        let n = raw::testsome(&mut rx.reqs[..end], &mut rx.done)?;
+        if n > 0 {
+            // Taken out for the loop, which needs the rest of `rx`; put back for reuse.
+            let done = std::mem::take(&mut rx.done);
+            for (i, st) in done.iter() {
+                if i < rx.slots.len() {
+                    self.completed(rx, i, st)?;
+                }
+            }
+            rx.done = done;
+        }
+        if !rx.long_reqs.is_empty() && raw::testsome(&mut rx.long_reqs, &mut rx.long_done)? > 0 {
+            let mut idx = std::mem::take(&mut rx.scratch);
+            idx.clear();
+            idx.extend(rx.long_done.iter().map(|(i, _)| i));
+            // Remove from the highest index down, so swap_remove moves only entries already
+            // visited.
+            idx.sort_unstable_by(|a, b| b.cmp(a));
+            for &i in &idx {
+                if i >= rx.long_reqs.len() {
+                    continue;
+                }
+                rx.long_reqs.swap_remove(i);
+                let owner = rx.long_owner.swap_remove(i);
+                let finished = match rx.longs.get_mut(owner).and_then(Option::as_mut) {
+                    Some(p) => {
+                        p.chunks_left = p.chunks_left.saturating_sub(1);
+                        p.chunks_left == 0
+                    }
+                    None => false,
+                };
+                if finished {
+                    if let Some(p) = rx.longs[owner].take() {
+                        rx.free_longs.push(owner);
+                        let class = Self::class_of(p.hdr.is_reply);
+                        rx.ready[class].push_back(Ready {
+                            src: p.src,
+                            hdr: p.hdr,
+                            slot: None,
+                        });
+                    }
+                }
+            }
+            rx.scratch = idx;
+        }
+        Ok(())
+    }
+
+    /// Handle the completed receive of slot `i`.
+    fn completed(&self, rx: &mut Rx, i: usize, st: &Status) -> Result<()> {
+        match rx.slots[i].kind {
+            SlotKind::Exit => self.on_exit_notice(rx, st),
+            SlotKind::Credit => {
+                let src = raw::source(st)?;
+                let len = raw::received_len(st)?;
+                let buf = rx.slots[i].buf.as_deref().unwrap_or(&[]);
+                match wire::decode_credit(buf.get(..len).unwrap_or(&[])) {
+                    Ok([req, rep]) => {
+                        if let Some(p) = self.peers.get(src as usize) {
+                            p.give(REQ, req);
+                            p.give(REP, rep);
+                        }
+                    }
+                    Err(e) => eprintln!(
+                        "amnet mpi rank {}: dropped a malformed credit message from rank {src}: \
+                         {e}",
+                        self.rank
+                    ),
+                }
+                rx.post(i, self.comm)
+            }
+            SlotKind::Msg(class) => {
+                let src = raw::source(st)?;
+                let len = raw::received_len(st)?;
+                let Some(buf) = rx.slots[i].buf.take() else {
+                    return Ok(());
+                };
+                match self.accept(rx, src, class, buf.get(..len).unwrap_or(&[])) {
+                    Ok(Some(hdr)) if hdr.data_tag.is_none() => {
+                        rx.ready[class].push_back(Ready {
+                            src,
+                            hdr,
+                            slot: Some((i, buf)),
+                        });
+                        Ok(())
+                    }
+                    Ok(Some(_)) => {
+                        // A separate Long: the header is copied and the payload is on its way
+                        // into the segment; the slot can take the next message now.
+                        rx.slots[i].buf = Some(buf);
+                        rx.post(i, self.comm)
+                    }
+                    Ok(None) => {
+                        rx.slots[i].buf = Some(buf);
+                        rx.post(i, self.comm)?;
+                        self.consumed(src, class);
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        }
+    }
+
+    /// Decode and check an active message of `class` from `src`, take the credits it returns,
+    /// and for a separate Long post the receive of its payload. `Ok(None)`: malformed, dropped
+    /// with a line on stderr.
+    fn accept(&self, rx: &mut Rx, src: u32, class: usize, msg: &[u8]) -> Result<Option<Header>> {
+        let drop_msg = |why: &dyn std::fmt::Display| {
+            eprintln!(
+                "amnet mpi rank {}: dropped a malformed message from rank {src}: {why}",
+                self.rank
+            );
+        };
+        let hdr = match wire::decode(msg) {
+            Ok(h) => h,
+            Err(e) => {
+                drop_msg(&e);
+                return Ok(None);
+            }
+        };
+        if Self::class_of(hdr.is_reply) != class {
+            drop_msg(&"request/reply flag does not match its tag");
+            return Ok(None);
+        }
+        if let Some(p) = self.peers.get(src as usize) {
+            p.give(REQ, hdr.credits[0]);
+            p.give(REP, hdr.credits[1]);
+        }
+        if hdr.category != Category::Long {
+            return Ok(Some(hdr));
+        }
+        let dst = self
+            .seg
+            .get()
+            .and_then(|s| s.range(hdr.long_offset, hdr.payload_len));
+        let Some(dst) = dst else {
+            drop_msg(&format_args!(
+                "Long range {}+{} is outside the local segment",
+                hdr.long_offset, hdr.payload_len
+            ));
+            return Ok(None);
+        };
+        let Some(tag) = hdr.data_tag else {
+            return Ok(Some(hdr));
+        };
+        // In range of a usize-sized segment, so the length fits a usize.
+        let len = usize::try_from(hdr.payload_len).unwrap_or(0);
+        let owner = rx.add_long(PendingLong {
+            src,
+            hdr,
+            chunks_left: len.div_ceil(LONG_CHUNK),
+        });
+        let mut off = 0;
+        while off < len {
+            let n = (len - off).min(LONG_CHUNK);
+            // SAFETY: `dst..dst + len` lies in the local segment (checked by `range`); the
+            // client's protocol gives this range to the Long until its handler runs, and the
+            // handler runs only after every chunk has arrived.
+            let req = unsafe { raw::irecv(dst.add(off), n, Some(src), long_tag(tag), self.comm)? };
+            rx.long_reqs.push(req);
+            rx.long_owner.push(owner);
+            off += n;
+        }
+        Ok(Some(hdr))
+    }
+
+    /// Put a delivered message's receive back in the pool and account for the credit.
+    fn finish(&self, src: u32, class: usize, slot: Option<(usize, Box<[u8]>)>) {
+        if let Some((i, buf)) = slot {
+            let mut rx = lock(&self.rx);
+            rx.slots[i].buf = Some(buf);
+            if self.state.load(Ordering::Acquire) != FINALIZED {
+                if let Err(e) = rx.post(i, self.comm) {
+                    eprintln!("amnet mpi rank {}: cannot post a receive: {e}", self.rank);
+                }
+            }
+        }
+        self.consumed(src, class);
+    }
+
+    /// Hand one ready message to `sink`; returns what the sink returned.
+    fn deliver(&self, r: Ready, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> bool {
+        /// Gives the receive back and returns the credit even if the handler unwinds.
+        struct Done<'a> {
+            eng: &'a Engine,
+            src: u32,
+            class: usize,
+            slot: Option<(usize, Box<[u8]>)>,
+        }
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.eng.finish(self.src, self.class, self.slot.take());
+            }
+        }
+        let hdr = r.hdr;
+        let done = Done {
+            eng: self,
+            src: r.src,
+            class: Self::class_of(hdr.is_reply),
+            slot: r.slot,
+        };
+        let buf: &[u8] = done.slot.as_ref().map_or(&[], |(_, b)| &b[..]);
+        let plen = usize::try_from(hdr.payload_len).unwrap_or(usize::MAX);
+        let inline = buf
+            .get(hdr.payload_at..)
+            .and_then(|b| b.get(..plen))
+            .unwrap_or(&[]);
+        let payload: &[u8] = match hdr.category {
+            Category::Short => &[],
+            Category::Medium => inline,
+            Category::Long => {
+                let Some(dst) = self
+                    .seg
+                    .get()
+                    .and_then(|s| s.range(hdr.long_offset, hdr.payload_len))
+                else {
+                    return true;
+                };
+                if hdr.data_tag.is_none() {
+                    // SAFETY: `dst` has room for the payload (checked by `range`), which came in
+                    // full (checked by the decoder); the receive buffer and the segment are
+                    // distinct memory.
+                    unsafe { std::ptr::copy_nonoverlapping(inline.as_ptr(), dst, inline.len()) };
+                }
+                // SAFETY: the range lies in the local segment, mapped for the life of the
+                // process, and holds the payload now.
+                unsafe { std::slice::from_raw_parts(dst, plen) }
+            }
+        };
+        sink(&InMsg {
+            src: r.src,
+            handler: hdr.handler,
+            category: hdr.category,
+            is_reply: hdr.is_reply,
+            args: hdr.args(),
+            payload,
+            long_offset: hdr.long_offset,
+        })
+    }
+
+    /// Wait for `req` until `deadline`, sleeping between tests. True when it completed.
+    fn wait_until(req: &mut Request, deadline: Instant) -> bool {
+        let mut idle = 0u32;
+        loop {
+            match raw::test(req) {
+                Ok(Some(_)) => return true,
+                Ok(None) => {}
+                Err(_) => return false,
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            idle = idle.saturating_add(1);
+            snooze(idle);
+        }
+    }
+
+    /// Leave the job with `code`: every rank meets in the exit barrier and finalizes MPI; if
+    /// some rank does not arrive within the grace period, abort the job with the code. Returns
+    /// once MPI is finalized (or was finalized by the client); does not return otherwise.
+    fn leave(&self, code: i32) {
+        if raw::finalized() {
+            return;
+        }
+        if self
+            .state
+            .compare_exchange(RUNNING, LEAVING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            // Another thread is ending the process; it will exit for this one too.
+            loop {
+                std::thread::park();
+            }
+        }
+        LEAVING_HERE.with(|l| l.set(true));
+        self.report_origin(code);
+        let deadline = Instant::now() + self.settings.grace;
+        let all_left = match raw::ibarrier(self.exit_comm) {
+            Ok(mut req) => Self::wait_until(&mut req, deadline),
+            Err(_) => false,
+        };
+        if !all_left {
+            eprintln!(
+                "amnet mpi rank {}: not every rank left within {:.1} s of the job-wide exit; \
+                 aborting the job with code {code}",
+                self.rank,
+                self.settings.grace.as_secs_f64()
+            );
+            raw::abort(code);
+        }
+        // Every rank is leaving: retire the receives and finalize. The locks stay held, so no
+        // other thread of this process reaches MPI again.
+        let mut rx = lock(&self.rx);
+        let tx = lock(&self.tx);
+        let rxm = &mut *rx;
+        for r in rxm.reqs.iter_mut().chain(rxm.long_reqs.iter_mut()) {
+            raw::cancel(r);
+        }
+        let grace = self.settings.grace;
+        let _ = std::thread::Builder::new()
+            .name("amnet-mpi-exit".into())
+            .spawn(move || {
+                std::thread::sleep(grace);
+                raw::abort(code)
+            });
+        if let Err(e) = raw::finalize() {
+            eprintln!("amnet mpi rank {}: {e}; aborting", self.rank);
+            raw::abort(code);
+        }
+        self.state.store(FINALIZED, Ordering::Release);
+        std::mem::forget(tx);
+        std::mem::forget(rx);
+    }
+
+    /// When this rank ended the job with a non-zero code, tell the launcher (which cannot see
+    /// which rank it was: every rank leaves with the same code).
+    fn report_origin(&self, code: i32) {
+        let v = self.exit.load(Ordering::Acquire);
+        let origin = u32::try_from((v >> 32) & 0x7fff_ffff).unwrap_or(u32::MAX);
+        let Some(path) = &self.settings.report else {
+            return;
+        };
+        if v == 0 || code == 0 || origin != self.rank {
+            return;
+        }
+        use std::io::Write;
+        let line = format!("{} {code}\n", self.rank);
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+    }
+
+    fn exchange(&self, blob: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let n = self.size as usize;
+        let mine = Box::new(
+            i32::try_from(blob.len())
+                .map_err(|_| Error::conduit("mpi", "attach exchange: blob too large"))?,
+        );
+        let mut lens = vec![0i32; n];
+        // SAFETY: both buffers are heap memory that lives until the request completes, or is
+        // leaked when the wait gives up with the request still active.
+        let mut req = unsafe { raw::iallgather_i32(&*mine, &mut lens, self.comm)? };
+        if let Err(e) = self.wait_collective(&mut req, "the attach exchange") {
+            std::mem::forget(mine);
+            std::mem::forget(lens);
+            return Err(e);
+        }
+        let mut displs = Vec::with_capacity(n);
+        let mut total = 0i32;
+        for &l in &lens {
+            displs.push(total);
+            total = total
+                .checked_add(l)
+                .ok_or_else(|| Error::conduit("mpi", "attach exchange: blobs too large"))?;
+        }
+        let mut all = vec![0u8; usize::try_from(total).unwrap_or(0)];
+        let send = blob.to_vec();
+        // SAFETY: as above, for every buffer; `lens` and `displs` describe disjoint ranges that
+        // tile `all`.
+        let mut req = unsafe { raw::iallgatherv(&send, &mut all, &lens, &displs, self.comm)? };
+        if let Err(e) = self.wait_collective(&mut req, "the attach exchange") {
+            std::mem::forget(send);
+            std::mem::forget(all);
+            std::mem::forget(lens);
+            std::mem::forget(displs);
+            return Err(e);
+        }
+        let mut out = Vec::with_capacity(n);
+        for (&d, &l) in displs.iter().zip(&lens) {
+            let d = usize::try_from(d).unwrap_or(0);
+            let l = usize::try_from(l).unwrap_or(0);
+            out.push(all.get(d..d + l).unwrap_or(&[]).to_vec());
+        }
+        Ok(out)
+    }
+
+    /// Wait for a collective, noticing a job-wide exit meanwhile; bounded by
+    /// `AMNET_BOOT_TIMEOUT`.
+    fn wait_collective(&self, req: &mut Request, what: &str) -> Result<()> {
+        let start = Instant::now();
+        let mut idle = 0u32;
+        loop {
+            if raw::test(req)?.is_some() {
+                return Ok(());
+            }
+            self.test_exit_notice()?;
+            if let Some(code) = self.exit_code() {
+                self.terminate(code);
+            }
+            if start.elapsed() > self.settings.boot_timeout {
+                return Err(Error::Timeout {
+                    what: format!("every rank to join {what}"),
+                    secs: self.settings.boot_timeout.as_secs(),
+                });
+            }
+            idle = idle.saturating_add(1);
+            snooze(idle);
+        }
+    }
+
+    fn terminate(&self, code: i32) -> ! {
+        self.leave(code);
+        flush_std();
+        // SAFETY: _exit ends the process at once; MPI is finalized and the output flushed.
+        unsafe { libc::_exit(code) }
+    }
+}
+
+/// Idle wait in blocking loops: yield first, then sleep for growing intervals up to 1 ms.
+fn snooze(idle: u32) {
+    if idle < 64 {
+        std::thread::yield_now();
+    } else {
+        let us = 16u64 << ((idle - 64) / 16).min(6);
+        std::thread::sleep(Duration::from_micros(us));
+    }
+}
+
+fn flush_std() {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+}
+
+static UNIVERSE: OnceLock<mpi::environment::Universe> = OnceLock::new();
+static ENGINE: OnceLock<Arc<Engine>> = OnceLock::new();
+
+/// Start MPI (or join the client's initialization) and return the thread level granted.
+fn init_mpi() -> Result<Threading> {
+    if raw::finalized() {
+        return Err(Error::Config(
+            "MPI was already finalized in this process; the mpi conduit needs it running".into(),
+        ));
+    }
+    match mpi::initialize_with_threading(Threading::Multiple) {
+        Some((universe, level)) => {
+            // Kept for the life of the process and never dropped: dropping the universe would
+            // finalize MPI, which the conduit does itself at exit.
+            let _ = UNIVERSE.set(universe);
+            Ok(level)
+        }
+        // The client initialized MPI itself.
+        None => Ok(mpi::environment::threading_support()),
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+extern "C" {
+    fn on_exit(
+        func: extern "C" fn(libc::c_int, *mut libc::c_void),
+        arg: *mut libc::c_void,
+    ) -> libc::c_int;
+}
+
+/// Runs when the process exits (a return from `main`, `std::process::exit`): the job-wide exit
+/// code is published, then the rank leaves MPI like `terminate` does.
+fn at_process_exit(status: i32) {
+    let Some(eng) = ENGINE.get() else {
+        return;
+    };
+    if eng.state.load(Ordering::Acquire) != RUNNING {
+        if LEAVING_HERE.with(|l| l.get()) {
+            return;
+        }
+        // Another thread is ending the process; let it.
+        loop {
+            std::thread::park();
+        }
+    }
+    let code = eng.request_exit(status);
+    eng.leave(code);
+    if code != status {
+        flush_std();
+        // SAFETY: _exit ends the process at once with the job's code; MPI is finalized.
+        unsafe { libc::_exit(code) }
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+extern "C" fn exit_hook(status: libc::c_int, _arg: *mut libc::c_void) {
+    at_process_exit(status);
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+extern "C" fn exit_hook_plain() {
+    at_process_exit(0);
+}
+
+fn install_exit_hook() {
+    // The core installs its own hook after the conduit exists; hooks run in reverse order, so
+    // the core publishes the status first and this one then leaves MPI.
+    // SAFETY: registering a process-exit callback that only touches the engine kept alive by
+    // the ENGINE static.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    unsafe {
+        on_exit(exit_hook, std::ptr::null_mut());
+    }
+    // SAFETY: as above.
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    unsafe {
+        libc::atexit(exit_hook_plain);
+    }
+}
+
+/// The mpi conduit: this process is one rank of an MPI job.
+///
+/// Create it with [`MpiConduit::from_env`] and wrap it in an `amnet_core::Endpoint`.
+pub struct MpiConduit {
+    eng: Arc<Engine>,
+}
+
+impl std::fmt::Debug for MpiConduit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MpiConduit")
+            .field("rank", &self.eng.rank)
+            .field("size", &self.eng.size)
+            .field("thread_level", &self.eng.level)
+            .field("credits", &self.eng.settings.credits)
+            .finish()
+    }
+}
+
+impl MpiConduit {
+    /// Join the MPI job this process belongs to (started by `mpirun`, or a singleton).
+    ///
+    /// Initializes MPI requesting `MPI_THREAD_MULTIPLE`, unless the client initialized it
+    /// already (then its level is used and the client's initialization is shared). Below
+    /// `MPI_THREAD_MULTIPLE` every MPI call of the conduit is serialized behind one lock (see
+    /// [`with_mpi_lock`](crate::with_mpi_lock)). The rank and size are those of
+    /// `MPI_COMM_WORLD`; amnet's traffic uses a private duplicate of it.
+    ///
+    /// Collective: every rank of the job calls it once. A second call in the same process is a
+    /// configuration error. Environment: `AMNET_MPI_CREDITS` (messages in flight per peer and
+    /// class, default 32), `AMNET_MPI_EXIT_GRACE` (seconds, default 2), `AMNET_BOOT_TIMEOUT`,
+    /// `AMNET_VERBOSE` (rank 0 prints the MPI library and the thread level in use).
+    pub fn from_env() -> Result<MpiConduit> {
+        static CREATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if CREATED.swap(true, Ordering::AcqRel) {
+            return Err(Error::Config(
+                "amnet::init called twice in one process (the mpi conduit exists already): a \
+                 process is one rank; clone the Endpoint to use it from several threads"
+                    .into(),
+            ));
+        }
+        let settings = Settings::from_env()?;
+        let level = init_mpi()?;
+        raw::set_serialized(level != Threading::Multiple);
+        let world = raw::world();
+        let comm = raw::dup(world)?;
+        let exit_comm = raw::dup(world)?;
+        let (rank, size) = raw::rank_size(comm)?;
+        let local = raw::ranks_on_this_node(comm)?;
+        // The node's cores, not this process's affinity: mpirun binds each rank to a core of
+        // its own, which is not oversubscription.
+        // SAFETY: sysconf has no preconditions.
+        let cores = u32::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) })
+            .unwrap_or(1)
+            .max(1);
+
+        let small = size.saturating_mul(4).clamp(8, 128) as usize;
+        let large = size.clamp(2, 8) as usize;
+        let credit_slots = size.clamp(2, 16) as usize;
+        let mut slots = vec![Slot {
+            kind: SlotKind::Exit,
+            tag: TAG_EXIT,
+            buf: Some(vec![0u8; wire::CTRL_LEN].into_boxed_slice()),
+        }];
+        for _ in 0..credit_slots {
+            slots.push(Slot {
+                kind: SlotKind::Credit,
+                tag: TAG_CREDIT,
+                buf: Some(vec![0u8; wire::CTRL_LEN].into_boxed_slice()),
+            });
+        }
+        let mut reply_end = 0;
+        for class in [REP, REQ] {
+            for (count, bytes, size_class) in [(small, SMALL_BYTES, 0), (large, LARGE_BYTES, 1)] {
+                for _ in 0..count {
+                    slots.push(Slot {
+                        kind: SlotKind::Msg(class),
+                        tag: TAG_MSG[class][size_class],
+                        buf: Some(vec![0u8; bytes].into_boxed_slice()),
+                    });
+                }
+            }
+            if class == REP {
+                reply_end = slots.len();
+            }
+        }
+        let mut rx = Rx {
+            reqs: vec![raw::null_request(); slots.len()],
+            slots,
+            reply_end,
+            long_reqs: Vec::new(),
+            long_owner: Vec::new(),
+            longs: Vec::new(),
+            free_longs: Vec::new(),
+            ready: [VecDeque::new(), VecDeque::new()],
+            done: Completions::default(),
+            long_done: Completions::default(),
+            scratch: Vec::new(),
+        };
+        for i in 0..rx.slots.len() {
+            rx.post(i, comm)?;
+        }
+        let credits = settings.credits;
+        let eng = Arc::new(Engine {
+            rank,
+            size,
+            comm,
+            exit_comm,
+            level,
+            oversubscribed: local > cores,
+            threshold: (credits / 2).max(1),
+            peers: (0..size).map(|_| Peer::new(credits)).collect(),
+            tx: Mutex::new(Tx {
+                reqs: Vec::new(),
+                bufs: Vec::new(),
+                small: Vec::new(),
+                large: Vec::new(),
+                done: Completions::default(),
+                scratch: Vec::new(),
+                reap_at: REAP_AT,
+            }),
+            rx: Mutex::new(rx),
+            seg: OnceLock::new(),
+            exit: AtomicU64::new(0),
+            state: AtomicU8::new(RUNNING),
+            settings,
+        });
+        if ENGINE.set(eng.clone()).is_ok() {
+            install_exit_hook();
+        }
+        if eng.settings.verbose && rank == 0 {
+            let lib = mpi::environment::library_version().unwrap_or_default();
+            let lib = lib
+                .split([',', '\n'])
+                .next()
+                .unwrap_or("unknown MPI library")
+                .trim();
+            let serial = if level == Threading::Multiple {
+                String::new()
+            } else {
+                "; the library does not grant MPI_THREAD_MULTIPLE, so every MPI call is \
+                 serialized behind one lock"
+                    .to_string()
+            };
+            eprintln!(
+                "amnet mpi: {lib}; thread level {} (requested MPI_THREAD_MULTIPLE){serial}; \
+                 {size} ranks, {local} on this node, {cores} cores; {credits} credits per peer \
+                 and class; receives posted per class: {small} small ({SMALL_BYTES} B), \
+                 {large} large ({LARGE_BYTES} B)",
+                level_name(level)
+            );
+        }
+        Ok(MpiConduit { eng })
+    }
+
+    /// The thread level MPI granted. Below `Multiple`, the conduit serializes its MPI calls.
+    pub fn thread_level(&self) -> Threading {
+        self.eng.level
+    }
+}
+
+/// The MPI name of a thread level.
+fn level_name(level: Threading) -> &'static str {
+    match level {
+        Threading::Single => "MPI_THREAD_SINGLE",
+        Threading::Funneled => "MPI_THREAD_FUNNELED",
+        Threading::Serialized => "MPI_THREAD_SERIALIZED",
+        Threading::Multiple => "MPI_THREAD_MULTIPLE",
+    }
+}
+
+impl Conduit for MpiConduit {
+    fn name(&self) -> &'static str {
+        "mpi"
+    }
+    fn rank(&self) -> Rank {
+        self.eng.rank
+    }
+    fn size(&self) -> u32 {
+        self.eng.size
+    }
+    fn max_medium(&self) -> usize {
+        MAX_MEDIUM
+    }
+    fn oversubscribed(&self) -> bool {
+        self.eng.oversubscribed
+    }
+
+    fn exchange(&self, blob: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.eng.exchange(blob)
+    }
+
+    fn attach_segment(&self, len: usize, lens: &[usize]) -> Result<LocalSegment> {
+        segment::check_lengths(lens)?;
+        let seg = Segment::new(len)?;
+        let local = LocalSegment {
+            base: seg.base(),
+            len: seg.len(),
+        };
+        self.eng.seg.set(seg).map_err(|_| Error::AlreadyAttached)?;
+        Ok(local)
+    }
+
+    fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
+        let eng = &*self.eng;
+        let peer = eng.peers.get(dest as usize).ok_or(Error::BadRank {
+            rank: dest,
+            size: eng.size,
+        })?;
+        let class = Engine::class_of(msg.is_reply);
+        if !peer.take_credit(class) {
+            return Ok(false);
+        }
+        let separate = msg.category == Category::Long && msg.payload.len() > wire::MAX_INLINE;
+        let inline = match msg.category {
+            Category::Short => 0,
+            _ if separate => 0,
+            _ => msg.payload.len(),
+        };
+        let need = wire::encoded_len(msg.args.len(), inline);
+        let tag = TAG_MSG[class][usize::from(need > SMALL_BYTES)];
+        // Reply credits travel on replies only: a rank waiting to reply polls replies alone.
+        let credits = [
+            peer.take_owed(REQ),
+            if msg.is_reply { peer.take_owed(REP) } else { 0 },
+        ];
+        let data_tag =
+            separate.then(|| peer.long_seq.fetch_add(1, Ordering::Relaxed) % wire::LONG_TAGS);
+        let mut tx = lock(&eng.tx);
+        let sent = (|| -> Result<()> {
+            let mut buf = tx.buffer(need);
+            wire::encode(&mut buf, msg, credits, data_tag);
+            if let Some(t) = data_tag {
+                for chunk in msg.payload.chunks(LONG_CHUNK) {
+                    tx.push(eng.comm, dest, long_tag(t), chunk.to_vec())?;
+                }
+            }
+            tx.push(eng.comm, dest, tag, buf)?;
+            if tx.reqs.len() >= tx.reap_at {
+                tx.reap()?;
+            }
+            Ok(())
+        })();
+        drop(tx);
+        if let Err(e) = sent {
+            peer.give(class, 1);
+            return Err(e);
+        }
+        Ok(true)
+    }
+
+    fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {
+        let eng = &*self.eng;
+        if let Ok(mut tx) = eng.tx.try_lock() {
+            if !tx.reqs.is_empty() {
+                tx.reap()?;
+            }
+        }
+        let mut n = 0;
+        let mut progressed = false;
+        while n < POLL_BUDGET {
+            let next = {
+                let mut rx = lock(&eng.rx);
+                let mut next = rx.pop(replies_only);
+                if next.is_none() && !progressed {
+                    eng.progress(&mut rx, replies_only)?;
+                    progressed = true;
+                    next = rx.pop(replies_only);
+                }
+                next
+            };
+            let Some(r) = next else { break };
+            n += 1;
+            if !eng.deliver(r, sink) {
+                break;
+            }
+        }
+        Ok(n)
+    }
+
+    fn exit_requested(&self) -> Option<i32> {
+        self.eng.exit_code()
+    }
+
+    fn request_exit(&self, code: i32) -> i32 {
+        self.eng.request_exit(code)
+    }
+
+    fn terminate(&self, code: i32) -> ! {
+        self.eng.terminate(code)
+    }
+
+    fn is_process_mode(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,47 @@
+//! amnet mpi conduit: active messages over MPI.
+//!
+//! Each rank is one process of an MPI job (started by `mpirun`, by [`run`], or `amrun
+//! --conduit mpi` when the umbrella crate is built with its `mpi` feature). Active messages
+//! travel as non-blocking point-to-point messages on a private duplicate of
+//! `MPI_COMM_WORLD`, so a client may use MPI itself, on the world communicator, in the same
+//! program. Flow control is credit-based and replies have credits, tags and receives of their
+//! own, so a handler that replies never waits behind requests. Long payloads above 64 KiB are
+//! received straight into the target segment. Put/get and barriers come from the core's
+//! AM-based reference paths. The design note is `src/README.md`.
+//!
+//! ```no_run
+//! use amnet_core::{Endpoint, HandlerTable};
+//! use amnet_mpi::MpiConduit;
+//!
+//! # fn main() -> amnet_core::Result<()> {
+//! let ep = Endpoint::new(Box::new(MpiConduit::from_env()?))?;
+//! ep.attach(HandlerTable::new(), 1 << 20)?;
+//! ep.barrier()?;
+//! # Ok(()) }
+//! ```
+//!
+//! Building needs an MPI library with its compiler wrapper (`mpicc`) and libclang; on Debian
+//! `ci/install-mpi.sh` installs Open MPI and libclang.
+
+mod conduit;
+mod raw;
+mod segment;
+mod spawn;
+mod wire;
+
+pub use conduit::{MpiConduit, MAX_MEDIUM};
+pub use spawn::{mpirun_available, run};
+
+/// The rsmpi crate this conduit is built on, for clients that also use MPI directly (on the
+/// world communicator, never on amnet's private one).
+pub use mpi;
+
+/// Run `f` while holding the lock that serializes the conduit's MPI calls, when MPI granted
+/// less than `MPI_THREAD_MULTIPLE` ([`MpiConduit::thread_level`]); run it directly otherwise.
+///
+/// A client that calls MPI itself from a thread while other threads drive amnet needs this
+/// below `MPI_THREAD_MULTIPLE`. `f` must not call amnet (the lock is not reentrant) and must
+/// not block in MPI waiting for another rank.
+pub fn with_mpi_lock<R>(f: impl FnOnce() -> R) -> R {
+    raw::locked(f)
+}

@@ -1,0 +1,424 @@
+//! The MPI calls the conduit makes, each wrapped once: argument conversion, the error check,
+//! and the lock that serializes calls when the library did not grant `MPI_THREAD_MULTIPLE`.
+//!
+//! The conduit talks to the C interface (`mpi::ffi`) directly: its receive pool, its send queue
+//! and `MPI_Testsome` over both need requests that outlive any Rust scope, which rsmpi's safe
+//! request types do not offer. rsmpi still initializes MPI, so that a client using rsmpi on the
+//! world communicator shares the same library state.
+
+use std::os::raw::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use amnet_core::{Error, Result};
+use mpi::ffi;
+
+pub(crate) type Request = ffi::MPI_Request;
+pub(crate) type Status = ffi::MPI_Status;
+
+/// `MPI_SUCCESS`, which the standard fixes at 0.
+const SUCCESS: c_int = 0;
+
+/// True when the library granted less than `MPI_THREAD_MULTIPLE`: every call then takes
+/// [`LOCK`].
+static SERIAL: AtomicBool = AtomicBool::new(false);
+static LOCK: Mutex<()> = Mutex::new(());
+
+/// Serialize every later MPI call of this crate (and of [`locked`] callers) behind one lock.
+pub(crate) fn set_serialized(on: bool) {
+    SERIAL.store(on, Ordering::Release);
+}
+
+/// Run `f` holding the MPI lock when calls must be serialized; directly otherwise.
+#[inline]
+pub(crate) fn locked<R>(f: impl FnOnce() -> R) -> R {
+    if SERIAL.load(Ordering::Acquire) {
+        let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        f()
+    } else {
+        f()
+    }
+}
+
+/// A communicator handle. MPI handles are process-wide names, valid on every thread.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Comm(pub(crate) ffi::MPI_Comm);
+
+// SAFETY: a communicator handle is an opaque process-wide identifier; MPI (at the thread level
+// in force, with `locked` serializing calls below MPI_THREAD_MULTIPLE) lets any thread use it.
+unsafe impl Send for Comm {}
+// SAFETY: as above.
+unsafe impl Sync for Comm {}
+
+/// `MPI_COMM_WORLD`.
+pub(crate) fn world() -> Comm {
+    // SAFETY: reading an immutable handle exported by the rsmpi shim.
+    Comm(unsafe { ffi::RSMPI_COMM_WORLD })
+}
+
+/// `MPI_REQUEST_NULL`.
+#[inline]
+pub(crate) fn null_request() -> Request {
+    // SAFETY: reading an immutable handle exported by the rsmpi shim.
+    unsafe { ffi::RSMPI_REQUEST_NULL }
+}
+
+/// An empty status to pass to MPI for filling.
+#[inline]
+pub(crate) fn empty_status() -> Status {
+    // SAFETY: MPI_Status is a plain C struct of integers, for which all-zero bytes are valid.
+    unsafe { std::mem::zeroed() }
+}
+
+/// The text MPI gives for an error code.
+pub(crate) fn error_string(rc: c_int) -> String {
+    let mut buf = [0 as c_char; 512];
+    let mut len: c_int = 0;
+    // SAFETY: the buffer holds more than MPI_MAX_ERROR_STRING (256) characters, as required;
+    // MPI_Error_string may be called at any time.
+    let ok = unsafe { ffi::MPI_Error_string(rc, buf.as_mut_ptr(), &mut len) };
+    if ok != SUCCESS {
+        return format!("MPI error {rc}");
+    }
+    let len = usize::try_from(len).unwrap_or(0).min(buf.len());
+    let bytes: Vec<u8> = buf[..len].iter().map(|&c| c.to_ne_bytes()[0]).collect();
+    format!("{} (MPI error {rc})", String::from_utf8_lossy(&bytes))
+}
+
+/// Turn an MPI return code into a conduit error naming the call.
+#[inline]
+pub(crate) fn check(rc: c_int, what: &str) -> Result<()> {
+    if rc == SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::conduit(
+            "mpi",
+            format!("{what}: {}", error_string(rc)),
+        ))
+    }
+}
+
+fn count(len: usize, what: &str) -> Result<c_int> {
+    c_int::try_from(len).map_err(|_| {
+        Error::conduit(
+            "mpi",
+            format!("{what}: {len} bytes exceed one MPI message's count"),
+        )
+    })
+}
+
+fn peer(rank: u32) -> Result<c_int> {
+    c_int::try_from(rank).map_err(|_| Error::conduit("mpi", format!("rank {rank} out of range")))
+}
+
+/// Start sending `len` bytes at `buf` to `dest` with `tag` on `comm`.
+///
+/// # Safety
+/// - `buf` is valid for `len` bytes of reads and stays valid and unmodified until the returned
+///   request completes.
+pub(crate) unsafe fn isend(
+    buf: *const u8,
+    len: usize,
+    dest: u32,
+    tag: c_int,
+    comm: Comm,
+) -> Result<Request> {
+    let n = count(len, "MPI_Isend")?;
+    let dest = peer(dest)?;
+    let mut req = null_request();
+    // SAFETY: per the contract the buffer outlives the request; the datatype handle is an
+    // immutable export of the rsmpi shim.
+    let rc = locked(|| unsafe {
+        ffi::MPI_Isend(
+            buf.cast::<c_void>(),
+            n,
+            ffi::RSMPI_UINT8_T,
+            dest,
+            tag,
+            comm.0,
+            &mut req,
+        )
+    });
+    check(rc, "MPI_Isend")?;
+    Ok(req)
+}
+
+/// Start receiving up to `len` bytes into `buf` from `src` (any source when `None`) with `tag`.
+///
+/// # Safety
+/// - `buf` is valid for `len` bytes of writes, and nothing else reads or writes it until the
+///   returned request completes or is cancelled.
+pub(crate) unsafe fn irecv(
+    buf: *mut u8,
+    len: usize,
+    src: Option<u32>,
+    tag: c_int,
+    comm: Comm,
+) -> Result<Request> {
+    let n = count(len, "MPI_Irecv")?;
+    let src = match src {
+        Some(r) => peer(r)?,
+        // SAFETY: reading an immutable constant exported by the rsmpi shim.
+        None => unsafe { ffi::RSMPI_ANY_SOURCE },
+    };
+    let mut req = null_request();
+    // SAFETY: per the contract the buffer is ours to fill until the request completes.
+    let rc = locked(|| unsafe {
+        ffi::MPI_Irecv(
+            buf.cast::<c_void>(),
+            n,
+            ffi::RSMPI_UINT8_T,
+            src,
+            tag,
+            comm.0,
+            &mut req,
+        )
+    });
+    check(rc, "MPI_Irecv")?;
+    Ok(req)
+}
+
+/// Scratch arrays for [`testsome`].
+#[derive(Default)]
+pub(crate) struct Completions {
+    idx: Vec<c_int>,
+    st: Vec<Status>,
+    n: usize,
+}
+
+impl Completions {
+    /// The completed requests of the last call, as (index, status) pairs.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (usize, &Status)> + '_ {
+        self.idx[..self.n]
+            .iter()
+            .zip(&self.st[..self.n])
+            .map(|(&i, s)| (usize::try_from(i).unwrap_or(usize::MAX), s))
+    }
+}
+
+/// `MPI_Testsome` over `reqs`: completed requests become `MPI_REQUEST_NULL` and are listed in
+/// `out`. Inactive (null) requests are skipped, as MPI specifies.
+pub(crate) fn testsome(reqs: &mut [Request], out: &mut Completions) -> Result<usize> {
+    out.n = 0;
+    if reqs.is_empty() {
+        return Ok(0);
+    }
+    if out.idx.len() < reqs.len() {
+        out.idx.resize(reqs.len(), 0);
+        out.st.resize_with(reqs.len(), empty_status);
+    }
+    let incount = count(reqs.len(), "MPI_Testsome")?;
+    let mut outcount: c_int = 0;
+    // SAFETY: the request array holds `incount` handles and the index and status arrays at
+    // least as many entries, as MPI_Testsome requires.
+    let rc = locked(|| unsafe {
+        ffi::MPI_Testsome(
+            incount,
+            reqs.as_mut_ptr(),
+            &mut outcount,
+            out.idx.as_mut_ptr(),
+            out.st.as_mut_ptr(),
+        )
+    });
+    if rc != SUCCESS {
+        // With MPI_ERR_IN_STATUS the failing request's status carries the real code.
+        let n = usize::try_from(outcount).unwrap_or(0).min(reqs.len());
+        let inner = out.st[..n]
+            .iter()
+            .map(|s| s.MPI_ERROR)
+            .find(|&e| e != SUCCESS)
+            .unwrap_or(rc);
+        check(inner, "MPI_Testsome")?;
+        check(rc, "MPI_Testsome")?;
+    }
+    // SAFETY: reading an immutable constant exported by the rsmpi shim.
+    let undefined = unsafe { ffi::RSMPI_UNDEFINED };
+    out.n = if outcount == undefined {
+        0
+    } else {
+        usize::try_from(outcount).unwrap_or(0).min(reqs.len())
+    };
+    Ok(out.n)
+}
+
+/// `MPI_Test` on one request: its status once complete (the request is then null).
+pub(crate) fn test(req: &mut Request) -> Result<Option<Status>> {
+    let mut flag: c_int = 0;
+    let mut st = empty_status();
+    // SAFETY: `req` is a valid (possibly null) request handle, `flag` and `st` are writable.
+    let rc = locked(|| unsafe { ffi::MPI_Test(req, &mut flag, &mut st) });
+    check(rc, "MPI_Test")?;
+    Ok((flag != 0).then_some(st))
+}
+
+/// Cancel a pending receive and complete it, so that its buffer may be released.
+pub(crate) fn cancel(req: &mut Request) {
+    if *req == null_request() {
+        return;
+    }
+    // SAFETY: `req` is an active request of this process; MPI_Cancel followed by MPI_Wait is
+    // the standard way to retire it, and MPI_Wait returns once the cancellation is done.
+    locked(|| unsafe {
+        ffi::MPI_Cancel(req);
+        ffi::MPI_Wait(req, ffi::RSMPI_STATUS_IGNORE);
+    });
+}
+
+/// Bytes a completed receive got.
+pub(crate) fn received_len(st: &Status) -> Result<usize> {
+    let mut n: c_int = 0;
+    // SAFETY: `st` is the status of a completed byte receive; `n` is writable.
+    let rc = locked(|| unsafe { ffi::MPI_Get_count(st, ffi::RSMPI_UINT8_T, &mut n) });
+    check(rc, "MPI_Get_count")?;
+    usize::try_from(n).map_err(|_| Error::conduit("mpi", "MPI_Get_count: undefined count"))
+}
+
+/// Source rank of a completed receive.
+pub(crate) fn source(st: &Status) -> Result<u32> {
+    u32::try_from(st.MPI_SOURCE)
+        .map_err(|_| Error::conduit("mpi", format!("receive from rank {}", st.MPI_SOURCE)))
+}
+
+/// A duplicate of `comm` that returns errors instead of aborting.
+pub(crate) fn dup(comm: Comm) -> Result<Comm> {
+    // SAFETY: reading an immutable handle exported by the rsmpi shim.
+    let mut new = Comm(unsafe { ffi::RSMPI_COMM_NULL });
+    // SAFETY: collective over `comm`, called by every rank during start-up.
+    let rc = locked(|| unsafe { ffi::MPI_Comm_dup(comm.0, &mut new.0) });
+    check(rc, "MPI_Comm_dup")?;
+    // SAFETY: `new` is the communicator just created; the error handler is a predefined one.
+    let rc = locked(|| unsafe { ffi::MPI_Comm_set_errhandler(new.0, ffi::RSMPI_ERRORS_RETURN) });
+    check(rc, "MPI_Comm_set_errhandler")?;
+    Ok(new)
+}
+
+/// This process's rank and the size of `comm`.
+pub(crate) fn rank_size(comm: Comm) -> Result<(u32, u32)> {
+    let (mut r, mut s): (c_int, c_int) = (0, 0);
+    // SAFETY: `comm` is a valid communicator; the outputs are writable.
+    let rc = locked(|| unsafe { ffi::MPI_Comm_rank(comm.0, &mut r) });
+    check(rc, "MPI_Comm_rank")?;
+    // SAFETY: as above.
+    let rc = locked(|| unsafe { ffi::MPI_Comm_size(comm.0, &mut s) });
+    check(rc, "MPI_Comm_size")?;
+    let r = u32::try_from(r).map_err(|_| Error::conduit("mpi", "negative rank"))?;
+    let s = u32::try_from(s).map_err(|_| Error::conduit("mpi", "negative size"))?;
+    Ok((r, s))
+}
+
+/// Collective over `comm`: how many of its ranks share this node's memory.
+pub(crate) fn ranks_on_this_node(comm: Comm) -> Result<u32> {
+    // SAFETY: reading an immutable handle exported by the rsmpi shim.
+    let mut local = Comm(unsafe { ffi::RSMPI_COMM_NULL });
+    // SAFETY: collective over `comm`, called by every rank during start-up; the constants are
+    // immutable exports of the rsmpi shim.
+    let rc = locked(|| unsafe {
+        ffi::MPI_Comm_split_type(
+            comm.0,
+            ffi::RSMPI_COMM_TYPE_SHARED,
+            0,
+            ffi::RSMPI_INFO_NULL,
+            &mut local.0,
+        )
+    });
+    check(rc, "MPI_Comm_split_type")?;
+    let (_, n) = rank_size(local)?;
+    // SAFETY: `local` was created just above and is used no more.
+    let rc = locked(|| unsafe { ffi::MPI_Comm_free(&mut local.0) });
+    check(rc, "MPI_Comm_free")?;
+    Ok(n)
+}
+
+/// Start an all-gather of one i32 per rank into `recv` (one slot per rank).
+///
+/// # Safety
+/// - `send` and `recv` stay valid, and `recv` untouched, until the request completes.
+pub(crate) unsafe fn iallgather_i32(
+    send: *const i32,
+    recv: &mut [i32],
+    comm: Comm,
+) -> Result<Request> {
+    let mut req = null_request();
+    // SAFETY: per the contract the buffers outlive the request; `recv` holds one i32 per rank.
+    let rc = locked(|| unsafe {
+        ffi::MPI_Iallgather(
+            send.cast::<c_void>(),
+            1,
+            ffi::RSMPI_INT32_T,
+            recv.as_mut_ptr().cast::<c_void>(),
+            1,
+            ffi::RSMPI_INT32_T,
+            comm.0,
+            &mut req,
+        )
+    });
+    check(rc, "MPI_Iallgather")?;
+    Ok(req)
+}
+
+/// Start an all-gather of byte strings of different lengths.
+///
+/// # Safety
+/// - `send`, `recv`, `counts` and `displs` stay valid, and `recv` untouched, until the request
+///   completes; `counts` and `displs` describe disjoint ranges of `recv`, one per rank.
+pub(crate) unsafe fn iallgatherv(
+    send: &[u8],
+    recv: &mut [u8],
+    counts: &[i32],
+    displs: &[i32],
+    comm: Comm,
+) -> Result<Request> {
+    let n = count(send.len(), "MPI_Iallgatherv")?;
+    let mut req = null_request();
+    // SAFETY: per the contract every buffer outlives the request and the ranges fit `recv`.
+    let rc = locked(|| unsafe {
+        ffi::MPI_Iallgatherv(
+            send.as_ptr().cast::<c_void>(),
+            n,
+            ffi::RSMPI_UINT8_T,
+            recv.as_mut_ptr().cast::<c_void>(),
+            counts.as_ptr(),
+            displs.as_ptr(),
+            ffi::RSMPI_UINT8_T,
+            comm.0,
+            &mut req,
+        )
+    });
+    check(rc, "MPI_Iallgatherv")?;
+    Ok(req)
+}
+
+/// Start a barrier over `comm`.
+pub(crate) fn ibarrier(comm: Comm) -> Result<Request> {
+    let mut req = null_request();
+    // SAFETY: `comm` is a valid communicator and `req` is writable.
+    let rc = locked(|| unsafe { ffi::MPI_Ibarrier(comm.0, &mut req) });
+    check(rc, "MPI_Ibarrier")?;
+    Ok(req)
+}
+
+/// True once MPI has been finalized (by amnet or by the client).
+pub(crate) fn finalized() -> bool {
+    let mut flag: c_int = 0;
+    // SAFETY: MPI_Finalized may be called at any time, even before MPI_Init.
+    unsafe { ffi::MPI_Finalized(&mut flag) };
+    flag != 0
+}
+
+/// `MPI_Finalize`.
+pub(crate) fn finalize() -> Result<()> {
+    // SAFETY: called once, by the thread that ends the process, after every receive of the
+    // conduit was cancelled and while the conduit's locks are held so no other thread of the
+    // conduit calls MPI again.
+    check(locked(|| unsafe { ffi::MPI_Finalize() }), "MPI_Finalize")
+}
+
+/// `MPI_Abort` on the world communicator: ends every process of the job with `code`.
+pub(crate) fn abort(code: i32) -> ! {
+    // SAFETY: MPI_Abort may be called from any thread at any time after MPI_Init. It does not
+    // take the serialization lock: another thread may hold it, and aborting must not wait.
+    unsafe { ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, code & 0xff) };
+    // MPI_Abort should not return; if the library does return, end this process at least.
+    // SAFETY: _exit ends the process at once; it is async-signal-safe and thread-safe.
+    unsafe { libc::_exit(code) }
+}

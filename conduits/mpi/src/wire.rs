@@ -1,0 +1,512 @@
+//! The bytes amnet puts inside MPI messages, defined once.
+//!
+//! Every message on the private communicator is one of three kinds, told apart by its MPI tag
+//! (see `conduit.rs`): an active message, a credit return, or an exit notice. A separate Long
+//! payload travels as raw bytes under a tag of its own and has no header.
+//!
+//! Active message, little-endian:
+//!
+//! ```text
+//!  0        1       2         3       4               6               8
+//!  [version][flags][handler][nargs][req credits u16][rep credits u16]
+//!  8  [long offset u64]   16 [payload length u64]
+//!  24 [data tag index u32] 28 [reserved u32, zero]
+//!  32 args: nargs x u32
+//!  32 + 4 nargs: the payload, for Medium and for a Long sent inline
+//! ```
+//!
+//! flags: bits 0-1 the category (0 Short, 1 Medium, 2 Long), bit 2 set for a reply, bit 3 set
+//! for a Long whose payload follows as a separate message under data tag `TAG_LONG + index`.
+//! The credit fields return flow-control credits to the receiver (see `conduit.rs`).
+//!
+//! Control messages are 8 bytes: `[version][kind][0][0]` then a 4-byte body: two u16 credit
+//! counts (kind 1, credit return) or the i32 exit code (kind 2, exit notice).
+//!
+//! [`decode`] checks every field against the message length and the conduit's limits, and
+//! rejects anything malformed with a [`WireError`]; it never panics.
+
+use std::fmt;
+
+use amnet_core::{Category, OutMsg, MAX_ARGS};
+
+/// Version byte at the start of every header.
+pub(crate) const VERSION: u8 = 1;
+/// Bytes of the active-message header before the arguments.
+pub(crate) const HDR: usize = 32;
+/// Bytes of a control message.
+pub(crate) const CTRL_LEN: usize = 8;
+/// Largest Medium payload, and largest Long payload sent inline.
+pub(crate) const MAX_INLINE: usize = 65536;
+/// Number of distinct data tags a separate Long payload may use.
+pub(crate) const LONG_TAGS: u32 = 16384;
+
+const FLAG_REPLY: u8 = 4;
+const FLAG_SEPARATE: u8 = 8;
+const CTRL_CREDIT: u8 = 1;
+const CTRL_EXIT: u8 = 2;
+
+/// Bytes an active message with `nargs` arguments and `inline` payload bytes occupies.
+#[inline]
+pub(crate) const fn encoded_len(nargs: usize, inline: usize) -> usize {
+    HDR + 4 * nargs + inline
+}
+
+/// Credits returned to the receiver of a message: `[requests, replies]`.
+pub(crate) type Credits = [u16; 2];
+
+/// Append the active message `msg` to `out` (which should be empty).
+///
+/// The payload travels inline unless `data_tag` is set, in which case `msg` must be a Long
+/// whose payload the caller sends separately under that data tag index. The caller guarantees
+/// what the core checks: at most [`MAX_ARGS`] arguments, and an inline payload of at most
+/// [`MAX_INLINE`] bytes.
+pub(crate) fn encode(out: &mut Vec<u8>, msg: &OutMsg<'_>, credits: Credits, data_tag: Option<u32>) {
+    debug_assert!(msg.args.len() <= MAX_ARGS);
+    let category = match msg.category {
+        Category::Short => 0u8,
+        Category::Medium => 1,
+        Category::Long => 2,
+    };
+    let flags = category
+        | if msg.is_reply { FLAG_REPLY } else { 0 }
+        | if data_tag.is_some() { FLAG_SEPARATE } else { 0 };
+    let inline: &[u8] = match (msg.category, data_tag) {
+        (Category::Short, _) | (Category::Long, Some(_)) => &[],
+        _ => msg.payload,
+    };
+    let nargs = u8::try_from(msg.args.len()).unwrap_or(u8::MAX);
+    out.reserve(encoded_len(msg.args.len(), inline.len()));
+    out.extend_from_slice(&[VERSION, flags, msg.handler, nargs]);
+    out.extend_from_slice(&credits[0].to_le_bytes());
+    out.extend_from_slice(&credits[1].to_le_bytes());
+    let offset = if msg.category == Category::Long {
+        msg.long_offset
+    } else {
+        0
+    };
+    out.extend_from_slice(&offset.to_le_bytes());
+    let plen = if msg.category == Category::Short {
+        0
+    } else {
+        msg.payload.len() as u64
+    };
+    out.extend_from_slice(&plen.to_le_bytes());
+    out.extend_from_slice(&data_tag.unwrap_or(0).to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    for a in msg.args {
+        out.extend_from_slice(&a.to_le_bytes());
+    }
+    out.extend_from_slice(inline);
+}
+
+/// A decoded active-message header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub(crate) handler: u8,
+    pub(crate) category: Category,
+    pub(crate) is_reply: bool,
+    /// For Long: the payload follows as a separate message with this data tag index.
+    pub(crate) data_tag: Option<u32>,
+    pub(crate) nargs: u8,
+    pub(crate) args: [u32; MAX_ARGS],
+    pub(crate) long_offset: u64,
+    pub(crate) payload_len: u64,
+    /// Where the inline payload starts in the message (Medium, inline Long).
+    pub(crate) payload_at: usize,
+    pub(crate) credits: Credits,
+}
+
+impl Header {
+    /// The arguments.
+    #[inline]
+    pub(crate) fn args(&self) -> &[u32] {
+        &self.args[..usize::from(self.nargs)]
+    }
+}
+
+/// Why a message was rejected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum WireError {
+    /// Fewer bytes than the header (or control message) needs.
+    Truncated { len: usize, need: usize },
+    /// An unknown version byte.
+    Version(u8),
+    /// Unknown flag bits or an impossible combination.
+    Flags(u8),
+    /// Handler index 0.
+    HandlerZero,
+    /// More than 16 arguments.
+    TooManyArgs(u8),
+    /// The message length disagrees with the header.
+    Length { len: usize, expected: u64 },
+    /// A payload larger than the conduit sends.
+    PayloadTooLarge(u64),
+    /// A Short message with a payload, or a Medium/Short with a Long offset.
+    StrayField(&'static str),
+    /// A Long range that overflows 64 bits.
+    OffsetOverflow,
+    /// A data tag index outside `0..LONG_TAGS`.
+    DataTag(u32),
+    /// A separate Long payload small enough to travel inline (senders never split those).
+    SeparateTooSmall(u64),
+    /// A reserved field that is not zero.
+    Reserved,
+    /// An unknown control-message kind.
+    ControlKind(u8),
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WireError::Truncated { len, need } => {
+                write!(f, "truncated: {len} bytes, at least {need} needed")
+            }
+            WireError::Version(v) => write!(f, "unknown wire version {v} (expected {VERSION})"),
+            WireError::Flags(b) => write!(f, "invalid flags {b:#04x}"),
+            WireError::HandlerZero => write!(f, "handler index 0"),
+            WireError::TooManyArgs(n) => write!(f, "{n} arguments (at most {MAX_ARGS})"),
+            WireError::Length { len, expected } => {
+                write!(f, "{len} bytes but the header describes {expected}")
+            }
+            WireError::PayloadTooLarge(n) => write!(f, "payload of {n} bytes is too large"),
+            WireError::StrayField(what) => write!(f, "unexpected {what}"),
+            WireError::OffsetOverflow => write!(f, "Long offset + length overflows"),
+            WireError::DataTag(t) => write!(f, "data tag index {t} (at most {})", LONG_TAGS - 1),
+            WireError::SeparateTooSmall(n) => {
+                write!(f, "separate Long payload of only {n} bytes")
+            }
+            WireError::Reserved => write!(f, "reserved field is not zero"),
+            WireError::ControlKind(k) => write!(f, "unknown control message kind {k}"),
+        }
+    }
+}
+
+#[inline]
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+#[inline]
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+#[inline]
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+/// Decode an active message occupying exactly `msg`.
+pub(crate) fn decode(msg: &[u8]) -> Result<Header, WireError> {
+    if msg.len() < HDR {
+        return Err(WireError::Truncated {
+            len: msg.len(),
+            need: HDR,
+        });
+    }
+    if msg[0] != VERSION {
+        return Err(WireError::Version(msg[0]));
+    }
+    let flags = msg[1];
+    if flags & !(3 | FLAG_REPLY | FLAG_SEPARATE) != 0 {
+        return Err(WireError::Flags(flags));
+    }
+    let category = match flags & 3 {
+        0 => Category::Short,
+        1 => Category::Medium,
+        2 => Category::Long,
+        _ => return Err(WireError::Flags(flags)),
+    };
+    let separate = flags & FLAG_SEPARATE != 0;
+    if separate && category != Category::Long {
+        return Err(WireError::Flags(flags));
+    }
+    let handler = msg[2];
+    if handler == 0 {
+        return Err(WireError::HandlerZero);
+    }
+    let nargs = msg[3];
+    if usize::from(nargs) > MAX_ARGS {
+        return Err(WireError::TooManyArgs(nargs));
+    }
+    let credits = [u16_at(msg, 4), u16_at(msg, 6)];
+    let long_offset = u64_at(msg, 8);
+    let payload_len = u64_at(msg, 16);
+    let tag = u32_at(msg, 24);
+    if u32_at(msg, 28) != 0 {
+        return Err(WireError::Reserved);
+    }
+    let payload_at = encoded_len(usize::from(nargs), 0);
+    let inline = match category {
+        Category::Short => {
+            if payload_len != 0 {
+                return Err(WireError::StrayField("payload on a Short message"));
+            }
+            0
+        }
+        Category::Medium | Category::Long if !separate => {
+            if payload_len > MAX_INLINE as u64 {
+                return Err(WireError::PayloadTooLarge(payload_len));
+            }
+            payload_len
+        }
+        _ => 0,
+    };
+    if category != Category::Long && long_offset != 0 {
+        return Err(WireError::StrayField(
+            "Long offset on a Short or Medium message",
+        ));
+    }
+    if !separate && tag != 0 {
+        return Err(WireError::StrayField(
+            "data tag on a message without separate data",
+        ));
+    }
+    if separate && tag >= LONG_TAGS {
+        return Err(WireError::DataTag(tag));
+    }
+    if separate && payload_len <= MAX_INLINE as u64 {
+        return Err(WireError::SeparateTooSmall(payload_len));
+    }
+    if category == Category::Long && long_offset.checked_add(payload_len).is_none() {
+        return Err(WireError::OffsetOverflow);
+    }
+    let expected = payload_at as u64 + inline;
+    if msg.len() as u64 != expected {
+        return Err(WireError::Length {
+            len: msg.len(),
+            expected,
+        });
+    }
+    let mut args = [0u32; MAX_ARGS];
+    for (i, a) in args.iter_mut().take(usize::from(nargs)).enumerate() {
+        *a = u32_at(msg, HDR + 4 * i);
+    }
+    Ok(Header {
+        handler,
+        category,
+        is_reply: flags & FLAG_REPLY != 0,
+        data_tag: separate.then_some(tag),
+        nargs,
+        args,
+        long_offset,
+        payload_len,
+        payload_at,
+        credits,
+    })
+}
+
+/// A credit return: `credits` = `[requests, replies]` the sender may send again.
+pub(crate) fn encode_credit(credits: Credits) -> [u8; CTRL_LEN] {
+    let [a, b] = credits[0].to_le_bytes();
+    let [c, d] = credits[1].to_le_bytes();
+    [VERSION, CTRL_CREDIT, 0, 0, a, b, c, d]
+}
+
+/// An exit notice carrying the job-wide exit code.
+pub(crate) fn encode_exit(code: i32) -> [u8; CTRL_LEN] {
+    let [a, b, c, d] = code.to_le_bytes();
+    [VERSION, CTRL_EXIT, 0, 0, a, b, c, d]
+}
+
+fn control(msg: &[u8], kind: u8) -> Result<[u8; 4], WireError> {
+    if msg.len() != CTRL_LEN {
+        return Err(if msg.len() < CTRL_LEN {
+            WireError::Truncated {
+                len: msg.len(),
+                need: CTRL_LEN,
+            }
+        } else {
+            WireError::Length {
+                len: msg.len(),
+                expected: CTRL_LEN as u64,
+            }
+        });
+    }
+    if msg[0] != VERSION {
+        return Err(WireError::Version(msg[0]));
+    }
+    if msg[1] != kind {
+        return Err(WireError::ControlKind(msg[1]));
+    }
+    if msg[2] != 0 || msg[3] != 0 {
+        return Err(WireError::Reserved);
+    }
+    Ok([msg[4], msg[5], msg[6], msg[7]])
+}
+
+/// Decode a credit return.
+pub(crate) fn decode_credit(msg: &[u8]) -> Result<Credits, WireError> {
+    let [a, b, c, d] = control(msg, CTRL_CREDIT)?;
+    Ok([u16::from_le_bytes([a, b]), u16::from_le_bytes([c, d])])
+}
+
+/// Decode an exit notice.
+pub(crate) fn decode_exit(msg: &[u8]) -> Result<i32, WireError> {
+    control(msg, CTRL_EXIT).map(i32::from_le_bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn msg<'a>(
+        category: Category,
+        is_reply: bool,
+        args: &'a [u32],
+        payload: &'a [u8],
+        long_offset: u64,
+    ) -> OutMsg<'a> {
+        OutMsg {
+            handler: 200,
+            category,
+            is_reply,
+            args,
+            payload,
+            long_offset,
+        }
+    }
+
+    #[test]
+    fn roundtrip_every_category() {
+        let payload: Vec<u8> = (0..300u32).map(|i| (i % 251) as u8).collect();
+        let big = vec![7u8; MAX_INLINE + 1];
+        let args: Vec<u32> = (0..16).map(|i| i * 0x0101_0101).collect();
+        for nargs in [0usize, 1, 7, 16] {
+            for (cat, off, tag) in [
+                (Category::Short, 0, None),
+                (Category::Medium, 0, None),
+                (Category::Long, 12345, None),
+                (Category::Long, 1 << 40, Some(LONG_TAGS - 1)),
+            ] {
+                for reply in [false, true] {
+                    let body: &[u8] = if tag.is_some() { &big } else { &payload };
+                    let m = msg(cat, reply, &args[..nargs], body, off);
+                    let mut out = Vec::new();
+                    encode(&mut out, &m, [3, 65535], tag);
+                    let inline = match (cat, tag) {
+                        (Category::Short, _) | (_, Some(_)) => 0,
+                        _ => payload.len(),
+                    };
+                    assert_eq!(out.len(), encoded_len(nargs, inline));
+                    let h = decode(&out).unwrap();
+                    assert_eq!(h.handler, 200);
+                    assert_eq!(h.category, cat);
+                    assert_eq!(h.is_reply, reply);
+                    assert_eq!(h.args(), &args[..nargs]);
+                    assert_eq!(h.credits, [3, 65535]);
+                    assert_eq!(h.data_tag, tag);
+                    assert_eq!(h.long_offset, off);
+                    let plen = if cat == Category::Short {
+                        0
+                    } else {
+                        body.len()
+                    };
+                    assert_eq!(h.payload_len, plen as u64);
+                    assert_eq!(&out[h.payload_at..], &body[..inline]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rejects_malformed_headers() {
+        let mut good = Vec::new();
+        encode(
+            &mut good,
+            &msg(Category::Medium, false, &[1, 2], b"abc", 0),
+            [0, 0],
+            None,
+        );
+        assert!(decode(&good).is_ok());
+        let with = |at: usize, v: u8| {
+            let mut b = good.clone();
+            b[at] = v;
+            decode(&b)
+        };
+        assert!(matches!(
+            decode(&good[..10]),
+            Err(WireError::Truncated { .. })
+        ));
+        assert_eq!(with(0, 9), Err(WireError::Version(9)));
+        assert_eq!(with(1, 0x13), Err(WireError::Flags(0x13)));
+        assert_eq!(with(1, 3), Err(WireError::Flags(3)));
+        assert_eq!(with(1, 1 | FLAG_SEPARATE), Err(WireError::Flags(9)));
+        assert_eq!(with(2, 0), Err(WireError::HandlerZero));
+        assert_eq!(with(3, 17), Err(WireError::TooManyArgs(17)));
+        assert!(matches!(with(3, 3), Err(WireError::Length { .. })));
+        assert!(matches!(with(16, 200), Err(WireError::Length { .. })));
+        assert_eq!(with(18, 1), Err(WireError::PayloadTooLarge(3 + (1 << 16))));
+        assert_eq!(with(28, 1), Err(WireError::Reserved));
+        assert!(matches!(with(8, 1), Err(WireError::StrayField(_))));
+        assert!(matches!(with(24, 1), Err(WireError::StrayField(_))));
+        let mut long = Vec::new();
+        let big = vec![0u8; MAX_INLINE + 1];
+        encode(
+            &mut long,
+            &msg(Category::Long, false, &[], &big, u64::MAX - 3),
+            [0, 0],
+            Some(1),
+        );
+        assert_eq!(decode(&long), Err(WireError::OffsetOverflow));
+        long[8..16].copy_from_slice(&0u64.to_le_bytes());
+        assert!(decode(&long).is_ok());
+        long[16..24].copy_from_slice(&10u64.to_le_bytes());
+        assert_eq!(decode(&long), Err(WireError::SeparateTooSmall(10)));
+        long[16..24].copy_from_slice(&(1u64 << 20).to_le_bytes());
+        long[24..28].copy_from_slice(&LONG_TAGS.to_le_bytes());
+        assert_eq!(decode(&long), Err(WireError::DataTag(LONG_TAGS)));
+    }
+
+    #[test]
+    fn control_messages() {
+        assert_eq!(decode_credit(&encode_credit([7, 9])), Ok([7, 9]));
+        assert_eq!(decode_exit(&encode_exit(-3)), Ok(-3));
+        assert_eq!(
+            decode_exit(&encode_credit([1, 1])),
+            Err(WireError::ControlKind(CTRL_CREDIT))
+        );
+        assert!(matches!(
+            decode_credit(&[VERSION, CTRL_CREDIT]),
+            Err(WireError::Truncated { .. })
+        ));
+        assert!(matches!(
+            decode_credit(&[0; 9]),
+            Err(WireError::Length { .. })
+        ));
+        let mut bad = encode_exit(1);
+        bad[2] = 1;
+        assert_eq!(decode_exit(&bad), Err(WireError::Reserved));
+        bad = encode_exit(1);
+        bad[0] = 0;
+        assert_eq!(decode_exit(&bad), Err(WireError::Version(0)));
+    }
+
+    proptest! {
+        #[test]
+        fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode(&bytes);
+            let _ = decode_credit(&bytes);
+            let _ = decode_exit(&bytes);
+        }
+
+        #[test]
+        fn decoded_headers_are_consistent(mut bytes in proptest::collection::vec(any::<u8>(), 32..200)) {
+            // Bias towards plausible headers so that the checks past the first ones run.
+            bytes[0] = VERSION;
+            bytes[3] %= 20;
+            bytes[28..32].fill(0);
+            if let Ok(h) = decode(&bytes) {
+                prop_assert!(usize::from(h.nargs) <= MAX_ARGS);
+                prop_assert!(h.payload_at <= bytes.len());
+                prop_assert!(h.handler != 0);
+                if h.category == Category::Medium {
+                    prop_assert_eq!(h.payload_at as u64 + h.payload_len, bytes.len() as u64);
+                }
+            }
+        }
+    }
+}

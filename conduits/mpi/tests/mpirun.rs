@@ -1,0 +1,195 @@
+//! The mpi conduit as real MPI jobs: the `mpi_check` example run through the spawner
+//! (`amnet_mpi::run`) at 2 and 3 ranks, the exit scenarios and their codes, the launcher
+//! timeout, and a plain `mpirun` without the spawner.
+//!
+//! Every job runs under a watchdog (the spawner's timeout, or a kill after a deadline for the
+//! plain `mpirun`). Without an MPI launcher each test prints why it is skipped and passes.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use amnet_core::launch::LaunchOptions;
+
+/// Jobs run one at a time: the machine may be small, and the spawner installs process-wide
+/// signal handlers while a job runs.
+static ONE_JOB: Mutex<()> = Mutex::new(());
+
+/// Watchdog of every job.
+const LIMIT: Duration = Duration::from_secs(180);
+
+fn skip_without_mpirun(test: &str) -> bool {
+    if amnet_mpi::mpirun_available() {
+        return false;
+    }
+    eprintln!(
+        "skipped {test}: no MPI launcher (mpirun, or $AMNET_MPIRUN) is installed; \
+         ci/install-mpi.sh installs Open MPI"
+    );
+    true
+}
+
+/// The example binary, built next to this test (`cargo test` builds examples; a run that
+/// selected only this test builds it here).
+fn example() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target directory");
+    let path = profile_dir.join("examples").join("mpi_check");
+    if !path.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-p", "amnet-mpi", "--example", "mpi_check"]);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("run cargo to build the example");
+        assert!(status.success(), "building the mpi_check example failed");
+    }
+    assert!(path.is_file(), "{} is missing", path.display());
+    path
+}
+
+/// Run the example as a job of `ranks` ranks; returns the code, the launcher's log and the
+/// time it took.
+fn job(
+    ranks: u32,
+    args: &[&str],
+    timeout: Duration,
+    grace: Duration,
+) -> (i32, Vec<String>, Duration) {
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+    let opts = LaunchOptions {
+        ranks,
+        program: example().to_string_lossy().into_owned(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        timeout: Some(timeout),
+        conduit: "mpi".into(),
+        grace,
+    };
+    let mut log = Vec::new();
+    let start = Instant::now();
+    let code = amnet_mpi::run(&opts, &mut |m: &str| {
+        eprintln!("launcher: {m}");
+        log.push(m.to_string());
+    })
+    .expect("the spawner runs");
+    (code, log, start.elapsed())
+}
+
+#[test]
+fn all_checks_pass_with_2_ranks() {
+    if skip_without_mpirun("all_checks_pass_with_2_ranks") {
+        return;
+    }
+    let (code, log, _) = job(2, &[], LIMIT, Duration::from_secs(2));
+    assert_eq!(code, 0, "launcher said {log:?}");
+}
+
+#[test]
+fn all_checks_pass_with_3_ranks() {
+    if skip_without_mpirun("all_checks_pass_with_3_ranks") {
+        return;
+    }
+    let (code, log, _) = job(3, &[], LIMIT, Duration::from_secs(2));
+    assert_eq!(code, 0, "launcher said {log:?}");
+}
+
+#[test]
+fn serialized_mode_when_the_client_initializes_mpi() {
+    if skip_without_mpirun("serialized_mode_when_the_client_initializes_mpi") {
+        return;
+    }
+    let (code, log, _) = job(2, &["serialized"], LIMIT, Duration::from_secs(2));
+    assert_eq!(code, 0, "launcher said {log:?}");
+}
+
+#[test]
+fn exit_codes_reach_the_launcher() {
+    if skip_without_mpirun("exit_codes_reach_the_launcher") {
+        return;
+    }
+    let grace = Duration::from_secs(1);
+    for (scenario, want, says) in [
+        ("exit", 7, Some("rank 1 ended the job with code 7")),
+        (
+            "exit-in-handler",
+            9,
+            Some("rank 1 ended the job with code 9"),
+        ),
+        ("error", 1, Some("rank 1 ended the job with code 1")),
+        (
+            "exit-before-attach",
+            17,
+            Some("rank 1 ended the job with code 17"),
+        ),
+        ("panic", 101, Some("rank 2 ended the job with code 101")),
+        ("straggler", 0, None),
+    ] {
+        let (code, log, took) = job(3, &[scenario], Duration::from_secs(60), grace);
+        assert_eq!(code, want, "scenario {scenario}: launcher said {log:?}");
+        if let Some(says) = says {
+            assert!(
+                log.iter().any(|l| l == says),
+                "scenario {scenario}: launcher said {log:?}, not {says:?}"
+            );
+        }
+        assert!(
+            took < Duration::from_secs(20),
+            "scenario {scenario} took {took:?}"
+        );
+    }
+}
+
+#[test]
+fn launcher_timeout_ends_the_job_with_124() {
+    if skip_without_mpirun("launcher_timeout_ends_the_job_with_124") {
+        return;
+    }
+    let (code, log, took) = job(2, &["hang"], Duration::from_secs(3), Duration::from_secs(1));
+    assert_eq!(code, 124);
+    assert!(
+        log.iter()
+            .any(|l| l.contains("timeout after 3 s") && l.contains("ranks still running: [0, 1]")),
+        "{log:?}"
+    );
+    assert!(took < Duration::from_secs(15), "the job took {took:?}");
+}
+
+#[test]
+fn plain_mpirun_without_the_spawner() {
+    if skip_without_mpirun("plain_mpirun_without_the_spawner") {
+        return;
+    }
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["-n", "2", "--oversubscribe"]);
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.arg("--allow-run-as-root");
+    }
+    let mut child = cmd
+        .arg(example())
+        .env("AMNET_CONDUIT", "mpi")
+        .env_remove("AMNET_RANK")
+        .env_remove("AMNET_SIZE")
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("start mpirun");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait for mpirun") {
+            break s;
+        }
+        if start.elapsed() > LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("plain mpirun job still running after {LIMIT:?}; killed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}
