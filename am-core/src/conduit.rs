@@ -1,9 +1,12 @@
 //! The narrow seam between the AM core and a transport.
 //!
 //! A conduit moves whole active messages between ranks and knows nothing of handlers, tokens,
-//! put/get, barriers, collectives or sync modes: those live in the core and above. Everything a
+//! barriers, collectives or sync modes: those live in the core and above. Everything a
 //! conduit must provide is on [`Conduit`]; the optional native paths (direct access to a peer's
-//! segment) have defaults that make the core fall back to its AM-based reference code.
+//! segment, or the transport's own one-sided operations through [`NativeRma`]) have defaults
+//! that make the core fall back to its AM-based reference code.
+
+use std::sync::Arc;
 
 use crate::{Rank, Result};
 
@@ -84,6 +87,64 @@ unsafe impl Send for LocalSegment {}
 // SAFETY: as above.
 unsafe impl Sync for LocalSegment {}
 
+/// Names one outstanding native operation started by [`NativeRma::put_nb`] or
+/// [`NativeRma::get_nb`], for [`NativeRma::test`] and [`NativeRma::wait`]. What `id` means is
+/// the conduit's business: the core only keeps the ticket and hands it back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RmaTicket {
+    /// The rank whose segment the operation reads or writes.
+    pub rank: Rank,
+    /// Conduit-defined identifier of the operation.
+    pub id: u64,
+}
+
+/// A conduit's native one-sided put/get, for transports that reach peers' segments through
+/// their own remote memory access rather than through mapped memory
+/// ([`Conduit::peer_segment`]).
+///
+/// The core calls these only after its own checks (§4 of `spec/core.md`): the rank is valid,
+/// `[offset, offset + len)` lies inside that rank's segment, the length is not zero, and the
+/// caller is not in a handler. Every method may be called from several threads at once.
+///
+/// Completion has the core's meaning: a put is complete when its bytes are in the target
+/// segment such that an active message the caller sends afterwards, and every barrier the
+/// caller enters afterwards, finds them there when the target's handler (or the barrier)
+/// runs; a get is complete when the bytes are in the destination.
+pub trait NativeRma: Send + Sync + 'static {
+    /// A short description of the mechanism, printed with `AMNET_VERBOSE=1`.
+    fn describe(&self) -> String;
+    /// Blocking put: `src` to `dest`'s segment at `offset`, complete on return.
+    fn put(&self, dest: Rank, offset: u64, src: &[u8]) -> Result<()>;
+    /// Blocking get: `len` bytes of `src_rank`'s segment at `offset` into `dst`, complete on
+    /// return.
+    ///
+    /// # Safety
+    /// - `dst` is valid for `len` bytes of writes, and nothing else reads or writes them
+    ///   during the call.
+    unsafe fn get(&self, src_rank: Rank, offset: u64, dst: *mut u8, len: usize) -> Result<()>;
+    /// Start a put. `src` is consumed before the call returns (the caller may reuse it at
+    /// once). `None`: the put is complete already; otherwise the ticket to complete it with.
+    fn put_nb(&self, dest: Rank, offset: u64, src: &[u8]) -> Result<Option<RmaTicket>>;
+    /// Start a get into `dst`. `None`: complete already; otherwise the ticket.
+    ///
+    /// # Safety
+    /// - `dst` is valid for `len` bytes of writes until the ticket completes (`test` returned
+    ///   true or `wait` returned), and nothing else reads or writes them until then.
+    unsafe fn get_nb(
+        &self,
+        src_rank: Rank,
+        offset: u64,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<Option<RmaTicket>>;
+    /// True once the operation behind `t` is complete (then `t` is never used again). Should
+    /// not wait for long; it may wait briefly when the transport has no non-blocking test.
+    fn test(&self, t: RmaTicket) -> Result<bool>;
+    /// Wait until the operation behind `t` is complete. Must not depend on this rank running
+    /// handlers (the core does not poll meanwhile).
+    fn wait(&self, t: RmaTicket) -> Result<()>;
+}
+
 /// A transport that moves active messages between the ranks of one job.
 ///
 /// Conduits must be usable from several threads at once: `try_send` and `poll` may run
@@ -117,6 +178,14 @@ pub trait Conduit: Send + Sync + 'static {
     /// Native one-sided access: the base address of `rank`'s segment mapped into this process,
     /// when the conduit can do that (shared memory). `None` selects the AM-based reference path.
     fn peer_segment(&self, _rank: Rank) -> Option<*mut u8> {
+        None
+    }
+    /// Native one-sided put/get through the transport ([`NativeRma`]), used for every rank
+    /// that [`peer_segment`](Conduit::peer_segment) does not map. Called once by attach, after
+    /// [`attach_segment`](Conduit::attach_segment), unless `AMNET_RMA=am`; it must give the
+    /// same answer (present or not) on every rank. `None` (the default) selects the AM-based
+    /// reference path.
+    fn native_rma(&self) -> Option<Arc<dyn NativeRma>> {
         None
     }
     /// The job-wide exit code, once any rank asked the job to end.

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::backoff::Backoff;
 use crate::barrier::BarrierState;
-use crate::conduit::{Category, Conduit, InMsg, LocalSegment, OutMsg, MAX_ARGS};
+use crate::conduit::{Category, Conduit, InMsg, LocalSegment, NativeRma, OutMsg, MAX_ARGS};
 use crate::handler::{HandlerFn, HandlerTable, Token, FIRST_CLIENT_HANDLER};
 use crate::rma::OpState;
 use crate::stats::{Ctr, StatBlock, Stats};
@@ -83,6 +83,8 @@ pub(crate) struct Attached {
     pub(crate) seg: LocalSegment,
     pub(crate) seg_lens: Vec<usize>,
     pub(crate) peers: Vec<Option<SendPtr>>,
+    /// The conduit's native put/get, for the ranks `peers` does not map.
+    pub(crate) native: Option<Arc<dyn NativeRma>>,
     pub(crate) max_medium: usize,
     size: u32,
 }
@@ -444,12 +446,23 @@ impl Endpoint {
                 }
             })
             .collect();
-        let native = peers.iter().any(Option::is_some);
+        let direct = peers.iter().all(Option::is_some);
+        let native_rma = if self.inner.cfg.rma_native && !direct {
+            self.inner.conduit.native_rma()
+        } else {
+            None
+        };
+        let rma = match (peers.iter().any(Option::is_some), &native_rma) {
+            (_, Some(n)) => format!("native ({})", n.describe()),
+            (true, None) => "native".to_string(),
+            (false, None) => "am".to_string(),
+        };
         let att = Attached {
             handlers: table.entries,
             seg,
             seg_lens: lens,
             peers,
+            native: native_rma,
             max_medium: self.inner.conduit.max_medium(),
             size: self.size(),
         };
@@ -463,7 +476,7 @@ impl Endpoint {
                 self.size(),
                 seg_len,
                 self.max_medium(),
-                if native { "native" } else { "am" },
+                rma,
                 self.inner.cfg.spin
             );
         }

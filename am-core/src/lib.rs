@@ -21,11 +21,11 @@ mod stats;
 pub mod sync;
 
 pub use barrier::flags as barrier_flags;
-pub use conduit::{Category, Conduit, InMsg, LocalSegment, OutMsg, MAX_ARGS};
+pub use conduit::{Category, Conduit, InMsg, LocalSegment, NativeRma, OutMsg, RmaTicket, MAX_ARGS};
 pub use endpoint::{Config, Endpoint};
 pub use error::{Error, Result};
 pub use handler::{HandlerFn, HandlerTable, Token, FIRST_CLIENT_HANDLER};
-pub use rma::Handle;
+pub use rma::{Handle, RmaPath};
 pub use stats::{AmCounts, Stats};
 
 /// A rank number, `0..size`.

@@ -1,10 +1,12 @@
-//! One-sided put/get: the native path (the conduit maps peers' segments) and the AM-based
-//! reference path any conduit gets for free, with explicit and implicit handles.
+//! One-sided put/get with explicit and implicit handles, on one of three paths per target rank,
+//! in this order of preference: a direct copy into the peer's segment mapped here
+//! (`Conduit::peer_segment`), the conduit's native one-sided operations
+//! (`Conduit::native_rma`), or the AM-based reference path any conduit gets for free.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use crate::conduit::{Category, OutMsg};
+use crate::conduit::{Category, NativeRma, OutMsg, RmaTicket};
 use crate::endpoint::{addr, join64, not_in_handler, seg_off, split64, Attached, Endpoint};
 use crate::handler::{HandlerTable, Token};
 use crate::stats::Ctr;
@@ -15,11 +17,26 @@ pub(crate) const LIB_ACK: u8 = 2;
 pub(crate) const LIB_GET: u8 = 3;
 pub(crate) const LIB_GET_REPLY: u8 = 4;
 
+/// How put/get reach a rank's segment (see [`Endpoint::rma_path`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RmaPath {
+    /// Copies into or out of the rank's segment mapped in this process
+    /// (`Conduit::peer_segment`; smp). Complete on return.
+    Direct,
+    /// The conduit's native one-sided operations (`Conduit::native_rma`; mpi).
+    Native,
+    /// The AM-based reference path (library handlers 1–4 at the target).
+    Am,
+}
+
 /// Completion counter of one operation or of an implicit-handle aggregate.
 #[derive(Debug)]
 pub(crate) struct OpState {
+    /// Outstanding pieces: AM chunks awaiting their reply, plus the native tickets below.
     remaining: AtomicUsize,
     ep_id: u64,
+    /// Native operations not yet seen complete (each also counted in `remaining`).
+    native: Mutex<Vec<RmaTicket>>,
 }
 
 impl OpState {
@@ -27,10 +44,50 @@ impl OpState {
         OpState {
             remaining: AtomicUsize::new(0),
             ep_id,
+            native: Mutex::new(Vec::new()),
         }
     }
     fn done(&self) -> bool {
         self.remaining.load(Ordering::Acquire) == 0
+    }
+    /// Count one more outstanding native operation.
+    fn add_native(&self, t: RmaTicket) {
+        let mut v = self.native.lock().unwrap_or_else(|e| e.into_inner());
+        self.remaining.fetch_add(1, Ordering::Relaxed);
+        v.push(t);
+    }
+    /// Retire the native operations that are complete (`block`: wait for every one). Returns
+    /// true when there were native operations outstanding.
+    fn settle_native(&self, rma: &dyn NativeRma, block: bool) -> Result<bool> {
+        let mut v = self.native.lock().unwrap_or_else(|e| e.into_inner());
+        if v.is_empty() {
+            return Ok(false);
+        }
+        let before = v.len();
+        let mut err = None;
+        v.retain(|&t| {
+            if err.is_some() {
+                return true;
+            }
+            let r = if block {
+                rma.wait(t).map(|()| true)
+            } else {
+                rma.test(t)
+            };
+            match r {
+                Ok(complete) => !complete,
+                Err(e) => {
+                    err = Some(e);
+                    true
+                }
+            }
+        });
+        let retired = before - v.len();
+        drop(v);
+        if retired > 0 {
+            self.remaining.fetch_sub(retired, Ordering::Release);
+        }
+        err.map_or(Ok(true), Err)
     }
     /// Count one more outstanding message and return the raw reference its ack will release.
     fn arm(self: &Arc<Self>) -> (u32, u32) {
@@ -140,13 +197,15 @@ impl Endpoint {
         Ok(att)
     }
 
-    /// Start a put; returns None when it completed already (native path).
+    /// Start a put; returns None when it completed already (direct path, a blocking native
+    /// put, or nothing to move). `blocking` asks the native path for a blocking put.
     fn put_start(
         &self,
         op: &'static str,
         dest: Rank,
         offset: u64,
         src: &[u8],
+        blocking: bool,
         track: impl FnOnce() -> Arc<OpState>,
     ) -> Result<Option<Arc<OpState>>> {
         let att = self.rma_check(op, dest, offset, src.len())?;
@@ -159,8 +218,26 @@ impl Endpoint {
             unsafe { std::ptr::copy(src.as_ptr(), base.0.add(seg_off(offset)), src.len()) };
             return Ok(None);
         }
+        self.put_remote(att, dest, offset, src, blocking, track)
+    }
+
+    /// A put on the native or the AM path (kept out of line: the direct path above is the hot
+    /// one where peers are mapped).
+    #[inline(never)]
+    fn put_remote(
+        &self,
+        att: &Attached,
+        dest: Rank,
+        offset: u64,
+        src: &[u8],
+        blocking: bool,
+        track: impl FnOnce() -> Arc<OpState>,
+    ) -> Result<Option<Arc<OpState>>> {
         if src.is_empty() {
             return Ok(None);
+        }
+        if let Some(rma) = &att.native {
+            return Self::native_put(&**rma, dest, offset, src, blocking, track);
         }
         let st = track();
         let chunk = att.max_medium.max(1);
@@ -181,10 +258,62 @@ impl Endpoint {
         Ok(Some(st))
     }
 
-    /// Start a get into `dst`; None when it completed already.
+    /// The native path of a put (cold for conduits that map their peers).
+    #[inline(never)]
+    fn native_put(
+        rma: &dyn NativeRma,
+        dest: Rank,
+        offset: u64,
+        src: &[u8],
+        blocking: bool,
+        track: impl FnOnce() -> Arc<OpState>,
+    ) -> Result<Option<Arc<OpState>>> {
+        if blocking {
+            rma.put(dest, offset, src)?;
+            return Ok(None);
+        }
+        Ok(rma.put_nb(dest, offset, src)?.map(|t| {
+            let st = track();
+            st.add_native(t);
+            st
+        }))
+    }
+
+    /// The native path of a get.
     ///
     /// # Safety
     /// - `dst` must be valid for `len` bytes of writes until the operation completes.
+    #[inline(never)]
+    unsafe fn native_get(
+        rma: &dyn NativeRma,
+        src_rank: Rank,
+        offset: u64,
+        dst: *mut u8,
+        len: usize,
+        blocking: bool,
+        track: impl FnOnce() -> Arc<OpState>,
+    ) -> Result<Option<Arc<OpState>>> {
+        if blocking {
+            // SAFETY: forwarded contract; the call completes the get before returning.
+            unsafe { rma.get(src_rank, offset, dst, len)? };
+            return Ok(None);
+        }
+        // SAFETY: forwarded contract: `dst` stays valid until the ticket completes, which the
+        // returned operation state (synced by the caller) waits for.
+        let t = unsafe { rma.get_nb(src_rank, offset, dst, len)? };
+        Ok(t.map(|t| {
+            let st = track();
+            st.add_native(t);
+            st
+        }))
+    }
+
+    /// Start a get into `dst`; None when it completed already. `blocking` asks the native path
+    /// for a blocking get.
+    ///
+    /// # Safety
+    /// - `dst` must be valid for `len` bytes of writes until the operation completes.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn get_start(
         &self,
         op: &'static str,
@@ -192,6 +321,7 @@ impl Endpoint {
         offset: u64,
         dst: *mut u8,
         len: usize,
+        blocking: bool,
         track: impl FnOnce() -> Arc<OpState>,
     ) -> Result<Option<Arc<OpState>>> {
         let att = self.rma_check(op, src_rank, offset, len)?;
@@ -204,8 +334,34 @@ impl Endpoint {
             unsafe { std::ptr::copy(base.0.add(seg_off(offset)), dst, len) };
             return Ok(None);
         }
+        // SAFETY: forwarded contract.
+        unsafe { self.get_remote(att, src_rank, offset, dst, len, blocking, track) }
+    }
+
+    /// A get on the native or the AM path (out of line, as for puts).
+    ///
+    /// # Safety
+    /// - `dst` must be valid for `len` bytes of writes until the operation completes.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn get_remote(
+        &self,
+        att: &Attached,
+        src_rank: Rank,
+        offset: u64,
+        dst: *mut u8,
+        len: usize,
+        blocking: bool,
+        track: impl FnOnce() -> Arc<OpState>,
+    ) -> Result<Option<Arc<OpState>>> {
         if len == 0 {
             return Ok(None);
+        }
+        if let Some(rma) = &att.native {
+            // SAFETY: forwarded contract.
+            return unsafe {
+                Self::native_get(&**rma, src_rank, offset, dst, len, blocking, track)
+            };
         }
         let st = track();
         let chunk = att.max_medium.max(1);
@@ -237,13 +393,37 @@ impl Endpoint {
         Arc::new(OpState::new(self.inner.id))
     }
 
+    /// Retire the native operations of `st` that are complete (all of them when `block`).
+    /// Returns true when `st` had native operations outstanding.
+    fn settle(&self, st: &OpState, block: bool) -> Result<bool> {
+        match &self.attached_for("sync")?.native {
+            Some(rma) if !st.done() => st.settle_native(&**rma, block),
+            _ => Ok(false),
+        }
+    }
+
     fn wait_op(&self, st: &OpState) -> Result<()> {
+        self.settle(st, true)?;
         self.wait_inner(&mut || st.done())
+    }
+
+    /// How put/get reach `rank`'s segment from this endpoint, as chosen at attach: a direct
+    /// copy, the conduit's native one-sided operations, or the AM reference path.
+    pub fn rma_path(&self, rank: Rank) -> Result<RmaPath> {
+        let att = self.attached_for("rma_path")?;
+        att.check_rank(rank)?;
+        Ok(if att.peers[rank as usize].is_some() {
+            RmaPath::Direct
+        } else if att.native.is_some() {
+            RmaPath::Native
+        } else {
+            RmaPath::Am
+        })
     }
 
     /// Blocking put: copy `src` to `dest`'s segment at `offset`; complete on return.
     pub fn put(&self, dest: Rank, offset: u64, src: &[u8]) -> Result<()> {
-        match self.put_start("put", dest, offset, src, || self.new_op())? {
+        match self.put_start("put", dest, offset, src, true, || self.new_op())? {
             None => Ok(()),
             Some(st) => self.wait_op(&st),
         }
@@ -253,9 +433,15 @@ impl Endpoint {
     pub fn get(&self, src_rank: Rank, offset: u64, dst: &mut [u8]) -> Result<()> {
         // SAFETY: `dst` is borrowed mutably for the whole call and the call waits for completion.
         let st = unsafe {
-            self.get_start("get", src_rank, offset, dst.as_mut_ptr(), dst.len(), || {
-                self.new_op()
-            })?
+            self.get_start(
+                "get",
+                src_rank,
+                offset,
+                dst.as_mut_ptr(),
+                dst.len(),
+                true,
+                || self.new_op(),
+            )?
         };
         match st {
             None => Ok(()),
@@ -266,7 +452,7 @@ impl Endpoint {
     /// Non-blocking put with an explicit handle. `src` is consumed before the call returns (it
     /// may be reused at once); the handle completes when the data is in the target segment.
     pub fn put_nb(&self, dest: Rank, offset: u64, src: &[u8]) -> Result<Handle> {
-        let op = self.put_start("put_nb", dest, offset, src, || self.new_op())?;
+        let op = self.put_start("put_nb", dest, offset, src, false, || self.new_op())?;
         Ok(Handle { op })
     }
 
@@ -283,7 +469,11 @@ impl Endpoint {
         len: usize,
     ) -> Result<Handle> {
         // SAFETY: forwarded contract.
-        let op = unsafe { self.get_start("get_nb", src_rank, offset, dst, len, || self.new_op())? };
+        let op = unsafe {
+            self.get_start("get_nb", src_rank, offset, dst, len, false, || {
+                self.new_op()
+            })?
+        };
         Ok(Handle { op })
     }
 
@@ -313,7 +503,7 @@ impl Endpoint {
 
     /// Non-blocking put with an implicit handle (synced by `wait_sync_nbi` or an access region).
     pub fn put_nbi(&self, dest: Rank, offset: u64, src: &[u8]) -> Result<()> {
-        self.put_start("put_nbi", dest, offset, src, || self.nbi_target())?;
+        self.put_start("put_nbi", dest, offset, src, false, || self.nbi_target())?;
         Ok(())
     }
 
@@ -329,7 +519,11 @@ impl Endpoint {
         len: usize,
     ) -> Result<()> {
         // SAFETY: forwarded contract.
-        unsafe { self.get_start("get_nbi", src_rank, offset, dst, len, || self.nbi_target())? };
+        unsafe {
+            self.get_start("get_nbi", src_rank, offset, dst, len, false, || {
+                self.nbi_target()
+            })?
+        };
         Ok(())
     }
 
@@ -352,6 +546,10 @@ impl Endpoint {
         self.attached_for("try_sync_nbi")?;
         not_in_handler("try_sync_nbi")?;
         let st = self.with_thread_state(|ts| ts.nbi.clone());
+        if st.done() {
+            return Ok(true);
+        }
+        self.settle(&st, false)?;
         if st.done() {
             return Ok(true);
         }
@@ -414,6 +612,9 @@ impl Endpoint {
         self.check_handle(h)?;
         let Some(op) = &h.op else { return Ok(true) };
         if !op.done() {
+            self.settle(op, false)?;
+        }
+        if !op.done() {
             self.poll_inner(false)?;
         }
         if op.done() {
@@ -429,6 +630,17 @@ impl Endpoint {
         self.check_handle(h)?;
         if let Some(op) = h.op.take() {
             self.wait_op(&op)?;
+        }
+        Ok(())
+    }
+
+    /// Retire the complete native operations of every handle (all of them when `block`).
+    fn settle_all(&self, hs: &[Handle], block: bool) -> Result<()> {
+        if self.attached_for("sync")?.native.is_none() {
+            return Ok(());
+        }
+        for op in hs.iter().filter_map(|h| h.op.as_ref()) {
+            self.settle(op, block)?;
         }
         Ok(())
     }
@@ -453,6 +665,7 @@ impl Endpoint {
     pub fn try_sync_all(&self, hs: &mut [Handle]) -> Result<bool> {
         not_in_handler("try_sync_all")?;
         hs.iter().try_for_each(|h| self.check_handle(h))?;
+        self.settle_all(hs, false)?;
         if Self::sweep(hs).1 == 0 {
             return Ok(true);
         }
@@ -464,6 +677,7 @@ impl Endpoint {
     pub fn wait_sync_all(&self, hs: &mut [Handle]) -> Result<()> {
         not_in_handler("wait_sync_all")?;
         hs.iter().try_for_each(|h| self.check_handle(h))?;
+        self.settle_all(hs, true)?;
         self.wait_inner(&mut || Self::sweep(hs).1 == 0)
     }
 
@@ -472,6 +686,7 @@ impl Endpoint {
     pub fn try_sync_some(&self, hs: &mut [Handle]) -> Result<bool> {
         not_in_handler("try_sync_some")?;
         hs.iter().try_for_each(|h| self.check_handle(h))?;
+        self.settle_all(hs, false)?;
         let (c, p) = Self::sweep(hs);
         if c > 0 || p == 0 {
             return Ok(true);
@@ -485,11 +700,288 @@ impl Endpoint {
     pub fn wait_sync_some(&self, hs: &mut [Handle]) -> Result<()> {
         not_in_handler("wait_sync_some")?;
         hs.iter().try_for_each(|h| self.check_handle(h))?;
+        self.settle_all(hs, false)?;
+        if Self::sweep(hs).0 > 0 {
+            return Ok(());
+        }
+        // Nothing completed yet: finish the native operations of one handle, if any has some
+        // (they need no handler here, so waiting for them cannot stall the job).
+        for op in hs.iter().filter_map(|h| h.op.as_ref()) {
+            if self.settle(op, true)? {
+                break;
+            }
+        }
         let mut any = false;
         self.wait_inner(&mut || {
             let (c, p) = Self::sweep(hs);
             any |= c > 0;
             any || p == 0
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The native seam with a one-rank mock conduit whose non-blocking operations complete
+    //! only when synced, and whose `test` says "not yet" once per ticket before completing it.
+
+    use super::*;
+    use crate::conduit::{Conduit, InMsg, LocalSegment};
+    use std::collections::HashMap;
+
+    struct Seg(*mut u8);
+    // SAFETY: test-only heap memory, leaked for the life of the test process.
+    unsafe impl Send for Seg {}
+    // SAFETY: as above.
+    unsafe impl Sync for Seg {}
+
+    /// A deferred operation: the copy it will make when it completes.
+    struct Pending {
+        from: usize,
+        to: usize,
+        len: usize,
+        tested: bool,
+    }
+
+    #[derive(Default)]
+    struct MockRma {
+        seg: Mutex<Option<Seg>>,
+        pending: Mutex<HashMap<u64, Pending>>,
+        next: AtomicUsize,
+        calls: Mutex<Vec<&'static str>>,
+        /// Bytes staged by `put_nb` (the source is consumed on return).
+        staged: Mutex<Vec<Box<[u8]>>>,
+    }
+
+    impl MockRma {
+        fn base(&self) -> *mut u8 {
+            self.seg.lock().unwrap().as_ref().unwrap().0
+        }
+        fn note(&self, c: &'static str) {
+            self.calls.lock().unwrap().push(c);
+        }
+        fn defer(&self, from: usize, to: usize, len: usize) -> RmaTicket {
+            let id = self.next.fetch_add(1, Ordering::Relaxed) as u64;
+            self.pending.lock().unwrap().insert(
+                id,
+                Pending {
+                    from,
+                    to,
+                    len,
+                    tested: false,
+                },
+            );
+            RmaTicket { rank: 0, id }
+        }
+        fn finish(&self, p: &Pending) {
+            // SAFETY: `from`/`to` are addresses the core vouched for (segment ranges it
+            // checked, or destinations valid until completion) or staged copies kept alive.
+            unsafe { std::ptr::copy(p.from as *const u8, p.to as *mut u8, p.len) };
+        }
+    }
+
+    impl NativeRma for MockRma {
+        fn describe(&self) -> String {
+            "mock".into()
+        }
+        fn put(&self, _dest: Rank, offset: u64, src: &[u8]) -> Result<()> {
+            self.note("put");
+            // SAFETY: the core checked the range against the segment.
+            unsafe { std::ptr::copy(src.as_ptr(), self.base().add(seg_off(offset)), src.len()) };
+            Ok(())
+        }
+        unsafe fn get(&self, _src: Rank, offset: u64, dst: *mut u8, len: usize) -> Result<()> {
+            self.note("get");
+            // SAFETY: range checked by the core; `dst` valid per the contract.
+            unsafe { std::ptr::copy(self.base().add(seg_off(offset)), dst, len) };
+            Ok(())
+        }
+        fn put_nb(&self, _dest: Rank, offset: u64, src: &[u8]) -> Result<Option<RmaTicket>> {
+            self.note("put_nb");
+            let copy: Box<[u8]> = src.into();
+            let from = copy.as_ptr() as usize;
+            self.staged.lock().unwrap().push(copy);
+            let to = self.base() as usize + seg_off(offset);
+            Ok(Some(self.defer(from, to, src.len())))
+        }
+        unsafe fn get_nb(
+            &self,
+            _src: Rank,
+            offset: u64,
+            dst: *mut u8,
+            len: usize,
+        ) -> Result<Option<RmaTicket>> {
+            self.note("get_nb");
+            let from = self.base() as usize + seg_off(offset);
+            Ok(Some(self.defer(from, dst as usize, len)))
+        }
+        fn test(&self, t: RmaTicket) -> Result<bool> {
+            let mut p = self.pending.lock().unwrap();
+            let Some(op) = p.get_mut(&t.id) else {
+                return Err(Error::conduit("mock", "unknown ticket"));
+            };
+            if !op.tested {
+                op.tested = true;
+                return Ok(false);
+            }
+            let op = p.remove(&t.id).unwrap();
+            self.finish(&op);
+            Ok(true)
+        }
+        fn wait(&self, t: RmaTicket) -> Result<()> {
+            let op = self.pending.lock().unwrap().remove(&t.id);
+            let op = op.ok_or(Error::conduit("mock", "unknown ticket"))?;
+            self.finish(&op);
+            Ok(())
+        }
+    }
+
+    struct Mock(Arc<MockRma>);
+
+    impl Conduit for Mock {
+        fn name(&self) -> &'static str {
+            "mock"
+        }
+        fn rank(&self) -> Rank {
+            0
+        }
+        fn size(&self) -> u32 {
+            1
+        }
+        fn max_medium(&self) -> usize {
+            1024
+        }
+        fn exchange(&self, blob: &[u8]) -> Result<Vec<Vec<u8>>> {
+            Ok(vec![blob.to_vec()])
+        }
+        fn attach_segment(&self, len: usize, _lens: &[usize]) -> Result<LocalSegment> {
+            let base = Box::leak(vec![0u8; len].into_boxed_slice()).as_mut_ptr();
+            *self.0.seg.lock().unwrap() = Some(Seg(base));
+            Ok(LocalSegment { base, len })
+        }
+        fn try_send(&self, _dest: Rank, _msg: &OutMsg<'_>) -> Result<bool> {
+            Err(Error::conduit("mock", "no active messages expected"))
+        }
+        fn poll(&self, _r: bool, _sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {
+            Ok(0)
+        }
+        fn native_rma(&self) -> Option<Arc<dyn NativeRma>> {
+            let r: Arc<dyn NativeRma> = self.0.clone();
+            Some(r)
+        }
+        fn exit_requested(&self) -> Option<i32> {
+            None
+        }
+        fn request_exit(&self, code: i32) -> i32 {
+            code
+        }
+        fn terminate(&self, code: i32) -> ! {
+            panic!("mock rank ended with {code}")
+        }
+        fn is_process_mode(&self) -> bool {
+            false
+        }
+    }
+
+    fn endpoint() -> (Endpoint, Arc<MockRma>) {
+        let rma = Arc::new(MockRma::default());
+        let ep = Endpoint::new(Box::new(Mock(rma.clone()))).unwrap();
+        ep.attach(HandlerTable::new(), 4096).unwrap();
+        (ep, rma)
+    }
+
+    fn read(ep: &Endpoint, off: u64, len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        ep.read_local(off, &mut v).unwrap();
+        v
+    }
+
+    #[test]
+    fn blocking_forms_use_the_native_calls() {
+        let (ep, rma) = endpoint();
+        if !ep.config().rma_native {
+            return; // AMNET_RMA=am in this test's environment
+        }
+        assert_eq!(ep.rma_path(0).unwrap(), RmaPath::Native);
+        assert!(matches!(ep.rma_path(1), Err(Error::BadRank { .. })));
+        ep.put(0, 3, b"hello").unwrap();
+        assert_eq!(read(&ep, 3, 5), b"hello");
+        let mut b = [0u8; 5];
+        ep.get(0, 3, &mut b).unwrap();
+        assert_eq!(&b, b"hello");
+        // Zero bytes and range errors never reach the conduit.
+        assert!(ep.put_nb(0, 0, &[]).unwrap().is_invalid());
+        assert!(matches!(
+            ep.put(0, 4095, b"xy"),
+            Err(Error::OutOfSegment { .. })
+        ));
+        assert_eq!(*rma.calls.lock().unwrap(), ["put", "get"]);
+        let s = ep.stats();
+        assert_eq!((s.puts, s.gets, s.requests_sent.messages()), (2, 1, 0));
+    }
+
+    #[test]
+    fn explicit_handles_complete_when_synced() {
+        let (ep, _rma) = endpoint();
+        if !ep.config().rma_native {
+            return;
+        }
+        let mut h = ep.put_nb(0, 10, b"abc").unwrap();
+        assert!(!h.is_invalid());
+        assert_eq!(read(&ep, 10, 3), [0, 0, 0], "completes only when synced");
+        assert!(
+            !ep.try_sync(&mut h).unwrap(),
+            "the mock's first test says not yet"
+        );
+        assert!(ep.try_sync(&mut h).unwrap());
+        assert!(h.is_invalid());
+        assert_eq!(read(&ep, 10, 3), b"abc");
+
+        let mut buf = [0u8; 3];
+        // SAFETY: `buf` outlives the wait below.
+        let mut h = unsafe { ep.get_nb(0, 10, buf.as_mut_ptr(), 3) }.unwrap();
+        ep.wait_sync(&mut h).unwrap();
+        assert_eq!(&buf, b"abc");
+
+        let h1 = ep.get_nb_local(0, 10, 100, 3).unwrap();
+        let h2 = ep.put_nb(0, 200, b"xyz").unwrap();
+        let mut hs = [h1, h2, Handle::INVALID];
+        assert!(!ep.try_sync_all(&mut hs).unwrap());
+        ep.wait_sync_some(&mut hs).unwrap();
+        assert!(hs.iter().any(Handle::is_invalid));
+        ep.wait_sync_all(&mut hs).unwrap();
+        assert!(hs.iter().all(Handle::is_invalid));
+        assert_eq!(read(&ep, 100, 3), b"abc");
+        assert_eq!(read(&ep, 200, 3), b"xyz");
+    }
+
+    #[test]
+    fn implicit_handles_and_regions() {
+        let (ep, _rma) = endpoint();
+        if !ep.config().rma_native {
+            return;
+        }
+        for i in 0..5u8 {
+            ep.put_nbi(0, 300 + u64::from(i), &[i + 1]).unwrap();
+        }
+        assert!(!ep.try_sync_nbi().unwrap());
+        ep.wait_sync_nbi().unwrap();
+        assert!(ep.try_sync_nbi().unwrap());
+        assert_eq!(read(&ep, 300, 5), [1, 2, 3, 4, 5]);
+
+        ep.begin_nbi_region().unwrap();
+        ep.get_nbi_local(0, 300, 400, 5).unwrap();
+        let mut buf = [0u8; 2];
+        // SAFETY: `buf` outlives the region's wait below.
+        unsafe { ep.get_nbi(0, 302, buf.as_mut_ptr(), 2) }.unwrap();
+        let mut h = ep.end_nbi_region().unwrap();
+        assert!(!h.is_invalid());
+        assert!(
+            ep.try_sync_nbi().unwrap(),
+            "region operations are not implicit ones"
+        );
+        ep.wait_sync(&mut h).unwrap();
+        assert_eq!(read(&ep, 400, 5), [1, 2, 3, 4, 5]);
+        assert_eq!(buf, [3, 4]);
     }
 }

@@ -7,10 +7,10 @@
 //! The default scenario, `all`, runs on every rank: Short, Medium and Long request/reply
 //! ping-pong with every rank (itself included) over the payload sizes around each protocol
 //! boundary; request and reply storms that exhaust the flow-control credits; requests from
-//! several threads at once; put/get through the core's AM reference path; barriers; and plain
-//! MPI messages on the world communicator, received with `MPI_ANY_SOURCE`/`MPI_ANY_TAG` while
-//! amnet traffic is in flight (from the main thread, and from a second thread when MPI grants
-//! `MPI_THREAD_MULTIPLE`). It ends with code 0 when every check passed and 1 otherwise.
+//! several threads at once; put/get (on the path the probe at attach chose); barriers; and
+//! plain MPI messages on the world communicator, received with `MPI_ANY_SOURCE`/`MPI_ANY_TAG`
+//! while amnet traffic is in flight (from the main thread, and from a second thread when MPI
+//! grants `MPI_THREAD_MULTIPLE`). It ends with code 0 when every check passed and 1 otherwise.
 //!
 //! `serialized` runs the same checks after the client initialized MPI itself at
 //! `MPI_THREAD_SERIALIZED`, so the conduit serializes its MPI calls.
@@ -274,7 +274,7 @@ fn check(ep: &Endpoint, st: &State) -> Result<(), String> {
         .map_err(e)?;
     ep.barrier().map_err(e)?;
 
-    // Put/get on the AM reference path (the mpi conduit maps no peer segment).
+    // Put/get, on the path chosen at attach (native MPI one-sided, or the AM path).
     let next = (me + 1) % n;
     let prev = (me + n - 1) % n;
     let rma_off = 2 * u64::from(n) * REGION;

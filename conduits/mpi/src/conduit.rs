@@ -29,10 +29,13 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use amnet_core::{Category, Conduit, Error, InMsg, LocalSegment, OutMsg, Rank, Result, MAX_ARGS};
+use amnet_core::{
+    Category, Conduit, Error, InMsg, LocalSegment, NativeRma, OutMsg, Rank, Result, MAX_ARGS,
+};
 use mpi::Threading;
 
 use crate::raw::{self, Comm, Completions, Request, Status};
+use crate::rma::Window;
 use crate::segment::{self, Segment};
 use crate::wire::{self, Header};
 
@@ -67,6 +70,9 @@ const KEEP_LARGE: usize = 16;
 const REQ: usize = 0;
 const REP: usize = 1;
 
+/// How long a collective of attach may still complete after a job-wide exit was seen.
+const COLLECTIVE_GRACE: Duration = Duration::from_millis(500);
+
 const DEFAULT_CREDITS: u32 = 32;
 /// At most this many credits per peer and class: every outstanding separate Long holds a
 /// credit, so the data tag index cannot wrap onto a transfer still in flight.
@@ -88,6 +94,9 @@ struct Settings {
     /// File where the rank that ends the job with a non-zero code records `rank code`, for the
     /// launcher's report (`AMNET_MPI_REPORT`, set by the spawner).
     report: Option<std::path::PathBuf>,
+    /// Bytes per `MPI_Put`/`MPI_Get` of the native put/get path (`AMNET_MPI_RMA_CHUNK`, at
+    /// most and by default [`raw::RMA_CHUNK`]); larger transfers are split.
+    rma_chunk: usize,
 }
 
 fn env_flag(name: &str) -> Result<bool> {
@@ -136,7 +145,20 @@ impl Settings {
                 }
             },
         };
+        let rma_chunk = match std::env::var("AMNET_MPI_RMA_CHUNK") {
+            Err(_) => raw::RMA_CHUNK,
+            Ok(v) => match v.parse::<usize>() {
+                Ok(c) if (1..=raw::RMA_CHUNK).contains(&c) => c,
+                _ => {
+                    return Err(Error::Config(format!(
+                        "AMNET_MPI_RMA_CHUNK={v:?}: expected a whole number of bytes in 1..={}",
+                        raw::RMA_CHUNK
+                    )))
+                }
+            },
+        };
         Ok(Settings {
+            rma_chunk,
             credits,
             grace,
             boot_timeout,
@@ -383,6 +405,8 @@ struct Engine {
     tx: Mutex<Tx>,
     rx: Mutex<Rx>,
     seg: OnceLock<Segment>,
+    /// The RMA window over every rank's segment, when put/get run natively.
+    rma: OnceLock<Arc<Window>>,
     /// 0, or `1 << 63 | origin << 32 | code` once a job-wide exit is known here.
     exit: AtomicU64,
     state: AtomicU8,
@@ -528,6 +552,11 @@ impl Engine {
         };
         let n = raw::testsome(&mut rx.reqs[..end], &mut rx.done)?;
         if n > 0 {
+            // What a sender put before sending these messages must be visible to the handlers
+            // about to run (and to barriers): order our reads of the segment after it.
+            if let Some(w) = self.rma.get() {
+                w.sync();
+            }
             // Taken out for the loop, which needs the rest of `rx`; put back for reuse.
             let done = std::mem::take(&mut rx.done);
             for (i, st) in done.iter() {
@@ -832,6 +861,11 @@ impl Engine {
                 std::thread::sleep(grace);
                 raw::abort(code)
             });
+        // Every rank passed the exit barrier, so every rank frees the window (collective);
+        // should one not, the thread above aborts the job.
+        if let Some(w) = self.rma.get() {
+            w.close();
+        }
         if let Err(e) = raw::finalize() {
             eprintln!("amnet mpi rank {}: {e}; aborting", self.rank);
             raw::abort(code);
@@ -905,18 +939,43 @@ impl Engine {
         Ok(out)
     }
 
+    /// Collective: the bitwise or of every rank's `bits` (waited on like the attach exchange).
+    fn agree(&self, bits: i32) -> Result<i32> {
+        let mine = Box::new(bits);
+        let mut all = Box::new(0i32);
+        // SAFETY: both are heap cells that live until the request completes, or are leaked
+        // when the wait gives up with the request still active.
+        let mut req = unsafe { raw::iallreduce_bor(&*mine, &mut *all, self.comm)? };
+        if let Err(e) = self.wait_collective(&mut req, "the attach agreement on put/get") {
+            std::mem::forget(mine);
+            std::mem::forget(all);
+            return Err(e);
+        }
+        Ok(*all)
+    }
+
     /// Wait for a collective, noticing a job-wide exit meanwhile; bounded by
     /// `AMNET_BOOT_TIMEOUT`.
+    ///
+    /// A job-wide exit seen meanwhile ends this rank, unless the collective completes within
+    /// [`COLLECTIVE_GRACE`] of it: a rank that finished the collective first may have ended
+    /// the job right after (returning from `main` after attach), and the ranks that left keep
+    /// MPI progressing in the exit barrier. Attach then returns, and the client meets the exit
+    /// at its next poll, as it would have had the collective completed a moment earlier here.
     fn wait_collective(&self, req: &mut Request, what: &str) -> Result<()> {
         let start = Instant::now();
         let mut idle = 0u32;
+        let mut exit_seen: Option<Instant> = None;
         loop {
             if raw::test(req)?.is_some() {
                 return Ok(());
             }
             self.test_exit_notice()?;
             if let Some(code) = self.exit_code() {
-                self.terminate(code);
+                let since = *exit_seen.get_or_insert_with(Instant::now);
+                if since.elapsed() > COLLECTIVE_GRACE {
+                    self.terminate(code);
+                }
             }
             if start.elapsed() > self.settings.boot_timeout {
                 return Err(Error::Timeout {
@@ -1063,7 +1122,10 @@ impl MpiConduit {
     /// Collective: every rank of the job calls it once. A second call in the same process is a
     /// configuration error. Environment: `AMNET_MPI_CREDITS` (messages in flight per peer and
     /// class, default 32), `AMNET_MPI_EXIT_GRACE` (seconds, default 2), `AMNET_BOOT_TIMEOUT`,
-    /// `AMNET_VERBOSE` (rank 0 prints the MPI library and the thread level in use).
+    /// `AMNET_VERBOSE` (rank 0 prints the MPI library and the thread level in use, and at
+    /// attach which put/get path is in use), `AMNET_RMA` (`am`: no RMA window, put/get on the
+    /// AM path), `AMNET_MPI_RMA_CHUNK` (bytes per `MPI_Put`/`MPI_Get`, default and at most
+    /// 1 GiB).
     pub fn from_env() -> Result<MpiConduit> {
         static CREATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         if CREATED.swap(true, Ordering::AcqRel) {
@@ -1155,6 +1217,7 @@ impl MpiConduit {
             }),
             rx: Mutex::new(rx),
             seg: OnceLock::new(),
+            rma: OnceLock::new(),
             exit: AtomicU64::new(0),
             state: AtomicU8::new(RUNNING),
             settings,
@@ -1225,14 +1288,37 @@ impl Conduit for MpiConduit {
     }
 
     fn attach_segment(&self, len: usize, lens: &[usize]) -> Result<LocalSegment> {
+        let eng = &*self.eng;
         segment::check_lengths(lens)?;
-        let seg = Segment::new(len)?;
+        if eng.seg.get().is_some() {
+            return Err(Error::AlreadyAttached);
+        }
+        let opened = crate::rma::open(
+            eng.comm,
+            eng.rank,
+            len,
+            lens,
+            eng.settings.rma_chunk,
+            &|bits| eng.agree(bits),
+        )?;
+        if eng.settings.verbose && eng.rank == 0 {
+            eprintln!("amnet mpi: {}", opened.summary);
+        }
+        let seg = opened.seg;
         let local = LocalSegment {
             base: seg.base(),
             len: seg.len(),
         };
-        self.eng.seg.set(seg).map_err(|_| Error::AlreadyAttached)?;
+        eng.seg.set(seg).map_err(|_| Error::AlreadyAttached)?;
+        if let Some(w) = opened.window {
+            let _ = eng.rma.set(Arc::new(w));
+        }
         Ok(local)
+    }
+
+    fn native_rma(&self) -> Option<Arc<dyn NativeRma>> {
+        let w: Arc<dyn NativeRma> = self.eng.rma.get()?.clone();
+        Some(w)
     }
 
     fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {

@@ -6,8 +6,10 @@
 //! `MPI_COMM_WORLD`, so a client may use MPI itself, on the world communicator, in the same
 //! program. Flow control is credit-based and replies have credits, tags and receives of their
 //! own, so a handler that replies never waits behind requests. Long payloads above 64 KiB are
-//! received straight into the target segment. Put/get and barriers come from the core's
-//! AM-based reference paths. The design note is `src/README.md`.
+//! received straight into the target segment. Put/get run natively with MPI one-sided
+//! communication (a window over every rank's segment, a passive-target epoch for the job's
+//! life) when a probe at attach finds it working on every rank, and on the core's AM-based
+//! path otherwise; barriers come from the core. The design note is `src/README.md`.
 //!
 //! ```no_run
 //! use amnet_core::{Endpoint, HandlerTable};
@@ -25,6 +27,7 @@
 
 mod conduit;
 mod raw;
+mod rma;
 mod segment;
 mod spawn;
 mod wire;

@@ -422,3 +422,248 @@ pub(crate) fn abort(code: i32) -> ! {
     // SAFETY: _exit ends the process at once; it is async-signal-safe and thread-safe.
     unsafe { libc::_exit(code) }
 }
+
+/// The MPI standard version the library implements, as (version, subversion).
+pub(crate) fn version() -> (i32, i32) {
+    let (mut v, mut s): (c_int, c_int) = (0, 0);
+    // SAFETY: MPI_Get_version may be called at any time; the outputs are writable.
+    let rc = unsafe { ffi::MPI_Get_version(&mut v, &mut s) };
+    if rc != SUCCESS {
+        return (0, 0);
+    }
+    (v, s)
+}
+
+/// Start a bitwise-or all-reduce of one i32 per rank.
+///
+/// # Safety
+/// - `send` and `recv` stay valid, and `recv` untouched, until the request completes.
+pub(crate) unsafe fn iallreduce_bor(
+    send: *const i32,
+    recv: *mut i32,
+    comm: Comm,
+) -> Result<Request> {
+    let mut req = null_request();
+    // SAFETY: per the contract both buffers outlive the request; the datatype and operation
+    // handles are immutable exports of the rsmpi shim.
+    let rc = locked(|| unsafe {
+        ffi::MPI_Iallreduce(
+            send.cast::<c_void>(),
+            recv.cast::<c_void>(),
+            1,
+            ffi::RSMPI_INT32_T,
+            ffi::RSMPI_BOR,
+            comm.0,
+            &mut req,
+        )
+    });
+    check(rc, "MPI_Iallreduce")?;
+    Ok(req)
+}
+
+/// An RMA window handle. Like communicators, windows are process-wide names.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Win(ffi::MPI_Win);
+
+// SAFETY: a window handle is an opaque process-wide identifier; MPI (at the thread level in
+// force, with `locked` serializing calls below MPI_THREAD_MULTIPLE) lets any thread use it.
+unsafe impl Send for Win {}
+// SAFETY: as above.
+unsafe impl Sync for Win {}
+
+/// Largest count of one put or get: MPI counts are `int`.
+pub(crate) const RMA_CHUNK: usize = 1 << 30;
+
+fn disp(offset: u64) -> Result<ffi::MPI_Aint> {
+    ffi::MPI_Aint::try_from(offset)
+        .map_err(|_| Error::conduit("mpi", format!("offset {offset} exceeds MPI_Aint")))
+}
+
+/// Collective over `comm`: `MPI_Win_allocate` of `len` bytes (displacement unit 1) that
+/// returns errors instead of aborting. Returns the window and the local memory's base.
+pub(crate) fn win_allocate(len: usize, comm: Comm) -> Result<(Win, *mut u8)> {
+    let size = ffi::MPI_Aint::try_from(len)
+        .map_err(|_| Error::conduit("mpi", format!("a window of {len} bytes exceeds MPI_Aint")))?;
+    // SAFETY: reading an immutable handle exported by the rsmpi shim.
+    let mut info = unsafe { ffi::RSMPI_INFO_NULL };
+    // SAFETY: `info` is writable; MPI_Info_create has no other precondition.
+    let rc = locked(|| unsafe { ffi::MPI_Info_create(&mut info) });
+    check(rc, "MPI_Info_create")?;
+    // Each rank's memory on its own pages (Open MPI's shared-memory windows otherwise pack the
+    // ranks' memory back to back). Implementations ignore keys they do not know.
+    let key = c"alloc_shared_noncontig";
+    let value = c"true";
+    // SAFETY: `info` was just created; key and value are NUL-terminated strings.
+    let rc = locked(|| unsafe { ffi::MPI_Info_set(info, key.as_ptr(), value.as_ptr()) });
+    check(rc, "MPI_Info_set")?;
+    let mut base: *mut u8 = std::ptr::null_mut();
+    // SAFETY: reading an immutable handle exported by the rsmpi shim.
+    let mut win = Win(unsafe { ffi::RSMPI_WIN_NULL });
+    // SAFETY: collective over `comm`, called by every rank at attach; `base` receives the
+    // address of the memory MPI allocates (MPI_Win_allocate takes a pointer to the pointer).
+    let rc = locked(|| unsafe {
+        ffi::MPI_Win_allocate(
+            size,
+            1,
+            info,
+            comm.0,
+            (&mut base as *mut *mut u8).cast::<c_void>(),
+            &mut win.0,
+        )
+    });
+    // SAFETY: `info` was created above and is used no more.
+    locked(|| unsafe { ffi::MPI_Info_free(&mut info) });
+    check(rc, "MPI_Win_allocate")?;
+    // SAFETY: `win` is the window just created; the error handler is a predefined one.
+    let rc = locked(|| unsafe { ffi::MPI_Win_set_errhandler(win.0, ffi::RSMPI_ERRORS_RETURN) });
+    check(rc, "MPI_Win_set_errhandler")?;
+    if base.is_null() && len > 0 {
+        return Err(Error::conduit("mpi", "MPI_Win_allocate returned no memory"));
+    }
+    Ok((win, base))
+}
+
+/// True when the window uses the unified memory model (`MPI_WIN_MODEL`), where the memory a
+/// rank reads and writes is the memory remote puts and gets access.
+pub(crate) fn win_unified(win: Win) -> Result<bool> {
+    let key = c_int::try_from(ffi::MPI_WIN_MODEL)
+        .map_err(|_| Error::conduit("mpi", "MPI_WIN_MODEL out of range"))?;
+    let unified = c_int::try_from(ffi::MPI_WIN_UNIFIED)
+        .map_err(|_| Error::conduit("mpi", "MPI_WIN_UNIFIED out of range"))?;
+    let mut value: *mut c_int = std::ptr::null_mut();
+    let mut flag: c_int = 0;
+    // SAFETY: for a predefined window attribute MPI stores a pointer to the value into
+    // `value` (passed as a pointer to it); `flag` is writable.
+    let rc = locked(|| unsafe {
+        ffi::MPI_Win_get_attr(
+            win.0,
+            key,
+            (&mut value as *mut *mut c_int).cast::<c_void>(),
+            &mut flag,
+        )
+    });
+    check(rc, "MPI_Win_get_attr(MPI_WIN_MODEL)")?;
+    if flag == 0 || value.is_null() {
+        return Ok(false);
+    }
+    // SAFETY: MPI returned a pointer to the attribute's int, valid while the window lives.
+    Ok(unsafe { *value } == unified)
+}
+
+/// `MPI_Win_lock_all(MPI_MODE_NOCHECK)`: a passive-target epoch towards every rank.
+pub(crate) fn win_lock_all(win: Win) -> Result<()> {
+    let assert = c_int::try_from(ffi::MPI_MODE_NOCHECK).unwrap_or(0);
+    // SAFETY: `win` is a valid window with no epoch open from this rank.
+    check(
+        locked(|| unsafe { ffi::MPI_Win_lock_all(assert, win.0) }),
+        "MPI_Win_lock_all",
+    )
+}
+
+/// `MPI_Win_unlock_all`: ends the epoch, completing every operation.
+pub(crate) fn win_unlock_all(win: Win) -> Result<()> {
+    // SAFETY: `win` is a valid window on which this rank holds a lock_all epoch.
+    check(
+        locked(|| unsafe { ffi::MPI_Win_unlock_all(win.0) }),
+        "MPI_Win_unlock_all",
+    )
+}
+
+/// Collective: `MPI_Win_free` (its memory too, for an allocated window).
+pub(crate) fn win_free(mut win: Win) -> Result<()> {
+    // SAFETY: collective over the window's communicator, called by every rank with no epoch
+    // open; nothing uses the window or its memory afterwards.
+    check(
+        locked(|| unsafe { ffi::MPI_Win_free(&mut win.0) }),
+        "MPI_Win_free",
+    )
+}
+
+/// `MPI_Put` of `len` bytes (at most [`RMA_CHUNK`]) to `rank`'s window at `offset`.
+///
+/// # Safety
+/// - `src` is valid for `len` bytes of reads and stays unmodified until the operation
+///   completes locally (a flush).
+pub(crate) unsafe fn put(
+    src: *const u8,
+    len: usize,
+    rank: u32,
+    offset: u64,
+    win: Win,
+) -> Result<()> {
+    let n = count(len, "MPI_Put")?;
+    let r = peer(rank)?;
+    let d = disp(offset)?;
+    // SAFETY: per the contract the origin buffer outlives the operation; the datatype handles
+    // are immutable exports of the rsmpi shim; the caller checked the target range.
+    let rc = locked(|| unsafe {
+        ffi::MPI_Put(
+            src.cast::<c_void>(),
+            n,
+            ffi::RSMPI_UINT8_T,
+            r,
+            d,
+            n,
+            ffi::RSMPI_UINT8_T,
+            win.0,
+        )
+    });
+    check(rc, "MPI_Put")
+}
+
+/// `MPI_Get` of `len` bytes (at most [`RMA_CHUNK`]) from `rank`'s window at `offset`.
+///
+/// # Safety
+/// - `dst` is valid for `len` bytes of writes, and nothing else reads or writes them, until
+///   the operation completes (a flush).
+pub(crate) unsafe fn get(dst: *mut u8, len: usize, rank: u32, offset: u64, win: Win) -> Result<()> {
+    let n = count(len, "MPI_Get")?;
+    let r = peer(rank)?;
+    let d = disp(offset)?;
+    // SAFETY: per the contract the destination is ours until the operation completes.
+    let rc = locked(|| unsafe {
+        ffi::MPI_Get(
+            dst.cast::<c_void>(),
+            n,
+            ffi::RSMPI_UINT8_T,
+            r,
+            d,
+            n,
+            ffi::RSMPI_UINT8_T,
+            win.0,
+        )
+    });
+    check(rc, "MPI_Get")
+}
+
+/// `MPI_Win_flush`: every operation this process started towards `rank` is complete, at the
+/// origin and at the target.
+pub(crate) fn flush(rank: u32, win: Win) -> Result<()> {
+    let r = peer(rank)?;
+    // SAFETY: `win` is a valid window inside this rank's lock_all epoch.
+    check(
+        locked(|| unsafe { ffi::MPI_Win_flush(r, win.0) }),
+        "MPI_Win_flush",
+    )
+}
+
+/// `MPI_Win_flush_local`: every operation this process started towards `rank` is complete at
+/// the origin (put sources reusable, get data arrived).
+pub(crate) fn flush_local(rank: u32, win: Win) -> Result<()> {
+    let r = peer(rank)?;
+    // SAFETY: `win` is a valid window inside this rank's lock_all epoch.
+    check(
+        locked(|| unsafe { ffi::MPI_Win_flush_local(r, win.0) }),
+        "MPI_Win_flush_local",
+    )
+}
+
+/// `MPI_Win_sync`: orders this process's accesses to its window memory with the RMA
+/// operations of other ranks (a memory barrier in the unified model).
+pub(crate) fn win_sync(win: Win) -> Result<()> {
+    // SAFETY: `win` is a valid window inside this rank's lock_all epoch.
+    check(
+        locked(|| unsafe { ffi::MPI_Win_sync(win.0) }),
+        "MPI_Win_sync",
+    )
+}

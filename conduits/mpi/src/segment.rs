@@ -1,4 +1,5 @@
-//! The local segment: anonymous, zero-filled, page-aligned memory of this process.
+//! The local segment: zero-filled memory of this process, either the memory of the RMA window
+//! (`MPI_Win_allocate`, when put/get run natively) or an anonymous page-aligned mapping.
 
 use amnet_core::{Error, Result};
 
@@ -7,6 +8,8 @@ use amnet_core::{Error, Result};
 pub(crate) struct Segment {
     base: *mut u8,
     len: usize,
+    /// The memory belongs to an MPI window (freed with it), not to a mapping of ours.
+    in_window: bool,
 }
 
 // SAFETY: the segment is plain memory owned by this process. Who writes which bytes when is the
@@ -51,6 +54,7 @@ impl Segment {
             return Ok(Segment {
                 base: std::ptr::NonNull::<u8>::dangling().as_ptr(),
                 len: 0,
+                in_window: false,
             });
         }
         // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches no
@@ -74,7 +78,26 @@ impl Segment {
         Ok(Segment {
             base: p.cast::<u8>(),
             len,
+            in_window: false,
         })
+    }
+
+    /// The first `len` bytes of an RMA window's memory at `base`. The window owns the memory;
+    /// it stays valid until the window is freed, when the process leaves.
+    ///
+    /// # Safety
+    /// - `base` is valid for `len` bytes of reads and writes until the window is freed, and
+    ///   the caller zero-filled them (MPI does not promise zeroed memory).
+    pub(crate) unsafe fn in_window(base: *mut u8, len: usize) -> Segment {
+        Segment {
+            base: if len == 0 {
+                std::ptr::NonNull::<u8>::dangling().as_ptr()
+            } else {
+                base
+            },
+            len,
+            in_window: true,
+        }
     }
 
     /// Base address.
@@ -105,7 +128,7 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
-        if self.len > 0 {
+        if self.len > 0 && !self.in_window {
             // SAFETY: the mapping was created in `new` with this length and is unmapped once.
             unsafe { libc::munmap(self.base.cast(), self.len) };
         }

@@ -1,6 +1,8 @@
 //! The mpi conduit as real MPI jobs: the `mpi_check` example run through the spawner
 //! (`amnet_mpi::run`) at 2 and 3 ranks, the exit scenarios and their codes, the launcher
-//! timeout, and a plain `mpirun` without the spawner.
+//! timeout, a plain `mpirun` without the spawner, and the `rma_check` example (put/get of
+//! 1 B to 4 MiB on the native path, which `AMNET_VERBOSE=1` must report, and on the AM path
+//! with `AMNET_RMA=am`).
 //!
 //! Every job runs under a watchdog (the spawner's timeout, or a kill after a deadline for the
 //! plain `mpirun`). Without an MPI launcher each test prints why it is skipped and passes.
@@ -30,24 +32,29 @@ fn skip_without_mpirun(test: &str) -> bool {
     true
 }
 
-/// The example binary, built next to this test (`cargo test` builds examples; a run that
-/// selected only this test builds it here).
+/// The `mpi_check` example binary.
 fn example() -> PathBuf {
+    example_named("mpi_check")
+}
+
+/// An example binary, built next to this test (`cargo test` builds examples; a run that
+/// selected only this test builds it here).
+fn example_named(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let profile_dir = exe
         .parent()
         .and_then(|deps| deps.parent())
         .expect("target directory");
-    let path = profile_dir.join("examples").join("mpi_check");
+    let path = profile_dir.join("examples").join(name);
     if !path.is_file() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-p", "amnet-mpi", "--example", "mpi_check"]);
+        cmd.args(["build", "-p", "amnet-mpi", "--example", name]);
         if profile_dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
         let status = cmd.status().expect("run cargo to build the example");
-        assert!(status.success(), "building the mpi_check example failed");
+        assert!(status.success(), "building the {name} example failed");
     }
     assert!(path.is_file(), "{} is missing", path.display());
     path
@@ -159,24 +166,38 @@ fn launcher_timeout_ends_the_job_with_124() {
     assert!(took < Duration::from_secs(15), "the job took {took:?}");
 }
 
-#[test]
-fn plain_mpirun_without_the_spawner() {
-    if skip_without_mpirun("plain_mpirun_without_the_spawner") {
-        return;
-    }
+/// Run `program ARGS` under a plain `mpirun -n ranks` with `env` added (and forwarded with
+/// `-x`); returns the exit code and everything the job wrote on stderr.
+fn plain_mpirun(
+    ranks: u32,
+    program: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Option<i32>, String) {
     let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
     let mut cmd = Command::new("mpirun");
-    cmd.args(["-n", "2", "--oversubscribe"]);
+    cmd.args(["-n", &ranks.to_string(), "--oversubscribe"]);
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         cmd.arg("--allow-run-as-root");
     }
+    for (k, v) in env {
+        cmd.args(["-x", k]).env(k, v);
+    }
+    let err_path = std::env::temp_dir().join(format!(
+        "amnet-mpirun-test-{}-{}.err",
+        std::process::id(),
+        START.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let err_file = std::fs::File::create(&err_path).expect("create the stderr file");
     let mut child = cmd
-        .arg(example())
+        .arg(program)
+        .args(args)
         .env("AMNET_CONDUIT", "mpi")
         .env_remove("AMNET_RANK")
         .env_remove("AMNET_SIZE")
         .stdin(Stdio::null())
+        .stderr(err_file)
         .spawn()
         .expect("start mpirun");
     let start = Instant::now();
@@ -191,5 +212,63 @@ fn plain_mpirun_without_the_spawner() {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert_eq!(status.code(), Some(0), "{status:?}");
+    let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&err_path);
+    eprint!("{err}");
+    (status.code(), err)
+}
+
+/// Numbers the stderr files of plain jobs.
+static START: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+#[test]
+fn plain_mpirun_without_the_spawner() {
+    if skip_without_mpirun("plain_mpirun_without_the_spawner") {
+        return;
+    }
+    let (code, err) = plain_mpirun(2, &example(), &[], &[]);
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn native_put_get_round_trip_and_are_reported() {
+    if skip_without_mpirun("native_put_get_round_trip_and_are_reported") {
+        return;
+    }
+    // The last run splits every transfer into MPI calls of 1000 bytes (4 MiB: 4,195 calls).
+    for (ranks, chunk) in [(2, None), (3, None), (2, Some("1000"))] {
+        let mut env = vec![("AMNET_VERBOSE", "1")];
+        if let Some(c) = chunk {
+            env.push(("AMNET_MPI_RMA_CHUNK", c));
+        }
+        let (code, err) = plain_mpirun(ranks, &example_named("rma_check"), &["native"], &env);
+        assert_eq!(code, Some(0), "{ranks} ranks: {err}");
+        assert!(
+            err.contains("amnet mpi: put/get native: MPI one-sided")
+                && err.contains("probe passed on every rank"),
+            "{ranks} ranks: AMNET_VERBOSE=1 did not report the native path: {err}"
+        );
+        assert!(
+            err.contains("rma native (MPI one-sided)"),
+            "{ranks} ranks: the core's configuration line does not say native: {err}"
+        );
+    }
+}
+
+#[test]
+fn amnet_rma_am_forces_the_am_path() {
+    if skip_without_mpirun("amnet_rma_am_forces_the_am_path") {
+        return;
+    }
+    let (code, err) = plain_mpirun(
+        2,
+        &example_named("rma_check"),
+        &["am"],
+        &[("AMNET_VERBOSE", "1"), ("AMNET_RMA", "am")],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("amnet mpi: put/get on the AM path: AMNET_RMA=am") && err.contains("rma am"),
+        "AMNET_VERBOSE=1 did not report the AM path: {err}"
+    );
 }
