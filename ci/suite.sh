@@ -29,5 +29,7 @@ for n in 2 3 4; do
     echo "== amrun --conduit mpi -n $n amnet-testsuite"
     target/release/amrun --conduit mpi -n "$n" --timeout 900 target/release/amnet-testsuite
 done
+echo "== amrun --conduit mpi -n 2 amnet-testsuite, put/get on the AM path (AMNET_RMA=am)"
+AMNET_RMA=am target/release/amrun --conduit mpi -n 2 --timeout 900 target/release/amnet-testsuite
 echo "== amrun -n 4 demo"
 target/release/amrun -n 4 --timeout 120 target/release/examples/demo
