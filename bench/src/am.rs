@@ -30,6 +30,8 @@ pub(crate) const H_LONG_REP: u8 = 205;
 pub(crate) const H_SINK: u8 = 206;
 /// Window acknowledgement (a Short request from rank 1 to rank 0): counts an ack.
 pub(crate) const H_ACK: u8 = 207;
+/// End of a block of puts or gets (a Short request from rank 0 to rank 1): counts a mark.
+pub(crate) const H_MARK: u8 = 208;
 
 /// Counters the handlers bump; the benchmark loops wait on them.
 #[derive(Debug, Default)]
@@ -42,6 +44,8 @@ pub(crate) struct AmState {
     sunk: AtomicU64,
     /// Window acks received (rank 0).
     acks: AtomicU64,
+    /// Block marks received (rank 1).
+    pub(crate) marks: AtomicU64,
 }
 
 /// A handler failed to reply: nothing can complete any more, so end the job.
@@ -89,6 +93,10 @@ pub(crate) fn register(t: &mut HandlerTable, st: &Arc<AmState>) -> amnet::Result
     let s = st.clone();
     t.register(H_ACK, move |_, _, _| {
         s.acks.fetch_add(1, Ordering::Release);
+    })?;
+    let s = st.clone();
+    t.register(H_MARK, move |_, _, _| {
+        s.marks.fetch_add(1, Ordering::Release);
     })?;
     Ok(())
 }

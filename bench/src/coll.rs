@@ -313,6 +313,7 @@ mod tests {
         let p = Plan {
             iters: 20_000,
             max_bytes: 1 << 20,
+            network: false,
         };
         assert_eq!(shape(&p, 8), (20, 200));
         assert_eq!(shape(&p, 64 << 10), (2, 20));

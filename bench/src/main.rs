@@ -1,6 +1,8 @@
 //! `amnet-bench`: latency and bandwidth of amnet's active messages, put/get and barriers,
-//! measured against two floors taken in the same run (a raw shared-memory cache-line round
-//! trip and local memcpy), with the library's performance targets checked at the end.
+//! measured against floors taken in the same run, with the library's performance targets
+//! checked at the end. On smp the floors are a raw shared-memory cache-line round trip and
+//! local memcpy; on udp they are a raw UDP ping-pong and raw UDP streaming between the same
+//! two processes (see `rawudp`), plus local memcpy.
 //!
 //! ```text
 //! amrun -n 2 target/release/amnet-bench SUITE [--json] [--iters N] [--max-bytes N]
@@ -17,6 +19,7 @@ mod coll;
 mod floor;
 mod latency;
 mod measure;
+mod rawudp;
 mod report;
 mod rma;
 
@@ -32,8 +35,12 @@ const USAGE: &str = "usage: amrun -n 2 amnet-bench SUITE [--json] [--iters N] [-
 SUITE: am (Short/Medium/Long round trips, Medium/Long bandwidth), rma (put/get latency
 and bandwidth), barrier, coll (broadcast, scatter, gather, gather_all, exchange,
 reduce_to_all and prefix_reduce in the nine IN/OUT sync modes, 8 B to 1 MiB), or all
-(every suite but coll). Every run but coll also measures the floors: a shared-memory
-cache-line round trip between ranks 0 and 1, and local memcpy bandwidth.
+(every suite but coll). Every run but coll also measures the floors between ranks 0
+and 1 and local memcpy bandwidth. On smp the floor is a shared-memory cache-line round
+trip; on udp it is a raw UDP ping-pong of 8-byte datagrams between the two processes
+(raw_udp_rtt, interleaved with the round trips it is compared with) and raw UDP
+streaming in 64 KiB datagrams (65,507 bytes, the UDP maximum; raw_udp_stream_bw), and
+the udp targets replace the smp ones.
 
   --json          one JSON object per line instead of tables
   --iters N       samples for the small-message latencies (default 20000); the
@@ -41,7 +48,13 @@ cache-line round trip between ranks 0 and 1, and local memcpy bandwidth.
                   calls per point up to 4 KiB, fewer above (at least 20)
   --max-bytes N   largest size of the bandwidth sweeps (default 4M; K/M suffixes
                   allowed); coll stops at 1M or at N, whichever is smaller
-  -h, --help      this text";
+  -h, --help      this text
+
+On conduits other than smp, where every remote operation is a network round trip of
+microseconds, the plan shrinks: 8-byte put/get latencies are timed one call per sample
+(smp: batches of 100), put/get/memcpy points move at most 256 MiB (smp: 1 GiB) and
+window bandwidth points time at most N/50 windows (smp: N/10), so that `all` with the
+default N takes well under a minute on udp over loopback.";
 
 /// Why a benchmark run failed.
 #[derive(Debug)]
@@ -87,17 +100,40 @@ pub(crate) struct Plan {
     pub(crate) iters: usize,
     /// Largest size of the bandwidth sweeps.
     pub(crate) max_bytes: usize,
+    /// The conduit reaches its peers through a network stack (every conduit but smp): each
+    /// remote operation costs microseconds, so the plan times fewer of them.
+    pub(crate) network: bool,
 }
 
 impl Plan {
-    /// Back-to-back operations per sample for the 8-byte put/get latencies.
+    /// Back-to-back operations per sample for the 8-byte put/get latencies (smp).
     pub(crate) const LATENCY_BATCH: usize = 100;
     /// Bytes a window-bandwidth sample moves, at most (the window shrinks for large
     /// messages).
     const WINDOW_BYTES: usize = 2 << 20;
     /// Bytes one bandwidth point moves in all: at most for small messages, at least for
-    /// large copies.
+    /// large copies (smp).
     const POINT_BYTES: usize = 1 << 30;
+    /// [`Plan::POINT_BYTES`] on network conduits.
+    const NET_POINT_BYTES: usize = 256 << 20;
+
+    /// Back-to-back operations per sample for the 8-byte put/get latencies: a batch on smp
+    /// (calls of nanoseconds), one call on network conduits (round trips of microseconds).
+    pub(crate) fn latency_batch(&self) -> usize {
+        if self.network {
+            1
+        } else {
+            Self::LATENCY_BATCH
+        }
+    }
+
+    fn point_bytes(&self) -> usize {
+        if self.network {
+            Self::NET_POINT_BYTES
+        } else {
+            Self::POINT_BYTES
+        }
+    }
 
     /// Untimed warm-up for a measurement of `n` samples.
     pub(crate) fn warmup(&self, n: usize) -> usize {
@@ -119,13 +155,13 @@ impl Plan {
     /// up to 100 small copies, and fewer samples as copies grow.
     pub(crate) fn rma_shape(&self, n: usize) -> (usize, usize) {
         let base = (self.iters / 4).max(20);
-        let batch = (65536 / n.max(1)).clamp(1, Self::LATENCY_BATCH);
+        let batch = (65536 / n.max(1)).clamp(1, self.latency_batch());
         let samples = if n <= 8192 {
             base
         } else {
             // Large copies: enough samples to move POINT_BYTES, so that a point spans tens
             // of milliseconds and a passing disturbance cannot move its median.
-            (base * 8192 / n).max((Self::POINT_BYTES / n).min(base))
+            (base * 8192 / n).max((self.point_bytes() / n).min(base))
         };
         (samples.max(1), batch)
     }
@@ -137,8 +173,12 @@ impl Plan {
 
     /// Windows to time at `n` bytes with `window` messages each.
     pub(crate) fn window_iters(&self, n: usize, window: usize) -> usize {
-        let cap = (self.iters / 10).max(10);
-        (Self::POINT_BYTES / (n.max(1) * window)).clamp(10.min(cap), cap)
+        let cap = if self.network {
+            (self.iters / 50).max(10)
+        } else {
+            (self.iters / 10).max(10)
+        };
+        (self.point_bytes() / (n.max(1) * window)).clamp(10.min(cap), cap)
     }
 }
 
@@ -208,7 +248,11 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
     Ok(Some(Opts {
         suite,
         json,
-        plan: Plan { iters, max_bytes },
+        plan: Plan {
+            iters,
+            max_bytes,
+            network: false,
+        },
     }))
 }
 
@@ -236,20 +280,35 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
     }
     let me = ep.rank();
     let mut report = Report::new(ep.conduit_name(), ep.size());
+    let mut plan = opts.plan.clone();
+    plan.network = ep.conduit_name() != "smp";
+    let plan = &plan;
+    let udp = ep.conduit_name() == "udp";
 
     // The floors come first, so that everything else can be compared with them.
     if me == 0 {
         let s = measure::timer_overhead(plan.iters);
         report.extend([report::Row::latency("floor", "timer", 0, &s, 1)]);
     }
+    let mut floors = latency::Floors::default();
+    // On udp the 8-byte put/get latencies are interleaved with the raw ping-pong as well.
+    let rma_lat_interleaved = udp && matches!(opts.suite, Suite::Rma | Suite::All);
     if ep.size() >= 2 && opts.suite != Suite::Coll {
-        // The cache-line floor, interleaved with the AM round trips when they are measured.
-        let mut line = floor::PingLine::setup(&ep)?;
-        let mut ops = vec![latency::LatOp::Floor];
+        // The round-trip floor, interleaved with the AM round trips when they are measured.
+        let mut ops = if udp {
+            floors.raw = rawudp::RawUdp::setup(&ep)?;
+            vec![latency::LatOp::RawUdp]
+        } else {
+            floors.line = Some(floor::PingLine::setup(&ep)?);
+            vec![latency::LatOp::Floor]
+        };
         if matches!(opts.suite, Suite::Am | Suite::All) {
             ops.extend([Category::Short, Category::Medium, Category::Long].map(latency::LatOp::Am));
         }
-        report.extend(latency::run(&ep, &st, plan, &mut line, &ops)?);
+        if rma_lat_interleaved {
+            ops.extend([latency::LatOp::Put, latency::LatOp::Get]);
+        }
+        report.extend(latency::run(&ep, &st, plan, &mut floors, &ops)?);
     }
     // Rank 0's side of every transfer: the memcpy floor copies `local` to `other`, puts
     // and Long payloads come from `local`, gets land in it. Sharing the buffer keeps the
@@ -263,12 +322,25 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
         }
         report.extend(floor::memcpy_bw(plan, &sizes, &local, &mut other));
     }
+    if udp && ep.size() >= 2 && opts.suite != Suite::Coll {
+        let mut sizes = plan.sizes(plan.max_bytes);
+        if plan.max_bytes >= TARGET_BYTES && !sizes.contains(&TARGET_BYTES) {
+            sizes.push(TARGET_BYTES);
+        }
+        report.extend(rawudp::stream_bw(&ep, &mut floors.raw, plan, &sizes)?);
+        if let Some(raw) = floors.raw.as_ref().filter(|r| me == 0 && r.losses() > 0) {
+            eprintln!(
+                "amnet-bench: raw UDP floors: {} blocks or points cut short by a lost datagram",
+                raw.losses()
+            );
+        }
+    }
 
     if matches!(opts.suite, Suite::Am | Suite::All) {
         report.extend(am::run(&ep, &st, plan, &local)?);
     }
     if matches!(opts.suite, Suite::Rma | Suite::All) {
-        report.extend(rma::run(&ep, plan, &mut local)?);
+        report.extend(rma::run(&ep, plan, &mut local, rma_lat_interleaved)?);
     }
     if matches!(opts.suite, Suite::Barrier | Suite::All) {
         report.extend(barrier::run(&ep, plan)?);
@@ -340,9 +412,10 @@ mod tests {
 
     #[test]
     fn sizes_and_shapes() {
-        let p = Plan {
+        let mut p = Plan {
             iters: 20_000,
             max_bytes: 4 << 20,
+            network: false,
         };
         let s = p.sizes(p.max_bytes);
         assert_eq!(s.first(), Some(&8));
@@ -354,5 +427,10 @@ mod tests {
         assert_eq!(p.window(4 << 20), 4);
         assert!(p.window_iters(4 << 20, 4) >= 10);
         assert_eq!(pattern(3), vec![1, 2, 3]);
+        p.network = true;
+        assert_eq!(p.rma_shape(8), (5000, 1));
+        assert_eq!(p.rma_shape(1 << 20), (256, 1));
+        assert_eq!(p.window_iters(8, 64), 400);
+        assert_eq!(p.window_iters(1 << 20, 4), 64);
     }
 }

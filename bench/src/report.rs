@@ -253,9 +253,20 @@ impl Report {
         self.find(op, bytes).map(|r| r.p50_ns)
     }
 
+    /// True when the udp floors and targets apply.
+    fn udp(&self) -> bool {
+        self.conduit == "udp"
+    }
+
     /// Fill in each row's ratio: Short RTT against the cache-line floor, Medium and Long RTT
-    /// against Short, bandwidths against memcpy at the same size.
+    /// against Short, bandwidths against memcpy at the same size. On udp: Short RTT and the
+    /// 8-byte put/get latencies against the raw UDP ping-pong, bandwidths against raw UDP
+    /// streaming at the same size.
     pub(crate) fn compute_ratios(&mut self) {
+        if self.udp() {
+            self.compute_udp_ratios();
+            return;
+        }
         let floor = self.p50("cacheline_rtt", None);
         let short = self.p50("short_rtt", None);
         let memcpy: Vec<(usize, f64)> = self
@@ -297,6 +308,31 @@ impl Report {
         }
     }
 
+    fn compute_udp_ratios(&mut self) {
+        let raw = self.p50("raw_udp_rtt", None);
+        let short = self.p50("short_rtt", None);
+        let stream: Vec<(usize, f64)> = self
+            .rows
+            .iter()
+            .filter(|r| r.op == "raw_udp_stream_bw")
+            .filter_map(|r| r.mb_s.map(|m| (r.bytes, m)))
+            .collect();
+        for r in &mut self.rows {
+            if r.coll.is_some() {
+                continue;
+            }
+            r.ratio = match r.op {
+                "short_rtt" | "put_lat" | "get_lat" => raw.map(|f| r.p50_ns / f),
+                "medium_rtt" | "long_rtt" => short.map(|s| r.p50_ns / s),
+                "put_bw" | "get_bw" | "long_bw" | "medium_bw" => {
+                    let m = stream.iter().find(|(b, _)| *b == r.bytes).map(|&(_, m)| m);
+                    r.mb_s.zip(m).map(|(v, m)| v / m)
+                }
+                _ => None,
+            };
+        }
+    }
+
     fn ratio(&self, op: &str, bytes: Option<usize>) -> Option<f64> {
         self.find(op, bytes).and_then(|r| r.ratio)
     }
@@ -304,6 +340,9 @@ impl Report {
     /// The targets, judged on medians. A target whose inputs this run did not measure has no
     /// value.
     pub(crate) fn targets(&self) -> Vec<Target> {
+        if self.udp() {
+            return self.udp_targets();
+        }
         let tb = Some(TARGET_BYTES);
         let t = |name, key, bytes, value, unit, cmp, limit| Target {
             name,
@@ -396,6 +435,62 @@ impl Report {
         ]
     }
 
+    /// The udp targets: against the raw UDP floors measured in the same run (ratios as
+    /// filled in by [`Report::compute_ratios`]).
+    fn udp_targets(&self) -> Vec<Target> {
+        let ratio = |name, key, op, bytes: usize, cmp, limit| Target {
+            name,
+            key,
+            bytes,
+            value: self.ratio(op, if bytes == 0 { None } else { Some(bytes) }),
+            unit: "x",
+            cmp,
+            limit,
+        };
+        vec![
+            ratio(
+                "Short RTT / raw UDP RTT",
+                "short_rtt_vs_raw_udp",
+                "short_rtt",
+                0,
+                Cmp::AtMost,
+                1.1,
+            ),
+            ratio(
+                "blocking put (8 B) / raw UDP RTT",
+                "put_lat_vs_raw_udp",
+                "put_lat",
+                8,
+                Cmp::AtMost,
+                1.2,
+            ),
+            ratio(
+                "blocking get (8 B) / raw UDP RTT",
+                "get_lat_vs_raw_udp",
+                "get_lat",
+                8,
+                Cmp::AtMost,
+                1.2,
+            ),
+            ratio(
+                "Long BW (1 MiB) / raw UDP stream BW",
+                "long_bw_vs_raw_udp",
+                "long_bw",
+                TARGET_BYTES,
+                Cmp::AtLeast,
+                0.7,
+            ),
+            ratio(
+                "put BW (1 MiB) / raw UDP stream BW",
+                "put_bw_vs_raw_udp",
+                "put_bw",
+                TARGET_BYTES,
+                Cmp::AtLeast,
+                0.7,
+            ),
+        ]
+    }
+
     /// The report as OSU-style tables, one per operation, then the targets.
     pub(crate) fn table(&self) -> String {
         use std::fmt::Write;
@@ -442,7 +537,12 @@ impl Report {
                     format!("{}x{}", r.samples, r.per_sample)
                 );
             }
-            if rows_have_floor {
+            if self.udp() && rows_have_floor {
+                let _ = writeln!(
+                    out,
+                    "# ratio: MB/s over raw UDP streaming of the same size (floor/raw_udp_stream_bw)"
+                );
+            } else if rows_have_floor {
                 let _ = writeln!(
                     out,
                     "# ratio: MB/s over a memcpy of the same size timed interleaved with it"
@@ -581,5 +681,52 @@ mod tests {
         assert_eq!(v["ratio"], 1.5);
         assert!(v["mb_s"].is_null());
         assert!(r.table().contains("MISSED"));
+    }
+
+    #[test]
+    fn udp_ratios_and_targets() {
+        let mut r = Report::new("udp", 2);
+        r.extend([
+            row("raw_udp_rtt", 8, 10_000.0, false),
+            row("short_rtt", 0, 10_500.0, false),
+            row("medium_rtt", 8, 11_550.0, false),
+            row("put_lat", 8, 13_000.0, false),
+            row("get_lat", 8, 11_000.0, false),
+            row("memcpy_bw", TARGET_BYTES, 50_000.0, true),
+            row("raw_udp_stream_bw", TARGET_BYTES, 300_000.0, true),
+            row("long_bw", TARGET_BYTES, 400_000.0, true),
+            row("put_bw", TARGET_BYTES, 500_000.0, true),
+        ]);
+        r.compute_ratios();
+        let t = r.targets();
+        let keys: Vec<&str> = t.iter().map(|t| t.key).collect();
+        assert_eq!(
+            keys,
+            [
+                "short_rtt_vs_raw_udp",
+                "put_lat_vs_raw_udp",
+                "get_lat_vs_raw_udp",
+                "long_bw_vs_raw_udp",
+                "put_bw_vs_raw_udp"
+            ]
+        );
+        assert_eq!(t[0].value, Some(1.05));
+        assert_eq!(t[0].met(), Some(true));
+        assert_eq!(t[1].met(), Some(false));
+        assert_eq!(t[2].met(), Some(true));
+        let close = |v: Option<f64>, x: f64| (v.unwrap() - x).abs() < 1e-9;
+        assert!(close(t[3].value, 0.75));
+        assert_eq!(t[3].met(), Some(true));
+        assert!(close(t[4].value, 0.6));
+        assert_eq!(t[4].met(), Some(false));
+        // Medium RTT stays judged against Short; bandwidth rows against raw streaming.
+        assert!((r.find("medium_rtt", None).unwrap().ratio.unwrap() - 1.1).abs() < 1e-9);
+        let lines = r.json_lines();
+        let last: Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+        assert_eq!(last["op"], "put_bw_vs_raw_udp");
+        assert_eq!(last["met"], false);
+        let table = r.table();
+        assert!(table.contains("Short RTT / raw UDP RTT"));
+        assert!(!table.contains("cache-line"));
     }
 }

@@ -60,13 +60,25 @@ fn time_op_paired(
 }
 
 /// Collective: the whole suite, with `local` (at least `plan.max_bytes` long) as rank 0's
-/// side of every transfer. Returns the rows on rank 0.
-pub(crate) fn run(ep: &Endpoint, plan: &Plan, local: &mut [u8]) -> Result<Vec<Row>, BenchError> {
+/// side of every transfer. Returns the rows on rank 0. With `latency_done` the 8-byte
+/// latencies were measured already (interleaved with the floor, in `latency`), and only the
+/// bandwidth sweeps run.
+pub(crate) fn run(
+    ep: &Endpoint,
+    plan: &Plan,
+    local: &mut [u8],
+    latency_done: bool,
+) -> Result<Vec<Row>, BenchError> {
     let mut rows = Vec::new();
     ep.barrier()?;
     if ep.rank() == 0 {
-        let batch = Plan::LATENCY_BATCH;
-        for (op, name) in [(Op::Put, "put_lat"), (Op::Get, "get_lat")] {
+        let batch = plan.latency_batch();
+        let lat: &[(Op, &'static str)] = if latency_done {
+            &[]
+        } else {
+            &[(Op::Put, "put_lat"), (Op::Get, "get_lat")]
+        };
+        for &(op, name) in lat {
             let s = time_op(
                 ep,
                 op,

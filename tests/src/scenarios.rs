@@ -484,11 +484,18 @@ fn udp_peer_timeout(ep: &Endpoint) -> Result<(), String> {
     attach(ep)?;
     ep.barrier().map_err(|e| e.to_string())?;
     if ep.rank() == 2 {
+        // Keep polling for a while first: under injected loss the peers may still need a
+        // retransmission of this rank's last barrier message.
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_millis(500) {
+            ep.poll().map_err(|e| e.to_string())?;
+            std::thread::yield_now();
+        }
         // SAFETY: raising a signal on ourselves.
         unsafe { libc::raise(libc::SIGSTOP) };
         return park(ep);
     }
-    std::thread::sleep(Duration::from_millis(100));
+    std::thread::sleep(Duration::from_millis(700));
     let t0 = Instant::now();
     let r = ep
         .request_short(2, H_COUNT, &[1])

@@ -4,8 +4,15 @@
 //! Everything protocol-related lives in [`Proto`]; this file only moves datagrams between it
 //! and the kernel. The protocol state is behind one mutex: UDP costs a system call per batch
 //! anyway, and the lock is never held while a handler runs (handlers may reply, which sends).
+//!
+//! The round-trip path is kept to one system call per datagram on each side: a lone datagram
+//! goes out with `sendto` (a batch with `sendmmsg`), an idle poll tries one `recv` (a poll
+//! that follows one that found data uses `recvmmsg`, so that a stream is taken in batches),
+//! and the protocol's transmit planner runs only when something changed or a timer is due
+//! ([`Proto::next_timeout`]), not on every poll.
 
 use std::collections::VecDeque;
+use std::mem::MaybeUninit;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -98,12 +105,59 @@ struct EdgeCounters {
     rx_errors: u64,
 }
 
+/// The receive buffers and the `recvmmsg` headers that point into them, built once.
+struct RxRing {
+    bufs: Vec<Vec<u8>>,
+    /// The iovecs `msgs` point at (only read through those pointers).
+    _iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+// SAFETY: the raw pointers in `iovs` and `msgs` point into the heap blocks of `bufs` and
+// `iovs`, which this struct owns and never reallocates; they move with it.
+unsafe impl Send for RxRing {}
+
+impl RxRing {
+    fn new() -> RxRing {
+        let mut bufs: Vec<Vec<u8>> = (0..RX_BATCH).map(|_| vec![0u8; RX_BUF]).collect();
+        let mut iovs: Vec<libc::iovec> = bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        let msgs = iovs
+            .iter_mut()
+            .map(|iov| {
+                // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                m.msg_hdr.msg_iov = std::ptr::from_mut(iov);
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        RxRing {
+            bufs,
+            _iovs: iovs,
+            msgs,
+        }
+    }
+}
+
 struct Inner {
     proto: Proto,
     /// Deliveries taken from the protocol that the core has not seen yet (a waiter stopped
     /// the previous poll early).
     held: VecDeque<Delivery>,
-    rx: Vec<Vec<u8>>,
+    /// The deliveries of the poll in progress (kept for its capacity).
+    batch: Vec<Delivery>,
+    rx: RxRing,
+    /// The last receive found data: the next one takes a batch with `recvmmsg`.
+    rx_streak: bool,
+    /// When the transmit planner must run next (µs; 0: at the next chance): the protocol's
+    /// [`Proto::next_timeout`] after the last run, or 0 once its state changed since.
+    tx_due: u64,
     faults: Faults,
     rng: Rng,
     /// A datagram held back to be sent after the next one (reorder injection).
@@ -163,7 +217,8 @@ pub struct UdpConduit {
     rank: Rank,
     size: u32,
     sock: UdpSocket,
-    peers: Vec<SocketAddr>,
+    /// Every rank's socket address, encoded once for `sendto`/`sendmmsg`.
+    addrs: Vec<(libc::sockaddr_storage, libc::socklen_t)>,
     boot: Option<BootClient>,
     inner: Mutex<Inner>,
     seg: OnceLock<Segment>,
@@ -212,6 +267,11 @@ fn set_buf(fd: i32, opt: libc::c_int, bytes: libc::c_int) {
             socklen::<libc::c_int>(),
         );
     }
+}
+
+/// The `errno` of the last failed system call on this thread.
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
 fn cores() -> u32 {
@@ -308,6 +368,15 @@ impl UdpConduit {
                 ))
             }
         };
+        let addrs = peers
+            .iter()
+            .map(|&a| {
+                // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+                let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+                let len = sockaddr(a, &mut st);
+                (st, len)
+            })
+            .collect();
         let epoch = Instant::now();
         let proto =
             Proto::new(cfg, rank, size, key, 0).map_err(|e| Error::Config(format!("udp: {e}")))?;
@@ -315,12 +384,15 @@ impl UdpConduit {
             rank,
             size,
             sock,
-            peers,
+            addrs,
             boot,
             inner: Mutex::new(Inner {
                 proto,
                 held: VecDeque::new(),
-                rx: (0..RX_BATCH).map(|_| vec![0u8; RX_BUF]).collect(),
+                batch: Vec::new(),
+                rx: RxRing::new(),
+                rx_streak: false,
+                tx_due: 0,
                 faults,
                 rng: Rng(0x9e37_79b9_7f4a_7c15 ^ (u64::from(rank) << 17) ^ u64::from(port) | 1),
                 late: None,
@@ -343,41 +415,75 @@ impl UdpConduit {
         u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
 
-    /// Send a batch with one `sendmmsg`; returns how many the kernel took (the rest are
-    /// offered again later). A full socket buffer is not an error.
-    fn sendmmsg(&self, batch: &[(Rank, &[u8])], edge: &mut EdgeCounters) -> usize {
-        if batch.is_empty() {
-            return 0;
+    /// Send one datagram with `sendto`. False when the socket buffer is full (offer it again
+    /// later); a datagram the kernel refuses is counted and dropped.
+    fn send_one(&self, d: Datagram<'_>, edge: &mut EdgeCounters) -> bool {
+        let (addr, len) = &self.addrs[d.dest as usize];
+        loop {
+            // SAFETY: `d.bytes` and `addr` are live for the call and the kernel only reads
+            // them; `len` is the length `sockaddr` wrote.
+            let r = unsafe {
+                libc::sendto(
+                    self.sock.as_raw_fd(),
+                    d.bytes.as_ptr().cast(),
+                    d.bytes.len(),
+                    0,
+                    std::ptr::from_ref(addr).cast(),
+                    *len,
+                )
+            };
+            if r >= 0 {
+                return true;
+            }
+            match errno() {
+                libc::EINTR => continue,
+                libc::EAGAIN | libc::ENOBUFS => return false,
+                _ => {
+                    // A datagram the kernel refuses (e.g. an unreachable peer) is dropped: the
+                    // protocol retransmits or fails the peer.
+                    edge.send_errors += 1;
+                    return true;
+                }
+            }
+        }
+    }
+
+    /// Send a batch: one datagram with `sendto`, more with one `sendmmsg`. Returns how many
+    /// the kernel took (the rest are offered again later). A full socket buffer is not an
+    /// error.
+    fn send_batch(&self, batch: &[Datagram<'_>], edge: &mut EdgeCounters) -> usize {
+        match batch {
+            [] => return 0,
+            [d] => return usize::from(self.send_one(*d, edge)),
+            _ => {}
         }
         let n = batch.len().min(BATCH);
-        let mut addrs: [libc::sockaddr_storage; BATCH] =
-            // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
-            unsafe { std::mem::zeroed() };
-        let mut lens = [0 as libc::socklen_t; BATCH];
-        let mut iovs = [libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        }; BATCH];
-        // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
-        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-        for i in 0..n {
-            let (dest, bytes) = batch[i];
-            lens[i] = sockaddr(self.peers[dest as usize], &mut addrs[i]);
-            iovs[i].iov_base = bytes.as_ptr().cast_mut().cast();
-            iovs[i].iov_len = bytes.len();
-            msgs[i].msg_hdr.msg_name = std::ptr::from_mut(&mut addrs[i]).cast();
-            msgs[i].msg_hdr.msg_namelen = lens[i];
-            msgs[i].msg_hdr.msg_iov = std::ptr::from_mut(&mut iovs[i]);
-            msgs[i].msg_hdr.msg_iovlen = 1;
+        let mut iovs = [const { MaybeUninit::<libc::iovec>::uninit() }; BATCH];
+        let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; BATCH];
+        for (i, d) in batch.iter().take(n).enumerate() {
+            let (addr, len) = &self.addrs[d.dest as usize];
+            let iov = iovs[i].write(libc::iovec {
+                iov_base: d.bytes.as_ptr().cast_mut().cast(),
+                iov_len: d.bytes.len(),
+            });
+            // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
+            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            m.msg_hdr.msg_name = std::ptr::from_ref(addr).cast_mut().cast();
+            m.msg_hdr.msg_namelen = *len;
+            m.msg_hdr.msg_iov = std::ptr::from_mut(iov);
+            m.msg_hdr.msg_iovlen = 1;
+            msgs[i].write(m);
         }
+        let msgs = msgs.as_mut_ptr().cast::<libc::mmsghdr>();
         let mut done = 0usize;
         while done < n {
-            // SAFETY: `msgs[done..n]` point at live addresses and iovecs of this frame, whose
-            // buffers (`batch`) outlive the call; the kernel only reads them.
+            // SAFETY: `msgs[..n]` were initialized above and point at addresses of `self.addrs`
+            // and iovecs of this frame, whose buffers (`batch`) outlive the call; the kernel
+            // only reads them (and writes `msg_len`).
             let r = unsafe {
                 libc::sendmmsg(
                     self.sock.as_raw_fd(),
-                    msgs.as_mut_ptr().add(done),
+                    msgs.add(done),
                     u32::try_from(n - done).unwrap_or(1),
                     0,
                 )
@@ -414,10 +520,9 @@ impl UdpConduit {
         let faults = *faults;
         proto.poll_transmit(now, |dgrams: &[Datagram<'_>]| {
             if !faults.any() {
-                let b: Vec<(Rank, &[u8])> = dgrams.iter().map(|d| (d.dest, d.bytes)).collect();
-                return self.sendmmsg(&b, edge);
+                return self.send_batch(dgrams, edge);
             }
-            let mut out: Vec<(Rank, &[u8])> = Vec::with_capacity(dgrams.len() * 2);
+            let mut out: Vec<Datagram<'_>> = Vec::with_capacity(dgrams.len() * 2);
             let mut release = None;
             for d in dgrams {
                 if rng.unit() < faults.loss {
@@ -429,80 +534,125 @@ impl UdpConduit {
                     *late = Some((d.dest, d.bytes.to_vec()));
                     continue;
                 }
-                out.push((d.dest, d.bytes));
+                out.push(*d);
                 if rng.unit() < faults.dup {
                     edge.injected_dup += 1;
-                    out.push((d.dest, d.bytes));
+                    out.push(*d);
                 }
                 if release.is_none() {
                     release = late.take();
                 }
             }
-            self.sendmmsg(&out, edge);
+            self.send_batch(&out, edge);
             if let Some((dest, bytes)) = release {
-                self.sendmmsg(&[(dest, &bytes)], edge);
+                self.send_one(
+                    Datagram {
+                        dest,
+                        bytes: &bytes,
+                    },
+                    edge,
+                );
             }
             // Everything offered counts as sent: what was dropped is the injected loss.
             dgrams.len()
         });
         // A held-back datagram never waits longer than one transmit round.
         if let Some((dest, bytes)) = late.take() {
-            self.sendmmsg(&[(dest, &bytes)], edge);
+            self.send_one(
+                Datagram {
+                    dest,
+                    bytes: &bytes,
+                },
+                edge,
+            );
+        }
+        inner.tx_due = inner.proto.next_timeout().unwrap_or(u64::MAX);
+    }
+
+    /// Bring `tx_due` forward to what the protocol's state now asks for.
+    fn refresh_due(&self, inner: &mut Inner) {
+        inner.tx_due = inner
+            .tx_due
+            .min(inner.proto.next_timeout().unwrap_or(u64::MAX));
+    }
+
+    /// Run the transmit planner if something changed since its last run or a timer is due.
+    #[inline]
+    fn transmit_if_due(&self, inner: &mut Inner, now: u64) {
+        if now >= inner.tx_due {
+            self.transmit(inner, now);
         }
     }
 
-    /// Take what the socket holds into the protocol.
-    fn receive(&self, inner: &mut Inner, now: u64) -> usize {
+    /// Take what the socket holds into the protocol. Returns the time it read when it took
+    /// any datagram (`None` when there was none); the caller then refreshes `tx_due`.
+    fn receive(&self, inner: &mut Inner) -> Option<u64> {
+        let fd = self.sock.as_raw_fd();
+        let Inner {
+            proto,
+            rx,
+            rx_streak,
+            edge,
+            ..
+        } = inner;
+        if !*rx_streak {
+            // Idle so far: one `recv`, the cheapest look at an empty socket (an empty
+            // `recvmmsg` costs half as much again).
+            let buf = &mut rx.bufs[0];
+            // SAFETY: `buf` is a live buffer of `buf.len()` bytes, which the kernel fills.
+            let r =
+                unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+            let Ok(len) = usize::try_from(r) else {
+                if !matches!(errno(), libc::EAGAIN | libc::EINTR) {
+                    edge.rx_errors += 1;
+                }
+                return None;
+            };
+            let now = self.now();
+            // Drops are counted by the protocol (foreign job, malformed, duplicate).
+            let _ = proto.on_datagram(now, &buf[..len.min(RX_BUF)]);
+            *rx_streak = true;
+            return Some(now);
+        }
         let mut total = 0;
+        let mut now = None;
         for _ in 0..RX_ROUNDS {
-            let mut iovs: Vec<libc::iovec> = inner
-                .rx
-                .iter_mut()
-                .map(|b| libc::iovec {
-                    iov_base: b.as_mut_ptr().cast(),
-                    iov_len: b.len(),
-                })
-                .collect();
-            // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
-            let mut msgs: [libc::mmsghdr; RX_BATCH] = unsafe { std::mem::zeroed() };
-            for (m, iov) in msgs.iter_mut().zip(iovs.iter_mut()) {
-                m.msg_hdr.msg_iov = std::ptr::from_mut(iov);
-                m.msg_hdr.msg_iovlen = 1;
-            }
-            // SAFETY: every iovec points into a live buffer of `inner.rx` of its stated length,
-            // which the kernel fills; `msgs` lives across the call.
+            // SAFETY: every header of `rx.msgs` points at an iovec of `rx._iovs` and through it
+            // at a live buffer of `rx.bufs` of the stated length, which the kernel fills.
             let r = unsafe {
                 libc::recvmmsg(
-                    self.sock.as_raw_fd(),
-                    msgs.as_mut_ptr(),
+                    fd,
+                    rx.msgs.as_mut_ptr(),
                     u32::try_from(RX_BATCH).unwrap_or(1),
                     libc::MSG_DONTWAIT,
                     std::ptr::null_mut(),
                 )
             };
             if r <= 0 {
-                let e = std::io::Error::last_os_error();
-                if r < 0 && !matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EINTR)) {
-                    inner.edge.rx_errors += 1;
+                if r < 0 && !matches!(errno(), libc::EAGAIN | libc::EINTR) {
+                    edge.rx_errors += 1;
                 }
                 break;
             }
             let got = usize::try_from(r).unwrap_or(0);
-            for (i, m) in msgs.iter().enumerate().take(got) {
+            let now = *now.get_or_insert_with(|| self.now());
+            for (m, buf) in rx.msgs.iter().zip(&rx.bufs).take(got) {
                 let len = (m.msg_len as usize).min(RX_BUF);
-                let Inner { proto, rx, .. } = &mut *inner;
-                // Drops are counted by the protocol (foreign job, malformed, duplicate).
-                let _ = proto.on_datagram(now, &rx[i][..len]);
+                let _ = proto.on_datagram(now, &buf[..len]);
             }
             total += got;
             if got < RX_BATCH {
                 break;
             }
         }
-        total
+        *rx_streak = total > 0;
+        now
     }
 
     fn check_failed(&self, inner: &mut Inner) -> Result<()> {
+        if inner.proto.counters().peers_failed == 0 {
+            return Ok(());
+        }
         let Some(r) = inner.proto.failed_peers().next() else {
             return Ok(());
         };
@@ -692,7 +842,7 @@ impl Conduit for UdpConduit {
             }
             Err(SendError::Backpressure(_)) => {
                 // Take in acks and push out what is due; the core polls and retries.
-                self.receive(&mut inner, now);
+                let _ = self.receive(&mut inner);
                 self.transmit(&mut inner, now);
                 Ok(false)
             }
@@ -704,25 +854,31 @@ impl Conduit for UdpConduit {
     }
 
     fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {
-        let now = self.now();
-        let mut batch: Vec<Delivery> = Vec::new();
+        let mut batch;
+        let recv_now;
         {
             let mut inner = self.lock();
-            self.receive(&mut inner, now);
-            self.transmit(&mut inner, now);
+            recv_now = self.receive(&mut inner);
+            let mut changed = recv_now.is_some();
+            batch = std::mem::take(&mut inner.batch);
             // Earlier leftovers first (in order), then fresh ones.
-            let mut keep = VecDeque::new();
-            while let Some(d) = inner.held.pop_front() {
-                if batch.len() < DELIVER_BUDGET && (!replies_only || d.am.is_reply) {
-                    batch.push(d);
-                } else {
-                    keep.push_back(d);
+            if !inner.held.is_empty() {
+                let mut keep = VecDeque::new();
+                while let Some(d) = inner.held.pop_front() {
+                    if batch.len() < DELIVER_BUDGET && (!replies_only || d.am.is_reply) {
+                        batch.push(d);
+                    } else {
+                        keep.push_back(d);
+                    }
                 }
+                inner.held = keep;
             }
-            inner.held = keep;
             while batch.len() < DELIVER_BUDGET {
                 match inner.proto.pop(replies_only) {
-                    Some(d) => batch.push(d),
+                    Some(d) => {
+                        batch.push(d);
+                        changed = true;
+                    }
                     None => break,
                 }
             }
@@ -733,36 +889,46 @@ impl Conduit for UdpConduit {
                 // poll, in order) so the window reopens.
                 while let Some(d) = inner.proto.pop(false) {
                     inner.held.push_back(d);
+                    changed = true;
                 }
             }
+            if changed {
+                // What arrived may call for an ack or open the send window, and taking messages
+                // may reopen the receive window, which is worth an ack at once.
+                self.refresh_due(&mut inner);
+            }
             if batch.is_empty() {
+                inner.batch = batch;
+                self.transmit_if_due(&mut inner, recv_now.unwrap_or_else(|| self.now()));
                 self.check_failed(&mut inner)?;
                 return Ok(0);
+            }
+            if let Some(now) = recv_now {
+                // Before the handlers, which may take long (a Long handler copies its payload
+                // first): a peer waiting on this ack or window must not wait for them.
+                self.transmit_if_due(&mut inner, now);
             }
         }
         // Handlers run without the lock: they may reply, which sends.
         let mut n = 0;
-        let mut it = batch.into_iter();
-        let mut done = Vec::new();
-        for d in it.by_ref() {
+        for d in &batch {
             n += 1;
-            let more = self.hand_up(&d, sink);
-            done.push(d);
-            if !more {
+            if !self.hand_up(d, sink) {
                 break;
             }
         }
         let mut inner = self.lock();
         // What the waiter did not take stays first in line, in order.
-        let rest: Vec<Delivery> = it.collect();
-        for d in rest.into_iter().rev() {
+        for d in batch.drain(n..).rev() {
             inner.held.push_front(d);
         }
-        for d in done {
+        for d in batch.drain(..) {
             inner.proto.recycle(d);
         }
-        // Acks for what was just consumed (credits reopened) go out now.
-        self.transmit(&mut inner, self.now());
+        inner.batch = batch;
+        // Whatever the handlers' sends left due (a full socket buffer); timers that came due
+        // while the handlers ran wait for the next call.
+        self.transmit_if_due(&mut inner, recv_now.unwrap_or_else(|| self.now()));
         Ok(n)
     }
 

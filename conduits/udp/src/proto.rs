@@ -843,7 +843,13 @@ impl Proto {
     pub fn on_datagram(&mut self, now: u64, bytes: &[u8]) -> Result<(), RxError> {
         self.counters.rx_datagrams += 1;
         self.counters.rx_bytes += len_u64(bytes.len());
-        let pkt = wire::decode(bytes).inspect_err(|_| self.counters.decode_errors += 1)?;
+        let pkt = match wire::decode(bytes) {
+            Ok(pkt) => pkt,
+            Err(e) => {
+                self.counters.decode_errors += 1;
+                return Err(e.into());
+            }
+        };
         let h = pkt.header;
         if h.job_key != self.key {
             self.counters.foreign_key += 1;
@@ -1103,19 +1109,26 @@ impl Proto {
             if items.is_empty() {
                 break;
             }
-            let mut batch = [Datagram {
-                dest: 0,
-                bytes: &[],
-            }; BATCH];
-            for (slot, item) in batch.iter_mut().zip(&items) {
-                *slot = self.datagram(*item);
-            }
-            let n = tx(&batch[..items.len()]).min(items.len());
+            let n = if let [item] = items[..] {
+                // The common case on a round trip: one datagram, no batch to fill.
+                tx(&[self.datagram(item)]).min(1)
+            } else {
+                let mut batch = [Datagram {
+                    dest: 0,
+                    bytes: &[],
+                }; BATCH];
+                for (slot, item) in batch.iter_mut().zip(&items) {
+                    *slot = self.datagram(*item);
+                }
+                tx(&batch[..items.len()]).min(items.len())
+            };
             for &item in &items[..n] {
                 self.commit(now, item);
             }
             sent += n;
-            if n < items.len() {
+            // A short batch means every peer was planned in full: committing it makes nothing
+            // new due at this `now`, so planning again would find nothing.
+            if n < items.len() || items.len() < BATCH {
                 break;
             }
         }
@@ -1143,12 +1156,17 @@ impl Proto {
     fn plan_batch(&mut self, now: u64, items: &mut Vec<Item>) {
         let n = self.peers.len();
         let start = self.cursor;
-        self.cursor = (self.cursor + 1) % n;
+        // `start < n`: wrap by subtraction rather than a division (this runs on every send).
+        self.cursor = if start + 1 >= n { 0 } else { start + 1 };
         for k in 0..n {
             if items.len() >= BATCH {
                 break;
             }
-            let p = (start + k) % n;
+            let p = if start + k >= n {
+                start + k - n
+            } else {
+                start + k
+            };
             if p != ix(self.me) && !self.peers[p].failed {
                 // p < nranks, a u32.
                 let r = Rank::try_from(p).unwrap_or(Rank::MAX);

@@ -467,6 +467,7 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    #[inline(always)]
     fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
         let end = self.pos.saturating_add(n);
         let s = self.buf.get(self.pos..end).ok_or(WireError::Truncated {
@@ -476,29 +477,36 @@ impl<'a> Reader<'a> {
         self.pos = end;
         Ok(s)
     }
+    #[inline(always)]
     fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
         let mut a = [0u8; N];
         a.copy_from_slice(self.take(N)?);
         Ok(a)
     }
+    #[inline(always)]
     fn u8(&mut self) -> Result<u8, WireError> {
         Ok(self.array::<1>()?[0])
     }
+    #[inline(always)]
     fn u16(&mut self) -> Result<u16, WireError> {
         Ok(u16::from_le_bytes(self.array()?))
     }
+    #[inline(always)]
     fn u32(&mut self) -> Result<u32, WireError> {
         Ok(u32::from_le_bytes(self.array()?))
     }
+    #[inline(always)]
     fn u64(&mut self) -> Result<u64, WireError> {
         Ok(u64::from_le_bytes(self.array()?))
     }
+    #[inline(always)]
     fn left(&self) -> usize {
         self.buf.len() - self.pos
     }
 }
 
 /// Decodes one datagram. Never panics; every defect is a distinct [`WireError`].
+#[inline]
 pub fn decode(buf: &[u8]) -> Result<Packet<'_>, WireError> {
     if buf.len() < HEADER_LEN {
         return Err(WireError::Truncated {
