@@ -6,3 +6,4 @@ cd "$(dirname "$0")/.."
 bash ci/install-mpi.sh
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p amnet --features mpi --all-targets -- -D warnings
+cargo clippy -p amnet-bench --features mpi --all-targets -- -D warnings

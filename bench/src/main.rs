@@ -19,6 +19,8 @@ mod coll;
 mod floor;
 mod latency;
 mod measure;
+#[cfg(feature = "mpi")]
+mod rawmpi;
 mod rawudp;
 mod report;
 mod rma;
@@ -334,6 +336,15 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
                 raw.losses()
             );
         }
+    }
+
+    #[cfg(feature = "mpi")]
+    if ep.conduit_name() == "mpi" && ep.size() >= 2 && opts.suite != Suite::Coll {
+        let mut sizes = plan.sizes(plan.max_bytes);
+        if plan.max_bytes >= TARGET_BYTES && !sizes.contains(&TARGET_BYTES) {
+            sizes.push(TARGET_BYTES);
+        }
+        report.extend(rawmpi::run(&ep, plan, &sizes)?);
     }
 
     if matches!(opts.suite, Suite::Am | Suite::All) {

@@ -258,6 +258,11 @@ impl Report {
         self.conduit == "udp"
     }
 
+    /// True when the raw MPI floors and the mpi targets apply.
+    fn mpi(&self) -> bool {
+        self.conduit == "mpi"
+    }
+
     /// Fill in each row's ratio: Short RTT against the cache-line floor, Medium and Long RTT
     /// against Short, bandwidths against memcpy at the same size. On udp: Short RTT and the
     /// 8-byte put/get latencies against the raw UDP ping-pong, bandwidths against raw UDP
@@ -265,6 +270,10 @@ impl Report {
     pub(crate) fn compute_ratios(&mut self) {
         if self.udp() {
             self.compute_udp_ratios();
+            return;
+        }
+        if self.mpi() {
+            self.compute_mpi_ratios();
             return;
         }
         let floor = self.p50("cacheline_rtt", None);
@@ -333,6 +342,85 @@ impl Report {
         }
     }
 
+    /// mpi: Short RTT against the raw MPI ping-pong, 8-byte put/get against raw
+    /// `MPI_Put` + flush, bandwidths against raw MPI messages of the same size, the barrier
+    /// against `MPI_Barrier`.
+    fn compute_mpi_ratios(&mut self) {
+        let rtt = self.p50("raw_mpi_rtt", None);
+        let put = self.p50("raw_mpi_put_lat", None);
+        let bar = self.p50("raw_mpi_barrier", None);
+        let short = self.p50("short_rtt", None);
+        let bw: Vec<(usize, f64)> = self
+            .rows
+            .iter()
+            .filter(|r| r.op == "raw_mpi_bw")
+            .filter_map(|r| r.mb_s.map(|m| (r.bytes, m)))
+            .collect();
+        for r in &mut self.rows {
+            if r.coll.is_some() {
+                continue;
+            }
+            r.ratio = match r.op {
+                "short_rtt" => rtt.map(|f| r.p50_ns / f),
+                "put_lat" | "get_lat" => put.map(|f| r.p50_ns / f),
+                "barrier" => bar.map(|f| r.p50_ns / f),
+                "medium_rtt" | "long_rtt" => short.map(|s| r.p50_ns / s),
+                "put_bw" | "get_bw" | "long_bw" | "medium_bw" => {
+                    let m = bw.iter().find(|(b, _)| *b == r.bytes).map(|&(_, m)| m);
+                    r.mb_s.zip(m).map(|(v, m)| v / m)
+                }
+                _ => None,
+            };
+        }
+    }
+
+    /// The mpi targets, against the raw MPI floors of the same run.
+    fn mpi_targets(&self) -> Vec<Target> {
+        let ratio = |name, key, op, bytes: usize, cmp, limit| Target {
+            name,
+            key,
+            bytes,
+            value: self.ratio(op, if bytes == 0 { None } else { Some(bytes) }),
+            unit: "x",
+            cmp,
+            limit,
+        };
+        vec![
+            ratio(
+                "Short RTT / raw MPI send/recv RTT",
+                "short_rtt_vs_raw_mpi",
+                "short_rtt",
+                0,
+                Cmp::AtMost,
+                1.3,
+            ),
+            ratio(
+                "blocking put (8 B) / raw MPI_Put+flush",
+                "put_lat_vs_raw_mpi",
+                "put_lat",
+                8,
+                Cmp::AtMost,
+                1.5,
+            ),
+            ratio(
+                "Long BW (1 MiB) / raw MPI BW",
+                "long_bw_vs_raw_mpi",
+                "long_bw",
+                TARGET_BYTES,
+                Cmp::AtLeast,
+                0.9,
+            ),
+            ratio(
+                "put BW (1 MiB) / raw MPI BW",
+                "put_bw_vs_raw_mpi",
+                "put_bw",
+                TARGET_BYTES,
+                Cmp::AtLeast,
+                0.9,
+            ),
+        ]
+    }
+
     fn ratio(&self, op: &str, bytes: Option<usize>) -> Option<f64> {
         self.find(op, bytes).and_then(|r| r.ratio)
     }
@@ -342,6 +430,9 @@ impl Report {
     pub(crate) fn targets(&self) -> Vec<Target> {
         if self.udp() {
             return self.udp_targets();
+        }
+        if self.mpi() {
+            return self.mpi_targets();
         }
         let tb = Some(TARGET_BYTES);
         let t = |name, key, bytes, value, unit, cmp, limit| Target {
