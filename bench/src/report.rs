@@ -318,42 +318,40 @@ impl Report {
     }
 
     fn compute_udp_ratios(&mut self) {
-        let raw = self.p50("raw_udp_rtt", None);
-        let short = self.p50("short_rtt", None);
-        let stream: Vec<(usize, f64)> = self
-            .rows
-            .iter()
-            .filter(|r| r.op == "raw_udp_stream_bw")
-            .filter_map(|r| r.mb_s.map(|m| (r.bytes, m)))
-            .collect();
-        for r in &mut self.rows {
-            if r.coll.is_some() {
-                continue;
-            }
-            r.ratio = match r.op {
-                "short_rtt" | "put_lat" | "get_lat" => raw.map(|f| r.p50_ns / f),
-                "medium_rtt" | "long_rtt" => short.map(|s| r.p50_ns / s),
-                "put_bw" | "get_bw" | "long_bw" | "medium_bw" => {
-                    let m = stream.iter().find(|(b, _)| *b == r.bytes).map(|&(_, m)| m);
-                    r.mb_s.zip(m).map(|(v, m)| v / m)
-                }
-                _ => None,
-            };
-        }
+        self.compute_network_ratios("raw_udp_rtt", None, None, "raw_udp_stream_bw");
     }
 
     /// mpi: Short RTT against the raw MPI ping-pong, 8-byte put/get against raw
     /// `MPI_Put` + flush, bandwidths against raw MPI messages of the same size, the barrier
     /// against `MPI_Barrier`.
     fn compute_mpi_ratios(&mut self) {
-        let rtt = self.p50("raw_mpi_rtt", None);
-        let put = self.p50("raw_mpi_put_lat", None);
-        let bar = self.p50("raw_mpi_barrier", None);
+        self.compute_network_ratios(
+            "raw_mpi_rtt",
+            Some("raw_mpi_put_lat"),
+            Some("raw_mpi_barrier"),
+            "raw_mpi_bw",
+        );
+    }
+
+    /// Ratios against a network conduit's raw floors: Short RTT against the raw round trip
+    /// `rtt`; 8-byte put/get against `put` (else `rtt`); the barrier against `barrier`;
+    /// Medium/Long RTT against Short; bandwidths against raw transfers (`bw`) of the same
+    /// size.
+    fn compute_network_ratios(
+        &mut self,
+        rtt: &str,
+        put: Option<&str>,
+        barrier: Option<&str>,
+        bw: &str,
+    ) {
+        let rtt = self.p50(rtt, None);
+        let put = put.map_or(rtt, |p| self.p50(p, None));
+        let bar = barrier.and_then(|b| self.p50(b, None));
         let short = self.p50("short_rtt", None);
-        let bw: Vec<(usize, f64)> = self
+        let raw_bw: Vec<(usize, f64)> = self
             .rows
             .iter()
-            .filter(|r| r.op == "raw_mpi_bw")
+            .filter(|r| r.op == bw)
             .filter_map(|r| r.mb_s.map(|m| (r.bytes, m)))
             .collect();
         for r in &mut self.rows {
@@ -366,7 +364,7 @@ impl Report {
                 "barrier" => bar.map(|f| r.p50_ns / f),
                 "medium_rtt" | "long_rtt" => short.map(|s| r.p50_ns / s),
                 "put_bw" | "get_bw" | "long_bw" | "medium_bw" => {
-                    let m = bw.iter().find(|(b, _)| *b == r.bytes).map(|&(_, m)| m);
+                    let m = raw_bw.iter().find(|(b, _)| *b == r.bytes).map(|&(_, m)| m);
                     r.mb_s.zip(m).map(|(v, m)| v / m)
                 }
                 _ => None,
@@ -374,9 +372,17 @@ impl Report {
         }
     }
 
-    /// The mpi targets, against the raw MPI floors of the same run.
-    fn mpi_targets(&self) -> Vec<Target> {
-        let ratio = |name, key, op, bytes: usize, cmp, limit| Target {
+    /// A target on the ratio already computed for `op` at `bytes` (0: any size).
+    fn ratio_target(
+        &self,
+        name: &'static str,
+        key: &'static str,
+        op: &str,
+        bytes: usize,
+        cmp: Cmp,
+        limit: f64,
+    ) -> Target {
+        Target {
             name,
             key,
             bytes,
@@ -384,7 +390,13 @@ impl Report {
             unit: "x",
             cmp,
             limit,
-        };
+        }
+    }
+
+    /// The mpi targets, against the raw MPI floors of the same run.
+    fn mpi_targets(&self) -> Vec<Target> {
+        let ratio =
+            |name, key, op, bytes, cmp, limit| self.ratio_target(name, key, op, bytes, cmp, limit);
         vec![
             ratio(
                 "Short RTT / raw MPI send/recv RTT",
@@ -529,15 +541,8 @@ impl Report {
     /// The udp targets: against the raw UDP floors measured in the same run (ratios as
     /// filled in by [`Report::compute_ratios`]).
     fn udp_targets(&self) -> Vec<Target> {
-        let ratio = |name, key, op, bytes: usize, cmp, limit| Target {
-            name,
-            key,
-            bytes,
-            value: self.ratio(op, if bytes == 0 { None } else { Some(bytes) }),
-            unit: "x",
-            cmp,
-            limit,
-        };
+        let ratio =
+            |name, key, op, bytes, cmp, limit| self.ratio_target(name, key, op, bytes, cmp, limit);
         vec![
             ratio(
                 "Short RTT / raw UDP RTT",
