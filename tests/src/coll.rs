@@ -59,31 +59,25 @@ fn world(c: &Ctx<'_>) -> World {
 }
 
 fn prop_single(c: &Ctx<'_>) -> Verdict {
-    let co = coll(c)?;
-    let w = world(c);
-    let seed = crate::coll_prop::seed(0xC011 + u64::from(c.size()));
-    let units = crate::coll_prop::gen_units(seed, &w, 260, &[Form::Single]);
-    run_units(
-        &Caller {
-            ep: c.ep,
-            coll: co,
-            w: &w,
-            seed,
-        },
-        &units,
-    )
+    prop(c, 0xC011, 260, &[Form::Single])
 }
 
 fn prop_multi(c: &Ctx<'_>) -> Verdict {
-    let co = coll(c)?;
-    let w = world(c);
-    let seed = crate::coll_prop::seed(0xA11 + u64::from(c.size()));
-    let units = crate::coll_prop::gen_units(
-        seed,
-        &w,
+    prop(
+        c,
+        0xA11,
         160,
         &[Form::Single, Form::Multi, Form::AllThreads],
-    );
+    )
+}
+
+/// `n` random calls of the call shapes `forms` (one image per rank) against the oracle;
+/// the seed is `base` plus the job size unless `AMNET_TEST_SEED` is set.
+fn prop(c: &Ctx<'_>, base: u64, n: usize, forms: &[Form]) -> Verdict {
+    let co = coll(c)?;
+    let w = world(c);
+    let seed = crate::coll_prop::seed(base + u64::from(c.size()));
+    let units = crate::coll_prop::gen_units(seed, &w, n, forms);
     run_units(
         &Caller {
             ep: c.ep,

@@ -809,8 +809,7 @@ impl Conduit for UdpConduit {
         }
     }
 
-    fn attach_segment(&self, len: usize, lens: &[usize]) -> Result<LocalSegment> {
-        let _ = lens;
+    fn attach_segment(&self, len: usize, _lens: &[usize]) -> Result<LocalSegment> {
         if let Some(avail) = mem_available() {
             if len as u64 > avail {
                 return Err(Error::Config(format!(
