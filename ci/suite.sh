@@ -4,6 +4,7 @@
 # namespaces.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+trap 'echo "suite: FAILED at line $LINENO: $BASH_COMMAND (exit code $?)" >&2' ERR
 cargo build --release --bin amrun --bin amnet-testsuite --example demo
 for n in 2 4 8; do
     echo "== amrun -n $n amnet-testsuite"

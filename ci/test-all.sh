@@ -17,11 +17,13 @@ if [ -n "$stale" ]; then
 fi
 bash ci/install-mpi.sh
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-cargo test --workspace 2>&1 | tee -a "$log"
-bash ci/loom.sh 2>&1 | tee -a "$log"
-bash ci/suite.sh 2>&1 | tee -a "$log"
-bash ci/shm-clean.sh
+step=""
+trap 'rc=$?; rm -f "$log"; [ $rc -eq 0 ] || echo "test-all: FAILED in \"$step\" (exit code $rc)" >&2' EXIT
+step="cargo test --workspace"; cargo test --workspace 2>&1 | tee -a "$log"
+step="ci/loom.sh"; bash ci/loom.sh 2>&1 | tee -a "$log"
+step="ci/suite.sh"; bash ci/suite.sh 2>&1 | tee -a "$log"
+step="ci/shm-clean.sh"; bash ci/shm-clean.sh
+step="the totals"
 # cargo's "test result: ok. N passed; M failed" and the suite's "N passed, M failed".
 awk '
     /^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }

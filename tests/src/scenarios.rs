@@ -467,10 +467,25 @@ fn dies_after_return(ep: &Endpoint) -> Result<(), String> {
     }
 }
 
+/// Report a deliberate panic in one line, without the default hook's wording and backtrace,
+/// so that a CI log's first report of a panic is a real one.
+pub(crate) fn quiet_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| info.payload().downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("(no message)");
+        eprintln!("amnet-testsuite: deliberate panic: {msg}");
+    }));
+}
+
 fn panics(ep: &Endpoint) -> Result<(), String> {
     attach(ep)?;
     if ep.rank() == 2 {
         std::thread::sleep(Duration::from_millis(100));
+        quiet_panic_hook();
         panic!("rank 2 panics on purpose");
     }
     park(ep)

@@ -37,8 +37,9 @@ fn example() -> PathBuf {
     example_named("mpi_check")
 }
 
-/// An example binary, built next to this test (`cargo test` builds examples; a run that
-/// selected only this test builds it here).
+/// An example binary, built next to this test. `cargo test` builds examples only when it
+/// builds every target, so a run that selected this test alone would find a stale binary (or
+/// none): the example is always (re)built here, which costs nothing when it is fresh.
 fn example_named(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let profile_dir = exe
@@ -46,7 +47,11 @@ fn example_named(name: &str) -> PathBuf {
         .and_then(|deps| deps.parent())
         .expect("target directory");
     let path = profile_dir.join("examples").join(name);
-    if !path.is_file() {
+    static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !built.iter().any(|b| b == name) {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.args(["build", "-p", "amnet-mpi", "--example", name]);
@@ -55,6 +60,7 @@ fn example_named(name: &str) -> PathBuf {
         }
         let status = cmd.status().expect("run cargo to build the example");
         assert!(status.success(), "building the {name} example failed");
+        built.push(name.to_string());
     }
     assert!(path.is_file(), "{} is missing", path.display());
     path
