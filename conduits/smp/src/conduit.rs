@@ -6,6 +6,11 @@
 //! own. Replies travel on rings of their own, so a handler waiting to reply only needs to drain
 //! replies, which never send: no deadlock however full the request rings get.
 //!
+//! The area starts with one cache line holding a counter that senders bump after each push
+//! into a large-slot ring. A poll checks the small-slot rings of every peer and this one word;
+//! only when the word moved does it visit the large-slot rings. An idle poll thus reads two
+//! lines per peer plus one, and the small-message round trip pays nothing for the large rings.
+//!
 //! Long payloads and put/get go straight into the peer's segment, which every rank maps.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,6 +33,9 @@ const RINGS_PER_SRC: usize = 4;
 /// Messages taken from one ring per poll before moving on (fairness).
 const POLL_BUDGET: usize = 32;
 
+// Every Short fits a small slot (the Short fast path of `try_send` relies on it).
+const _: () = assert!(wire::HDR + wire::args_bytes(amnet_core::MAX_ARGS) <= SMALL_DATA);
+
 const REQ_SMALL: usize = 0;
 const REP_SMALL: usize = 2;
 
@@ -38,6 +46,9 @@ fn ring_geometry(class: usize) -> (usize, usize) {
         (LARGE_CAP, LARGE_DATA)
     }
 }
+
+/// Bytes before the first ring of a queue area: the large-ring counter's cache line.
+const QUEUE_HDR: usize = 64;
 
 fn per_src_bytes() -> usize {
     (0..RINGS_PER_SRC)
@@ -50,7 +61,16 @@ fn per_src_bytes() -> usize {
 
 /// Bytes of one rank's queue area in a job of `size` ranks.
 pub(crate) fn queue_bytes(size: u32) -> usize {
-    size as usize * per_src_bytes()
+    QUEUE_HDR + size as usize * per_src_bytes()
+}
+
+/// The large-ring counter at the start of a queue area.
+///
+/// # Safety
+/// - `base` is the start of a queue area (64-byte aligned, zero-filled when created) that
+///   stays mapped while the returned pointer is used.
+unsafe fn large_counter(base: *mut u8) -> *const AtomicU64 {
+    base.cast::<AtomicU64>().cast_const()
 }
 
 /// Views of the four rings for each source rank in a queue area at `base`.
@@ -60,7 +80,7 @@ pub(crate) fn queue_bytes(size: u32) -> usize {
 ///   otherwise it was initialized and that happened-before this call.
 unsafe fn rings(base: *mut u8, size: u32, init: bool) -> Vec<[Ring; 4]> {
     let mut out = Vec::with_capacity(size as usize);
-    let mut off = 0usize;
+    let mut off = QUEUE_HDR;
     for _ in 0..size {
         let r: [Ring; 4] = std::array::from_fn(|c| {
             let (cap, data) = ring_geometry(c);
@@ -82,10 +102,15 @@ unsafe fn rings(base: *mut u8, size: u32, init: bool) -> Vec<[Ring; 4]> {
     out
 }
 
-/// Poll order of the rings from every other rank: replies before requests, so a rank that
-/// waits for replies sees them first.
-fn poll_order(inb: &[[Ring; 4]], me: u32, replies_only: bool) -> Vec<(u32, Ring)> {
-    let classes: &[usize] = if replies_only { &[2, 3] } else { &[2, 3, 0, 1] };
+/// Poll order of the small-slot (`large` false) or large-slot rings from every other rank:
+/// replies before requests, so a rank that waits for replies sees them first.
+fn poll_order(inb: &[[Ring; 4]], me: u32, replies_only: bool, large: bool) -> Vec<(u32, Ring)> {
+    let classes: &[usize] = match (replies_only, large) {
+        (true, false) => &[2],
+        (true, true) => &[3],
+        (false, false) => &[2, 0],
+        (false, true) => &[3, 1],
+    };
     let mut v = Vec::new();
     for (src, rings) in inb.iter().enumerate() {
         #[allow(clippy::cast_possible_truncation)] // src < size <= MAX_RANKS
@@ -174,10 +199,20 @@ pub struct SmpConduit {
     ctl: Ctl,
     /// Rings in each destination's area that carry messages from this rank.
     out: Vec<[Ring; 4]>,
-    /// Every other rank's rings into this rank, replies first, as polled.
+    /// Each destination's large-ring counter (see the module notes).
+    out_large: Vec<*const AtomicU64>,
+    /// Every other rank's small-slot rings into this rank, replies first, as polled.
     peer_all: Vec<(u32, Ring)>,
-    /// The reply rings alone (what a handler waiting to reply polls).
+    /// The small-slot reply rings alone (what a handler waiting to reply polls).
     peer_rep: Vec<(u32, Ring)>,
+    /// Every other rank's large-slot rings into this rank, replies first.
+    large_all: Vec<(u32, Ring)>,
+    /// The large-slot reply rings alone.
+    large_rep: Vec<(u32, Ring)>,
+    /// This rank's large-ring counter.
+    in_large: *const AtomicU64,
+    /// The counter's value when the large-slot rings were last seen all empty.
+    large_seen: AtomicU64,
     /// This rank's rings from itself, in poll order (replies first).
     own: [Ring; 4],
     /// Messages this rank sent to itself and has not consumed: its own rings are polled only
@@ -188,6 +223,13 @@ pub struct SmpConduit {
     segs: OnceLock<Segs>,
     mode: Mode,
 }
+
+// SAFETY: the raw pointers address the large-ring counters inside queue areas that the
+// conduit keeps mapped (`Mode`) for its whole life; they are only used for atomic operations,
+// which are safe from any thread and process.
+unsafe impl Send for SmpConduit {}
+// SAFETY: as above.
+unsafe impl Sync for SmpConduit {}
 
 impl std::fmt::Debug for SmpConduit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -346,6 +388,7 @@ impl SmpConduit {
         }
         let mut queues = Vec::with_capacity(size as usize);
         let mut out = Vec::with_capacity(size as usize);
+        let mut out_large = Vec::with_capacity(size as usize);
         for r in 0..size {
             let q = if r == rank {
                 None
@@ -356,10 +399,14 @@ impl SmpConduit {
             // SAFETY: rank r initialized its area before the start-up barrier.
             let all = unsafe { rings(base, size, false) };
             out.push(all[rank as usize]);
+            // SAFETY: `base` starts a queue area kept mapped in `Mode::Process`.
+            out_large.push(unsafe { large_counter(base) });
             if let Some(q) = q {
                 queues.push(q);
             }
         }
+        // SAFETY: as above, for this rank's own area.
+        let in_large = unsafe { large_counter(own.ptr()) };
         queues.push(own);
         ctl.boot_barrier(size, &boot_count, "start-up", &on_exit)?;
         unlink(&own_name);
@@ -368,8 +415,13 @@ impl SmpConduit {
             size,
             ctl,
             out,
-            peer_all: poll_order(&inb, rank, false),
-            peer_rep: poll_order(&inb, rank, true),
+            out_large,
+            peer_all: poll_order(&inb, rank, false, false),
+            peer_rep: poll_order(&inb, rank, true, false),
+            large_all: poll_order(&inb, rank, false, true),
+            large_rep: poll_order(&inb, rank, true, true),
+            in_large,
+            large_seen: AtomicU64::new(0),
             own: own_order(&inb, rank),
             self_pending: AtomicU64::new(0),
             boot_count,
@@ -398,13 +450,24 @@ impl SmpConduit {
                 all[rank as usize]
             })
             .collect();
+        let out_large = (0..size as usize)
+            // SAFETY: the areas live in `shared`, which the conduit keeps (`Mode::Threads`).
+            .map(|d| unsafe { large_counter(shared.queues[d].ptr()) })
+            .collect();
+        // SAFETY: as above.
+        let in_large = unsafe { large_counter(shared.queues[rank as usize].ptr()) };
         Ok(SmpConduit {
             rank,
             size,
             ctl: shared.ctl,
             out,
-            peer_all: poll_order(&inb, rank, false),
-            peer_rep: poll_order(&inb, rank, true),
+            out_large,
+            peer_all: poll_order(&inb, rank, false, false),
+            peer_rep: poll_order(&inb, rank, true, false),
+            large_all: poll_order(&inb, rank, false, true),
+            large_rep: poll_order(&inb, rank, true, true),
+            in_large,
+            large_seen: AtomicU64::new(0),
             own: own_order(&inb, rank),
             self_pending: AtomicU64::new(0),
             boot_count: AtomicU64::new(0),
@@ -429,7 +492,9 @@ impl SmpConduit {
     ) -> (usize, bool) {
         let cap = ring.data_cap();
         let mut n = 0;
-        while n < POLL_BUDGET {
+        // `maybe_ready` is a two-load check the compiler inlines: an empty ring, the common
+        // case for all but one ring per poll, costs no call into the claim loop.
+        while n < POLL_BUDGET && ring.maybe_ready() {
             match ring.try_pop(|p| self.deliver(src, p, cap, sink)) {
                 None => break,
                 Some(more) => {
@@ -603,6 +668,14 @@ impl Conduit for SmpConduit {
 
     #[inline]
     fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
+        if msg.category == Category::Short && dest != self.rank {
+            // The round-trip path: a header and the arguments, always in a small slot (with
+            // at most 16 arguments it needs 80 bytes).
+            let ring = &self.out[dest as usize][if msg.is_reply { REP_SMALL } else { REQ_SMALL }];
+            // SAFETY: a small slot holds SMALL_DATA >= encoded_len of any Short; the core
+            // checked the argument count.
+            return Ok(ring.try_push(|p| unsafe { wire::encode(p, msg, false) }));
+        }
         let inline = match msg.category {
             Category::Short => false,
             Category::Medium => true,
@@ -643,6 +716,11 @@ impl Conduit for SmpConduit {
         if to_self && !sent {
             self.self_pending.fetch_sub(1, Ordering::Relaxed);
         }
+        if sent && class & 1 == 1 && !to_self {
+            // SAFETY: the destination's counter, mapped for the conduit's life.
+            // Release: a poll that reads the new value finds the message in its ring.
+            unsafe { &*self.out_large[dest as usize] }.fetch_add(1, Ordering::Release);
+        }
         Ok(sent)
     }
 
@@ -659,6 +737,30 @@ impl Conduit for SmpConduit {
             total += n;
             if !more {
                 return Ok(total);
+            }
+        }
+        // SAFETY: this rank's counter, mapped for the conduit's life.
+        let large = unsafe { &*self.in_large }.load(Ordering::Acquire);
+        if large != self.large_seen.load(Ordering::Relaxed) {
+            let (rings, all) = if replies_only {
+                (&self.large_rep, false)
+            } else {
+                (&self.large_all, true)
+            };
+            // Every message counted up to `large` was pushed before the count: once every
+            // large ring was drained empty after reading it, `large` is seen. A poll that
+            // stopped early, or saw only the reply rings, leaves the mark where it was.
+            let mut empty = all;
+            for &(src, ring) in rings.iter() {
+                let (n, more) = self.drain(src, &ring, sink);
+                total += n;
+                if !more {
+                    return Ok(total);
+                }
+                empty &= n < POLL_BUDGET;
+            }
+            if empty {
+                self.large_seen.store(large, Ordering::Relaxed);
             }
         }
         if self.self_pending.load(Ordering::Relaxed) != 0 {

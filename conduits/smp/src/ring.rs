@@ -179,7 +179,7 @@ impl Ring {
 
     /// Claim a free slot, let `fill` write up to `data_cap()` bytes into it, and publish it.
     /// Returns false when the ring is full.
-    #[inline]
+    #[inline(always)]
     pub fn try_push(&self, fill: impl FnOnce(*mut u8)) -> bool {
         let ctl = self.ctl();
         let mut pos = ctl.enq.0.load(Ordering::Relaxed);
@@ -229,7 +229,7 @@ impl Ring {
 
     /// Claim the oldest published slot, run `read` on its data, and free it.
     /// Returns None when the ring is empty.
-    #[inline]
+    #[inline(always)]
     pub fn try_pop<R>(&self, read: impl FnOnce(*const u8) -> R) -> Option<R> {
         let ctl = self.ctl();
         let mut pos = ctl.deq.0.load(Ordering::Relaxed);

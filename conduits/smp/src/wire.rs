@@ -70,6 +70,14 @@ pub(crate) unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
     }
 }
 
+/// The header's first 8 bytes as one word: `[handler, kind, nargs, 0]` then the payload
+/// length, laid out in memory as the module notes show.
+#[inline(always)]
+fn pack_header(handler: u8, kind: u8, nargs: u8, plen: u32) -> u64 {
+    let l = plen.to_ne_bytes();
+    u64::from_ne_bytes([handler, kind, nargs, 0, l[0], l[1], l[2], l[3]])
+}
+
 /// Write `msg` at `p`, with the payload inline when `inline`.
 ///
 /// # Safety
@@ -94,8 +102,9 @@ pub(crate) unsafe fn encode(p: *mut u8, msg: &OutMsg<'_>, inline: bool) {
     let plen = msg.payload.len() as u32;
     // SAFETY: per the contract, p is aligned and the region is large enough.
     unsafe {
-        p.cast::<[u8; 4]>().write([msg.handler, kind, nargs, 0]);
-        p.add(4).cast::<u32>().write(plen);
+        // The first 8 bytes in one store (native byte order: both ends are this host).
+        p.cast::<u64>()
+            .write(pack_header(msg.handler, kind, nargs, plen));
         p.add(8).cast::<u64>().write(msg.long_offset);
         // At most 16 words: a short loop beats a call to memcpy.
         let dst = p.add(HDR).cast::<u32>();
@@ -139,10 +148,10 @@ pub(crate) enum DecodeError {
 ///   the lifetime `'a`.
 #[inline(always)]
 pub(crate) unsafe fn decode<'a>(p: *const u8, cap: usize) -> Result<Decoded<'a>, DecodeError> {
-    // SAFETY: per the contract, the header bytes are readable.
-    let [handler, kind, nargs, _] = unsafe { p.cast::<[u8; 4]>().read() };
-    // SAFETY: as above.
-    let payload_len = unsafe { p.add(4).cast::<u32>().read() } as usize;
+    // SAFETY: per the contract, the header bytes are readable and 8-byte aligned.
+    let hdr = unsafe { p.cast::<u64>().read() };
+    let [handler, kind, nargs, _, l0, l1, l2, l3] = hdr.to_ne_bytes();
+    let payload_len = u32::from_ne_bytes([l0, l1, l2, l3]) as usize;
     // SAFETY: as above.
     let long_offset = unsafe { p.add(8).cast::<u64>().read() };
     if kind & !15 != 0 {
