@@ -668,13 +668,14 @@ impl Conduit for SmpConduit {
 
     #[inline]
     fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
-        if msg.category == Category::Short && dest != self.rank {
-            // The round-trip path: a header and the arguments, always in a small slot (with
-            // at most 16 arguments it needs 80 bytes).
+        if dest != self.rank && wire::encoded_len(msg, true) <= SMALL_DATA {
+            // The round-trip path: a message that fits a small slot whole (every Short; a
+            // Medium or Long whose payload travels inline) goes straight into it.
             let ring = &self.out[dest as usize][if msg.is_reply { REP_SMALL } else { REQ_SMALL }];
-            // SAFETY: a small slot holds SMALL_DATA >= encoded_len of any Short; the core
-            // checked the argument count.
-            return Ok(ring.try_push(|p| unsafe { wire::encode(p, msg, false) }));
+            let inline = msg.category != Category::Short;
+            // SAFETY: the slot holds SMALL_DATA >= encoded_len bytes (checked just above); the
+            // core checked the argument count and payload size.
+            return Ok(ring.try_push(|p| unsafe { wire::encode(p, msg, inline) }));
         }
         let inline = match msg.category {
             Category::Short => false,
