@@ -410,29 +410,47 @@ impl SmpConduit {
         queues.push(own);
         ctl.boot_barrier(size, &boot_count, "start-up", &on_exit)?;
         unlink(&own_name);
-        Ok(SmpConduit {
+        Ok(Self::assemble(
+            (rank, size, ctl),
+            (out, out_large),
+            (&inb, in_large),
+            boot_count,
+            Mode::Process {
+                job,
+                _ctl_region: ctl_region,
+                _queues: queues,
+            },
+        ))
+    }
+
+    /// The conduit over its ring views: `out` and `out_large` per destination, `inb` (every
+    /// source's rings in this rank's area) and `in_large` (this rank's counter).
+    fn assemble(
+        (rank, size, ctl): (Rank, u32, Ctl),
+        (out, out_large): (Vec<[Ring; 4]>, Vec<*const AtomicU64>),
+        (inb, in_large): (&[[Ring; 4]], *const AtomicU64),
+        boot_count: AtomicU64,
+        mode: Mode,
+    ) -> SmpConduit {
+        SmpConduit {
             rank,
             size,
             ctl,
             out,
             out_large,
-            peer_all: poll_order(&inb, rank, false, false),
-            peer_rep: poll_order(&inb, rank, true, false),
-            large_all: poll_order(&inb, rank, false, true),
-            large_rep: poll_order(&inb, rank, true, true),
+            peer_all: poll_order(inb, rank, false, false),
+            peer_rep: poll_order(inb, rank, true, false),
+            large_all: poll_order(inb, rank, false, true),
+            large_rep: poll_order(inb, rank, true, true),
             in_large,
             large_seen: AtomicU64::new(0),
-            own: own_order(&inb, rank),
+            own: own_order(inb, rank),
             self_pending: AtomicU64::new(0),
             boot_count,
             oversubscribed: size > cores(),
             segs: OnceLock::new(),
-            mode: Mode::Process {
-                job,
-                _ctl_region: ctl_region,
-                _queues: queues,
-            },
-        })
+            mode,
+        }
     }
 
     /// Rank `rank` of a thread-mode job built by [`ThreadShared::new`].
@@ -456,25 +474,13 @@ impl SmpConduit {
             .collect();
         // SAFETY: as above.
         let in_large = unsafe { large_counter(shared.queues[rank as usize].ptr()) };
-        Ok(SmpConduit {
-            rank,
-            size,
-            ctl: shared.ctl,
-            out,
-            out_large,
-            peer_all: poll_order(&inb, rank, false, false),
-            peer_rep: poll_order(&inb, rank, true, false),
-            large_all: poll_order(&inb, rank, false, true),
-            large_rep: poll_order(&inb, rank, true, true),
-            in_large,
-            large_seen: AtomicU64::new(0),
-            own: own_order(&inb, rank),
-            self_pending: AtomicU64::new(0),
-            boot_count: AtomicU64::new(0),
-            oversubscribed: size > cores(),
-            segs: OnceLock::new(),
-            mode: Mode::Threads(shared),
-        })
+        Ok(Self::assemble(
+            (rank, size, shared.ctl),
+            (out, out_large),
+            (&inb, in_large),
+            AtomicU64::new(0),
+            Mode::Threads(shared),
+        ))
     }
 
     fn on_exit(&self) -> impl Fn(i32) + '_ {
