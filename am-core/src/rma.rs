@@ -272,11 +272,20 @@ impl Endpoint {
             rma.put(dest, offset, src)?;
             return Ok(None);
         }
-        Ok(rma.put_nb(dest, offset, src)?.map(|t| {
+        Ok(Self::track_ticket(rma.put_nb(dest, offset, src)?, track))
+    }
+
+    /// The operation state that waits for a native ticket, or None when the operation
+    /// completed at once.
+    fn track_ticket(
+        t: Option<RmaTicket>,
+        track: impl FnOnce() -> Arc<OpState>,
+    ) -> Option<Arc<OpState>> {
+        t.map(|t| {
             let st = track();
             st.add_native(t);
             st
-        }))
+        })
     }
 
     /// The native path of a get.
@@ -301,11 +310,7 @@ impl Endpoint {
         // SAFETY: forwarded contract: `dst` stays valid until the ticket completes, which the
         // returned operation state (synced by the caller) waits for.
         let t = unsafe { rma.get_nb(src_rank, offset, dst, len)? };
-        Ok(t.map(|t| {
-            let st = track();
-            st.add_native(t);
-            st
-        }))
+        Ok(Self::track_ticket(t, track))
     }
 
     /// Start a get into `dst`; None when it completed already. `blocking` asks the native path

@@ -469,7 +469,7 @@ fn dies_after_return(ep: &Endpoint) -> Result<(), String> {
 
 /// Report a deliberate panic in one line, without the default hook's wording and backtrace,
 /// so that a CI log's first report of a panic is a real one.
-pub(crate) fn quiet_panic_hook() {
+fn quiet_panic_hook() {
     std::panic::set_hook(Box::new(|info| {
         let msg = info
             .payload()

@@ -674,7 +674,9 @@ impl Conduit for SmpConduit {
 
     #[inline]
     fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
-        if dest != self.rank && wire::encoded_len(msg, true) <= SMALL_DATA {
+        // The whole message, payload included, fits one small slot.
+        let fits = wire::encoded_len(msg, true) <= SMALL_DATA;
+        if dest != self.rank && fits {
             // The round-trip path: a message that fits a small slot whole (every Short; a
             // Medium or Long whose payload travels inline) goes straight into it.
             let ring = &self.out[dest as usize][if msg.is_reply { REP_SMALL } else { REQ_SMALL }];
@@ -686,7 +688,7 @@ impl Conduit for SmpConduit {
         let inline = match msg.category {
             Category::Short => false,
             Category::Medium => true,
-            Category::Long => wire::encoded_len(msg, true) <= SMALL_DATA,
+            Category::Long => fits,
         };
         let need = wire::encoded_len(msg, inline);
         let class =
