@@ -847,7 +847,9 @@ impl Coll {
         if last {
             st.groups.remove(&gid);
             for s in members {
-                st.ops.remove(&s);
+                if st.ops.remove(&s).is_some_and(|o| o.error.is_some()) {
+                    st.failed.insert(s);
+                }
             }
         }
         match err {

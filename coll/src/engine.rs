@@ -189,6 +189,9 @@ pub(crate) struct State {
     /// a signal, a finished push or reduction step): the only ones it visits, so that a poll
     /// costs what changed, not what is in flight (65,535 collectives may be).
     pub(crate) dirty: std::collections::BTreeSet<u64>,
+    /// Collectives that failed and are gone: a message for one that arrives late (a peer's
+    /// signature or data sent before it learnt of the failure) is dropped, not kept forever.
+    pub(crate) failed: std::collections::HashSet<u64>,
 }
 
 impl State {
@@ -510,6 +513,9 @@ impl Shared {
     /// Data for local participant `part` at `off` of its destination.
     pub(crate) fn deliver(&self, seq: u64, part: usize, off: usize, bytes: &[u8]) {
         let mut st = self.lock();
+        if st.failed.contains(&seq) {
+            return;
+        }
         let size = self.size as usize;
         let op = st.ops.entry(seq).or_insert_with(|| Op::new(seq, size));
         let idx = part.checked_sub(op.first);
@@ -525,6 +531,9 @@ impl Shared {
 
     fn stage_arrived(&self, src: Rank, seq: u64, phase: u32, off: usize, bytes: &[u8]) {
         let mut st = self.lock();
+        if st.failed.contains(&seq) {
+            return;
+        }
         let size = self.size as usize;
         let op = st.ops.entry(seq).or_insert_with(|| Op::new(seq, size));
         let ph = (phase & 1) as usize;
@@ -603,7 +612,15 @@ impl Shared {
                     continue;
                 };
                 if op.error.is_some() {
-                    op.local_done = true;
+                    // A failed collective still ends together: every local image has entered
+                    // (so every handle exists, and a late image cannot start the same number
+                    // afresh), the entry round is over (no signal arrives after the group is
+                    // gone) and no push or reduction step still reads a client's buffer.
+                    op.local_done = op.all_entered()
+                        && entry_done
+                        && !op.working
+                        && op.parts.iter().all(|p| !p.pushing);
+                    all_local &= op.local_done;
                     continue;
                 }
                 let may_move = op.checked_ok && (!mode.needs_entry_signal() || entry_done);
@@ -732,6 +749,9 @@ impl Shared {
     /// Checked mode: a signature arrived.
     fn check_arrived(&self, src: Rank, seq: u64, sig: &[u8]) {
         let mut st = self.lock();
+        if st.failed.contains(&seq) {
+            return;
+        }
         let size = self.size as usize;
         let op = st.ops.entry(seq).or_insert_with(|| Op::new(seq, size));
         op.sigs[src as usize] = Some(sig.to_vec());
@@ -742,6 +762,9 @@ impl Shared {
     /// collective fails everywhere.
     fn mismatch_arrived(&self, seq: u64, detail: &[u8]) {
         let mut st = self.lock();
+        if st.failed.contains(&seq) {
+            return;
+        }
         let size = self.size as usize;
         let op = st.ops.entry(seq).or_insert_with(|| Op::new(seq, size));
         if op.error.is_none() {

@@ -276,8 +276,9 @@ pub fn check_mismatch(ep: &Endpoint) -> Result<(), String> {
 }
 
 /// AMNET_COLL_CHECK=1 with two images per rank: a correct ALL_THREADS broadcast works, then
-/// image 1 (rank 0) passes 16 bytes where every other image passes 8: every image of every
-/// rank must get a Mismatch naming the size.
+/// (twice, in two call orders) image 1 (rank 0) passes 16 bytes where every other image passes
+/// 8: every image of every rank must get a Mismatch naming the size, also an image that calls
+/// late; a matching broadcast then works again.
 pub fn check_image_mismatch(ep: &Endpoint) -> Result<(), String> {
     let st = Arc::new(State::new(ep.size()));
     let t = handler_table(&st).map_err(|e| e.to_string())?;
@@ -307,14 +308,28 @@ pub fn check_image_mismatch(ep: &Endpoint) -> Result<(), String> {
                     return report(format!("a matching ALL_THREADS broadcast: {e}"));
                 }
                 let n = if img == 1 { 16 } else { 8 };
-                match co.broadcast(Team::WORLD, dst, 0, Addr::Seg(0), n, fl) {
-                    // Whichever image of rank 0 calls first speaks for the rank: the
-                    // mismatch shows up between its images or between the ranks.
-                    Err(Error::Mismatch { detail, .. })
-                        if detail.contains("bytes in all") && detail.contains("16") => {}
-                    other => report(format!(
-                        "image 1 passing 16 bytes against 8 everywhere else gave {other:?}"
-                    )),
+                // Twice: first image 1 of rank 0 calls first (the ranks' signatures differ),
+                // then image 0 does (rank 0's images differ). The second image of every other
+                // rank calls late both times: its rank learns of the failure before that
+                // image calls, and the collective must still wait for it (it used to end
+                // without it; the late call then started the same collective afresh and hung).
+                for round in 0..2u32 {
+                    let late = if me == 0 { li == round } else { li == 1 };
+                    if late {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    match co.broadcast(Team::WORLD, dst, 0, Addr::Seg(0), n, fl) {
+                        Err(Error::Mismatch { detail, .. })
+                            if detail.contains("bytes in all") && detail.contains("16") => {}
+                        other => report(format!(
+                            "round {round}: image 1 passing 16 bytes against 8 everywhere else \
+                             gave {other:?}"
+                        )),
+                    }
+                }
+                // After the failures the ranks still agree on the numbering.
+                if let Err(e) = co.broadcast(Team::WORLD, dst, 0, Addr::Seg(0), 8, fl) {
+                    report(format!("a matching broadcast after the failed ones: {e}"));
                 }
             });
         }
