@@ -92,22 +92,32 @@ impl PingLine {
     /// Collective: rank 0 creates the line's object, rank 1 maps it, rank 0 removes its
     /// name once both have it mapped.
     pub(crate) fn setup(ep: &Endpoint) -> Result<PingLine, BenchError> {
+        /// Rank 0's name for the object, removed however setup ends (an error or a panic
+        /// between creating and sharing it must not leave it in /dev/shm).
+        struct Name(Option<String>);
+        impl Drop for Name {
+            fn drop(&mut self) {
+                if let Some(n) = &self.0 {
+                    unlink(n);
+                }
+            }
+        }
         let me = ep.rank();
         let name = line_name();
         let mut line = None;
+        let mut owned = Name(None);
         if me == 0 {
             line = Some(
                 SharedLine::map(&name, true).map_err(|e| BenchError::Os("shm_open(create)", e))?,
             );
+            owned.0 = Some(name.clone());
         }
         ep.barrier()?;
         if me == 1 {
             line = Some(SharedLine::map(&name, false).map_err(|e| BenchError::Os("shm_open", e))?);
         }
         ep.barrier()?;
-        if me == 0 {
-            unlink(&name);
-        }
+        drop(owned);
         Ok(PingLine { line, last: 0 })
     }
 

@@ -183,6 +183,13 @@ impl Ring {
     pub fn try_push(&self, fill: impl FnOnce(*mut u8)) -> bool {
         let ctl = self.ctl();
         let mut pos = ctl.enq.0.load(Ordering::Relaxed);
+        // The slot's line was last written by its consumer (when it freed the slot) and is
+        // being read by it (a consumer polls the slot it expects next). Ask for it exclusive
+        // at once: the seq load below then waits for one ownership transfer, where a plain
+        // load would fetch a shared copy and the data store would pay a second transfer to
+        // upgrade it. Prefetching the next slot right after a publish instead is worse: the
+        // consumer, polling that slot meanwhile, takes the line back before the next push.
+        self.prefetch(pos);
         loop {
             let slot = self.slot(pos);
             let lap = pos & !self.mask;
@@ -199,9 +206,6 @@ impl Ring {
                         let p = self.data_ptr(pos);
                         slot.data.with_mut(|_| fill(p));
                         slot.seq.store(lap.wrapping_add(1), Ordering::Release);
-                        // The next slot's line was last written by the consumer when it freed
-                        // it: fetch it now, off the critical path of the next send.
-                        self.prefetch(pos.wrapping_add(1));
                         return true;
                     }
                     Err(cur) => pos = cur,
