@@ -188,6 +188,12 @@ pub trait Conduit: Send + Sync + 'static {
     fn native_rma(&self) -> Option<Arc<dyn NativeRma>> {
         None
     }
+    /// This conduit's own counters as (name, value) pairs, in a fixed order (for udp:
+    /// datagrams, retransmits, timeouts, duplicates dropped, ...). Empty by default. Read by
+    /// [`Endpoint::conduit_stats`](crate::Endpoint::conduit_stats).
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
     /// The job-wide exit code, once any rank asked the job to end.
     fn exit_requested(&self) -> Option<i32>;
     /// Publish a job-wide exit request with `code` (the first request wins). Returns the code

@@ -276,6 +276,16 @@ impl Inner {
         if self.cfg.stats_at_exit && !self.stats_printed.swap(true, Ordering::AcqRel) {
             let s = self.stats_sum();
             eprint!("{}", s.report(self.rank));
+            let c = self.conduit.counters();
+            if !c.is_empty() {
+                let list: Vec<String> = c.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                eprintln!(
+                    "amnet stats rank {}: {} {}",
+                    self.rank,
+                    self.conduit.name(),
+                    list.join(" ")
+                );
+            }
         }
     }
 
@@ -539,6 +549,15 @@ impl Endpoint {
     /// A snapshot of this rank's counters, summed over every thread that used it.
     pub fn stats(&self) -> Stats {
         self.inner.stats_sum()
+    }
+
+    /// A snapshot of the conduit's own counters as (name, value) pairs: on udp the
+    /// datagrams sent and received, retransmits, timeouts, duplicates dropped, acks,
+    /// heartbeats, decode errors and injected faults (see `spec/udp.md`); empty on conduits
+    /// that keep none. The names are stable; they are also printed at exit with
+    /// `AMNET_STATS=1`.
+    pub fn conduit_stats(&self) -> Vec<(&'static str, u64)> {
+        self.inner.conduit.counters()
     }
 
     #[inline]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use amnet::MAX_ARGS;
 
-use crate::state::{lock, Expect, H_CHAIN, H_CHECK, H_ECHO};
+use crate::state::{lock, Expect, H_CHAIN, H_CHECK, H_COUNT, H_ECHO};
 use crate::{ck, ensure, pattern, test, Ctx, Test, Verdict};
 
 /// Where Long payloads land: a slot per sending rank.
@@ -28,6 +28,7 @@ pub fn tests() -> Vec<Test> {
             ..test("am_long_max", long_max)
         },
         test("am_request_reply_chain", chain),
+        test("stats_counters", stats_counters),
         Test {
             timeout: Duration::from_secs(120),
             ..test("am_concurrent_threads", concurrent_threads)
@@ -207,6 +208,111 @@ fn chain(c: &Ctx<'_>) -> Verdict {
         c.ep.wait_until(|| c.st.acks.load(Ordering::SeqCst) >= sent),
     )?;
     ck("barrier", c.ep.barrier())?;
+    c.st.handler_verdict()
+}
+
+/// The counters move by what a test did: `N` Short requests to every rank (itself included)
+/// and one Medium of 100 bytes to the next rank show in `stats()` here and at the receivers,
+/// and the conduit's own counters are well-formed (on udp: the protocol's, with datagrams
+/// both ways).
+fn stats_counters(c: &Ctx<'_>) -> Verdict {
+    const N: u64 = 50;
+    let n = c.size();
+    let before = c.ep.stats();
+    ck("opening barrier", c.ep.barrier())?;
+    for i in 0..N {
+        for d in 0..n {
+            #[allow(clippy::cast_possible_truncation)] // i < N
+            ck("count request", c.ep.request_short(d, H_COUNT, &[i as u32]))?;
+        }
+    }
+    ck(
+        "medium",
+        c.ep.request_medium((c.rank() + 1) % n, H_COUNT, &[], &[7u8; 100]),
+    )?;
+    let want_hits = N * u64::from(n) + 1;
+    ck(
+        "counted",
+        c.ep.wait_until(|| c.st.hits.load(Ordering::SeqCst) >= want_hits),
+    )?;
+    let after = c.ep.stats();
+    let d = |a: u64, b: u64| a.wrapping_sub(b);
+    let sent_short = d(after.requests_sent.short, before.requests_sent.short);
+    let recv_short = d(
+        after.requests_received.short,
+        before.requests_received.short,
+    );
+    // Barriers travel as Short requests too: at least what the test sent, never less.
+    ensure(sent_short >= N * u64::from(n), || {
+        format!(
+            "requests_sent.short moved by {sent_short}, expected at least {}",
+            N * u64::from(n)
+        )
+    })?;
+    ensure(recv_short >= N * u64::from(n), || {
+        format!(
+            "requests_received.short moved by {recv_short}, expected at least {}",
+            N * u64::from(n)
+        )
+    })?;
+    ensure(
+        d(after.requests_sent.medium, before.requests_sent.medium) == 1
+            && d(
+                after.requests_sent.medium_bytes,
+                before.requests_sent.medium_bytes,
+            ) == 100,
+        || {
+            format!(
+                "one 100-byte Medium sent, but the counters moved by {} messages and {} bytes",
+                d(after.requests_sent.medium, before.requests_sent.medium),
+                d(
+                    after.requests_sent.medium_bytes,
+                    before.requests_sent.medium_bytes
+                )
+            )
+        },
+    )?;
+    ensure(
+        d(after.handler_calls, before.handler_calls) > N * u64::from(n),
+        || "handler_calls moved by less than the handlers this test ran".to_string(),
+    )?;
+    ensure(after.polls > before.polls, || {
+        "polls did not move across a wait".to_string()
+    })?;
+    let cs = c.ep.conduit_stats();
+    let mut names: Vec<&str> = cs.iter().map(|(k, _)| *k).collect();
+    names.sort_unstable();
+    names.dedup();
+    ensure(names.len() == cs.len(), || {
+        format!("conduit_stats repeats a name: {cs:?}")
+    })?;
+    let get = |k: &str| cs.iter().find(|(n, _)| *n == k).map(|&(_, v)| v);
+    match c.ep.conduit_name() {
+        "udp" => {
+            for k in [
+                "retransmits",
+                "timeouts",
+                "duplicates_dropped",
+                "decode_errors",
+            ] {
+                ensure(get(k).is_some(), || {
+                    format!("udp conduit_stats lacks {k}: {cs:?}")
+                })?;
+            }
+            if n > 1 {
+                ensure(
+                    get("datagrams_sent").unwrap_or(0) > 0
+                        && get("datagrams_received").unwrap_or(0) > 0,
+                    || format!("udp sent and received datagrams, but conduit_stats says {cs:?}"),
+                )?;
+            }
+        }
+        "smp" => ensure(cs.is_empty(), || {
+            format!("smp keeps no counters of its own: {cs:?}")
+        })?,
+        _ => {}
+    }
+    ck("closing barrier", c.ep.barrier())?;
     c.st.handler_verdict()
 }
 

@@ -226,7 +226,6 @@ pub struct UdpConduit {
     /// Exit for a job without a launcher (one rank).
     solo_exit: AtomicI64,
     oversubscribed: bool,
-    stats_printed: AtomicBool,
 }
 
 impl std::fmt::Debug for UdpConduit {
@@ -403,7 +402,6 @@ impl UdpConduit {
             epoch,
             solo_exit: AtomicI64::new(NO_EXIT),
             oversubscribed: size > cores(),
-            stats_printed: AtomicBool::new(false),
         })
     }
 
@@ -668,34 +666,41 @@ impl UdpConduit {
         Err(cerr(msg))
     }
 
-    fn print_stats(&self) {
-        if std::env::var("AMNET_STATS").is_ok_and(|v| v == "1")
-            && !self.stats_printed.swap(true, Ordering::AcqRel)
-        {
-            let inner = self.lock();
-            let c = inner.proto.counters();
-            let e = inner.edge;
-            eprintln!(
-                "amnet udp rank {}: datagrams sent {} received {}; retransmits {} (fast {}); \
-                 timeouts {}; duplicates dropped {}; acks {}; heartbeats {}; decode errors {}; \
-                 foreign {}; injected loss {} dup {} reorder {}; send errors {}",
-                self.rank,
-                c.tx_datagrams,
-                c.rx_datagrams,
-                c.retransmits,
-                c.fast_retransmits,
-                c.timeouts,
-                c.duplicates,
-                c.acks_sent,
-                c.heartbeats_sent,
-                c.decode_errors,
-                c.foreign_key,
-                e.injected_loss,
-                e.injected_dup,
-                e.injected_reorder,
-                e.send_errors
-            );
-        }
+    /// The protocol's and the socket edge's counters, named as `spec/udp.md` lists them.
+    /// Empty when the state stays locked for 100 ms: the exit report may ask from a thread
+    /// that ends the process while another one holds the lock, and must not hang.
+    fn counter_list(&self) -> Vec<(&'static str, u64)> {
+        let t0 = std::time::Instant::now();
+        let inner = loop {
+            match self.inner.try_lock() {
+                Ok(g) => break g,
+                Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    if t0.elapsed() > std::time::Duration::from_millis(100) {
+                        return Vec::new();
+                    }
+                    std::thread::yield_now();
+                }
+            }
+        };
+        let c = inner.proto.counters();
+        let e = inner.edge;
+        vec![
+            ("datagrams_sent", c.tx_datagrams),
+            ("datagrams_received", c.rx_datagrams),
+            ("retransmits", c.retransmits),
+            ("fast_retransmits", c.fast_retransmits),
+            ("timeouts", c.timeouts),
+            ("duplicates_dropped", c.duplicates),
+            ("acks_sent", c.acks_sent),
+            ("heartbeats_sent", c.heartbeats_sent),
+            ("decode_errors", c.decode_errors),
+            ("foreign_datagrams", c.foreign_key),
+            ("injected_loss", e.injected_loss),
+            ("injected_dup", e.injected_dup),
+            ("injected_reorder", e.injected_reorder),
+            ("send_errors", e.send_errors),
+        ]
     }
 
     /// Deliver one message to the core: Long payloads go into the segment first.
@@ -931,6 +936,10 @@ impl Conduit for UdpConduit {
         Ok(n)
     }
 
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.counter_list()
+    }
+
     fn exit_requested(&self) -> Option<i32> {
         match &self.boot {
             Some(b) => b.exit_requested(),
@@ -962,7 +971,6 @@ impl Conduit for UdpConduit {
             let now = self.now();
             self.transmit(&mut inner, now);
         }
-        self.print_stats();
         use std::io::Write;
         let _ = std::io::stdout().flush();
         std::process::exit(code)
