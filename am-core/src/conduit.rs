@@ -205,3 +205,18 @@ pub trait Conduit: Send + Sync + 'static {
     /// True when ranks are OS processes (the core then installs its exit hooks).
     fn is_process_mode(&self) -> bool;
 }
+
+/// The limit of a conduit's start-up (joining the job, the start-up and attach barriers):
+/// `AMNET_BOOT_TIMEOUT` seconds, 120 by default. Anything but a whole number >= 1 is a
+/// `Config` error naming the variable.
+pub fn boot_timeout() -> Result<std::time::Duration> {
+    match std::env::var("AMNET_BOOT_TIMEOUT") {
+        Err(_) => Ok(std::time::Duration::from_secs(120)),
+        Ok(v) => match v.parse::<u64>() {
+            Ok(s) if s > 0 => Ok(std::time::Duration::from_secs(s)),
+            _ => Err(crate::Error::Config(format!(
+                "AMNET_BOOT_TIMEOUT={v:?}: expected a whole number of seconds >= 1"
+            ))),
+        },
+    }
+}

@@ -48,18 +48,7 @@ unsafe impl Send for Ctl {}
 // SAFETY: as above.
 unsafe impl Sync for Ctl {}
 
-/// How long start-up and attach wait for the other ranks (`AMNET_BOOT_TIMEOUT`, seconds).
-pub(crate) fn boot_timeout() -> Result<Duration> {
-    match std::env::var("AMNET_BOOT_TIMEOUT") {
-        Err(_) => Ok(Duration::from_secs(120)),
-        Ok(v) => match v.parse::<u64>() {
-            Ok(s) if s > 0 => Ok(Duration::from_secs(s)),
-            _ => Err(Error::Config(format!(
-                "AMNET_BOOT_TIMEOUT={v:?}: expected a whole number of seconds >= 1"
-            ))),
-        },
-    }
-}
+pub(crate) use amnet_core::conduit::boot_timeout;
 
 impl Ctl {
     /// Bytes a control block for `size` ranks needs.

@@ -422,7 +422,7 @@ impl BootClient {
         // Wait for the table; an EXIT may come first.
         let (kind, body) = read_frame(&mut r).map_err(|e| {
             boot_err(format!(
-                "waiting for the other ranks to join (timeout {timeout:?}): {e}"
+                "waiting for the other ranks to join (timeout {timeout:?}, AMNET_BOOT_TIMEOUT): {e}"
             ))
         })?;
         let (job_key, table) = {

@@ -17,7 +17,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use amnet_core::{Category, Conduit, Error, InMsg, LocalSegment, OutMsg, Rank, Result};
 
@@ -348,7 +348,7 @@ impl UdpConduit {
                 let server: SocketAddr = b.parse().map_err(|_| {
                     Error::Config(format!("AMNET_UDP_BOOT={b:?}: expected HOST:PORT"))
                 })?;
-                let c = BootClient::join(server, rank, port, Duration::from_secs(60))?;
+                let c = BootClient::join(server, rank, port, amnet_core::conduit::boot_timeout()?)?;
                 if c.table.len() != size as usize {
                     return Err(cerr(format!(
                         "the launcher knows {} ranks but AMNET_SIZE is {size}",
