@@ -194,6 +194,14 @@ pub trait Conduit: Send + Sync + 'static {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+    /// A word that is 0 until some rank asks the job to end, and non-zero from then on, for
+    /// conduits that keep one in memory (smp: the control block's exit word). The core then
+    /// reads it inline after every poll and calls [`exit_requested`](Conduit::exit_requested)
+    /// only once it is non-zero. The word must stay valid as long as the conduit. `None` (the
+    /// default) makes the core call `exit_requested` after every poll.
+    fn exit_word(&self) -> Option<&std::sync::atomic::AtomicU64> {
+        None
+    }
     /// The job-wide exit code, once any rank asked the job to end.
     fn exit_requested(&self) -> Option<i32>;
     /// Publish a job-wide exit request with `code` (the first request wins). Returns the code

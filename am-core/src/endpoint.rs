@@ -175,7 +175,18 @@ pub(crate) struct Inner {
     stat_blocks: Mutex<Vec<Arc<StatBlock>>>,
     stats_printed: AtomicBool,
     pub(crate) layer: crate::layer::LayerSlots,
+    /// The conduit's exit word ([`Conduit::exit_word`]), or null.
+    exit_word: ExitWord,
 }
+
+/// The address of a conduit's exit word, read after every poll.
+struct ExitWord(*const AtomicU64);
+
+// SAFETY: the pointer addresses an atomic inside the conduit that `Inner` owns (or null); it
+// is only read atomically, which any thread may do, and `Inner` drops the conduit last.
+unsafe impl Send for ExitWord {}
+// SAFETY: as above.
+unsafe impl Sync for ExitWord {}
 
 /// One rank's endpoint: the whole AM API. Cheap to clone; clones share the rank, so a rank may
 /// be driven from several threads at once (see the spec for what is thread-safe).
@@ -335,6 +346,11 @@ impl Endpoint {
     /// the exit hook that turns a return from `main` into a job-wide exit with that status.
     pub fn new(conduit: Box<dyn Conduit>) -> Result<Self> {
         let cfg = Config::from_env(conduit.oversubscribed())?;
+        let exit_word = ExitWord(
+            conduit
+                .exit_word()
+                .map_or(std::ptr::null(), std::ptr::from_ref),
+        );
         let inner = Arc::new(Inner {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             rank: conduit.rank(),
@@ -347,6 +363,7 @@ impl Endpoint {
             stat_blocks: Mutex::new(Vec::new()),
             stats_printed: AtomicBool::new(false),
             layer: crate::layer::LayerSlots::new(),
+            exit_word,
         });
         if inner.conduit.is_process_mode() {
             install_exit_hook(&inner);
@@ -747,8 +764,12 @@ impl Endpoint {
                 None => true,
             }
         })?;
-        if let Some(code) = inner.conduit.exit_requested() {
-            self.finish(code);
+        let w = inner.exit_word.0;
+        // SAFETY: a non-null exit word lives inside the conduit, which `inner` owns.
+        if w.is_null() || unsafe { (*w).load(Ordering::Relaxed) } != 0 {
+            if let Some(code) = inner.conduit.exit_requested() {
+                self.finish(code);
+            }
         }
         Ok((n, met))
     }

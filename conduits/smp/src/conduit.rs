@@ -570,6 +570,68 @@ impl SmpConduit {
             long_offset: d.long_offset,
         })
     }
+
+    /// The delivering half of `poll`: the small-slot rings in `rings` (from the first one
+    /// found ready), then the large-slot rings when the counter moved, then this rank's own
+    /// rings when a self-send is pending.
+    #[inline(never)]
+    fn poll_deliver(
+        &self,
+        rings: &[(u32, Ring)],
+        replies_only: bool,
+        sink: &mut dyn FnMut(&InMsg<'_>) -> bool,
+    ) -> Result<usize> {
+        let mut total = 0;
+        for &(src, ring) in rings.iter() {
+            let (n, more) = self.drain(src, &ring, sink);
+            total += n;
+            if !more {
+                return Ok(total);
+            }
+        }
+        // SAFETY: this rank's counter, mapped for the conduit's life.
+        let large = unsafe { &*self.in_large }.load(Ordering::Acquire);
+        if large != self.large_seen.load(Ordering::Relaxed) {
+            let (rings, all) = if replies_only {
+                (&self.large_rep, false)
+            } else {
+                (&self.large_all, true)
+            };
+            // Every message counted up to `large` was pushed before the count: once every
+            // large ring was drained empty after reading it, `large` is seen. A poll that
+            // stopped early, or saw only the reply rings, leaves the mark where it was.
+            let mut empty = all;
+            for &(src, ring) in rings.iter() {
+                let (n, more) = self.drain(src, &ring, sink);
+                total += n;
+                if !more {
+                    return Ok(total);
+                }
+                empty &= n < POLL_BUDGET;
+            }
+            if empty {
+                self.large_seen.store(large, Ordering::Relaxed);
+            }
+        }
+        if self.self_pending.load(Ordering::Relaxed) != 0 {
+            let own = if replies_only {
+                &self.own[..2]
+            } else {
+                &self.own[..]
+            };
+            for ring in own {
+                let (n, more) = self.drain(self.rank, ring, sink);
+                if n > 0 {
+                    self.self_pending.fetch_sub(n as u64, Ordering::Relaxed);
+                    total += n;
+                }
+                if !more {
+                    break;
+                }
+            }
+        }
+        Ok(total)
+    }
 }
 
 impl Conduit for SmpConduit {
@@ -740,56 +802,21 @@ impl Conduit for SmpConduit {
         } else {
             &self.peer_all
         };
-        let mut total = 0;
-        for &(src, ring) in rings.iter() {
-            let (n, more) = self.drain(src, &ring, sink);
-            total += n;
-            if !more {
-                return Ok(total);
-            }
+        // An idle poll, the common case while a rank waits, is a tight scan of one line per
+        // ring plus two words; the delivering path below has a heavier set-up (live state for
+        // the handlers) that only a poll with something to do pays.
+        // The delivering path starts at the first ready ring: those before it were just seen
+        // empty (a message arriving there meanwhile waits for the next poll).
+        let first = rings.iter().position(|(_, r)| r.maybe_ready());
+        if first.is_none()
+            // SAFETY: this rank's counter, mapped for the conduit's life.
+            && unsafe { &*self.in_large }.load(Ordering::Acquire)
+                == self.large_seen.load(Ordering::Relaxed)
+            && self.self_pending.load(Ordering::Relaxed) == 0
+        {
+            return Ok(0);
         }
-        // SAFETY: this rank's counter, mapped for the conduit's life.
-        let large = unsafe { &*self.in_large }.load(Ordering::Acquire);
-        if large != self.large_seen.load(Ordering::Relaxed) {
-            let (rings, all) = if replies_only {
-                (&self.large_rep, false)
-            } else {
-                (&self.large_all, true)
-            };
-            // Every message counted up to `large` was pushed before the count: once every
-            // large ring was drained empty after reading it, `large` is seen. A poll that
-            // stopped early, or saw only the reply rings, leaves the mark where it was.
-            let mut empty = all;
-            for &(src, ring) in rings.iter() {
-                let (n, more) = self.drain(src, &ring, sink);
-                total += n;
-                if !more {
-                    return Ok(total);
-                }
-                empty &= n < POLL_BUDGET;
-            }
-            if empty {
-                self.large_seen.store(large, Ordering::Relaxed);
-            }
-        }
-        if self.self_pending.load(Ordering::Relaxed) != 0 {
-            let own = if replies_only {
-                &self.own[..2]
-            } else {
-                &self.own[..]
-            };
-            for ring in own {
-                let (n, more) = self.drain(self.rank, ring, sink);
-                if n > 0 {
-                    self.self_pending.fetch_sub(n as u64, Ordering::Relaxed);
-                    total += n;
-                }
-                if !more {
-                    break;
-                }
-            }
-        }
-        Ok(total)
+        self.poll_deliver(&rings[first.unwrap_or(rings.len())..], replies_only, sink)
     }
 
     fn peer_segment(&self, rank: Rank) -> Option<*mut u8> {
@@ -799,6 +826,10 @@ impl Conduit for SmpConduit {
             return Some(std::ptr::NonNull::<u8>::dangling().as_ptr());
         }
         Some(segs.bases[rank as usize])
+    }
+
+    fn exit_word(&self) -> Option<&AtomicU64> {
+        Some(self.ctl.exit_word())
     }
 
     fn exit_requested(&self) -> Option<i32> {

@@ -104,6 +104,11 @@ impl Ctl {
         unsafe { self.base.add(HEADER + rank as usize * SLOT_BYTES).cast() }
     }
 
+    /// The exit word itself: 0 until an exit is requested.
+    pub(crate) fn exit_word(&self) -> &AtomicU64 {
+        &self.hdr().exit
+    }
+
     /// The job-wide exit code, once requested.
     #[inline]
     pub(crate) fn exit_requested(&self) -> Option<i32> {
