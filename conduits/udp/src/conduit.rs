@@ -10,6 +10,11 @@
 //! that follows one that found data uses `recvmmsg`, so that a stream is taken in batches),
 //! and the protocol's transmit planner runs only when something changed or a timer is due
 //! ([`Proto::next_timeout`]), not on every poll.
+//!
+//! Nothing between a message and its system call waits on the clock or the planner: a send
+//! when nothing else was due takes the protocol's direct path ([`Proto::send_now`]), which
+//! hands the lone datagram to `sendto` and reads the clock afterwards, and a poll reads the
+//! clock once, before it looks at the socket, to stamp what arrives.
 
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
@@ -22,7 +27,7 @@ use std::time::{Duration, Instant};
 use amnet_core::{Category, Conduit, Error, InMsg, LocalSegment, OutMsg, Rank, Result};
 
 use crate::boot::BootClient;
-use crate::proto::{Config, Datagram, Delivery, Proto, SendError, BATCH};
+use crate::proto::{Config, Datagram, Delivery, Proto, SendError, Sent, BATCH};
 
 /// Largest Medium payload (the same as the smp conduit's).
 pub const MAX_MEDIUM: usize = 65536;
@@ -158,6 +163,8 @@ struct Inner {
     /// When the transmit planner must run next (µs; 0: at the next chance): the protocol's
     /// [`Proto::next_timeout`] after the last run, or 0 once its state changed since.
     tx_due: u64,
+    /// The latest clock reading taken under the lock (µs).
+    clock: u64,
     faults: Faults,
     rng: Rng,
     /// A datagram held back to be sent after the next one (reorder injection).
@@ -393,6 +400,7 @@ impl UdpConduit {
                 rx: RxRing::new(),
                 rx_streak: false,
                 tx_due: 0,
+                clock: 0,
                 faults,
                 rng: Rng(0x9e37_79b9_7f4a_7c15 ^ (u64::from(rank) << 17) ^ u64::from(port) | 1),
                 late: None,
@@ -507,6 +515,69 @@ impl UdpConduit {
         done
     }
 
+    /// Put `dgrams` on the wire through fault injection, when it is on. Returns how many count
+    /// as sent: those the kernel took, and with injection all of them (what was dropped is the
+    /// injected loss). A datagram held back for reordering leaves after the next one, or at
+    /// the latest with [`UdpConduit::flush_late`].
+    fn put_on_wire(
+        &self,
+        dgrams: &[Datagram<'_>],
+        faults: Faults,
+        rng: &mut Rng,
+        late: &mut Option<(Rank, Vec<u8>)>,
+        edge: &mut EdgeCounters,
+    ) -> usize {
+        if !faults.any() {
+            return self.send_batch(dgrams, edge);
+        }
+        let mut out: Vec<Datagram<'_>> = Vec::with_capacity(dgrams.len() * 2);
+        let mut release = None;
+        for d in dgrams {
+            if rng.unit() < faults.loss {
+                edge.injected_loss += 1;
+                continue;
+            }
+            if rng.unit() < faults.reorder && late.is_none() {
+                edge.injected_reorder += 1;
+                *late = Some((d.dest, d.bytes.to_vec()));
+                continue;
+            }
+            out.push(*d);
+            if rng.unit() < faults.dup {
+                edge.injected_dup += 1;
+                out.push(*d);
+            }
+            if release.is_none() {
+                release = late.take();
+            }
+        }
+        self.send_batch(&out, edge);
+        if let Some((dest, bytes)) = release {
+            self.send_one(
+                Datagram {
+                    dest,
+                    bytes: &bytes,
+                },
+                edge,
+            );
+        }
+        dgrams.len()
+    }
+
+    /// Send the datagram held back for reordering, if any: it never waits longer than one
+    /// transmit round.
+    fn flush_late(&self, late: &mut Option<(Rank, Vec<u8>)>, edge: &mut EdgeCounters) {
+        if let Some((dest, bytes)) = late.take() {
+            self.send_one(
+                Datagram {
+                    dest,
+                    bytes: &bytes,
+                },
+                edge,
+            );
+        }
+    }
+
     /// Hand the protocol's due datagrams to the socket (through fault injection).
     fn transmit(&self, inner: &mut Inner, now: u64) {
         let Inner {
@@ -519,53 +590,9 @@ impl UdpConduit {
         } = inner;
         let faults = *faults;
         proto.poll_transmit(now, |dgrams: &[Datagram<'_>]| {
-            if !faults.any() {
-                return self.send_batch(dgrams, edge);
-            }
-            let mut out: Vec<Datagram<'_>> = Vec::with_capacity(dgrams.len() * 2);
-            let mut release = None;
-            for d in dgrams {
-                if rng.unit() < faults.loss {
-                    edge.injected_loss += 1;
-                    continue;
-                }
-                if rng.unit() < faults.reorder && late.is_none() {
-                    edge.injected_reorder += 1;
-                    *late = Some((d.dest, d.bytes.to_vec()));
-                    continue;
-                }
-                out.push(*d);
-                if rng.unit() < faults.dup {
-                    edge.injected_dup += 1;
-                    out.push(*d);
-                }
-                if release.is_none() {
-                    release = late.take();
-                }
-            }
-            self.send_batch(&out, edge);
-            if let Some((dest, bytes)) = release {
-                self.send_one(
-                    Datagram {
-                        dest,
-                        bytes: &bytes,
-                    },
-                    edge,
-                );
-            }
-            // Everything offered counts as sent: what was dropped is the injected loss.
-            dgrams.len()
+            self.put_on_wire(dgrams, faults, rng, late, edge)
         });
-        // A held-back datagram never waits longer than one transmit round.
-        if let Some((dest, bytes)) = late.take() {
-            self.send_one(
-                Datagram {
-                    dest,
-                    bytes: &bytes,
-                },
-                edge,
-            );
-        }
+        self.flush_late(late, edge);
         inner.tx_due = inner.proto.next_timeout().unwrap_or(u64::MAX);
     }
 
@@ -584,9 +611,10 @@ impl UdpConduit {
         }
     }
 
-    /// Take what the socket holds into the protocol. Returns the time it read when it took
-    /// any datagram (`None` when there was none); the caller then refreshes `tx_due`.
-    fn receive(&self, inner: &mut Inner) -> Option<u64> {
+    /// Take what the socket holds into the protocol, stamped with `now` (the poll's clock
+    /// reading, taken just before). Returns whether it took any datagram; the caller then
+    /// refreshes `tx_due`.
+    fn receive(&self, inner: &mut Inner, now: u64) -> bool {
         let fd = self.sock.as_raw_fd();
         let Inner {
             proto,
@@ -606,16 +634,14 @@ impl UdpConduit {
                 if !matches!(errno(), libc::EAGAIN | libc::EINTR) {
                     edge.rx_errors += 1;
                 }
-                return None;
+                return false;
             };
-            let now = self.now();
             // Drops are counted by the protocol (foreign job, malformed, duplicate).
             let _ = proto.on_datagram(now, &buf[..len.min(RX_BUF)]);
             *rx_streak = true;
-            return Some(now);
+            return true;
         }
         let mut total = 0;
-        let mut now = None;
         for _ in 0..RX_ROUNDS {
             // SAFETY: every header of `rx.msgs` points at an iovec of `rx._iovs` and through it
             // at a live buffer of `rx.bufs` of the stated length, which the kernel fills.
@@ -635,7 +661,6 @@ impl UdpConduit {
                 break;
             }
             let got = usize::try_from(r).unwrap_or(0);
-            let now = *now.get_or_insert_with(|| self.now());
             for (m, buf) in rx.msgs.iter().zip(&rx.bufs).take(got) {
                 let len = (m.msg_len as usize).min(RX_BUF);
                 let _ = proto.on_datagram(now, &buf[..len]);
@@ -646,7 +671,7 @@ impl UdpConduit {
             }
         }
         *rx_streak = total > 0;
-        now
+        total > 0
     }
 
     fn check_failed(&self, inner: &mut Inner) -> Result<()> {
@@ -831,18 +856,52 @@ impl Conduit for UdpConduit {
     }
 
     fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
-        let now = self.now();
-        let mut inner = self.lock();
-        self.check_failed(&mut inner)?;
-        match inner.proto.send(dest, msg) {
-            Ok(()) => {
-                self.transmit(&mut inner, now);
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        self.check_failed(inner)?;
+        let sent = if inner.clock < inner.tx_due {
+            // Nothing was due at the last clock reading: a lone datagram leaves at once, ahead
+            // of the planner, and the clock is read once it is on its way.
+            let Inner {
+                proto,
+                faults,
+                rng,
+                late,
+                edge,
+                ..
+            } = inner;
+            let faults = *faults;
+            let sent = proto.send_now(
+                dest,
+                msg,
+                |d| self.put_on_wire(&[d], faults, rng, late, edge) == 1,
+                || self.now(),
+            );
+            self.flush_late(late, edge);
+            sent
+        } else {
+            inner.proto.send(dest, msg).map(|()| Sent::Queued)
+        };
+        match sent {
+            Ok(Sent::Wire(now)) => {
+                inner.clock = now;
+                // Exact for the new state; whatever else came due meanwhile goes out now.
+                inner.tx_due = inner.proto.next_timeout().unwrap_or(u64::MAX);
+                self.transmit_if_due(inner, now);
+                Ok(true)
+            }
+            Ok(Sent::Queued) => {
+                let now = self.now();
+                inner.clock = now;
+                self.transmit(inner, now);
                 Ok(true)
             }
             Err(SendError::Backpressure(_)) => {
                 // Take in acks and push out what is due; the core polls and retries.
-                let _ = self.receive(&mut inner);
-                self.transmit(&mut inner, now);
+                let now = self.now();
+                inner.clock = now;
+                let _ = self.receive(inner, now);
+                self.transmit(inner, now);
                 Ok(false)
             }
             Err(SendError::PeerFailed(r)) => Err(cerr(format!(
@@ -854,11 +913,17 @@ impl Conduit for UdpConduit {
 
     fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {
         let mut batch;
-        let recv_now;
+        // One clock reading per poll, taken before the socket is read: it stamps what arrives
+        // and checks the timers, so none is taken between a datagram's arrival and its handler.
+        let mut now = self.now();
+        let received;
         {
             let mut inner = self.lock();
-            recv_now = self.receive(&mut inner);
-            let mut changed = recv_now.is_some();
+            // Another thread's reading may be later: times never go back.
+            now = now.max(inner.clock);
+            inner.clock = now;
+            received = self.receive(&mut inner, now);
+            let mut changed = received;
             batch = std::mem::take(&mut inner.batch);
             // Earlier leftovers first (in order), then fresh ones.
             if !inner.held.is_empty() {
@@ -898,11 +963,11 @@ impl Conduit for UdpConduit {
             }
             if batch.is_empty() {
                 inner.batch = batch;
-                self.transmit_if_due(&mut inner, recv_now.unwrap_or_else(|| self.now()));
+                self.transmit_if_due(&mut inner, now);
                 self.check_failed(&mut inner)?;
                 return Ok(0);
             }
-            if let Some(now) = recv_now {
+            if received {
                 // Before the handlers, which may take long (a Long handler copies its payload
                 // first): a peer waiting on this ack or window must not wait for them.
                 self.transmit_if_due(&mut inner, now);
@@ -925,9 +990,10 @@ impl Conduit for UdpConduit {
             inner.proto.recycle(d);
         }
         inner.batch = batch;
-        // Whatever the handlers' sends left due (a full socket buffer); timers that came due
-        // while the handlers ran wait for the next call.
-        self.transmit_if_due(&mut inner, recv_now.unwrap_or_else(|| self.now()));
+        // Whatever the handlers' sends left due (a full socket buffer), at the latest clock
+        // reading (the handlers' sends may have taken one).
+        let now = inner.clock;
+        self.transmit_if_due(&mut inner, now);
         Ok(n)
     }
 

@@ -335,6 +335,17 @@ pub struct Datagram<'a> {
     pub bytes: &'a [u8],
 }
 
+/// What [`Proto::send_now`] did with a message it accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// Its datagram went straight to the transmit callback, which took it; the value is the
+    /// time the clock read right after, which stamps the transmission.
+    Wire(u64),
+    /// Queued: [`Proto::poll_transmit`] sends it (or, for a message to this rank, it waits for
+    /// [`Proto::pop`]).
+    Queued,
+}
+
 /// A complete message, taken out by [`Proto::pop`].
 #[derive(Debug)]
 pub struct Delivery {
@@ -755,6 +766,56 @@ impl Proto {
         }
         self.counters.messages_sent += 1;
         Ok(())
+    }
+
+    /// [`Proto::send`], then the direct transmit path: when the message is a single datagram,
+    /// everything queued to `dest` before it has been transmitted, and both windows admit it,
+    /// its datagram (with the current ack fields) goes straight to `tx` instead of waiting for
+    /// [`Proto::poll_transmit`]. `clock` is read only once `tx` has taken the datagram, and its
+    /// time is recorded as the transmission's; from then on the datagram is in flight like
+    /// any other: piggy-backed acks are settled, and it is acked, timed, retransmitted and
+    /// counted as if the planner had sent it.
+    ///
+    /// The planner's scans are skipped, and with them its other work: retransmissions, acks
+    /// and heartbeats that are due, to `dest` or any other peer, still wait for
+    /// `poll_transmit`, which the caller runs by [`Proto::next_timeout`] as always (so the
+    /// direct path suits a caller that knows nothing else was due). When `tx` refuses the
+    /// datagram, it stays queued for `poll_transmit`.
+    pub fn send_now(
+        &mut self,
+        dest: Rank,
+        msg: &OutMsg<'_>,
+        tx: impl FnOnce(Datagram<'_>) -> bool,
+        clock: impl FnOnce() -> u64,
+    ) -> Result<Sent, SendError> {
+        self.send(dest, msg)?;
+        if dest == self.me {
+            return Ok(Sent::Queued);
+        }
+        let (recv_window, send_window) = (self.cfg.recv_window, self.cfg.send_window);
+        let peer = &mut self.peers[ix(dest)];
+        let idx = peer.in_flight();
+        let edge = peer
+            .peer_edge
+            .min(peer.snd_una.saturating_add(u64::from(send_window)));
+        if idx + 1 != peer.segs.len() || peer.snd_tx >= edge {
+            return Ok(Sent::Queued);
+        }
+        let (ack, sack, window) = peer.ack_fields(recv_window);
+        let Some(seg) = peer.segs.get_mut(idx) else {
+            return Ok(Sent::Queued);
+        };
+        // Cannot fail: segment buffers hold at least a header.
+        let _ = wire::patch_ack(&mut seg.buf, ack, sack, window);
+        if !tx(Datagram {
+            dest,
+            bytes: &seg.buf,
+        }) {
+            return Ok(Sent::Queued);
+        }
+        let now = clock();
+        self.commit(now, Item::Seg { peer: dest, idx });
+        Ok(Sent::Wire(now))
     }
 
     fn send_local(&mut self, am: AmHeader, payload: &[u8]) -> Result<(), SendError> {

@@ -472,3 +472,109 @@ fn a_short_write_is_offered_again() {
     assert_eq!(seqs, [1, 2]);
     assert_eq!(ps[0].counters().retransmits, 0);
 }
+
+/// `send_now` into a vector: the datagram the callback took, if any, and what it returned.
+fn send_now(
+    p: &mut Proto,
+    dest: Rank,
+    msg: &OutMsg<'_>,
+    take: bool,
+    now: u64,
+) -> (Sent, Option<Vec<u8>>) {
+    let mut out = None;
+    let sent = p
+        .send_now(
+            dest,
+            msg,
+            |d| {
+                assert_eq!(d.dest, dest);
+                if take {
+                    out = Some(d.bytes.to_vec());
+                }
+                take
+            },
+            || now,
+        )
+        .unwrap();
+    (sent, out)
+}
+
+#[test]
+fn the_direct_path_sends_a_lone_datagram_like_the_planner() {
+    let mut ps = pair(cfg());
+    // A request, its reply: each leaves at once and carries the current acks.
+    let (sent, out) = send_now(&mut ps[0], 1, &medium(&[1], b"ping"), true, 10);
+    assert_eq!(sent, Sent::Wire(10));
+    let b = out.unwrap();
+    ps[1].on_datagram(15, &b).unwrap();
+    assert_eq!(ps[1].pop(false).unwrap().payload, b"ping");
+    let (sent, out) = send_now(&mut ps[1], 0, &medium(&[2], b"pong"), true, 16);
+    assert_eq!(sent, Sent::Wire(16));
+    let h = wire::decode(out.as_ref().unwrap()).unwrap().header;
+    assert_eq!((h.kind, h.seq, h.ack, h.window), (Kind::Data, 0, 1, 64));
+    ps[0].on_datagram(21, &out.unwrap()).unwrap();
+    // The reply acked the request (an RTT sample of 11 µs), and owed no separate ACK.
+    assert_eq!(ps[0].unacked(), 0);
+    assert_eq!(ps[0].peer_status(1).unwrap().srtt, Some(11));
+    assert!(drain(&mut ps[1], 16).is_empty());
+    for p in &ps {
+        let c = p.counters();
+        assert_eq!((c.data_sent, c.tx_datagrams, c.acks_sent), (1, 1, 0));
+    }
+    // In flight and unacked: retransmitted by the planner on its timeout like any datagram.
+    let (sent, _) = send_now(&mut ps[0], 1, &medium(&[3], b"lost"), true, 30);
+    assert_eq!(sent, Sent::Wire(30));
+    let rto = ps[0].peer_status(1).unwrap().rto;
+    assert_eq!(ps[0].next_timeout(), Some(30 + rto));
+    let again = drain(&mut ps[0], 30 + rto);
+    assert_eq!(again.len(), 1);
+    assert_eq!(wire::decode(&again[0].1).unwrap().header.seq, 1);
+    assert_eq!(ps[0].counters().retransmits, 1);
+}
+
+#[test]
+fn the_direct_path_leaves_what_it_cannot_send_to_the_planner() {
+    let c = Config {
+        recv_window: 2,
+        ..cfg()
+    };
+    let mut ps = pair(c);
+    // Refused by the callback (a full socket buffer): queued, offered by the planner.
+    let (sent, out) = send_now(&mut ps[0], 1, &medium(&[0], b"a"), false, 0);
+    assert_eq!((sent, out), (Sent::Queued, None));
+    assert_eq!(ps[0].next_timeout(), Some(0));
+    // Behind a queued datagram: queued too, so that the order holds.
+    let (sent, _) = send_now(&mut ps[0], 1, &medium(&[1], b"b"), true, 0);
+    assert_eq!(sent, Sent::Queued);
+    let out = drain(&mut ps[0], 0);
+    let seqs: Vec<u64> = out
+        .iter()
+        .map(|(_, b)| wire::decode(b).unwrap().header.seq)
+        .collect();
+    assert_eq!(seqs, [0, 1]);
+    for (_, b) in &out {
+        ps[1].on_datagram(1, b).unwrap();
+    }
+    // The peer's window (2 datagrams) is used up: queued until it reopens.
+    let (sent, _) = send_now(&mut ps[0], 1, &medium(&[2], b"c"), true, 1);
+    assert_eq!(sent, Sent::Queued);
+    assert_eq!(ps[0].peer_status(1).unwrap().unsent, 1);
+    // Several fragments: queued for the planner's batch.
+    let big = vec![9u8; 3000];
+    let (sent, _) = send_now(&mut ps[1], 0, &medium(&[3], &big), true, 1);
+    assert_eq!(sent, Sent::Queued);
+    // To itself: never on the wire.
+    let (sent, _) = send_now(&mut ps[1], 1, &medium(&[4], b"me"), true, 1);
+    assert_eq!(sent, Sent::Queued);
+    let got: Vec<(Rank, u32)> = std::iter::from_fn(|| ps[1].pop(false))
+        .map(|d| (d.src, d.am.args()[0]))
+        .collect();
+    assert_eq!(got, [(0, 0), (0, 1), (1, 4)]);
+    // Taking the messages reopened the window: the queued datagrams follow.
+    pump(&mut ps, 2);
+    assert_eq!(ps[1].pop(false).unwrap().am.args(), &[2]);
+    assert_eq!(ps[0].pop(false).unwrap().payload, big);
+    for p in &ps {
+        assert_eq!(p.counters().retransmits, 0);
+    }
+}
