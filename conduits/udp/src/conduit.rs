@@ -28,6 +28,7 @@ use amnet_core::{Category, Conduit, Error, InMsg, LocalSegment, OutMsg, Rank, Re
 
 use crate::boot::BootClient;
 use crate::proto::{Config, Datagram, Delivery, Proto, SendError, Sent, BATCH};
+use crate::wire::AmHeader;
 
 /// Largest Medium payload (the same as the smp conduit's).
 pub const MAX_MEDIUM: usize = 65536;
@@ -39,6 +40,9 @@ const RX_ROUNDS: usize = 8;
 const RX_BUF: usize = 65536;
 /// Deliveries handed to the core per poll at most.
 const DELIVER_BUDGET: usize = 64;
+/// The largest payload a poll hands to its handler straight from the datagram, without a
+/// queued delivery (copied once, to the stack).
+const INLINE_MAX: usize = 256;
 const NO_EXIT: i64 = i64::MIN;
 
 fn cerr(msg: impl Into<String>) -> Error {
@@ -123,6 +127,11 @@ struct RxRing {
 unsafe impl Send for RxRing {}
 
 impl RxRing {
+    /// The first `len` bytes of the first buffer (where `recv` puts a lone datagram).
+    fn first(&self, len: usize) -> &[u8] {
+        self.bufs[0].get(..len).unwrap_or_default()
+    }
+
     fn new() -> RxRing {
         let mut bufs: Vec<Vec<u8>> = (0..RX_BATCH).map(|_| vec![0u8; RX_BUF]).collect();
         let mut iovs: Vec<libc::iovec> = bufs
@@ -615,6 +624,45 @@ impl UdpConduit {
     /// reading, taken just before). Returns whether it took any datagram; the caller then
     /// refreshes `tx_due`.
     fn receive(&self, inner: &mut Inner, now: u64) -> bool {
+        if !inner.rx_streak {
+            let Some(len) = self.recv_one(inner) else {
+                return false;
+            };
+            let Inner { proto, rx, .. } = inner;
+            // Drops are counted by the protocol (foreign job, malformed, duplicate).
+            let _ = proto.on_datagram(now, rx.first(len));
+            return true;
+        }
+        self.recv_batch(inner, now)
+    }
+
+    /// Idle so far: one `recv` into the first receive buffer, the cheapest look at an empty
+    /// socket (an empty `recvmmsg` costs half as much again). Returns the length of the
+    /// datagram it found, which the caller takes in; the next receive takes a batch.
+    fn recv_one(&self, inner: &mut Inner) -> Option<usize> {
+        let buf = &mut inner.rx.bufs[0];
+        // SAFETY: `buf` is a live buffer of `buf.len()` bytes, which the kernel fills.
+        let r = unsafe {
+            libc::recv(
+                self.sock.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        let Ok(len) = usize::try_from(r) else {
+            if !matches!(errno(), libc::EAGAIN | libc::EINTR) {
+                inner.edge.rx_errors += 1;
+            }
+            return None;
+        };
+        inner.rx_streak = true;
+        Some(len.min(RX_BUF))
+    }
+
+    /// Data came last time: take batches with `recvmmsg` until the socket is empty (at most
+    /// [`RX_ROUNDS`]). Returns whether it took any datagram.
+    fn recv_batch(&self, inner: &mut Inner, now: u64) -> bool {
         let fd = self.sock.as_raw_fd();
         let Inner {
             proto,
@@ -623,24 +671,6 @@ impl UdpConduit {
             edge,
             ..
         } = inner;
-        if !*rx_streak {
-            // Idle so far: one `recv`, the cheapest look at an empty socket (an empty
-            // `recvmmsg` costs half as much again).
-            let buf = &mut rx.bufs[0];
-            // SAFETY: `buf` is a live buffer of `buf.len()` bytes, which the kernel fills.
-            let r =
-                unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
-            let Ok(len) = usize::try_from(r) else {
-                if !matches!(errno(), libc::EAGAIN | libc::EINTR) {
-                    edge.rx_errors += 1;
-                }
-                return false;
-            };
-            // Drops are counted by the protocol (foreign job, malformed, duplicate).
-            let _ = proto.on_datagram(now, &buf[..len.min(RX_BUF)]);
-            *rx_streak = true;
-            return true;
-        }
         let mut total = 0;
         for _ in 0..RX_ROUNDS {
             // SAFETY: every header of `rx.msgs` points at an iovec of `rx._iovs` and through it
@@ -723,23 +753,114 @@ impl UdpConduit {
         }
     }
 
+    /// The rest of a poll, once the socket has been read (`received`: it held datagrams):
+    /// take complete messages from the protocol (after those held back earlier), run their
+    /// handlers without the lock, and settle what the handlers left.
+    fn deliver(
+        &self,
+        mut inner: MutexGuard<'_, Inner>,
+        now: u64,
+        received: bool,
+        replies_only: bool,
+        sink: &mut dyn FnMut(&InMsg<'_>) -> bool,
+    ) -> Result<usize> {
+        let mut changed = received;
+        let mut batch = std::mem::take(&mut inner.batch);
+        // Earlier leftovers first (in order), then fresh ones.
+        if !inner.held.is_empty() {
+            let mut keep = VecDeque::new();
+            while let Some(d) = inner.held.pop_front() {
+                if batch.len() < DELIVER_BUDGET && (!replies_only || d.am.is_reply) {
+                    batch.push(d);
+                } else {
+                    keep.push_back(d);
+                }
+            }
+            inner.held = keep;
+        }
+        while batch.len() < DELIVER_BUDGET {
+            match inner.proto.pop(replies_only) {
+                Some(d) => {
+                    batch.push(d);
+                    changed = true;
+                }
+                None => break,
+            }
+        }
+        if replies_only {
+            // A handler waiting to send its reply polls replies only. Requests left in the
+            // protocol would hold the peer's receive window shut, and with it the replies
+            // that travel in the same window: take them out (they run at the next full
+            // poll, in order) so the window reopens.
+            while let Some(d) = inner.proto.pop(false) {
+                inner.held.push_back(d);
+                changed = true;
+            }
+        }
+        if changed {
+            // What arrived may call for an ack or open the send window, and taking messages
+            // may reopen the receive window, which is worth an ack at once.
+            self.refresh_due(&mut inner);
+        }
+        if batch.is_empty() {
+            inner.batch = batch;
+            self.transmit_if_due(&mut inner, now);
+            self.check_failed(&mut inner)?;
+            return Ok(0);
+        }
+        if received {
+            // Before the handlers, which may take long (a Long handler copies its payload
+            // first): a peer waiting on this ack or window must not wait for them.
+            self.transmit_if_due(&mut inner, now);
+        }
+        drop(inner);
+        // Handlers run without the lock: they may reply, which sends.
+        let mut n = 0;
+        for d in &batch {
+            n += 1;
+            if !self.hand_up(d.src, &d.am, &d.payload, sink) {
+                break;
+            }
+        }
+        let mut inner = self.lock();
+        // What the waiter did not take stays first in line, in order.
+        for d in batch.drain(n..).rev() {
+            inner.held.push_front(d);
+        }
+        for d in batch.drain(..) {
+            inner.proto.recycle(d);
+        }
+        inner.batch = batch;
+        // Whatever the handlers' sends left due (a full socket buffer), at the latest clock
+        // reading (the handlers' sends may have taken one).
+        let now = inner.clock;
+        self.transmit_if_due(&mut inner, now);
+        Ok(n)
+    }
+
     /// Deliver one message to the core: Long payloads go into the segment first.
-    fn hand_up(&self, d: &Delivery, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> bool {
-        let payload: &[u8] = match d.am.category {
+    fn hand_up(
+        &self,
+        src: Rank,
+        am: &AmHeader,
+        payload: &[u8],
+        sink: &mut dyn FnMut(&InMsg<'_>) -> bool,
+    ) -> bool {
+        let payload: &[u8] = match am.category {
             Category::Long => {
                 let Some(seg) = self.seg.get() else {
                     eprintln!(
                         "amnet udp rank {}: dropped a Long from rank {} before attach",
-                        self.rank, d.src
+                        self.rank, src
                     );
                     return true;
                 };
-                let off = d.am.long_offset;
-                let end = off.checked_add(d.payload.len() as u64);
+                let off = am.long_offset;
+                let end = off.checked_add(payload.len() as u64);
                 if !matches!(end, Some(e) if e <= seg.len as u64) {
                     eprintln!(
                         "amnet udp rank {}: dropped a Long from rank {} outside the segment",
-                        self.rank, d.src
+                        self.rank, src
                     );
                     return true;
                 }
@@ -749,20 +870,20 @@ impl UdpConduit {
                 // stays allocated for the conduit's life; clients that touch the same bytes
                 // concurrently break the core's contract, not memory safety of this copy.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(d.payload.as_ptr(), dst.add(at), d.payload.len());
-                    std::slice::from_raw_parts(dst.add(at), d.payload.len())
+                    std::ptr::copy_nonoverlapping(payload.as_ptr(), dst.add(at), payload.len());
+                    std::slice::from_raw_parts(dst.add(at), payload.len())
                 }
             }
-            _ => &d.payload,
+            _ => payload,
         };
         sink(&InMsg {
-            src: d.src,
-            handler: d.am.handler,
-            category: d.am.category,
-            is_reply: d.am.is_reply,
-            args: d.am.args(),
+            src,
+            handler: am.handler,
+            category: am.category,
+            is_reply: am.is_reply,
+            args: am.args(),
             payload,
-            long_offset: d.am.long_offset,
+            long_offset: am.long_offset,
         })
     }
 }
@@ -912,89 +1033,54 @@ impl Conduit for UdpConduit {
     }
 
     fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {
-        let mut batch;
         // One clock reading per poll, taken before the socket is read: it stamps what arrives
         // and checks the timers, so none is taken between a datagram's arrival and its handler.
-        let mut now = self.now();
-        let received;
-        {
-            let mut inner = self.lock();
-            // Another thread's reading may be later: times never go back.
-            now = now.max(inner.clock);
-            inner.clock = now;
-            received = self.receive(&mut inner, now);
-            let mut changed = received;
-            batch = std::mem::take(&mut inner.batch);
-            // Earlier leftovers first (in order), then fresh ones.
-            if !inner.held.is_empty() {
-                let mut keep = VecDeque::new();
-                while let Some(d) = inner.held.pop_front() {
-                    if batch.len() < DELIVER_BUDGET && (!replies_only || d.am.is_reply) {
-                        batch.push(d);
-                    } else {
-                        keep.push_back(d);
-                    }
-                }
-                inner.held = keep;
-            }
-            while batch.len() < DELIVER_BUDGET {
-                match inner.proto.pop(replies_only) {
-                    Some(d) => {
-                        batch.push(d);
-                        changed = true;
-                    }
-                    None => break,
-                }
-            }
-            if replies_only {
-                // A handler waiting to send its reply polls replies only. Requests left in the
-                // protocol would hold the peer's receive window shut, and with it the replies
-                // that travel in the same window: take them out (they run at the next full
-                // poll, in order) so the window reopens.
-                while let Some(d) = inner.proto.pop(false) {
-                    inner.held.push_back(d);
-                    changed = true;
-                }
-            }
-            if changed {
-                // What arrived may call for an ack or open the send window, and taking messages
-                // may reopen the receive window, which is worth an ack at once.
-                self.refresh_due(&mut inner);
-            }
-            if batch.is_empty() {
-                inner.batch = batch;
+        let now = self.now();
+        let mut inner = self.lock();
+        // Another thread's reading may be later: times never go back.
+        let now = now.max(inner.clock);
+        inner.clock = now;
+        if inner.rx_streak {
+            let received = self.recv_batch(&mut inner, now);
+            return self.deliver(inner, now, received, replies_only, sink);
+        }
+        let Some(len) = self.recv_one(&mut inner) else {
+            if inner.held.is_empty() && !inner.proto.has_ready() {
+                // Idle: only the timers to look at.
                 self.transmit_if_due(&mut inner, now);
                 self.check_failed(&mut inner)?;
                 return Ok(0);
             }
-            if received {
-                // Before the handlers, which may take long (a Long handler copies its payload
-                // first): a peer waiting on this ack or window must not wait for them.
-                self.transmit_if_due(&mut inner, now);
+            return self.deliver(inner, now, false, replies_only, sink);
+        };
+        // A message this datagram completes, with nothing waiting before it, goes straight to
+        // its handler: no payload buffer, no queue, and no second lock after the handler.
+        let mut payload = [0u8; INLINE_MAX];
+        let mut msg = None;
+        let may = inner.held.is_empty();
+        let Inner { proto, rx, .. } = &mut *inner;
+        let mut take = |src: Rank, am: &AmHeader, p: &[u8]| {
+            let fits = may && (!replies_only || am.is_reply);
+            match payload.get_mut(..p.len()) {
+                Some(dst) if fits => {
+                    dst.copy_from_slice(p);
+                    msg = Some((src, *am, p.len()));
+                    true
+                }
+                _ => false,
             }
-        }
-        // Handlers run without the lock: they may reply, which sends.
-        let mut n = 0;
-        for d in &batch {
-            n += 1;
-            if !self.hand_up(d, sink) {
-                break;
-            }
-        }
-        let mut inner = self.lock();
-        // What the waiter did not take stays first in line, in order.
-        for d in batch.drain(n..).rev() {
-            inner.held.push_front(d);
-        }
-        for d in batch.drain(..) {
-            inner.proto.recycle(d);
-        }
-        inner.batch = batch;
-        // Whatever the handlers' sends left due (a full socket buffer), at the latest clock
-        // reading (the handlers' sends may have taken one).
-        let now = inner.clock;
+        };
+        // Drops are counted by the protocol (foreign job, malformed, duplicate).
+        let _ = proto.on_datagram_direct(now, rx.first(len), &mut take);
+        let Some((src, am, len)) = msg else {
+            return self.deliver(inner, now, true, replies_only, sink);
+        };
+        // What arrived may call for an ack, or open the send window: before the handler.
+        self.refresh_due(&mut inner);
         self.transmit_if_due(&mut inner, now);
-        Ok(n)
+        drop(inner);
+        self.hand_up(src, &am, payload.get(..len).unwrap_or_default(), sink);
+        Ok(1)
     }
 
     fn exit_requested(&self) -> Option<i32> {

@@ -26,7 +26,9 @@
 //! the gap fills; one below `rcv_next` or already buffered is a duplicate and is dropped.
 //! Completed messages go to the delivery queue and leave through [`Proto::pop`], each exactly
 //! once, in per-sender order (requests and replies share one arrival order; `pop(true)` takes
-//! replies only).
+//! replies only). A caller may instead take a message straight off the wire
+//! ([`Proto::on_datagram_direct`]) when the datagram completes it alone and nothing waits in
+//! the queue, so the order is the same either way.
 //!
 //! **Acks.** Every datagram carries the cumulative ack (`rcv_next`), a 64-bit selective-ack
 //! bitmap of the sequence numbers after it that sit in the reorder buffer, and the window. Acks
@@ -503,9 +505,12 @@ impl Peer {
     /// Cumulative ack, selective-ack bitmap and window, as of now.
     fn ack_fields(&self, recv_window: u32) -> (u64, u64, u32) {
         let mut sack = 0u64;
-        for (i, slot) in self.ooo.iter().skip(1).take(64).enumerate() {
-            if slot.is_some() {
-                sack |= 1 << i;
+        // Index 0 is always empty: nothing to scan unless something sits beyond it.
+        if self.ooo.len() > 1 {
+            for (i, slot) in self.ooo.iter().skip(1).take(64).enumerate() {
+                if slot.is_some() {
+                    sack |= 1 << i;
+                }
             }
         }
         (self.rcv_next, sack, self.advertised(recv_window))
@@ -566,6 +571,9 @@ impl Top3 {
         (self.n == DUP_THRESH).then(|| self.v.iter().copied().min().unwrap_or(0))
     }
 }
+
+/// The callback of [`Proto::on_datagram_direct`].
+type Take<'t> = &'t mut dyn FnMut(Rank, &AmHeader, &[u8]) -> bool;
 
 /// A datagram chosen by the planner.
 #[derive(Debug, Clone, Copy)]
@@ -902,6 +910,25 @@ impl Proto {
     /// Ingests one received datagram at time `now`. An `Err` says what was dropped; the
     /// protocol state stays consistent either way.
     pub fn on_datagram(&mut self, now: u64, bytes: &[u8]) -> Result<(), RxError> {
+        self.ingest(now, bytes, None)
+    }
+
+    /// [`Proto::on_datagram`], offering a message to `take` before queueing it: a message that
+    /// this datagram completes by itself, next in sequence from its sender, when no complete
+    /// message waits to be taken (so delivery order holds). `take` gets the sender, the AM
+    /// header and the payload, and returns true when it has taken the message, which then
+    /// counts as received and taken at once (it never occupies the receive window); when it
+    /// returns false, the message is queued for [`Proto::pop`] as usual.
+    pub fn on_datagram_direct(
+        &mut self,
+        now: u64,
+        bytes: &[u8],
+        take: &mut dyn FnMut(Rank, &AmHeader, &[u8]) -> bool,
+    ) -> Result<(), RxError> {
+        self.ingest(now, bytes, Some(take))
+    }
+
+    fn ingest(&mut self, now: u64, bytes: &[u8], take: Option<Take<'_>>) -> Result<(), RxError> {
         self.counters.rx_datagrams += 1;
         self.counters.rx_bytes += len_u64(bytes.len());
         let pkt = match wire::decode(bytes) {
@@ -931,7 +958,7 @@ impl Proto {
         peer.last_heard = peer.last_heard.max(now);
         let acked = self.on_ack(h.src, now, h.ack, h.sack, h.window);
         let data = match &pkt.frag {
-            Some(f) => self.on_data(h.src, now, h.seq, f, bytes),
+            Some(f) => self.on_data(h.src, now, h.seq, f, bytes, take),
             None => Ok(()),
         };
         acked.and(data)
@@ -1023,6 +1050,7 @@ impl Proto {
         seq: u64,
         frag: &Fragment<'_>,
         raw: &[u8],
+        take: Option<Take<'_>>,
     ) -> Result<(), RxError> {
         let recv_window = self.cfg.recv_window;
         let peer = &mut self.peers[ix(src)];
@@ -1053,7 +1081,7 @@ impl Proto {
             peer.ack_now = true;
             return Ok(());
         }
-        let mut result = self.accept(src, frag);
+        let mut result = self.accept(src, frag, take);
         let peer = &mut self.peers[ix(src)];
         peer.rcv_next += 1;
         peer.unacked_rx += 1;
@@ -1069,7 +1097,7 @@ impl Proto {
             peer.unacked_rx += 1;
             filled = true;
             let r = match wire::decode(&buf) {
-                Ok(Packet { frag: Some(f), .. }) => self.accept(src, &f),
+                Ok(Packet { frag: Some(f), .. }) => self.accept(src, &f, None),
                 _ => Err(RxError::Protocol {
                     src,
                     what: "buffered datagram no longer decodes",
@@ -1088,8 +1116,14 @@ impl Proto {
         result
     }
 
-    /// Takes one in-order fragment from `src` into reassembly.
-    fn accept(&mut self, src: Rank, f: &Fragment<'_>) -> Result<(), RxError> {
+    /// Takes one in-order fragment from `src` into reassembly; a message it completes by
+    /// itself is offered to `take` first (see [`Proto::on_datagram_direct`]).
+    fn accept(
+        &mut self,
+        src: Rank,
+        f: &Fragment<'_>,
+        take: Option<Take<'_>>,
+    ) -> Result<(), RxError> {
         let err = |what| Err(RxError::Protocol { src, what });
         let peer = &mut self.peers[ix(src)];
         if f.index == 0 {
@@ -1108,6 +1142,12 @@ impl Proto {
                 return err("message above max_message");
             }
             if f.count == 1 {
+                if let Some(take) = take {
+                    if !self.has_ready() && take(src, &am, f.chunk) {
+                        self.counters.messages_received += 1;
+                        return result;
+                    }
+                }
                 let mut buf = take_buf(&mut self.pool);
                 buf.extend_from_slice(f.chunk);
                 self.push_ready(src, am, buf, 1);

@@ -8,7 +8,9 @@
 //!
 //! A workload can send through the direct path (`Proto::send_now`), as the conduit does: its
 //! datagrams go through the same simulated network, and a share of them is refused by the
-//! transmit callback (a full socket buffer), which leaves them to `poll_transmit`.
+//! transmit callback (a full socket buffer), which leaves them to `poll_transmit`. It can also
+//! take messages straight off the wire (`Proto::on_datagram_direct`), refusing a share, which
+//! then queue for `pop`.
 
 // Test arithmetic on small, known values (ranks, indices, lengths below 2^32).
 #![allow(clippy::cast_possible_truncation)]
@@ -19,7 +21,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::rc::Rc;
 
 use amnet_core::{Category, OutMsg};
-use amnet_udp::wire::{self, Kind};
+use amnet_udp::wire::{self, AmHeader, Kind};
 use amnet_udp::{Config, Proto, SendError, Sent};
 use proptest::prelude::*;
 
@@ -74,6 +76,10 @@ type InFlight = Reverse<(u64, u64, u32, Vec<u8>)>;
 /// bytes). The simulator puts them on the wire before the ranks' `poll_transmit`.
 type Outbox = Rc<RefCell<Vec<(u32, u32, Vec<u8>)>>>;
 
+/// Messages taken straight off the wire, per receiving rank: (source, AM header, payload), in
+/// the order taken.
+type Inbox = Rc<RefCell<Vec<Vec<(u32, AmHeader, Vec<u8>)>>>>;
+
 struct Sim {
     now: u64,
     procs: Vec<Proto>,
@@ -86,6 +92,8 @@ struct Sim {
     blocked: Blocked,
     log: Option<Vec<Logged>>,
     outbox: Outbox,
+    /// Take messages off the wire into this inbox when set.
+    inbox: Option<Inbox>,
 }
 
 /// Puts one transmitted datagram on the simulated wire: logged, then dropped, duplicated and
@@ -140,6 +148,7 @@ impl Sim {
             blocked: |_, _, _| false,
             log: None,
             outbox: Outbox::default(),
+            inbox: None,
         }
     }
 
@@ -154,11 +163,22 @@ impl Sim {
             let Some(Reverse((_, _, dest, bytes))) = self.wire.pop() else {
                 break;
             };
-            if self.alive[dest as usize] {
-                self.procs[dest as usize]
-                    .on_datagram(now, &bytes)
-                    .expect("the simulator never corrupts a datagram");
+            if !self.alive[dest as usize] {
+                continue;
             }
+            let p = &mut self.procs[dest as usize];
+            let r = match &self.inbox {
+                None => p.on_datagram(now, &bytes),
+                Some(inbox) => p.on_datagram_direct(now, &bytes, &mut |src, am, payload| {
+                    // A share is refused (and queued), as a conduit does with large payloads.
+                    let take = payload.len() % 3 != 0;
+                    if take {
+                        inbox.borrow_mut()[dest as usize].push((src, *am, payload.to_vec()));
+                    }
+                    take
+                }),
+            };
+            r.expect("the simulator never corrupts a datagram");
         }
         for (r, p) in self.procs.iter_mut().enumerate() {
             if self.alive[r] {
@@ -324,6 +344,8 @@ struct Workload {
     burst: usize,
     /// Send through `send_now` into this outbox (the simulator's) instead of `send`.
     direct: Option<Outbox>,
+    /// Take what the simulator took off the wire from this inbox before popping.
+    inbox: Option<Inbox>,
     /// Datagrams `send_now` put on the wire itself, and those it left queued.
     direct_sent: u64,
     direct_queued: u64,
@@ -361,6 +383,7 @@ impl Workload {
             payload: vec![vec![None; n as usize]; n as usize],
             burst: usize::MAX,
             direct: None,
+            inbox: None,
             direct_sent: 0,
             direct_queued: 0,
         }
@@ -372,32 +395,53 @@ impl Workload {
         self
     }
 
+    /// Has `sim` take messages straight off the wire, into an inbox this workload reads.
+    fn direct_rx(mut self, sim: &mut Sim) -> Self {
+        let inbox = Inbox::new(RefCell::new(vec![Vec::new(); self.n as usize]));
+        sim.inbox = Some(inbox.clone());
+        self.inbox = Some(inbox);
+        self
+    }
+
+    /// Checks one message `dst` received from `src`: the next one sent, intact.
+    fn check(&mut self, dst: u32, src: u32, am: &AmHeader, payload: &[u8]) {
+        let idx = self.next[dst as usize][src as usize];
+        let spec = *self.all[src as usize][dst as usize]
+            .get(idx as usize)
+            .unwrap_or_else(|| panic!("{src}->{dst}: message beyond the last, {idx}"));
+        let (cat, off) = category_of(idx, spec.len);
+        assert_eq!(am.handler, 128 + (idx % 128) as u8, "{src}->{dst} #{idx}");
+        assert_eq!(
+            am.args(),
+            &args_of(src, idx, spec.len)[..],
+            "{src}->{dst} #{idx}"
+        );
+        assert_eq!((am.category, am.long_offset), (cat, off));
+        assert_eq!(am.is_reply, idx % 3 == 1);
+        assert_eq!(payload.len(), spec.len, "{src}->{dst} #{idx}");
+        for (j, &b) in payload.iter().enumerate() {
+            assert_eq!(b, byte(src, dst, idx, j), "{src}->{dst} #{idx} byte {j}");
+        }
+        self.next[dst as usize][src as usize] += 1;
+        self.delivered += 1;
+    }
+
     fn todo_empty(&self) -> bool {
         self.todo.iter().flatten().all(VecDeque::is_empty)
     }
 
     fn app(&mut self, r: u32, p: &mut Proto, now: u64) {
+        // Taken off the wire: ahead of everything queued (it was offered only while nothing
+        // was).
+        let taken = match &self.inbox {
+            Some(inbox) => std::mem::take(&mut inbox.borrow_mut()[r as usize]),
+            None => Vec::new(),
+        };
+        for (src, am, payload) in taken {
+            self.check(r, src, &am, &payload);
+        }
         while let Some(d) = p.pop(false) {
-            let (src, dst) = (d.src, r);
-            let idx = self.next[dst as usize][src as usize];
-            let spec = *self.all[src as usize][dst as usize]
-                .get(idx as usize)
-                .unwrap_or_else(|| panic!("{src}->{dst}: message beyond the last, {idx}"));
-            let (cat, off) = category_of(idx, spec.len);
-            assert_eq!(d.am.handler, 128 + (idx % 128) as u8, "{src}->{dst} #{idx}");
-            assert_eq!(
-                d.am.args(),
-                &args_of(src, idx, spec.len)[..],
-                "{src}->{dst} #{idx}"
-            );
-            assert_eq!((d.am.category, d.am.long_offset), (cat, off));
-            assert_eq!(d.am.is_reply, idx % 3 == 1);
-            assert_eq!(d.payload.len(), spec.len, "{src}->{dst} #{idx}");
-            for (j, &b) in d.payload.iter().enumerate() {
-                assert_eq!(b, byte(src, dst, idx, j), "{src}->{dst} #{idx} byte {j}");
-            }
-            self.next[dst as usize][src as usize] += 1;
-            self.delivered += 1;
+            self.check(r, d.src, &d.am, &d.payload);
             p.recycle(d);
         }
         for dst in 0..self.n {
@@ -459,13 +503,17 @@ impl Workload {
 }
 
 /// Runs a random workload to completion; returns the simulated time it took.
-/// Odd seeds send through the direct path.
+/// Odd seeds send through the direct path; seeds that leave 2 or 3 modulo 4 take messages
+/// straight off the wire.
 fn stream(seed: u64, n: u32, per_pair: u32, mtu: usize, net: Net) -> u64 {
     let mut rng = Rng(seed ^ 0xabcdef);
     let mut sim = Sim::new(n, &sim_config(mtu), net, seed);
     let mut w = Workload::random(n, per_pair, &mut rng);
     if seed % 2 == 1 {
         w = w.direct(&sim);
+    }
+    if seed % 4 >= 2 {
+        w = w.direct_rx(&mut sim);
     }
     let w = RefCell::new(w);
     let limit = 600_000_000; // 10 simulated minutes: never reached unless something is stuck
@@ -577,7 +625,7 @@ fn perfect_network_needs_no_retransmission() {
 /// not eligible, to `poll_transmit`) takes exactly the course it takes through `send` alone.
 #[test]
 fn direct_path_keeps_the_protocol() {
-    let run = |direct: bool| {
+    let run = |direct: bool, direct_rx: bool| {
         let mut rng = Rng(8);
         let mut sim = Sim::new(3, &sim_config(9000), lossy(0.0, 0.0, 0), 8);
         let mut w = Workload::random(3, 30, &mut rng);
@@ -585,6 +633,9 @@ fn direct_path_keeps_the_protocol() {
         w.burst = 1;
         if direct {
             w = w.direct(&sim);
+        }
+        if direct_rx {
+            w = w.direct_rx(&mut sim);
         }
         let done = sim.run(
             10_000_000,
@@ -597,10 +648,16 @@ fn direct_path_keeps_the_protocol() {
         let counters: Vec<_> = sim.procs.iter().map(|p| *p.counters()).collect();
         (sim.now, counters, w.direct_sent, w.direct_queued)
     };
-    let (t0, c0, ..) = run(false);
-    let (t1, c1, sent, queued) = run(true);
+    let (t0, c0, ..) = run(false, false);
+    let (t1, c1, sent, queued) = run(true, false);
     assert!(sent > 50 && queued > 10, "direct {sent}, queued {queued}");
     assert_eq!((t0, c0), (t1, c1));
+    // Taking messages off the wire as well: every one arrives once, in order, and nothing
+    // needs a retransmission.
+    let (_, c2, ..) = run(true, true);
+    for c in &c2 {
+        assert_eq!((c.retransmits, c.duplicates), (0, 0), "{c:?}");
+    }
 }
 
 #[test]

@@ -578,3 +578,63 @@ fn the_direct_path_leaves_what_it_cannot_send_to_the_planner() {
         assert_eq!(p.counters().retransmits, 0);
     }
 }
+
+#[test]
+fn a_lone_complete_message_can_be_taken_straight_off_the_wire() {
+    let mut ps = pair(cfg());
+    let window = cfg().recv_window;
+    for i in 0..3u32 {
+        ps[0].send(1, &medium(&[i], b"m")).unwrap();
+    }
+    let out = drain(&mut ps[0], 0);
+    let mut offered = Vec::new();
+    let mut offer = |p: &mut Proto, b: &[u8], accept: bool| {
+        p.on_datagram_direct(1, b, &mut |src, am, payload| {
+            offered.push((src, am.args()[0], payload.to_vec()));
+            accept
+        })
+        .unwrap();
+    };
+    // Taken: counted as received, never queued, the window stays open.
+    offer(&mut ps[1], &out[0].1, true);
+    assert!(!ps[1].has_ready());
+    assert_eq!(ps[1].peer_status(0).unwrap().advertised, window);
+    assert_eq!(ps[1].counters().messages_received, 1);
+    // Refused: queued as usual.
+    offer(&mut ps[1], &out[1].1, false);
+    assert_eq!(ps[1].peer_status(0).unwrap().advertised, window - 1);
+    // Something waits to be taken: not offered, so that the order holds.
+    offer(&mut ps[1], &out[2].1, true);
+    assert_eq!(offered, [(0, 0, b"m".to_vec()), (0, 1, b"m".to_vec())]);
+    let got: Vec<u32> = std::iter::from_fn(|| ps[1].pop(false))
+        .map(|d| d.am.args()[0])
+        .collect();
+    assert_eq!(got, [1, 2]);
+    // Out of order: the second arrives first and is buffered; the first fills the gap and
+    // alone is offered, and the one behind it is queued.
+    ps[0].send(1, &medium(&[5], b"x")).unwrap();
+    ps[0].send(1, &medium(&[6], b"y")).unwrap();
+    let out = drain(&mut ps[0], 4);
+    let mut offered = Vec::new();
+    for b in [&out[1].1, &out[0].1] {
+        ps[1]
+            .on_datagram_direct(5, b, &mut |_, am, _| {
+                offered.push(am.args()[0]);
+                true
+            })
+            .unwrap();
+    }
+    assert_eq!(offered, [5]);
+    assert_eq!(ps[1].pop(false).unwrap().am.args(), &[6]);
+    // Several fragments: reassembled and queued, never offered.
+    ps[0].send(1, &medium(&[7], &[5u8; 3000])).unwrap();
+    for (_, b) in drain(&mut ps[0], 6) {
+        ps[1]
+            .on_datagram_direct(7, &b, &mut |_, _, _| panic!("offered a fragment"))
+            .unwrap();
+    }
+    assert_eq!(ps[1].pop(false).unwrap().payload.len(), 3000);
+    pump(&mut ps, 8);
+    assert_eq!(ps[0].unacked(), 0);
+    assert_eq!(ps[0].counters().retransmits, 0);
+}
