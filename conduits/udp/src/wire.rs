@@ -368,11 +368,10 @@ impl Packet<'_> {
         HEADER_LEN + self.frag.as_ref().map_or(0, Fragment::prefix_len)
     }
 
-    /// Writes everything before the chunk into `out`, which holds [`Packet::prefix_len`]
-    /// bytes; returns the length written.
-    fn encode_prefix(&self, out: &mut [u8]) -> usize {
+    /// Writes everything before the chunk to `w`.
+    #[inline]
+    fn encode_prefix(&self, w: &mut impl Put) {
         let h = &self.header;
-        let mut w = Writer { buf: out, pos: 0 };
         w.bytes(&MAGIC);
         w.bytes(&[VERSION, h.kind as u8, 0, 0]);
         w.bytes(&h.job_key.to_le_bytes());
@@ -398,20 +397,33 @@ impl Packet<'_> {
                 }
             }
         }
-        w.pos
     }
 }
 
-/// A cursor over the bytes before the chunk, written in place in the output (a copy through a
-/// staging buffer would read back, in wide loads, what was just stored field by field). The
-/// buffer is sized by [`Packet::prefix_len`], so the bounds checks below never fail; they only
-/// keep the code free of panicking paths.
+/// Where [`Packet::encode_prefix`] writes: each field lands in place in the output (a copy
+/// through a staging buffer would read back, in wide loads, what was just stored field by
+/// field).
+trait Put {
+    fn bytes(&mut self, b: &[u8]);
+}
+
+/// Appending to a vector whose capacity was reserved beforehand.
+impl Put for Vec<u8> {
+    #[inline(always)]
+    fn bytes(&mut self, b: &[u8]) {
+        self.extend_from_slice(b);
+    }
+}
+
+/// A cursor over an output slice sized by [`Packet::prefix_len`], so the bounds checks below
+/// never fail; they only keep the code free of panicking paths.
 struct Writer<'a> {
     buf: &'a mut [u8],
     pos: usize,
 }
 
-impl Writer<'_> {
+impl Put for Writer<'_> {
+    #[inline(always)]
     fn bytes(&mut self, b: &[u8]) {
         if let Some(dst) = self.buf.get_mut(self.pos..self.pos + b.len()) {
             dst.copy_from_slice(b);
@@ -431,8 +443,12 @@ pub fn encode(pkt: &Packet<'_>, out: &mut [u8]) -> Result<usize, WireError> {
             got: out.len(),
         });
     }
-    let (prefix, rest) = out.split_at_mut(pkt.prefix_len());
-    let n = pkt.encode_prefix(prefix);
+    let n = pkt.prefix_len();
+    let (prefix, rest) = out.split_at_mut(n);
+    pkt.encode_prefix(&mut Writer {
+        buf: prefix,
+        pos: 0,
+    });
     if let Some(f) = &pkt.frag {
         rest[..need - n].copy_from_slice(f.chunk);
     }
@@ -445,11 +461,7 @@ pub fn encode_to_vec(pkt: &Packet<'_>, out: &mut Vec<u8>) -> Result<usize, WireE
     pkt.check()?;
     let need = pkt.encoded_len();
     out.reserve(need);
-    let start = out.len();
-    out.resize(start + pkt.prefix_len(), 0);
-    if let Some(prefix) = out.get_mut(start..) {
-        pkt.encode_prefix(prefix);
-    }
+    pkt.encode_prefix(out);
     if let Some(f) = &pkt.frag {
         out.extend_from_slice(f.chunk);
     }
