@@ -6,15 +6,18 @@
 //! anyway, and the lock is never held while a handler runs (handlers may reply, which sends).
 //!
 //! The round-trip path is kept to one system call per datagram on each side: a lone datagram
-//! goes out with `sendto` (a batch with `sendmmsg`), an idle poll tries one `recv` (a poll
-//! that follows one that found data uses `recvmmsg`, so that a stream is taken in batches),
-//! and the protocol's transmit planner runs only when something changed or a timer is due
-//! ([`Proto::next_timeout`]), not on every poll.
+//! goes out with `sendto` (a batch with `sendmmsg`), an idle poll looks with `recv` (up to
+//! three times back to back, so that a datagram arriving between polls waits less; once when
+//! the host is oversubscribed), a poll that follows one that found data uses `recvmmsg`, so
+//! that a stream is taken in batches, and the protocol's transmit planner runs only when
+//! something changed or a timer is due ([`Proto::next_timeout`]), not on every poll.
 //!
 //! Nothing between a message and its system call waits on the clock or the planner: a send
 //! when nothing else was due takes the protocol's direct path ([`Proto::send_now`]), which
-//! hands the lone datagram to `sendto` and reads the clock afterwards, and a poll reads the
-//! clock once, before it looks at the socket, to stamp what arrives.
+//! hands the lone datagram to `sendto` and reads the clock afterwards; a poll reads the clock
+//! once, before it looks at the socket, to stamp what arrives; and a message that a lone
+//! datagram completes goes from the receive buffer to its handler without a queue
+//! ([`Proto::on_datagram_direct`]).
 
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
@@ -43,6 +46,8 @@ const DELIVER_BUDGET: usize = 64;
 /// The largest payload a poll hands to its handler straight from the datagram, without a
 /// queued delivery (copied once, to the stack).
 const INLINE_MAX: usize = 256;
+/// Looks at an idle socket per poll.
+const IDLE_LOOKS: usize = 3;
 const NO_EXIT: i64 = i64::MIN;
 
 fn cerr(msg: impl Into<String>) -> Error {
@@ -1044,7 +1049,18 @@ impl Conduit for UdpConduit {
             let received = self.recv_batch(&mut inner, now);
             return self.deliver(inner, now, received, replies_only, sink);
         }
-        let Some(len) = self.recv_one(&mut inner) else {
+        // A few looks at the socket per poll, back to back: a datagram that arrives while the
+        // caller's wait loop runs between polls waits for the next look. Oversubscribed, a
+        // poll returns after one look so that the caller's wait yields the core sooner.
+        let looks = if self.oversubscribed { 1 } else { IDLE_LOOKS };
+        let mut found = None;
+        for _ in 0..looks {
+            found = self.recv_one(&mut inner);
+            if found.is_some() {
+                break;
+            }
+        }
+        let Some(len) = found else {
             if inner.held.is_empty() && !inner.proto.has_ready() {
                 // Idle: only the timers to look at.
                 self.transmit_if_due(&mut inner, now);
