@@ -938,7 +938,7 @@ impl Proto {
                 return Err(e.into());
             }
         };
-        let h = pkt.header;
+        let h = &pkt.header;
         if h.job_key != self.key {
             self.counters.foreign_key += 1;
             return Err(RxError::ForeignJob(h.job_key));
@@ -1127,7 +1127,7 @@ impl Proto {
         let err = |what| Err(RxError::Protocol { src, what });
         let peer = &mut self.peers[ix(src)];
         if f.index == 0 {
-            let Some(am) = f.am else {
+            let Some(am) = &f.am else {
                 return err("first fragment without an AM header");
             };
             let mut result = Ok(());
@@ -1143,14 +1143,14 @@ impl Proto {
             }
             if f.count == 1 {
                 if let Some(take) = take {
-                    if !self.has_ready() && take(src, &am, f.chunk) {
+                    if !self.has_ready() && take(src, am, f.chunk) {
                         self.counters.messages_received += 1;
                         return result;
                     }
                 }
                 let mut buf = take_buf(&mut self.pool);
                 buf.extend_from_slice(f.chunk);
-                self.push_ready(src, am, buf, 1);
+                self.push_ready(src, *am, buf, 1);
             } else {
                 let mut buf = Vec::with_capacity(to_usize(f.total_len.min(PREALLOC_MAX)));
                 buf.extend_from_slice(f.chunk);
@@ -1159,7 +1159,7 @@ impl Proto {
                     next_index: 1,
                     count: f.count,
                     total: f.total_len,
-                    am,
+                    am: *am,
                     buf,
                 });
             }
