@@ -931,11 +931,14 @@ impl Proto {
     fn ingest(&mut self, now: u64, bytes: &[u8], take: Option<Take<'_>>) -> Result<(), RxError> {
         self.counters.rx_datagrams += 1;
         self.counters.rx_bytes += len_u64(bytes.len());
-        let pkt = match wire::decode(bytes) {
+        // Borrowed where the decoder left it: moving a packet just assembled field by field
+        // would read it back in wide loads before its narrow stores have landed.
+        let decoded = wire::decode(bytes);
+        let pkt = match &decoded {
             Ok(pkt) => pkt,
             Err(e) => {
                 self.counters.decode_errors += 1;
-                return Err(e.into());
+                return Err((*e).into());
             }
         };
         let h = &pkt.header;
