@@ -760,8 +760,9 @@ impl Proto {
                 }),
             };
             let mut buf = take_buf(&mut self.pool);
-            // Cannot fail: the header was checked above and the fragment is built by the rules.
-            wire::encode_to_vec(&pkt, &mut buf)?;
+            // The AM header and payload were checked above and the fragment is cut by the
+            // rules: nothing to check again.
+            wire::encode_built(&pkt, &mut buf);
             peer.segs.push_back(Seg {
                 buf,
                 sent_at: 0,

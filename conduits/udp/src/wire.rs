@@ -459,13 +459,25 @@ pub fn encode(pkt: &Packet<'_>, out: &mut [u8]) -> Result<usize, WireError> {
 /// appended. Fails, appending nothing, on a packet that [`Packet::check`] rejects.
 pub fn encode_to_vec(pkt: &Packet<'_>, out: &mut Vec<u8>) -> Result<usize, WireError> {
     pkt.check()?;
+    Ok(append(pkt, out))
+}
+
+/// [`encode_to_vec`] for a packet that its builder made by the rules [`Packet::check`] checks:
+/// the protocol's sender, which checks a message's AM header and payload when it takes the
+/// message and cuts the fragments itself. The rules are checked again in debug builds only.
+pub fn encode_built(pkt: &Packet<'_>, out: &mut Vec<u8>) -> usize {
+    debug_assert_eq!(pkt.check(), Ok(()), "a packet built against the rules");
+    append(pkt, out)
+}
+
+fn append(pkt: &Packet<'_>, out: &mut Vec<u8>) -> usize {
     let need = pkt.encoded_len();
     out.reserve(need);
     pkt.encode_prefix(out);
     if let Some(f) = &pkt.frag {
         out.extend_from_slice(f.chunk);
     }
-    Ok(need)
+    need
 }
 
 /// Rewrites the ack fields of an encoded datagram in place (a retransmission carries the
