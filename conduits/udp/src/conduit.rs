@@ -6,10 +6,18 @@
 //! anyway, and the lock is never held while a handler runs (handlers may reply, which sends).
 //!
 //! The round-trip path is kept to one system call per datagram on each side: a lone datagram
-//! goes out with `sendto` (a batch with `sendmmsg`), an idle poll tries one `recv` (a poll
-//! that follows one that found data uses `recvmmsg`, so that a stream is taken in batches),
-//! and the protocol's transmit planner runs only when something changed or a timer is due
-//! ([`Proto::next_timeout`]), not on every poll.
+//! goes out with `sendto` (a batch with `sendmmsg`), an idle poll looks with `recv` (up to
+//! three times back to back, so that a datagram arriving between polls waits less; once when
+//! the host is oversubscribed), a poll that follows one that found data uses `recvmmsg`, so
+//! that a stream is taken in batches, and the protocol's transmit planner runs only when
+//! something changed or a timer is due ([`Proto::next_timeout`]), not on every poll.
+//!
+//! Nothing between a message and its system call waits on the clock or the planner: a send
+//! when nothing else was due takes the protocol's direct path ([`Proto::send_now`]), which
+//! hands the lone datagram to `sendto` and reads the clock afterwards; a poll reads the clock
+//! once, before it looks at the socket, to stamp what arrives; and a message that a lone
+//! datagram completes goes from the receive buffer to its handler without a queue
+//! ([`Proto::on_datagram_direct`]).
 
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
@@ -22,7 +30,8 @@ use std::time::Instant;
 use amnet_core::{Category, Conduit, Error, InMsg, LocalSegment, OutMsg, Rank, Result};
 
 use crate::boot::BootClient;
-use crate::proto::{Config, Datagram, Delivery, Proto, SendError, BATCH};
+use crate::proto::{Config, Datagram, Delivery, Proto, SendError, Sent, BATCH};
+use crate::wire::AmHeader;
 
 /// Largest Medium payload (the same as the smp conduit's).
 pub const MAX_MEDIUM: usize = 65536;
@@ -34,6 +43,11 @@ const RX_ROUNDS: usize = 8;
 const RX_BUF: usize = 65536;
 /// Deliveries handed to the core per poll at most.
 const DELIVER_BUDGET: usize = 64;
+/// The largest payload a poll hands to its handler straight from the datagram, without a
+/// queued delivery (copied once, to the stack).
+const INLINE_MAX: usize = 256;
+/// Looks at an idle socket per poll.
+const IDLE_LOOKS: usize = 3;
 const NO_EXIT: i64 = i64::MIN;
 
 fn cerr(msg: impl Into<String>) -> Error {
@@ -118,6 +132,11 @@ struct RxRing {
 unsafe impl Send for RxRing {}
 
 impl RxRing {
+    /// The first `len` bytes of the first buffer (where `recv` puts a lone datagram).
+    fn first(&self, len: usize) -> &[u8] {
+        self.bufs[0].get(..len).unwrap_or_default()
+    }
+
     fn new() -> RxRing {
         let mut bufs: Vec<Vec<u8>> = (0..RX_BATCH).map(|_| vec![0u8; RX_BUF]).collect();
         let mut iovs: Vec<libc::iovec> = bufs
@@ -158,6 +177,8 @@ struct Inner {
     /// When the transmit planner must run next (µs; 0: at the next chance): the protocol's
     /// [`Proto::next_timeout`] after the last run, or 0 once its state changed since.
     tx_due: u64,
+    /// The latest clock reading taken under the lock (µs).
+    clock: u64,
     faults: Faults,
     rng: Rng,
     /// A datagram held back to be sent after the next one (reorder injection).
@@ -392,6 +413,7 @@ impl UdpConduit {
                 rx: RxRing::new(),
                 rx_streak: false,
                 tx_due: 0,
+                clock: 0,
                 faults,
                 rng: Rng(0x9e37_79b9_7f4a_7c15 ^ (u64::from(rank) << 17) ^ u64::from(port) | 1),
                 late: None,
@@ -505,6 +527,69 @@ impl UdpConduit {
         done
     }
 
+    /// Put `dgrams` on the wire through fault injection, when it is on. Returns how many count
+    /// as sent: those the kernel took, and with injection all of them (what was dropped is the
+    /// injected loss). A datagram held back for reordering leaves after the next one, or at
+    /// the latest with [`UdpConduit::flush_late`].
+    fn put_on_wire(
+        &self,
+        dgrams: &[Datagram<'_>],
+        faults: Faults,
+        rng: &mut Rng,
+        late: &mut Option<(Rank, Vec<u8>)>,
+        edge: &mut EdgeCounters,
+    ) -> usize {
+        if !faults.any() {
+            return self.send_batch(dgrams, edge);
+        }
+        let mut out: Vec<Datagram<'_>> = Vec::with_capacity(dgrams.len() * 2);
+        let mut release = None;
+        for d in dgrams {
+            if rng.unit() < faults.loss {
+                edge.injected_loss += 1;
+                continue;
+            }
+            if rng.unit() < faults.reorder && late.is_none() {
+                edge.injected_reorder += 1;
+                *late = Some((d.dest, d.bytes.to_vec()));
+                continue;
+            }
+            out.push(*d);
+            if rng.unit() < faults.dup {
+                edge.injected_dup += 1;
+                out.push(*d);
+            }
+            if release.is_none() {
+                release = late.take();
+            }
+        }
+        self.send_batch(&out, edge);
+        if let Some((dest, bytes)) = release {
+            self.send_one(
+                Datagram {
+                    dest,
+                    bytes: &bytes,
+                },
+                edge,
+            );
+        }
+        dgrams.len()
+    }
+
+    /// Send the datagram held back for reordering, if any: it never waits longer than one
+    /// transmit round.
+    fn flush_late(&self, late: &mut Option<(Rank, Vec<u8>)>, edge: &mut EdgeCounters) {
+        if let Some((dest, bytes)) = late.take() {
+            self.send_one(
+                Datagram {
+                    dest,
+                    bytes: &bytes,
+                },
+                edge,
+            );
+        }
+    }
+
     /// Hand the protocol's due datagrams to the socket (through fault injection).
     fn transmit(&self, inner: &mut Inner, now: u64) {
         let Inner {
@@ -517,53 +602,9 @@ impl UdpConduit {
         } = inner;
         let faults = *faults;
         proto.poll_transmit(now, |dgrams: &[Datagram<'_>]| {
-            if !faults.any() {
-                return self.send_batch(dgrams, edge);
-            }
-            let mut out: Vec<Datagram<'_>> = Vec::with_capacity(dgrams.len() * 2);
-            let mut release = None;
-            for d in dgrams {
-                if rng.unit() < faults.loss {
-                    edge.injected_loss += 1;
-                    continue;
-                }
-                if rng.unit() < faults.reorder && late.is_none() {
-                    edge.injected_reorder += 1;
-                    *late = Some((d.dest, d.bytes.to_vec()));
-                    continue;
-                }
-                out.push(*d);
-                if rng.unit() < faults.dup {
-                    edge.injected_dup += 1;
-                    out.push(*d);
-                }
-                if release.is_none() {
-                    release = late.take();
-                }
-            }
-            self.send_batch(&out, edge);
-            if let Some((dest, bytes)) = release {
-                self.send_one(
-                    Datagram {
-                        dest,
-                        bytes: &bytes,
-                    },
-                    edge,
-                );
-            }
-            // Everything offered counts as sent: what was dropped is the injected loss.
-            dgrams.len()
+            self.put_on_wire(dgrams, faults, rng, late, edge)
         });
-        // A held-back datagram never waits longer than one transmit round.
-        if let Some((dest, bytes)) = late.take() {
-            self.send_one(
-                Datagram {
-                    dest,
-                    bytes: &bytes,
-                },
-                edge,
-            );
-        }
+        self.flush_late(late, edge);
         inner.tx_due = inner.proto.next_timeout().unwrap_or(u64::MAX);
     }
 
@@ -582,9 +623,49 @@ impl UdpConduit {
         }
     }
 
-    /// Take what the socket holds into the protocol. Returns the time it read when it took
-    /// any datagram (`None` when there was none); the caller then refreshes `tx_due`.
-    fn receive(&self, inner: &mut Inner) -> Option<u64> {
+    /// Take what the socket holds into the protocol, stamped with `now` (the poll's clock
+    /// reading, taken just before). Returns whether it took any datagram; the caller then
+    /// refreshes `tx_due`.
+    fn receive(&self, inner: &mut Inner, now: u64) -> bool {
+        if !inner.rx_streak {
+            let Some(len) = self.recv_one(inner) else {
+                return false;
+            };
+            let Inner { proto, rx, .. } = inner;
+            // Drops are counted by the protocol (foreign job, malformed, duplicate).
+            let _ = proto.on_datagram(now, rx.first(len));
+            return true;
+        }
+        self.recv_batch(inner, now)
+    }
+
+    /// Idle so far: one `recv` into the first receive buffer, the cheapest look at an empty
+    /// socket (an empty `recvmmsg` costs half as much again). Returns the length of the
+    /// datagram it found, which the caller takes in; the next receive takes a batch.
+    fn recv_one(&self, inner: &mut Inner) -> Option<usize> {
+        let buf = &mut inner.rx.bufs[0];
+        // SAFETY: `buf` is a live buffer of `buf.len()` bytes, which the kernel fills.
+        let r = unsafe {
+            libc::recv(
+                self.sock.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        let Ok(len) = usize::try_from(r) else {
+            if !matches!(errno(), libc::EAGAIN | libc::EINTR) {
+                inner.edge.rx_errors += 1;
+            }
+            return None;
+        };
+        inner.rx_streak = true;
+        Some(len.min(RX_BUF))
+    }
+
+    /// Data came last time: take batches with `recvmmsg` until the socket is empty (at most
+    /// [`RX_ROUNDS`]). Returns whether it took any datagram.
+    fn recv_batch(&self, inner: &mut Inner, now: u64) -> bool {
         let fd = self.sock.as_raw_fd();
         let Inner {
             proto,
@@ -593,27 +674,7 @@ impl UdpConduit {
             edge,
             ..
         } = inner;
-        if !*rx_streak {
-            // Idle so far: one `recv`, the cheapest look at an empty socket (an empty
-            // `recvmmsg` costs half as much again).
-            let buf = &mut rx.bufs[0];
-            // SAFETY: `buf` is a live buffer of `buf.len()` bytes, which the kernel fills.
-            let r =
-                unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
-            let Ok(len) = usize::try_from(r) else {
-                if !matches!(errno(), libc::EAGAIN | libc::EINTR) {
-                    edge.rx_errors += 1;
-                }
-                return None;
-            };
-            let now = self.now();
-            // Drops are counted by the protocol (foreign job, malformed, duplicate).
-            let _ = proto.on_datagram(now, &buf[..len.min(RX_BUF)]);
-            *rx_streak = true;
-            return Some(now);
-        }
         let mut total = 0;
-        let mut now = None;
         for _ in 0..RX_ROUNDS {
             // SAFETY: every header of `rx.msgs` points at an iovec of `rx._iovs` and through it
             // at a live buffer of `rx.bufs` of the stated length, which the kernel fills.
@@ -633,7 +694,6 @@ impl UdpConduit {
                 break;
             }
             let got = usize::try_from(r).unwrap_or(0);
-            let now = *now.get_or_insert_with(|| self.now());
             for (m, buf) in rx.msgs.iter().zip(&rx.bufs).take(got) {
                 let len = (m.msg_len as usize).min(RX_BUF);
                 let _ = proto.on_datagram(now, &buf[..len]);
@@ -644,7 +704,7 @@ impl UdpConduit {
             }
         }
         *rx_streak = total > 0;
-        now
+        total > 0
     }
 
     fn check_failed(&self, inner: &mut Inner) -> Result<()> {
@@ -703,23 +763,114 @@ impl UdpConduit {
         ]
     }
 
+    /// The rest of a poll, once the socket has been read (`received`: it held datagrams):
+    /// take complete messages from the protocol (after those held back earlier), run their
+    /// handlers without the lock, and settle what the handlers left.
+    fn deliver(
+        &self,
+        mut inner: MutexGuard<'_, Inner>,
+        now: u64,
+        received: bool,
+        replies_only: bool,
+        sink: &mut dyn FnMut(&InMsg<'_>) -> bool,
+    ) -> Result<usize> {
+        let mut changed = received;
+        let mut batch = std::mem::take(&mut inner.batch);
+        // Earlier leftovers first (in order), then fresh ones.
+        if !inner.held.is_empty() {
+            let mut keep = VecDeque::new();
+            while let Some(d) = inner.held.pop_front() {
+                if batch.len() < DELIVER_BUDGET && (!replies_only || d.am.is_reply) {
+                    batch.push(d);
+                } else {
+                    keep.push_back(d);
+                }
+            }
+            inner.held = keep;
+        }
+        while batch.len() < DELIVER_BUDGET {
+            match inner.proto.pop(replies_only) {
+                Some(d) => {
+                    batch.push(d);
+                    changed = true;
+                }
+                None => break,
+            }
+        }
+        if replies_only {
+            // A handler waiting to send its reply polls replies only. Requests left in the
+            // protocol would hold the peer's receive window shut, and with it the replies
+            // that travel in the same window: take them out (they run at the next full
+            // poll, in order) so the window reopens.
+            while let Some(d) = inner.proto.pop(false) {
+                inner.held.push_back(d);
+                changed = true;
+            }
+        }
+        if changed {
+            // What arrived may call for an ack or open the send window, and taking messages
+            // may reopen the receive window, which is worth an ack at once.
+            self.refresh_due(&mut inner);
+        }
+        if batch.is_empty() {
+            inner.batch = batch;
+            self.transmit_if_due(&mut inner, now);
+            self.check_failed(&mut inner)?;
+            return Ok(0);
+        }
+        if received {
+            // Before the handlers, which may take long (a Long handler copies its payload
+            // first): a peer waiting on this ack or window must not wait for them.
+            self.transmit_if_due(&mut inner, now);
+        }
+        drop(inner);
+        // Handlers run without the lock: they may reply, which sends.
+        let mut n = 0;
+        for d in &batch {
+            n += 1;
+            if !self.hand_up(d.src, &d.am, &d.payload, sink) {
+                break;
+            }
+        }
+        let mut inner = self.lock();
+        // What the waiter did not take stays first in line, in order.
+        for d in batch.drain(n..).rev() {
+            inner.held.push_front(d);
+        }
+        for d in batch.drain(..) {
+            inner.proto.recycle(d);
+        }
+        inner.batch = batch;
+        // Whatever the handlers' sends left due (a full socket buffer), at the latest clock
+        // reading (the handlers' sends may have taken one).
+        let now = inner.clock;
+        self.transmit_if_due(&mut inner, now);
+        Ok(n)
+    }
+
     /// Deliver one message to the core: Long payloads go into the segment first.
-    fn hand_up(&self, d: &Delivery, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> bool {
-        let payload: &[u8] = match d.am.category {
+    fn hand_up(
+        &self,
+        src: Rank,
+        am: &AmHeader,
+        payload: &[u8],
+        sink: &mut dyn FnMut(&InMsg<'_>) -> bool,
+    ) -> bool {
+        let payload: &[u8] = match am.category {
             Category::Long => {
                 let Some(seg) = self.seg.get() else {
                     eprintln!(
                         "amnet udp rank {}: dropped a Long from rank {} before attach",
-                        self.rank, d.src
+                        self.rank, src
                     );
                     return true;
                 };
-                let off = d.am.long_offset;
-                let end = off.checked_add(d.payload.len() as u64);
+                let off = am.long_offset;
+                let end = off.checked_add(payload.len() as u64);
                 if !matches!(end, Some(e) if e <= seg.len as u64) {
                     eprintln!(
                         "amnet udp rank {}: dropped a Long from rank {} outside the segment",
-                        self.rank, d.src
+                        self.rank, src
                     );
                     return true;
                 }
@@ -729,20 +880,20 @@ impl UdpConduit {
                 // stays allocated for the conduit's life; clients that touch the same bytes
                 // concurrently break the core's contract, not memory safety of this copy.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(d.payload.as_ptr(), dst.add(at), d.payload.len());
-                    std::slice::from_raw_parts(dst.add(at), d.payload.len())
+                    std::ptr::copy_nonoverlapping(payload.as_ptr(), dst.add(at), payload.len());
+                    std::slice::from_raw_parts(dst.add(at), payload.len())
                 }
             }
-            _ => &d.payload,
+            _ => payload,
         };
         sink(&InMsg {
-            src: d.src,
-            handler: d.am.handler,
-            category: d.am.category,
-            is_reply: d.am.is_reply,
-            args: d.am.args(),
+            src,
+            handler: am.handler,
+            category: am.category,
+            is_reply: am.is_reply,
+            args: am.args(),
             payload,
-            long_offset: d.am.long_offset,
+            long_offset: am.long_offset,
         })
     }
 }
@@ -836,18 +987,52 @@ impl Conduit for UdpConduit {
     }
 
     fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
-        let now = self.now();
-        let mut inner = self.lock();
-        self.check_failed(&mut inner)?;
-        match inner.proto.send(dest, msg) {
-            Ok(()) => {
-                self.transmit(&mut inner, now);
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        self.check_failed(inner)?;
+        let sent = if inner.clock < inner.tx_due {
+            // Nothing was due at the last clock reading: a lone datagram leaves at once, ahead
+            // of the planner, and the clock is read once it is on its way.
+            let Inner {
+                proto,
+                faults,
+                rng,
+                late,
+                edge,
+                ..
+            } = inner;
+            let faults = *faults;
+            let sent = proto.send_now(
+                dest,
+                msg,
+                |d| self.put_on_wire(&[d], faults, rng, late, edge) == 1,
+                || self.now(),
+            );
+            self.flush_late(late, edge);
+            sent
+        } else {
+            inner.proto.send(dest, msg).map(|()| Sent::Queued)
+        };
+        match sent {
+            Ok(Sent::Wire(now)) => {
+                inner.clock = now;
+                // Exact for the new state; whatever else came due meanwhile goes out now.
+                inner.tx_due = inner.proto.next_timeout().unwrap_or(u64::MAX);
+                self.transmit_if_due(inner, now);
+                Ok(true)
+            }
+            Ok(Sent::Queued) => {
+                let now = self.now();
+                inner.clock = now;
+                self.transmit(inner, now);
                 Ok(true)
             }
             Err(SendError::Backpressure(_)) => {
                 // Take in acks and push out what is due; the core polls and retries.
-                let _ = self.receive(&mut inner);
-                self.transmit(&mut inner, now);
+                let now = self.now();
+                inner.clock = now;
+                let _ = self.receive(inner, now);
+                self.transmit(inner, now);
                 Ok(false)
             }
             Err(SendError::PeerFailed(r)) => Err(cerr(format!(
@@ -858,82 +1043,65 @@ impl Conduit for UdpConduit {
     }
 
     fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {
-        let mut batch;
-        let recv_now;
-        {
-            let mut inner = self.lock();
-            recv_now = self.receive(&mut inner);
-            let mut changed = recv_now.is_some();
-            batch = std::mem::take(&mut inner.batch);
-            // Earlier leftovers first (in order), then fresh ones.
-            if !inner.held.is_empty() {
-                let mut keep = VecDeque::new();
-                while let Some(d) = inner.held.pop_front() {
-                    if batch.len() < DELIVER_BUDGET && (!replies_only || d.am.is_reply) {
-                        batch.push(d);
-                    } else {
-                        keep.push_back(d);
-                    }
-                }
-                inner.held = keep;
-            }
-            while batch.len() < DELIVER_BUDGET {
-                match inner.proto.pop(replies_only) {
-                    Some(d) => {
-                        batch.push(d);
-                        changed = true;
-                    }
-                    None => break,
-                }
-            }
-            if replies_only {
-                // A handler waiting to send its reply polls replies only. Requests left in the
-                // protocol would hold the peer's receive window shut, and with it the replies
-                // that travel in the same window: take them out (they run at the next full
-                // poll, in order) so the window reopens.
-                while let Some(d) = inner.proto.pop(false) {
-                    inner.held.push_back(d);
-                    changed = true;
-                }
-            }
-            if changed {
-                // What arrived may call for an ack or open the send window, and taking messages
-                // may reopen the receive window, which is worth an ack at once.
-                self.refresh_due(&mut inner);
-            }
-            if batch.is_empty() {
-                inner.batch = batch;
-                self.transmit_if_due(&mut inner, recv_now.unwrap_or_else(|| self.now()));
-                self.check_failed(&mut inner)?;
-                return Ok(0);
-            }
-            if let Some(now) = recv_now {
-                // Before the handlers, which may take long (a Long handler copies its payload
-                // first): a peer waiting on this ack or window must not wait for them.
-                self.transmit_if_due(&mut inner, now);
-            }
+        // One clock reading per poll, taken before the socket is read: it stamps what arrives
+        // and checks the timers, so none is taken between a datagram's arrival and its handler.
+        let now = self.now();
+        let mut inner = self.lock();
+        // Another thread's reading may be later: times never go back.
+        let now = now.max(inner.clock);
+        inner.clock = now;
+        if inner.rx_streak {
+            let received = self.recv_batch(&mut inner, now);
+            return self.deliver(inner, now, received, replies_only, sink);
         }
-        // Handlers run without the lock: they may reply, which sends.
-        let mut n = 0;
-        for d in &batch {
-            n += 1;
-            if !self.hand_up(d, sink) {
+        // A few looks at the socket per poll, back to back: a datagram that arrives while the
+        // caller's wait loop runs between polls waits for the next look. Oversubscribed, a
+        // poll returns after one look so that the caller's wait yields the core sooner.
+        let looks = if self.oversubscribed { 1 } else { IDLE_LOOKS };
+        let mut found = None;
+        for _ in 0..looks {
+            found = self.recv_one(&mut inner);
+            if found.is_some() {
                 break;
             }
         }
-        let mut inner = self.lock();
-        // What the waiter did not take stays first in line, in order.
-        for d in batch.drain(n..).rev() {
-            inner.held.push_front(d);
-        }
-        for d in batch.drain(..) {
-            inner.proto.recycle(d);
-        }
-        inner.batch = batch;
-        // Whatever the handlers' sends left due (a full socket buffer); timers that came due
-        // while the handlers ran wait for the next call.
-        self.transmit_if_due(&mut inner, recv_now.unwrap_or_else(|| self.now()));
-        Ok(n)
+        let Some(len) = found else {
+            if inner.held.is_empty() && !inner.proto.has_ready() {
+                // Idle: only the timers to look at.
+                self.transmit_if_due(&mut inner, now);
+                self.check_failed(&mut inner)?;
+                return Ok(0);
+            }
+            return self.deliver(inner, now, false, replies_only, sink);
+        };
+        // A message this datagram completes, with nothing waiting before it, goes straight to
+        // its handler: no payload buffer, no queue, and no second lock after the handler.
+        let mut payload = [0u8; INLINE_MAX];
+        let mut msg = None;
+        let may = inner.held.is_empty();
+        let Inner { proto, rx, .. } = &mut *inner;
+        let mut take = |src: Rank, am: &AmHeader, p: &[u8]| {
+            let fits = may && (!replies_only || am.is_reply);
+            match payload.get_mut(..p.len()) {
+                Some(dst) if fits => {
+                    dst.copy_from_slice(p);
+                    msg = Some((src, *am, p.len()));
+                    true
+                }
+                _ => false,
+            }
+        };
+        // Drops are counted by the protocol (foreign job, malformed, duplicate).
+        let _ = proto.on_datagram_direct(now, rx.first(len), &mut take);
+        let Some((src, am, len)) = msg else {
+            return self.deliver(inner, now, true, replies_only, sink);
+        };
+        // What arrived may call for an ack, or open the send window: before the handler.
+        self.refresh_due(&mut inner);
+        self.transmit_if_due(&mut inner, now);
+        drop(inner);
+        self.hand_up(src, &am, payload.get(..len).unwrap_or_default(), sink);
+        Ok(1)
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {

@@ -21,5 +21,5 @@ pub mod wire;
 pub use conduit::UdpConduit;
 
 pub use proto::{
-    Config, ConfigError, Counters, Datagram, Delivery, PeerStatus, Proto, RxError, SendError,
+    Config, ConfigError, Counters, Datagram, Delivery, PeerStatus, Proto, RxError, SendError, Sent,
 };

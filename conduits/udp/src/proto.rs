@@ -26,7 +26,9 @@
 //! the gap fills; one below `rcv_next` or already buffered is a duplicate and is dropped.
 //! Completed messages go to the delivery queue and leave through [`Proto::pop`], each exactly
 //! once, in per-sender order (requests and replies share one arrival order; `pop(true)` takes
-//! replies only).
+//! replies only). A caller may instead take a message straight off the wire
+//! ([`Proto::on_datagram_direct`]) when the datagram completes it alone and nothing waits in
+//! the queue, so the order is the same either way.
 //!
 //! **Acks.** Every datagram carries the cumulative ack (`rcv_next`), a 64-bit selective-ack
 //! bitmap of the sequence numbers after it that sit in the reorder buffer, and the window. Acks
@@ -335,6 +337,17 @@ pub struct Datagram<'a> {
     pub bytes: &'a [u8],
 }
 
+/// What [`Proto::send_now`] did with a message it accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// Its datagram went straight to the transmit callback, which took it; the value is the
+    /// time the clock read right after, which stamps the transmission.
+    Wire(u64),
+    /// Queued: [`Proto::poll_transmit`] sends it (or, for a message to this rank, it waits for
+    /// [`Proto::pop`]).
+    Queued,
+}
+
 /// A complete message, taken out by [`Proto::pop`].
 #[derive(Debug)]
 pub struct Delivery {
@@ -492,9 +505,12 @@ impl Peer {
     /// Cumulative ack, selective-ack bitmap and window, as of now.
     fn ack_fields(&self, recv_window: u32) -> (u64, u64, u32) {
         let mut sack = 0u64;
-        for (i, slot) in self.ooo.iter().skip(1).take(64).enumerate() {
-            if slot.is_some() {
-                sack |= 1 << i;
+        // Index 0 is always empty: nothing to scan unless something sits beyond it.
+        if self.ooo.len() > 1 {
+            for (i, slot) in self.ooo.iter().skip(1).take(64).enumerate() {
+                if slot.is_some() {
+                    sack |= 1 << i;
+                }
             }
         }
         (self.rcv_next, sack, self.advertised(recv_window))
@@ -555,6 +571,9 @@ impl Top3 {
         (self.n == DUP_THRESH).then(|| self.v.iter().copied().min().unwrap_or(0))
     }
 }
+
+/// The callback of [`Proto::on_datagram_direct`].
+type Take<'t> = &'t mut dyn FnMut(Rank, &AmHeader, &[u8]) -> bool;
 
 /// A datagram chosen by the planner.
 #[derive(Debug, Clone, Copy)]
@@ -741,8 +760,9 @@ impl Proto {
                 }),
             };
             let mut buf = take_buf(&mut self.pool);
-            // Cannot fail: the header was checked above and the fragment is built by the rules.
-            wire::encode_to_vec(&pkt, &mut buf)?;
+            // The AM header and payload were checked above and the fragment is cut by the
+            // rules: nothing to check again.
+            wire::encode_built(&pkt, &mut buf);
             peer.segs.push_back(Seg {
                 buf,
                 sent_at: 0,
@@ -755,6 +775,56 @@ impl Proto {
         }
         self.counters.messages_sent += 1;
         Ok(())
+    }
+
+    /// [`Proto::send`], then the direct transmit path: when the message is a single datagram,
+    /// everything queued to `dest` before it has been transmitted, and both windows admit it,
+    /// its datagram (with the current ack fields) goes straight to `tx` instead of waiting for
+    /// [`Proto::poll_transmit`]. `clock` is read only once `tx` has taken the datagram, and its
+    /// time is recorded as the transmission's; from then on the datagram is in flight like
+    /// any other: piggy-backed acks are settled, and it is acked, timed, retransmitted and
+    /// counted as if the planner had sent it.
+    ///
+    /// The planner's scans are skipped, and with them its other work: retransmissions, acks
+    /// and heartbeats that are due, to `dest` or any other peer, still wait for
+    /// `poll_transmit`, which the caller runs by [`Proto::next_timeout`] as always (so the
+    /// direct path suits a caller that knows nothing else was due). When `tx` refuses the
+    /// datagram, it stays queued for `poll_transmit`.
+    pub fn send_now(
+        &mut self,
+        dest: Rank,
+        msg: &OutMsg<'_>,
+        tx: impl FnOnce(Datagram<'_>) -> bool,
+        clock: impl FnOnce() -> u64,
+    ) -> Result<Sent, SendError> {
+        self.send(dest, msg)?;
+        if dest == self.me {
+            return Ok(Sent::Queued);
+        }
+        let (recv_window, send_window) = (self.cfg.recv_window, self.cfg.send_window);
+        let peer = &mut self.peers[ix(dest)];
+        let idx = peer.in_flight();
+        let edge = peer
+            .peer_edge
+            .min(peer.snd_una.saturating_add(u64::from(send_window)));
+        if idx + 1 != peer.segs.len() || peer.snd_tx >= edge {
+            return Ok(Sent::Queued);
+        }
+        let (ack, sack, window) = peer.ack_fields(recv_window);
+        let Some(seg) = peer.segs.get_mut(idx) else {
+            return Ok(Sent::Queued);
+        };
+        // Cannot fail: segment buffers hold at least a header.
+        let _ = wire::patch_ack(&mut seg.buf, ack, sack, window);
+        if !tx(Datagram {
+            dest,
+            bytes: &seg.buf,
+        }) {
+            return Ok(Sent::Queued);
+        }
+        let now = clock();
+        self.commit(now, Item::Seg { peer: dest, idx });
+        Ok(Sent::Wire(now))
     }
 
     fn send_local(&mut self, am: AmHeader, payload: &[u8]) -> Result<(), SendError> {
@@ -841,16 +911,38 @@ impl Proto {
     /// Ingests one received datagram at time `now`. An `Err` says what was dropped; the
     /// protocol state stays consistent either way.
     pub fn on_datagram(&mut self, now: u64, bytes: &[u8]) -> Result<(), RxError> {
+        self.ingest(now, bytes, None)
+    }
+
+    /// [`Proto::on_datagram`], offering a message to `take` before queueing it: a message that
+    /// this datagram completes by itself, next in sequence from its sender, when no complete
+    /// message waits to be taken (so delivery order holds). `take` gets the sender, the AM
+    /// header and the payload, and returns true when it has taken the message, which then
+    /// counts as received and taken at once (it never occupies the receive window); when it
+    /// returns false, the message is queued for [`Proto::pop`] as usual.
+    pub fn on_datagram_direct(
+        &mut self,
+        now: u64,
+        bytes: &[u8],
+        take: &mut dyn FnMut(Rank, &AmHeader, &[u8]) -> bool,
+    ) -> Result<(), RxError> {
+        self.ingest(now, bytes, Some(take))
+    }
+
+    fn ingest(&mut self, now: u64, bytes: &[u8], take: Option<Take<'_>>) -> Result<(), RxError> {
         self.counters.rx_datagrams += 1;
         self.counters.rx_bytes += len_u64(bytes.len());
-        let pkt = match wire::decode(bytes) {
+        // Borrowed where the decoder left it: moving a packet just assembled field by field
+        // would read it back in wide loads before its narrow stores have landed.
+        let decoded = wire::decode(bytes);
+        let pkt = match &decoded {
             Ok(pkt) => pkt,
             Err(e) => {
                 self.counters.decode_errors += 1;
-                return Err(e.into());
+                return Err((*e).into());
             }
         };
-        let h = pkt.header;
+        let h = &pkt.header;
         if h.job_key != self.key {
             self.counters.foreign_key += 1;
             return Err(RxError::ForeignJob(h.job_key));
@@ -870,7 +962,7 @@ impl Proto {
         peer.last_heard = peer.last_heard.max(now);
         let acked = self.on_ack(h.src, now, h.ack, h.sack, h.window);
         let data = match &pkt.frag {
-            Some(f) => self.on_data(h.src, now, h.seq, f, bytes),
+            Some(f) => self.on_data(h.src, now, h.seq, f, bytes, take),
             None => Ok(()),
         };
         acked.and(data)
@@ -962,6 +1054,7 @@ impl Proto {
         seq: u64,
         frag: &Fragment<'_>,
         raw: &[u8],
+        take: Option<Take<'_>>,
     ) -> Result<(), RxError> {
         let recv_window = self.cfg.recv_window;
         let peer = &mut self.peers[ix(src)];
@@ -992,7 +1085,7 @@ impl Proto {
             peer.ack_now = true;
             return Ok(());
         }
-        let mut result = self.accept(src, frag);
+        let mut result = self.accept(src, frag, take);
         let peer = &mut self.peers[ix(src)];
         peer.rcv_next += 1;
         peer.unacked_rx += 1;
@@ -1008,7 +1101,7 @@ impl Proto {
             peer.unacked_rx += 1;
             filled = true;
             let r = match wire::decode(&buf) {
-                Ok(Packet { frag: Some(f), .. }) => self.accept(src, &f),
+                Ok(Packet { frag: Some(f), .. }) => self.accept(src, &f, None),
                 _ => Err(RxError::Protocol {
                     src,
                     what: "buffered datagram no longer decodes",
@@ -1027,12 +1120,18 @@ impl Proto {
         result
     }
 
-    /// Takes one in-order fragment from `src` into reassembly.
-    fn accept(&mut self, src: Rank, f: &Fragment<'_>) -> Result<(), RxError> {
+    /// Takes one in-order fragment from `src` into reassembly; a message it completes by
+    /// itself is offered to `take` first (see [`Proto::on_datagram_direct`]).
+    fn accept(
+        &mut self,
+        src: Rank,
+        f: &Fragment<'_>,
+        take: Option<Take<'_>>,
+    ) -> Result<(), RxError> {
         let err = |what| Err(RxError::Protocol { src, what });
         let peer = &mut self.peers[ix(src)];
         if f.index == 0 {
-            let Some(am) = f.am else {
+            let Some(am) = &f.am else {
                 return err("first fragment without an AM header");
             };
             let mut result = Ok(());
@@ -1047,9 +1146,15 @@ impl Proto {
                 return err("message above max_message");
             }
             if f.count == 1 {
+                if let Some(take) = take {
+                    if !self.has_ready() && take(src, am, f.chunk) {
+                        self.counters.messages_received += 1;
+                        return result;
+                    }
+                }
                 let mut buf = take_buf(&mut self.pool);
                 buf.extend_from_slice(f.chunk);
-                self.push_ready(src, am, buf, 1);
+                self.push_ready(src, *am, buf, 1);
             } else {
                 let mut buf = Vec::with_capacity(to_usize(f.total_len.min(PREALLOC_MAX)));
                 buf.extend_from_slice(f.chunk);
@@ -1058,7 +1163,7 @@ impl Proto {
                     next_index: 1,
                     count: f.count,
                     total: f.total_len,
-                    am,
+                    am: *am,
                     buf,
                 });
             }

@@ -363,10 +363,15 @@ impl Packet<'_> {
         }
     }
 
-    /// Writes everything before the chunk into `out`; returns the length written.
-    fn encode_prefix(&self, out: &mut [u8; MAX_PREFIX_LEN]) -> usize {
+    /// Bytes before the chunk.
+    fn prefix_len(&self) -> usize {
+        HEADER_LEN + self.frag.as_ref().map_or(0, Fragment::prefix_len)
+    }
+
+    /// Writes everything before the chunk to `w`.
+    #[inline]
+    fn encode_prefix(&self, w: &mut impl Put) {
         let h = &self.header;
-        let mut w = Writer { buf: out, pos: 0 };
         w.bytes(&MAGIC);
         w.bytes(&[VERSION, h.kind as u8, 0, 0]);
         w.bytes(&h.job_key.to_le_bytes());
@@ -392,18 +397,33 @@ impl Packet<'_> {
                 }
             }
         }
-        w.pos
     }
 }
 
-/// A cursor over the fixed prefix buffer. The prefix never exceeds [`MAX_PREFIX_LEN`], so the
-/// bounds checks below never fail; they only keep the code free of panicking paths.
+/// Where [`Packet::encode_prefix`] writes: each field lands in place in the output (a copy
+/// through a staging buffer would read back, in wide loads, what was just stored field by
+/// field).
+trait Put {
+    fn bytes(&mut self, b: &[u8]);
+}
+
+/// Appending to a vector whose capacity was reserved beforehand.
+impl Put for Vec<u8> {
+    #[inline(always)]
+    fn bytes(&mut self, b: &[u8]) {
+        self.extend_from_slice(b);
+    }
+}
+
+/// A cursor over an output slice sized by [`Packet::prefix_len`], so the bounds checks below
+/// never fail; they only keep the code free of panicking paths.
 struct Writer<'a> {
-    buf: &'a mut [u8; MAX_PREFIX_LEN],
+    buf: &'a mut [u8],
     pos: usize,
 }
 
-impl Writer<'_> {
+impl Put for Writer<'_> {
+    #[inline(always)]
     fn bytes(&mut self, b: &[u8]) {
         if let Some(dst) = self.buf.get_mut(self.pos..self.pos + b.len()) {
             dst.copy_from_slice(b);
@@ -423,11 +443,14 @@ pub fn encode(pkt: &Packet<'_>, out: &mut [u8]) -> Result<usize, WireError> {
             got: out.len(),
         });
     }
-    let mut prefix = [0u8; MAX_PREFIX_LEN];
-    let n = pkt.encode_prefix(&mut prefix);
-    out[..n].copy_from_slice(&prefix[..n]);
+    let n = pkt.prefix_len();
+    let (prefix, rest) = out.split_at_mut(n);
+    pkt.encode_prefix(&mut Writer {
+        buf: prefix,
+        pos: 0,
+    });
     if let Some(f) = &pkt.frag {
-        out[n..need].copy_from_slice(f.chunk);
+        rest[..need - n].copy_from_slice(f.chunk);
     }
     Ok(need)
 }
@@ -436,15 +459,25 @@ pub fn encode(pkt: &Packet<'_>, out: &mut [u8]) -> Result<usize, WireError> {
 /// appended. Fails, appending nothing, on a packet that [`Packet::check`] rejects.
 pub fn encode_to_vec(pkt: &Packet<'_>, out: &mut Vec<u8>) -> Result<usize, WireError> {
     pkt.check()?;
+    Ok(append(pkt, out))
+}
+
+/// [`encode_to_vec`] for a packet that its builder made by the rules [`Packet::check`] checks:
+/// the protocol's sender, which checks a message's AM header and payload when it takes the
+/// message and cuts the fragments itself. The rules are checked again in debug builds only.
+pub fn encode_built(pkt: &Packet<'_>, out: &mut Vec<u8>) -> usize {
+    debug_assert_eq!(pkt.check(), Ok(()), "a packet built against the rules");
+    append(pkt, out)
+}
+
+fn append(pkt: &Packet<'_>, out: &mut Vec<u8>) -> usize {
     let need = pkt.encoded_len();
     out.reserve(need);
-    let mut prefix = [0u8; MAX_PREFIX_LEN];
-    let n = pkt.encode_prefix(&mut prefix);
-    out.extend_from_slice(&prefix[..n]);
+    pkt.encode_prefix(out);
     if let Some(f) = &pkt.frag {
         out.extend_from_slice(f.chunk);
     }
-    Ok(need)
+    need
 }
 
 /// Rewrites the ack fields of an encoded datagram in place (a retransmission carries the
@@ -460,103 +493,100 @@ pub fn patch_ack(buf: &mut [u8], ack: u64, sack: u64, window: u32) -> Result<(),
     Ok(())
 }
 
-/// A bounds-checked little-endian reader.
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
+/// Little-endian `N` bytes of `b` at `at`; zeros past its end. Called on fixed-size arrays at
+/// constant offsets, where the check folds away.
+#[inline(always)]
+fn le<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
+    let mut a = [0u8; N];
+    if let Some(s) = b.get(at..at + N) {
+        a.copy_from_slice(s);
+    }
+    a
 }
 
-impl<'a> Reader<'a> {
-    #[inline(always)]
-    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
-        let end = self.pos.saturating_add(n);
-        let s = self.buf.get(self.pos..end).ok_or(WireError::Truncated {
-            needed: end,
-            got: self.buf.len(),
-        })?;
-        self.pos = end;
-        Ok(s)
-    }
-    #[inline(always)]
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(N)?);
-        Ok(a)
-    }
-    #[inline(always)]
-    fn u8(&mut self) -> Result<u8, WireError> {
-        Ok(self.array::<1>()?[0])
-    }
-    #[inline(always)]
-    fn u16(&mut self) -> Result<u16, WireError> {
-        Ok(u16::from_le_bytes(self.array()?))
-    }
-    #[inline(always)]
-    fn u32(&mut self) -> Result<u32, WireError> {
-        Ok(u32::from_le_bytes(self.array()?))
-    }
-    #[inline(always)]
-    fn u64(&mut self) -> Result<u64, WireError> {
-        Ok(u64::from_le_bytes(self.array()?))
-    }
-    #[inline(always)]
-    fn left(&self) -> usize {
-        self.buf.len() - self.pos
-    }
+/// The error for a datagram of `got` bytes that ends inside a run of fields: `ends` are the
+/// offsets where those fields end, in order; the first field cut off is the one reported.
+#[cold]
+fn truncated(got: usize, ends: &[usize]) -> WireError {
+    let needed = ends.iter().copied().find(|&e| e > got).unwrap_or(got + 1);
+    WireError::Truncated { needed, got }
 }
 
-/// Decodes one datagram. Never panics; every defect is a distinct [`WireError`].
+/// Where the fragment fields end: message id, index, count, total length, chunk length.
+const FRAG_ENDS: [usize; 5] = [
+    HEADER_LEN + 8,
+    HEADER_LEN + 12,
+    HEADER_LEN + 16,
+    HEADER_LEN + 24,
+    HEADER_LEN + FRAG_LEN,
+];
+/// Where the fixed AM fields end: handler, flags, argument count, reserved, long offset.
+const AM_ENDS: [usize; 5] = [
+    HEADER_LEN + FRAG_LEN + 1,
+    HEADER_LEN + FRAG_LEN + 2,
+    HEADER_LEN + FRAG_LEN + 3,
+    HEADER_LEN + FRAG_LEN + 4,
+    HEADER_LEN + FRAG_LEN + AM_FIXED_LEN,
+];
+
+/// Decodes one datagram. Never panics; every defect is a distinct [`WireError`], checked in
+/// the order of the fields (a datagram that ends inside a field reports that field, before
+/// any check of a later one).
+///
+/// The fixed parts (the header, the fragment fields, the AM header without its arguments) are
+/// each taken as one array and read at constant offsets.
 #[inline]
 pub fn decode(buf: &[u8]) -> Result<Packet<'_>, WireError> {
-    if buf.len() < HEADER_LEN {
+    let Some((h, body)) = buf.split_first_chunk::<HEADER_LEN>() else {
         return Err(WireError::Truncated {
             needed: HEADER_LEN,
             got: buf.len(),
         });
-    }
-    let mut r = Reader { buf, pos: 0 };
-    let magic = r.array::<4>()?;
+    };
+    let magic = le::<4>(h, 0);
     if magic != MAGIC {
         return Err(WireError::BadMagic(u32::from_le_bytes(magic)));
     }
-    let version = r.u8()?;
-    if version != VERSION {
-        return Err(WireError::BadVersion(version));
+    if h[4] != VERSION {
+        return Err(WireError::BadVersion(h[4]));
     }
-    let kind = Kind::from_u8(r.u8()?)?;
-    if r.u16()? != 0 {
+    let kind = Kind::from_u8(h[5])?;
+    if h[6] != 0 || h[7] != 0 {
         return Err(WireError::NonZero("header reserved"));
     }
     let header = Header {
         kind,
-        job_key: r.u64()?,
-        src: r.u32()?,
-        dst: r.u32()?,
-        seq: r.u64()?,
-        ack: r.u64()?,
-        sack: r.u64()?,
-        window: r.u32()?,
+        job_key: u64::from_le_bytes(le(h, 8)),
+        src: u32::from_le_bytes(le(h, 16)),
+        dst: u32::from_le_bytes(le(h, 20)),
+        seq: u64::from_le_bytes(le(h, 24)),
+        ack: u64::from_le_bytes(le(h, OFF_ACK)),
+        sack: u64::from_le_bytes(le(h, OFF_SACK)),
+        window: u32::from_le_bytes(le(h, OFF_WINDOW)),
     };
     if kind != Kind::Data {
         if header.seq != 0 {
             return Err(WireError::NonZero("seq"));
         }
-        return match r.left() {
+        return match body.len() {
             0 => Ok(Packet { header, frag: None }),
             n => Err(WireError::TrailingBytes(n)),
         };
     }
-    let msg_id = r.u64()?;
-    let index = r.u32()?;
-    let count = r.u32()?;
-    let total_len = r.u64()?;
-    let chunk_len = r.u32()?;
+    let Some((f, mut rest)) = body.split_first_chunk::<FRAG_LEN>() else {
+        return Err(truncated(buf.len(), &FRAG_ENDS));
+    };
+    let msg_id = u64::from_le_bytes(le(f, 0));
+    let index = u32::from_le_bytes(le(f, 8));
+    let count = u32::from_le_bytes(le(f, 12));
+    let total_len = u64::from_le_bytes(le(f, 16));
+    let chunk_len = u32::from_le_bytes(le(f, 24));
     let am = if index == 0 {
-        let handler = r.u8()?;
-        let flags = r.u8()?;
-        let nargs = r.u8()?;
-        let reserved = r.u8()?;
-        let long_offset = r.u64()?;
+        let Some((a, after)) = rest.split_first_chunk::<AM_FIXED_LEN>() else {
+            return Err(truncated(buf.len(), &AM_ENDS));
+        };
+        let [handler, flags, nargs, reserved] = le::<4>(a, 0);
+        let long_offset = u64::from_le_bytes(le(a, 4));
         if handler == 0 {
             return Err(WireError::HandlerZero);
         }
@@ -569,16 +599,27 @@ pub fn decode(buf: &[u8]) -> Result<Packet<'_>, WireError> {
         if flags & !(FLAG_CATEGORY | FLAG_REPLY) != 0 {
             return Err(WireError::BadFlags(flags));
         }
-        if usize::from(nargs) > MAX_ARGS {
-            return Err(WireError::TooManyArgs(usize::from(nargs)));
+        let n = usize::from(nargs);
+        if n > MAX_ARGS {
+            return Err(WireError::TooManyArgs(n));
         }
         if reserved != 0 {
             return Err(WireError::NonZero("AM reserved"));
         }
+        let Some((raw, after)) = after.split_at_checked(4 * n) else {
+            // The first argument cut off.
+            let start = buf.len() - after.len();
+            let needed = start + 4 * (after.len() / 4 + 1);
+            return Err(WireError::Truncated {
+                needed,
+                got: buf.len(),
+            });
+        };
         let mut args = [0u32; MAX_ARGS];
-        for a in args.iter_mut().take(usize::from(nargs)) {
-            *a = r.u32()?;
+        for (a, b) in args.iter_mut().zip(raw.chunks_exact(4)) {
+            *a = u32::from_le_bytes(le(b, 0));
         }
+        rest = after;
         Some(AmHeader {
             handler,
             category,
@@ -590,7 +631,7 @@ pub fn decode(buf: &[u8]) -> Result<Packet<'_>, WireError> {
     } else {
         None
     };
-    let left = r.left();
+    let left = rest.len();
     let chunk_usize = usize::try_from(chunk_len).unwrap_or(usize::MAX);
     if chunk_usize > left {
         return Err(WireError::ChunkOverrun {
@@ -598,9 +639,8 @@ pub fn decode(buf: &[u8]) -> Result<Packet<'_>, WireError> {
             left,
         });
     }
-    let chunk = r.take(chunk_usize)?;
-    if r.left() != 0 {
-        return Err(WireError::TrailingBytes(r.left()));
+    if chunk_usize < left {
+        return Err(WireError::TrailingBytes(left - chunk_usize));
     }
     let frag = Fragment {
         msg_id,
@@ -608,7 +648,7 @@ pub fn decode(buf: &[u8]) -> Result<Packet<'_>, WireError> {
         count,
         total_len,
         am,
-        chunk,
+        chunk: rest,
     };
     frag.check()?;
     Ok(Packet {
@@ -621,6 +661,162 @@ pub fn decode(buf: &[u8]) -> Result<Packet<'_>, WireError> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A bounds-checked little-endian reader.
+    struct Reader<'a> {
+        buf: &'a [u8],
+        pos: usize,
+    }
+
+    impl<'a> Reader<'a> {
+        #[inline(always)]
+        fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+            let end = self.pos.saturating_add(n);
+            let s = self.buf.get(self.pos..end).ok_or(WireError::Truncated {
+                needed: end,
+                got: self.buf.len(),
+            })?;
+            self.pos = end;
+            Ok(s)
+        }
+        #[inline(always)]
+        fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
+            let mut a = [0u8; N];
+            a.copy_from_slice(self.take(N)?);
+            Ok(a)
+        }
+        #[inline(always)]
+        fn u8(&mut self) -> Result<u8, WireError> {
+            Ok(self.array::<1>()?[0])
+        }
+        #[inline(always)]
+        fn u16(&mut self) -> Result<u16, WireError> {
+            Ok(u16::from_le_bytes(self.array()?))
+        }
+        #[inline(always)]
+        fn u32(&mut self) -> Result<u32, WireError> {
+            Ok(u32::from_le_bytes(self.array()?))
+        }
+        #[inline(always)]
+        fn u64(&mut self) -> Result<u64, WireError> {
+            Ok(u64::from_le_bytes(self.array()?))
+        }
+        #[inline(always)]
+        fn left(&self) -> usize {
+            self.buf.len() - self.pos
+        }
+    }
+
+    /// The field-by-field decoder the fixed-layout one must agree with, error for error.
+    fn decode_reference(buf: &[u8]) -> Result<Packet<'_>, WireError> {
+        if buf.len() < HEADER_LEN {
+            return Err(WireError::Truncated {
+                needed: HEADER_LEN,
+                got: buf.len(),
+            });
+        }
+        let mut r = Reader { buf, pos: 0 };
+        let magic = r.array::<4>()?;
+        if magic != MAGIC {
+            return Err(WireError::BadMagic(u32::from_le_bytes(magic)));
+        }
+        let version = r.u8()?;
+        if version != VERSION {
+            return Err(WireError::BadVersion(version));
+        }
+        let kind = Kind::from_u8(r.u8()?)?;
+        if r.u16()? != 0 {
+            return Err(WireError::NonZero("header reserved"));
+        }
+        let header = Header {
+            kind,
+            job_key: r.u64()?,
+            src: r.u32()?,
+            dst: r.u32()?,
+            seq: r.u64()?,
+            ack: r.u64()?,
+            sack: r.u64()?,
+            window: r.u32()?,
+        };
+        if kind != Kind::Data {
+            if header.seq != 0 {
+                return Err(WireError::NonZero("seq"));
+            }
+            return match r.left() {
+                0 => Ok(Packet { header, frag: None }),
+                n => Err(WireError::TrailingBytes(n)),
+            };
+        }
+        let msg_id = r.u64()?;
+        let index = r.u32()?;
+        let count = r.u32()?;
+        let total_len = r.u64()?;
+        let chunk_len = r.u32()?;
+        let am = if index == 0 {
+            let handler = r.u8()?;
+            let flags = r.u8()?;
+            let nargs = r.u8()?;
+            let reserved = r.u8()?;
+            let long_offset = r.u64()?;
+            if handler == 0 {
+                return Err(WireError::HandlerZero);
+            }
+            let category = match flags & FLAG_CATEGORY {
+                0 => Category::Short,
+                1 => Category::Medium,
+                2 => Category::Long,
+                _ => return Err(WireError::BadFlags(flags)),
+            };
+            if flags & !(FLAG_CATEGORY | FLAG_REPLY) != 0 {
+                return Err(WireError::BadFlags(flags));
+            }
+            if usize::from(nargs) > MAX_ARGS {
+                return Err(WireError::TooManyArgs(usize::from(nargs)));
+            }
+            if reserved != 0 {
+                return Err(WireError::NonZero("AM reserved"));
+            }
+            let mut args = [0u32; MAX_ARGS];
+            for a in args.iter_mut().take(usize::from(nargs)) {
+                *a = r.u32()?;
+            }
+            Some(AmHeader {
+                handler,
+                category,
+                is_reply: flags & FLAG_REPLY != 0,
+                long_offset,
+                nargs,
+                args,
+            })
+        } else {
+            None
+        };
+        let left = r.left();
+        let chunk_usize = usize::try_from(chunk_len).unwrap_or(usize::MAX);
+        if chunk_usize > left {
+            return Err(WireError::ChunkOverrun {
+                chunk: chunk_len,
+                left,
+            });
+        }
+        let chunk = r.take(chunk_usize)?;
+        if r.left() != 0 {
+            return Err(WireError::TrailingBytes(r.left()));
+        }
+        let frag = Fragment {
+            msg_id,
+            index,
+            count,
+            total_len,
+            am,
+            chunk,
+        };
+        frag.check()?;
+        Ok(Packet {
+            header,
+            frag: Some(frag),
+        })
+    }
 
     fn hdr(kind: Kind) -> Header {
         Header {
@@ -692,6 +888,30 @@ mod tests {
             })
         );
         assert_eq!(decode(&b), Ok(p));
+    }
+
+    #[test]
+    fn every_truncation_reports_the_field_it_cuts() {
+        let args: Vec<u32> = (1..=16).collect();
+        for n in [0usize, 1, 3, 16] {
+            let am = AmHeader::new(9, Category::Long, true, &args[..n], 77).unwrap();
+            for p in [
+                data(Some(am), 0, 2, 10, b"abcd"),
+                data(None, 1, 2, 10, b"efghij"),
+            ] {
+                let b = enc(&p);
+                for len in 0..=b.len() {
+                    assert_eq!(decode(&b[..len]), decode_reference(&b[..len]), "{n} {len}");
+                }
+            }
+        }
+        let b = enc(&Packet {
+            header: hdr(Kind::Heartbeat),
+            frag: None,
+        });
+        for len in 0..=b.len() {
+            assert_eq!(decode(&b[..len]), decode_reference(&b[..len]));
+        }
     }
 
     #[test]
@@ -920,7 +1140,31 @@ mod tests {
 
         #[test]
         fn random_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..400)) {
-            let _ = decode(&b);
+            prop_assert_eq!(decode(&b), decode_reference(&b));
+        }
+
+        /// The decoder agrees with the field-by-field reference on every mutation and
+        /// truncation of a valid datagram, down to the error and its values.
+        #[test]
+        fn decoder_matches_the_reference(
+            o in arb_packet(),
+            flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+            cut in any::<usize>(),
+            truncate in any::<bool>(),
+        ) {
+            let mut b = enc(&o.packet());
+            for (at, x) in flips {
+                let i = at % b.len();
+                b[i] ^= x;
+            }
+            if truncate {
+                b.truncate(cut % (b.len() + 1));
+            }
+            prop_assert_eq!(decode(&b), decode_reference(&b));
+            for len in [HEADER_LEN, HEADER_LEN + FRAG_LEN, MAX_PREFIX_LEN] {
+                let c = &b[..len.min(b.len())];
+                prop_assert_eq!(decode(c), decode_reference(c));
+            }
         }
 
         #[test]

@@ -5,6 +5,12 @@
 //! The simulator also checks `next_timeout`: right after `poll_transmit(now)` nothing may be
 //! due at or before `now`, and the clock only ever jumps to the next datagram arrival, the
 //! earliest protocol timeout or the application's next tick.
+//!
+//! A workload can send through the direct path (`Proto::send_now`), as the conduit does: its
+//! datagrams go through the same simulated network, and a share of them is refused by the
+//! transmit callback (a full socket buffer), which leaves them to `poll_transmit`. It can also
+//! take messages straight off the wire (`Proto::on_datagram_direct`), refusing a share, which
+//! then queue for `pop`.
 
 // Test arithmetic on small, known values (ranks, indices, lengths below 2^32).
 #![allow(clippy::cast_possible_truncation)]
@@ -12,10 +18,11 @@
 use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+use std::rc::Rc;
 
 use amnet_core::{Category, OutMsg};
-use amnet_udp::wire::{self, Kind};
-use amnet_udp::{Config, Proto, SendError};
+use amnet_udp::wire::{self, AmHeader, Kind};
+use amnet_udp::{Config, Proto, SendError, Sent};
 use proptest::prelude::*;
 
 const KEY: u64 = 0x5eed_0000_0000_0001;
@@ -53,7 +60,7 @@ struct Net {
 
 /// One transmitted datagram, as logged.
 #[derive(Clone, Copy, Debug)]
-struct Sent {
+struct Logged {
     at: u64,
     src: u32,
     kind: Kind,
@@ -65,6 +72,14 @@ type Blocked = fn(u64, u32, u32) -> bool;
 /// A datagram on the wire: (arrival time, tie-break, destination, bytes), earliest first.
 type InFlight = Reverse<(u64, u64, u32, Vec<u8>)>;
 
+/// Datagrams the application handed to `send_now`'s callback this round: (source, destination,
+/// bytes). The simulator puts them on the wire before the ranks' `poll_transmit`.
+type Outbox = Rc<RefCell<Vec<(u32, u32, Vec<u8>)>>>;
+
+/// Messages taken straight off the wire, per receiving rank: (source, AM header, payload), in
+/// the order taken.
+type Inbox = Rc<RefCell<Vec<Vec<(u32, AmHeader, Vec<u8>)>>>>;
+
 struct Sim {
     now: u64,
     procs: Vec<Proto>,
@@ -75,7 +90,47 @@ struct Sim {
     order: u64,
     /// Drops every datagram for which it returns true (time, src, dst).
     blocked: Blocked,
-    log: Option<Vec<Sent>>,
+    log: Option<Vec<Logged>>,
+    outbox: Outbox,
+    /// Take messages off the wire into this inbox when set.
+    inbox: Option<Inbox>,
+}
+
+/// Puts one transmitted datagram on the simulated wire: logged, then dropped, duplicated and
+/// delayed as the network says.
+struct Launch<'a> {
+    now: u64,
+    net: Net,
+    rng: &'a mut Rng,
+    wire: &'a mut BinaryHeap<InFlight>,
+    order: &'a mut u64,
+    blocked: Blocked,
+    log: &'a mut Option<Vec<Logged>>,
+}
+
+impl Launch<'_> {
+    fn put(&mut self, src: u32, dest: u32, bytes: &[u8]) {
+        let now = self.now;
+        if let Some(log) = self.log.as_mut() {
+            let h = wire::decode(bytes).unwrap().header;
+            log.push(Logged {
+                at: now,
+                src,
+                kind: h.kind,
+                seq: h.seq,
+            });
+        }
+        if (self.blocked)(now, src, dest) || self.rng.chance(self.net.loss) {
+            return;
+        }
+        let copies = if self.rng.chance(self.net.dup) { 2 } else { 1 };
+        for _ in 0..copies {
+            let at = now + self.net.delay + self.rng.below(self.net.jitter + 1);
+            *self.order += 1;
+            self.wire
+                .push(Reverse((at, *self.order, dest, bytes.to_vec())));
+        }
+    }
 }
 
 impl Sim {
@@ -92,6 +147,8 @@ impl Sim {
             order: 0,
             blocked: |_, _, _| false,
             log: None,
+            outbox: Outbox::default(),
+            inbox: None,
         }
     }
 
@@ -106,11 +163,22 @@ impl Sim {
             let Some(Reverse((_, _, dest, bytes))) = self.wire.pop() else {
                 break;
             };
-            if self.alive[dest as usize] {
-                self.procs[dest as usize]
-                    .on_datagram(now, &bytes)
-                    .expect("the simulator never corrupts a datagram");
+            if !self.alive[dest as usize] {
+                continue;
             }
+            let p = &mut self.procs[dest as usize];
+            let r = match &self.inbox {
+                None => p.on_datagram(now, &bytes),
+                Some(inbox) => p.on_datagram_direct(now, &bytes, &mut |src, am, payload| {
+                    // A share is refused (and queued), as a conduit does with large payloads.
+                    let take = payload.len() % 3 != 0;
+                    if take {
+                        inbox.borrow_mut()[dest as usize].push((src, *am, payload.to_vec()));
+                    }
+                    take
+                }),
+            };
+            r.expect("the simulator never corrupts a datagram");
         }
         for (r, p) in self.procs.iter_mut().enumerate() {
             if self.alive[r] {
@@ -126,8 +194,21 @@ impl Sim {
             order,
             blocked,
             log,
+            outbox,
             ..
         } = self;
+        let mut launch = Launch {
+            now,
+            net: *net,
+            rng,
+            wire,
+            order,
+            blocked: *blocked,
+            log,
+        };
+        for (src, dest, bytes) in outbox.borrow_mut().drain(..) {
+            launch.put(src, dest, &bytes);
+        }
         for (r, p) in procs.iter_mut().enumerate() {
             if !alive[r] {
                 continue;
@@ -135,24 +216,7 @@ impl Sim {
             let src = r as u32;
             p.poll_transmit(now, |batch| {
                 for d in batch {
-                    if let Some(log) = log.as_mut() {
-                        let h = wire::decode(d.bytes).unwrap().header;
-                        log.push(Sent {
-                            at: now,
-                            src,
-                            kind: h.kind,
-                            seq: h.seq,
-                        });
-                    }
-                    if blocked(now, src, d.dest) || rng.chance(net.loss) {
-                        continue;
-                    }
-                    let copies = if rng.chance(net.dup) { 2 } else { 1 };
-                    for _ in 0..copies {
-                        let at = now + net.delay + rng.below(net.jitter + 1);
-                        *order += 1;
-                        wire.push(Reverse((at, *order, d.dest, d.bytes.to_vec())));
-                    }
+                    launch.put(src, d.dest, d.bytes);
                 }
                 batch.len()
             });
@@ -276,6 +340,15 @@ struct Workload {
     /// [src][dst]: the payload of the front message of `todo`, built once however often
     /// backpressure defers it.
     payload: Vec<Vec<Option<Vec<u8>>>>,
+    /// Messages sent to each destination per round at most.
+    burst: usize,
+    /// Send through `send_now` into this outbox (the simulator's) instead of `send`.
+    direct: Option<Outbox>,
+    /// Take what the simulator took off the wire from this inbox before popping.
+    inbox: Option<Inbox>,
+    /// Datagrams `send_now` put on the wire itself, and those it left queued.
+    direct_sent: u64,
+    direct_queued: u64,
 }
 
 impl Workload {
@@ -308,39 +381,76 @@ impl Workload {
             delivered: 0,
             total,
             payload: vec![vec![None; n as usize]; n as usize],
+            burst: usize::MAX,
+            direct: None,
+            inbox: None,
+            direct_sent: 0,
+            direct_queued: 0,
         }
+    }
+
+    /// Sends through the direct path from now on, into `sim`'s outbox.
+    fn direct(mut self, sim: &Sim) -> Self {
+        self.direct = Some(sim.outbox.clone());
+        self
+    }
+
+    /// Has `sim` take messages straight off the wire, into an inbox this workload reads.
+    fn direct_rx(mut self, sim: &mut Sim) -> Self {
+        let inbox = Inbox::new(RefCell::new(vec![Vec::new(); self.n as usize]));
+        sim.inbox = Some(inbox.clone());
+        self.inbox = Some(inbox);
+        self
+    }
+
+    /// Checks one message `dst` received from `src`: the next one sent, intact.
+    fn check(&mut self, dst: u32, src: u32, am: &AmHeader, payload: &[u8]) {
+        let idx = self.next[dst as usize][src as usize];
+        let spec = *self.all[src as usize][dst as usize]
+            .get(idx as usize)
+            .unwrap_or_else(|| panic!("{src}->{dst}: message beyond the last, {idx}"));
+        let (cat, off) = category_of(idx, spec.len);
+        assert_eq!(am.handler, 128 + (idx % 128) as u8, "{src}->{dst} #{idx}");
+        assert_eq!(
+            am.args(),
+            &args_of(src, idx, spec.len)[..],
+            "{src}->{dst} #{idx}"
+        );
+        assert_eq!((am.category, am.long_offset), (cat, off));
+        assert_eq!(am.is_reply, idx % 3 == 1);
+        assert_eq!(payload.len(), spec.len, "{src}->{dst} #{idx}");
+        for (j, &b) in payload.iter().enumerate() {
+            assert_eq!(b, byte(src, dst, idx, j), "{src}->{dst} #{idx} byte {j}");
+        }
+        self.next[dst as usize][src as usize] += 1;
+        self.delivered += 1;
     }
 
     fn todo_empty(&self) -> bool {
         self.todo.iter().flatten().all(VecDeque::is_empty)
     }
 
-    fn app(&mut self, r: u32, p: &mut Proto) {
+    fn app(&mut self, r: u32, p: &mut Proto, now: u64) {
+        // Taken off the wire: ahead of everything queued (it was offered only while nothing
+        // was).
+        let taken = match &self.inbox {
+            Some(inbox) => std::mem::take(&mut inbox.borrow_mut()[r as usize]),
+            None => Vec::new(),
+        };
+        for (src, am, payload) in taken {
+            self.check(r, src, &am, &payload);
+        }
         while let Some(d) = p.pop(false) {
-            let (src, dst) = (d.src, r);
-            let idx = self.next[dst as usize][src as usize];
-            let spec = *self.all[src as usize][dst as usize]
-                .get(idx as usize)
-                .unwrap_or_else(|| panic!("{src}->{dst}: message beyond the last, {idx}"));
-            let (cat, off) = category_of(idx, spec.len);
-            assert_eq!(d.am.handler, 128 + (idx % 128) as u8, "{src}->{dst} #{idx}");
-            assert_eq!(
-                d.am.args(),
-                &args_of(src, idx, spec.len)[..],
-                "{src}->{dst} #{idx}"
-            );
-            assert_eq!((d.am.category, d.am.long_offset), (cat, off));
-            assert_eq!(d.am.is_reply, idx % 3 == 1);
-            assert_eq!(d.payload.len(), spec.len, "{src}->{dst} #{idx}");
-            for (j, &b) in d.payload.iter().enumerate() {
-                assert_eq!(b, byte(src, dst, idx, j), "{src}->{dst} #{idx} byte {j}");
-            }
-            self.next[dst as usize][src as usize] += 1;
-            self.delivered += 1;
+            self.check(r, d.src, &d.am, &d.payload);
             p.recycle(d);
         }
         for dst in 0..self.n {
+            let mut burst = self.burst;
             while let Some(&spec) = self.todo[r as usize][dst as usize].front() {
+                if burst == 0 {
+                    break;
+                }
+                burst -= 1;
                 let payload = self.payload[r as usize][dst as usize].get_or_insert_with(|| {
                     (0..spec.len).map(|j| byte(r, dst, spec.idx, j)).collect()
                 });
@@ -354,8 +464,33 @@ impl Workload {
                     payload,
                     long_offset,
                 };
-                match p.send(dst, &msg) {
-                    Ok(()) => {
+                let sent = match &self.direct {
+                    None => p.send(dst, &msg).map(|()| Sent::Queued),
+                    Some(outbox) => p.send_now(
+                        dst,
+                        &msg,
+                        |d| {
+                            // Every fifth datagram finds the socket buffer full.
+                            let take = spec.idx % 5 != 3;
+                            if take {
+                                outbox.borrow_mut().push((r, d.dest, d.bytes.to_vec()));
+                            }
+                            take
+                        },
+                        || now,
+                    ),
+                };
+                match sent {
+                    Ok(sent) => {
+                        if self.direct.is_some() && dst != r {
+                            match sent {
+                                Sent::Wire(t) => {
+                                    assert_eq!(t, now);
+                                    self.direct_sent += 1;
+                                }
+                                Sent::Queued => self.direct_queued += 1,
+                            }
+                        }
                         self.todo[r as usize][dst as usize].pop_front();
                         self.payload[r as usize][dst as usize] = None;
                     }
@@ -368,15 +503,29 @@ impl Workload {
 }
 
 /// Runs a random workload to completion; returns the simulated time it took.
+/// Odd seeds send through the direct path; seeds that leave 2 or 3 modulo 4 take messages
+/// straight off the wire.
 fn stream(seed: u64, n: u32, per_pair: u32, mtu: usize, net: Net) -> u64 {
     let mut rng = Rng(seed ^ 0xabcdef);
-    let w = RefCell::new(Workload::random(n, per_pair, &mut rng));
     let mut sim = Sim::new(n, &sim_config(mtu), net, seed);
+    let mut w = Workload::random(n, per_pair, &mut rng);
+    if seed % 2 == 1 {
+        w = w.direct(&sim);
+    }
+    if seed % 4 >= 2 {
+        w = w.direct_rx(&mut sim);
+    }
+    let w = RefCell::new(w);
     let limit = 600_000_000; // 10 simulated minutes: never reached unless something is stuck
-    let done = sim.run(limit, None, &mut |r, p, _| w.borrow_mut().app(r, p), |s| {
-        let w = w.borrow();
-        w.delivered == w.total && w.todo_empty() && s.procs.iter().all(|p| p.unacked() == 0)
-    });
+    let done = sim.run(
+        limit,
+        None,
+        &mut |r, p, now| w.borrow_mut().app(r, p, now),
+        |s| {
+            let w = w.borrow();
+            w.delivered == w.total && w.todo_empty() && s.procs.iter().all(|p| p.unacked() == 0)
+        },
+    );
     let w = w.into_inner();
     assert!(
         done,
@@ -460,7 +609,7 @@ fn perfect_network_needs_no_retransmission() {
     let mut rng = Rng(7);
     let mut w = Workload::random(3, 10, &mut rng);
     let mut sim = Sim::new(3, &sim_config(9000), lossy(0.0, 0.0, 0), 7);
-    let done = sim.run(10_000_000, None, &mut |r, p, _| w.app(r, p), |s| {
+    let done = sim.run(10_000_000, None, &mut |r, p, now| w.app(r, p, now), |s| {
         s.procs.iter().all(|p| p.unacked() == 0 && !p.has_ready())
     });
     assert!(done);
@@ -468,6 +617,46 @@ fn perfect_network_needs_no_retransmission() {
     for p in &sim.procs {
         assert_eq!(p.counters().retransmits, 0);
         assert_eq!(p.counters().duplicates, 0);
+    }
+}
+
+/// The direct path is the same protocol: a workload sent through `send_now` (which puts a
+/// share of its datagrams on the wire itself and leaves the rest, refused by the callback or
+/// not eligible, to `poll_transmit`) takes exactly the course it takes through `send` alone.
+#[test]
+fn direct_path_keeps_the_protocol() {
+    let run = |direct: bool, direct_rx: bool| {
+        let mut rng = Rng(8);
+        let mut sim = Sim::new(3, &sim_config(9000), lossy(0.0, 0.0, 0), 8);
+        let mut w = Workload::random(3, 30, &mut rng);
+        // One message per destination per round: most find nothing queued ahead of them.
+        w.burst = 1;
+        if direct {
+            w = w.direct(&sim);
+        }
+        if direct_rx {
+            w = w.direct_rx(&mut sim);
+        }
+        let done = sim.run(
+            10_000_000,
+            Some(100),
+            &mut |r, p, now| w.app(r, p, now),
+            |s| s.procs.iter().all(|p| p.unacked() == 0 && !p.has_ready()),
+        );
+        assert!(done);
+        assert_eq!(w.delivered, w.total);
+        let counters: Vec<_> = sim.procs.iter().map(|p| *p.counters()).collect();
+        (sim.now, counters, w.direct_sent, w.direct_queued)
+    };
+    let (t0, c0, ..) = run(false, false);
+    let (t1, c1, sent, queued) = run(true, false);
+    assert!(sent > 50 && queued > 10, "direct {sent}, queued {queued}");
+    assert_eq!((t0, c0), (t1, c1));
+    // Taking messages off the wire as well: every one arrives once, in order, and nothing
+    // needs a retransmission.
+    let (_, c2, ..) = run(true, true);
+    for c in &c2 {
+        assert_eq!((c.retransmits, c.duplicates), (0, 0), "{c:?}");
     }
 }
 

@@ -472,3 +472,169 @@ fn a_short_write_is_offered_again() {
     assert_eq!(seqs, [1, 2]);
     assert_eq!(ps[0].counters().retransmits, 0);
 }
+
+/// `send_now` into a vector: the datagram the callback took, if any, and what it returned.
+fn send_now(
+    p: &mut Proto,
+    dest: Rank,
+    msg: &OutMsg<'_>,
+    take: bool,
+    now: u64,
+) -> (Sent, Option<Vec<u8>>) {
+    let mut out = None;
+    let sent = p
+        .send_now(
+            dest,
+            msg,
+            |d| {
+                assert_eq!(d.dest, dest);
+                if take {
+                    out = Some(d.bytes.to_vec());
+                }
+                take
+            },
+            || now,
+        )
+        .unwrap();
+    (sent, out)
+}
+
+#[test]
+fn the_direct_path_sends_a_lone_datagram_like_the_planner() {
+    let mut ps = pair(cfg());
+    // A request, its reply: each leaves at once and carries the current acks.
+    let (sent, out) = send_now(&mut ps[0], 1, &medium(&[1], b"ping"), true, 10);
+    assert_eq!(sent, Sent::Wire(10));
+    let b = out.unwrap();
+    ps[1].on_datagram(15, &b).unwrap();
+    assert_eq!(ps[1].pop(false).unwrap().payload, b"ping");
+    let (sent, out) = send_now(&mut ps[1], 0, &medium(&[2], b"pong"), true, 16);
+    assert_eq!(sent, Sent::Wire(16));
+    let h = wire::decode(out.as_ref().unwrap()).unwrap().header;
+    assert_eq!((h.kind, h.seq, h.ack, h.window), (Kind::Data, 0, 1, 64));
+    ps[0].on_datagram(21, &out.unwrap()).unwrap();
+    // The reply acked the request (an RTT sample of 11 µs), and owed no separate ACK.
+    assert_eq!(ps[0].unacked(), 0);
+    assert_eq!(ps[0].peer_status(1).unwrap().srtt, Some(11));
+    assert!(drain(&mut ps[1], 16).is_empty());
+    for p in &ps {
+        let c = p.counters();
+        assert_eq!((c.data_sent, c.tx_datagrams, c.acks_sent), (1, 1, 0));
+    }
+    // In flight and unacked: retransmitted by the planner on its timeout like any datagram.
+    let (sent, _) = send_now(&mut ps[0], 1, &medium(&[3], b"lost"), true, 30);
+    assert_eq!(sent, Sent::Wire(30));
+    let rto = ps[0].peer_status(1).unwrap().rto;
+    assert_eq!(ps[0].next_timeout(), Some(30 + rto));
+    let again = drain(&mut ps[0], 30 + rto);
+    assert_eq!(again.len(), 1);
+    assert_eq!(wire::decode(&again[0].1).unwrap().header.seq, 1);
+    assert_eq!(ps[0].counters().retransmits, 1);
+}
+
+#[test]
+fn the_direct_path_leaves_what_it_cannot_send_to_the_planner() {
+    let c = Config {
+        recv_window: 2,
+        ..cfg()
+    };
+    let mut ps = pair(c);
+    // Refused by the callback (a full socket buffer): queued, offered by the planner.
+    let (sent, out) = send_now(&mut ps[0], 1, &medium(&[0], b"a"), false, 0);
+    assert_eq!((sent, out), (Sent::Queued, None));
+    assert_eq!(ps[0].next_timeout(), Some(0));
+    // Behind a queued datagram: queued too, so that the order holds.
+    let (sent, _) = send_now(&mut ps[0], 1, &medium(&[1], b"b"), true, 0);
+    assert_eq!(sent, Sent::Queued);
+    let out = drain(&mut ps[0], 0);
+    let seqs: Vec<u64> = out
+        .iter()
+        .map(|(_, b)| wire::decode(b).unwrap().header.seq)
+        .collect();
+    assert_eq!(seqs, [0, 1]);
+    for (_, b) in &out {
+        ps[1].on_datagram(1, b).unwrap();
+    }
+    // The peer's window (2 datagrams) is used up: queued until it reopens.
+    let (sent, _) = send_now(&mut ps[0], 1, &medium(&[2], b"c"), true, 1);
+    assert_eq!(sent, Sent::Queued);
+    assert_eq!(ps[0].peer_status(1).unwrap().unsent, 1);
+    // Several fragments: queued for the planner's batch.
+    let big = vec![9u8; 3000];
+    let (sent, _) = send_now(&mut ps[1], 0, &medium(&[3], &big), true, 1);
+    assert_eq!(sent, Sent::Queued);
+    // To itself: never on the wire.
+    let (sent, _) = send_now(&mut ps[1], 1, &medium(&[4], b"me"), true, 1);
+    assert_eq!(sent, Sent::Queued);
+    let got: Vec<(Rank, u32)> = std::iter::from_fn(|| ps[1].pop(false))
+        .map(|d| (d.src, d.am.args()[0]))
+        .collect();
+    assert_eq!(got, [(0, 0), (0, 1), (1, 4)]);
+    // Taking the messages reopened the window: the queued datagrams follow.
+    pump(&mut ps, 2);
+    assert_eq!(ps[1].pop(false).unwrap().am.args(), &[2]);
+    assert_eq!(ps[0].pop(false).unwrap().payload, big);
+    for p in &ps {
+        assert_eq!(p.counters().retransmits, 0);
+    }
+}
+
+#[test]
+fn a_lone_complete_message_can_be_taken_straight_off_the_wire() {
+    let mut ps = pair(cfg());
+    let window = cfg().recv_window;
+    for i in 0..3u32 {
+        ps[0].send(1, &medium(&[i], b"m")).unwrap();
+    }
+    let out = drain(&mut ps[0], 0);
+    let mut offered = Vec::new();
+    let mut offer = |p: &mut Proto, b: &[u8], accept: bool| {
+        p.on_datagram_direct(1, b, &mut |src, am, payload| {
+            offered.push((src, am.args()[0], payload.to_vec()));
+            accept
+        })
+        .unwrap();
+    };
+    // Taken: counted as received, never queued, the window stays open.
+    offer(&mut ps[1], &out[0].1, true);
+    assert!(!ps[1].has_ready());
+    assert_eq!(ps[1].peer_status(0).unwrap().advertised, window);
+    assert_eq!(ps[1].counters().messages_received, 1);
+    // Refused: queued as usual.
+    offer(&mut ps[1], &out[1].1, false);
+    assert_eq!(ps[1].peer_status(0).unwrap().advertised, window - 1);
+    // Something waits to be taken: not offered, so that the order holds.
+    offer(&mut ps[1], &out[2].1, true);
+    assert_eq!(offered, [(0, 0, b"m".to_vec()), (0, 1, b"m".to_vec())]);
+    let got: Vec<u32> = std::iter::from_fn(|| ps[1].pop(false))
+        .map(|d| d.am.args()[0])
+        .collect();
+    assert_eq!(got, [1, 2]);
+    // Out of order: the second arrives first and is buffered; the first fills the gap and
+    // alone is offered, and the one behind it is queued.
+    ps[0].send(1, &medium(&[5], b"x")).unwrap();
+    ps[0].send(1, &medium(&[6], b"y")).unwrap();
+    let out = drain(&mut ps[0], 4);
+    let mut offered = Vec::new();
+    for b in [&out[1].1, &out[0].1] {
+        ps[1]
+            .on_datagram_direct(5, b, &mut |_, am, _| {
+                offered.push(am.args()[0]);
+                true
+            })
+            .unwrap();
+    }
+    assert_eq!(offered, [5]);
+    assert_eq!(ps[1].pop(false).unwrap().am.args(), &[6]);
+    // Several fragments: reassembled and queued, never offered.
+    ps[0].send(1, &medium(&[7], &[5u8; 3000])).unwrap();
+    for (_, b) in drain(&mut ps[0], 6) {
+        ps[1]
+            .on_datagram_direct(7, &b, &mut |_, _, _| panic!("offered a fragment"))
+            .unwrap();
+    }
+    assert_eq!(ps[1].pop(false).unwrap().payload.len(), 3000);
+    pump(&mut ps, 8);
+    assert_eq!(ps[0].unacked(), 0);
+    assert_eq!(ps[0].counters().retransmits, 0);
+}
