@@ -9,15 +9,18 @@
 //! - **Tags.** Requests and replies travel under different tags, each in a small and a large
 //!   size class; credit returns, exit notices and separate Long payloads have tags of their own.
 //! - **Pre-posted receives.** A bounded pool of `MPI_ANY_SOURCE` receives per tag. A completed
-//!   receive holds its buffer until the handler has run, then is posted again.
+//!   receive holds its buffer while the payload is needed (until the handler of a Medium or
+//!   inline Long has run), then is posted again at the start of the next progress.
 //! - **Credits.** A rank may have at most `credits` unconsumed requests, and as many replies,
 //!   outstanding at each peer. The receiver returns credits piggy-backed on its own messages
 //!   (request credits on anything, reply credits on replies only) or, once half the window is
 //!   owed, in a credit message that is always received. Replies have their own credits, tags
 //!   and receives, so a handler that waits to reply only needs replies to drain.
-//! - **Long.** A payload of up to 64 KiB travels inline and is copied into the segment before
-//!   the handler runs; a larger one follows as a separate message under a per-transfer data tag
-//!   and is received straight into the segment at the given offset.
+//! - **Long.** When put/get run natively, a payload of at least `AMNET_MPI_LONG_PUT` bytes is
+//!   put into the target segment (`MPI_Put`, `MPI_Win_flush`) before the header is sent.
+//!   Otherwise a payload of up to 64 KiB travels inline and is copied into the segment before
+//!   the handler runs, and a larger one follows as a separate message under a per-transfer data
+//!   tag and is received straight into the segment at the given offset.
 //! - **Exit.** An exit notice goes to every rank; then every rank meets in a barrier on the exit
 //!   communicator and finalizes MPI, or, when some rank does not arrive within the grace
 //!   period, one calls `MPI_Abort` with the code.
@@ -25,7 +28,7 @@
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -37,7 +40,7 @@ use mpi::Threading;
 use crate::raw::{self, Comm, Completions, Request, Status};
 use crate::rma::Window;
 use crate::segment::{self, Segment};
-use crate::wire::{self, Header};
+use crate::wire::{self, Data, Header};
 
 /// Largest Medium payload (and largest Long payload sent inline).
 pub const MAX_MEDIUM: usize = wire::MAX_INLINE;
@@ -74,6 +77,11 @@ const REP: usize = 1;
 const COLLECTIVE_GRACE: Duration = Duration::from_millis(500);
 
 const DEFAULT_CREDITS: u32 = 32;
+/// Default of `AMNET_MPI_LONG_PUT`: Long payloads of at least this many bytes are put into the
+/// target segment when put/get run natively; smaller ones travel inline with the header.
+const DEFAULT_LONG_PUT: usize = 256;
+/// Largest `AMNET_MPI_LONG_PUT`: every payload too large to travel inline is put.
+const MAX_LONG_PUT: usize = wire::MAX_INLINE + 1;
 /// At most this many credits per peer and class: every outstanding separate Long holds a
 /// credit, so the data tag index cannot wrap onto a transfer still in flight.
 const MAX_CREDITS: u32 = 1024;
@@ -97,6 +105,10 @@ struct Settings {
     /// Bytes per `MPI_Put`/`MPI_Get` of the native put/get path (`AMNET_MPI_RMA_CHUNK`, at
     /// most and by default [`raw::RMA_CHUNK`]); larger transfers are split.
     rma_chunk: usize,
+    /// A Long payload of at least this many bytes is put into the target segment when
+    /// put/get run natively (`AMNET_MPI_LONG_PUT`, 1..=[`MAX_LONG_PUT`], default
+    /// [`DEFAULT_LONG_PUT`]).
+    long_put: usize,
 }
 
 fn env_flag(name: &str) -> Result<bool> {
@@ -157,8 +169,21 @@ impl Settings {
                 }
             },
         };
+        let long_put = match std::env::var("AMNET_MPI_LONG_PUT") {
+            Err(_) => DEFAULT_LONG_PUT,
+            Ok(v) => match v.parse::<usize>() {
+                Ok(c) if (1..=MAX_LONG_PUT).contains(&c) => c,
+                _ => {
+                    return Err(Error::Config(format!(
+                        "AMNET_MPI_LONG_PUT={v:?}: expected a whole number of bytes in \
+                         1..={MAX_LONG_PUT}"
+                    )))
+                }
+            },
+        };
         Ok(Settings {
             rma_chunk,
+            long_put,
             credits,
             grace,
             boot_timeout,
@@ -231,6 +256,8 @@ struct Tx {
     scratch: Vec<usize>,
     /// Outstanding sends at which `try_send` reaps next.
     reap_at: usize,
+    /// `reqs.len()`, readable without the lock (so that an idle poll need not take it).
+    pending: Arc<AtomicUsize>,
 }
 
 // SAFETY: the request handles are process-wide MPI names usable from any thread (calls are
@@ -262,11 +289,30 @@ impl Tx {
 
     fn push(&mut self, comm: Comm, dest: u32, tag: c_int, buf: Vec<u8>) -> Result<()> {
         // SAFETY: the buffer's heap memory stays in `self.bufs`, unread and unmodified, until
-        // `reap` sees the request complete (moving the Vec does not move its contents).
-        let req = unsafe { raw::isend(buf.as_ptr(), buf.len(), dest, tag, comm)? };
+        // `reap` sees the request complete (moving the Vec does not move its contents), or is
+        // recycled below once the request is complete.
+        let mut req = unsafe { raw::isend(buf.as_ptr(), buf.len(), dest, tag, comm)? };
+        // A small send usually completes inside MPI_Isend (copied out eagerly): test it at
+        // once, so that it needs no bookkeeping and its buffer is reused for the next message.
+        if buf.len() <= SMALL_BYTES && raw::test_done(&mut req)? {
+            self.keep(buf);
+            return Ok(());
+        }
         self.reqs.push(req);
         self.bufs.push(buf);
+        self.pending.store(self.reqs.len(), Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Keep a send buffer whose send completed, for reuse.
+    #[inline]
+    fn keep(&mut self, b: Vec<u8>) {
+        let cap = b.capacity();
+        if (SMALL_BYTES..LARGE_BYTES).contains(&cap) && self.small.len() < KEEP_SMALL {
+            self.small.push(b);
+        } else if (LARGE_BYTES..2 * LARGE_BYTES).contains(&cap) && self.large.len() < KEEP_LARGE {
+            self.large.push(b);
+        }
     }
 
     /// Retire completed sends and keep their buffers for reuse.
@@ -287,15 +333,10 @@ impl Tx {
             }
             self.reqs.swap_remove(i);
             let b = self.bufs.swap_remove(i);
-            let cap = b.capacity();
-            if (SMALL_BYTES..LARGE_BYTES).contains(&cap) && self.small.len() < KEEP_SMALL {
-                self.small.push(b);
-            } else if (LARGE_BYTES..2 * LARGE_BYTES).contains(&cap) && self.large.len() < KEEP_LARGE
-            {
-                self.large.push(b);
-            }
+            self.keep(b);
         }
         self.scratch = idx;
+        self.pending.store(self.reqs.len(), Ordering::Relaxed);
         self.reap_at = (2 * self.reqs.len()).max(REAP_AT);
         Ok(())
     }
@@ -349,6 +390,9 @@ struct Rx {
     done: Completions,
     long_done: Completions,
     scratch: Vec<usize>,
+    /// Slots whose buffer is back and whose receive is not posted yet: posted again at the
+    /// start of the next progress, so that no delivery waits for MPI_Irecv.
+    unposted: Vec<usize>,
 }
 
 // SAFETY: as for `Tx`: MPI handles and owned buffers, reached only through the mutex. A buffer
@@ -364,6 +408,17 @@ impl Rx {
         // SAFETY: the buffer stays in the slot, untouched by Rust code, until MPI_Testsome
         // reports the receive complete (then it is taken out) or it is cancelled at exit.
         self.reqs[i] = unsafe { raw::irecv(buf.as_mut_ptr(), buf.len(), None, slot.tag, comm)? };
+        Ok(())
+    }
+
+    /// Post the receives of every slot in `unposted`.
+    fn repost(&mut self, comm: Comm) -> Result<()> {
+        while let Some(i) = self.unposted.pop() {
+            if let Err(e) = self.post(i, comm) {
+                self.unposted.push(i);
+                return Err(e);
+            }
+        }
         Ok(())
     }
 
@@ -403,7 +458,12 @@ struct Engine {
     threshold: u32,
     peers: Box<[Peer]>,
     tx: Mutex<Tx>,
+    /// Outstanding sends (`Tx::pending`).
+    tx_pending: Arc<AtomicUsize>,
     rx: Mutex<Rx>,
+    /// Messages in the ready queues, as last seen under the `rx` lock (a hint that lets a poll
+    /// stop without taking the lock again).
+    ready: AtomicUsize,
     seg: OnceLock<Segment>,
     /// The RMA window over every rank's segment, when put/get run natively.
     rma: OnceLock<Arc<Window>>,
@@ -451,6 +511,55 @@ impl Engine {
         let mut b = tx.buffer(body.len());
         b.extend_from_slice(&body);
         tx.push(self.comm, dest, tag, b)
+    }
+
+    /// Send `msg` to `dest`, a credit of `class` taken.
+    fn send(&self, peer: &Peer, dest: u32, class: usize, msg: &OutMsg<'_>) -> Result<()> {
+        let len = msg.payload.len();
+        let data = match msg.category {
+            Category::Long if len >= self.settings.long_put => match self.rma.get() {
+                Some(w) => {
+                    // The payload goes straight into the target segment, complete there
+                    // (MPI_Win_flush) before the header leaves: the target's MPI_Win_sync
+                    // after receiving the header orders its handler's reads after it.
+                    w.put(dest, msg.long_offset, msg.payload)?;
+                    Data::Placed
+                }
+                None if len > wire::MAX_INLINE => {
+                    Data::Separate(peer.long_seq.fetch_add(1, Ordering::Relaxed) % wire::LONG_TAGS)
+                }
+                None => Data::Inline,
+            },
+            Category::Long if len > wire::MAX_INLINE => {
+                Data::Separate(peer.long_seq.fetch_add(1, Ordering::Relaxed) % wire::LONG_TAGS)
+            }
+            _ => Data::Inline,
+        };
+        let inline = match (msg.category, data) {
+            (Category::Short, _) | (_, Data::Separate(_) | Data::Placed) => 0,
+            _ => len,
+        };
+        let need = wire::encoded_len(msg.args.len(), inline);
+        let tag = TAG_MSG[class][usize::from(need > SMALL_BYTES)];
+        // Reply credits travel on replies only: a rank waiting to reply polls replies alone.
+        let credits = [
+            peer.take_owed(REQ),
+            if msg.is_reply { peer.take_owed(REP) } else { 0 },
+        ];
+        let mut tx = lock(&self.tx);
+        let mut buf = tx.buffer(need);
+        wire::encode(&mut buf, msg, credits, data);
+        if let Data::Separate(t) = data {
+            for chunk in msg.payload.chunks(LONG_CHUNK) {
+                tx.push(self.comm, dest, long_tag(t), chunk.to_vec())?;
+            }
+        }
+        tx.push(self.comm, dest, tag, buf)?;
+        if tx.reqs.len() >= tx.reap_at {
+            tx.reap()?;
+        }
+        drop(tx);
+        Ok(())
     }
 
     /// A message of `class` from `src` has been consumed: owe a credit, and return what is
@@ -545,12 +654,20 @@ impl Engine {
     /// Move completed receives to the ready queues (all classes, or only what a thread waiting
     /// to reply may use: exit, credits, replies, and separate Long payloads).
     fn progress(&self, rx: &mut Rx, replies_only: bool) -> Result<()> {
+        if !rx.unposted.is_empty() {
+            rx.repost(self.comm)?;
+        }
         let end = if replies_only {
             rx.reply_end
         } else {
             rx.reqs.len()
         };
-        let n = raw::testsome(&mut rx.reqs[..end], &mut rx.done)?;
+        let mut n = raw::testsome(&mut rx.reqs[..end], &mut rx.done)?;
+        if n == 0 {
+            // MPI_Testsome looks at the requests before it makes progress: what that progress
+            // completed shows only on a second look.
+            n = raw::testsome(&mut rx.reqs[..end], &mut rx.done)?;
+        }
         if n > 0 {
             // What a sender put before sending these messages must be visible to the handlers
             // about to run (and to barriers): order our reads of the segment after it.
@@ -624,7 +741,8 @@ impl Engine {
                         self.rank
                     ),
                 }
-                rx.post(i, self.comm)
+                rx.unposted.push(i);
+                Ok(())
             }
             SlotKind::Msg(class) => {
                 let src = raw::source(st)?;
@@ -632,29 +750,36 @@ impl Engine {
                 let Some(buf) = rx.slots[i].buf.take() else {
                     return Ok(());
                 };
-                match self.accept(rx, src, class, buf.get(..len).unwrap_or(&[])) {
-                    Ok(Some(hdr)) if hdr.data_tag.is_none() => {
+                match self.accept(rx, src, class, buf.get(..len).unwrap_or(&[]))? {
+                    Some(hdr) if hdr.has_inline_payload() => {
+                        // The handler reads the payload from the buffer: the slot is posted
+                        // again once it ran.
                         rx.ready[class].push_back(Ready {
                             src,
                             hdr,
                             slot: Some((i, buf)),
                         });
-                        Ok(())
                     }
-                    Ok(Some(_)) => {
-                        // A separate Long: the header is copied and the payload is on its way
-                        // into the segment; the slot can take the next message now.
+                    accepted => {
+                        // Nothing of the buffer is needed any more: a Short is decoded, a
+                        // separate Long's payload is on its way into the segment, a malformed
+                        // message is dropped.
                         rx.slots[i].buf = Some(buf);
-                        rx.post(i, self.comm)
+                        rx.unposted.push(i);
+                        match accepted {
+                            Some(hdr) if !matches!(hdr.data, Data::Separate(_)) => {
+                                rx.ready[class].push_back(Ready {
+                                    src,
+                                    hdr,
+                                    slot: None,
+                                });
+                            }
+                            Some(_) => {}
+                            None => self.consumed(src, class),
+                        }
                     }
-                    Ok(None) => {
-                        rx.slots[i].buf = Some(buf);
-                        rx.post(i, self.comm)?;
-                        self.consumed(src, class);
-                        Ok(())
-                    }
-                    Err(e) => Err(e),
                 }
+                Ok(())
             }
         }
     }
@@ -698,7 +823,7 @@ impl Engine {
             ));
             return Ok(None);
         };
-        let Some(tag) = hdr.data_tag else {
+        let Data::Separate(tag) = hdr.data else {
             return Ok(Some(hdr));
         };
         // In range of a usize-sized segment, so the length fits a usize.
@@ -727,11 +852,7 @@ impl Engine {
         if let Some((i, buf)) = slot {
             let mut rx = lock(&self.rx);
             rx.slots[i].buf = Some(buf);
-            if self.state.load(Ordering::Acquire) != FINALIZED {
-                if let Err(e) = rx.post(i, self.comm) {
-                    eprintln!("amnet mpi rank {}: cannot post a receive: {e}", self.rank);
-                }
-            }
+            rx.unposted.push(i);
         }
         self.consumed(src, class);
     }
@@ -774,7 +895,7 @@ impl Engine {
                 else {
                     return true;
                 };
-                if hdr.data_tag.is_none() {
+                if hdr.data == Data::Inline {
                     // SAFETY: `dst` has room for the payload (checked by `range`), which came in
                     // full (checked by the decoder); the receive buffer and the segment are
                     // distinct memory.
@@ -1192,11 +1313,13 @@ impl MpiConduit {
             done: Completions::default(),
             long_done: Completions::default(),
             scratch: Vec::new(),
+            unposted: Vec::new(),
         };
         for i in 0..rx.slots.len() {
             rx.post(i, comm)?;
         }
         let credits = settings.credits;
+        let tx_pending = Arc::new(AtomicUsize::new(0));
         let eng = Arc::new(Engine {
             rank,
             size,
@@ -1214,8 +1337,11 @@ impl MpiConduit {
                 done: Completions::default(),
                 scratch: Vec::new(),
                 reap_at: REAP_AT,
+                pending: tx_pending.clone(),
             }),
+            tx_pending,
             rx: Mutex::new(rx),
+            ready: AtomicUsize::new(0),
             seg: OnceLock::new(),
             rma: OnceLock::new(),
             exit: AtomicU64::new(0),
@@ -1303,6 +1429,19 @@ impl Conduit for MpiConduit {
         )?;
         if eng.settings.verbose && eng.rank == 0 {
             eprintln!("amnet mpi: {}", opened.summary);
+            let max = wire::MAX_INLINE;
+            if opened.window.is_some() {
+                eprintln!(
+                    "amnet mpi: Long payloads of {} B or more: MPI_Put into the target segment \
+                     and MPI_Win_flush before the header is sent; smaller ones inline",
+                    eng.settings.long_put
+                );
+            } else {
+                eprintln!(
+                    "amnet mpi: Long payloads: inline up to {max} B, larger ones as a separate \
+                     message received into the target segment"
+                );
+            }
         }
         let seg = opened.seg;
         let local = LocalSegment {
@@ -1331,38 +1470,7 @@ impl Conduit for MpiConduit {
         if !peer.take_credit(class) {
             return Ok(false);
         }
-        let separate = msg.category == Category::Long && msg.payload.len() > wire::MAX_INLINE;
-        let inline = match msg.category {
-            Category::Short => 0,
-            _ if separate => 0,
-            _ => msg.payload.len(),
-        };
-        let need = wire::encoded_len(msg.args.len(), inline);
-        let tag = TAG_MSG[class][usize::from(need > SMALL_BYTES)];
-        // Reply credits travel on replies only: a rank waiting to reply polls replies alone.
-        let credits = [
-            peer.take_owed(REQ),
-            if msg.is_reply { peer.take_owed(REP) } else { 0 },
-        ];
-        let data_tag =
-            separate.then(|| peer.long_seq.fetch_add(1, Ordering::Relaxed) % wire::LONG_TAGS);
-        let mut tx = lock(&eng.tx);
-        let sent = (|| -> Result<()> {
-            let mut buf = tx.buffer(need);
-            wire::encode(&mut buf, msg, credits, data_tag);
-            if let Some(t) = data_tag {
-                for chunk in msg.payload.chunks(LONG_CHUNK) {
-                    tx.push(eng.comm, dest, long_tag(t), chunk.to_vec())?;
-                }
-            }
-            tx.push(eng.comm, dest, tag, buf)?;
-            if tx.reqs.len() >= tx.reap_at {
-                tx.reap()?;
-            }
-            Ok(())
-        })();
-        drop(tx);
-        if let Err(e) = sent {
+        if let Err(e) = eng.send(peer, dest, class, msg) {
             peer.give(class, 1);
             return Err(e);
         }
@@ -1371,14 +1479,20 @@ impl Conduit for MpiConduit {
 
     fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {
         let eng = &*self.eng;
-        if let Ok(mut tx) = eng.tx.try_lock() {
-            if !tx.reqs.is_empty() {
-                tx.reap()?;
+        if eng.tx_pending.load(Ordering::Relaxed) > 0 {
+            if let Ok(mut tx) = eng.tx.try_lock() {
+                if !tx.reqs.is_empty() {
+                    tx.reap()?;
+                }
             }
         }
         let mut n = 0;
         let mut progressed = false;
         while n < POLL_BUDGET {
+            if progressed && eng.ready.load(Ordering::Relaxed) == 0 {
+                // Nothing left to deliver: no need to take the lock again to find that out.
+                break;
+            }
             let next = {
                 let mut rx = lock(&eng.rx);
                 let mut next = rx.pop(replies_only);
@@ -1387,6 +1501,8 @@ impl Conduit for MpiConduit {
                     progressed = true;
                     next = rx.pop(replies_only);
                 }
+                eng.ready
+                    .store(rx.ready[REQ].len() + rx.ready[REP].len(), Ordering::Relaxed);
                 next
             };
             let Some(r) = next else { break };

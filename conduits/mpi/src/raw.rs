@@ -251,6 +251,18 @@ pub(crate) fn test(req: &mut Request) -> Result<Option<Status>> {
     Ok((flag != 0).then_some(st))
 }
 
+/// `MPI_Test` on one request, without its status: true once complete (the request is then
+/// null).
+#[inline]
+pub(crate) fn test_done(req: &mut Request) -> Result<bool> {
+    let mut flag: c_int = 0;
+    // SAFETY: `req` is a valid (possibly null) request handle and `flag` is writable;
+    // MPI_STATUS_IGNORE is an immutable export of the rsmpi shim.
+    let rc = locked(|| unsafe { ffi::MPI_Test(req, &mut flag, ffi::RSMPI_STATUS_IGNORE) });
+    check(rc, "MPI_Test")?;
+    Ok(flag != 0)
+}
+
 /// Cancel a pending receive and complete it, so that its buffer may be released.
 pub(crate) fn cancel(req: &mut Request) {
     if *req == null_request() {
