@@ -18,7 +18,9 @@
 //! flags: bits 0-1 the category (0 Short, 1 Medium, 2 Long), bit 2 set for a reply, bit 3 set
 //! for a Long whose payload follows as a separate message under data tag `TAG_LONG + index`,
 //! bit 4 set for a Long whose payload the sender already put into the target segment (MPI
-//! one-sided, completed before the message was sent). The credit fields return flow-control
+//! one-sided, completed before the message was sent), bit 5 set when the receiver must call
+//! `MPI_Win_sync` before the handler runs (the sender has used one-sided communication, or
+//! heard from a rank that did; see `conduit.rs`). The credit fields return flow-control
 //! credits to the receiver (see `conduit.rs`).
 //!
 //! Control messages are 8 bytes: `[version][kind][0][0]` then a 4-byte body: two u16 credit
@@ -45,6 +47,7 @@ pub(crate) const LONG_TAGS: u32 = 16384;
 const FLAG_REPLY: u8 = 4;
 const FLAG_SEPARATE: u8 = 8;
 const FLAG_PLACED: u8 = 16;
+const FLAG_SYNC: u8 = 32;
 const CTRL_CREDIT: u8 = 1;
 const CTRL_EXIT: u8 = 2;
 
@@ -72,10 +75,17 @@ pub(crate) enum Data {
 /// Append the active message `msg` to `out` (which should be empty).
 ///
 /// The payload travels as `data` says: inline, or (for a Long) sent separately by the caller
-/// under a data tag index, or already put into the target segment by the caller. The caller
-/// guarantees what the core checks: at most [`MAX_ARGS`] arguments, and an inline payload of
-/// at most [`MAX_INLINE`] bytes.
-pub(crate) fn encode(out: &mut Vec<u8>, msg: &OutMsg<'_>, credits: Credits, data: Data) {
+/// under a data tag index, or already put into the target segment by the caller. `sync` asks
+/// the receiver for `MPI_Win_sync` before the handler runs. The caller guarantees what the
+/// core checks: at most [`MAX_ARGS`] arguments, and an inline payload of at most
+/// [`MAX_INLINE`] bytes.
+pub(crate) fn encode(
+    out: &mut Vec<u8>,
+    msg: &OutMsg<'_>,
+    credits: Credits,
+    data: Data,
+    sync: bool,
+) {
     debug_assert!(msg.args.len() <= MAX_ARGS);
     let category = match msg.category {
         Category::Short => 0u8,
@@ -87,7 +97,10 @@ pub(crate) fn encode(out: &mut Vec<u8>, msg: &OutMsg<'_>, credits: Credits, data
         Data::Separate(t) => (FLAG_SEPARATE, t),
         Data::Placed => (FLAG_PLACED, 0),
     };
-    let flags = category | if msg.is_reply { FLAG_REPLY } else { 0 } | kind;
+    let flags = category
+        | if msg.is_reply { FLAG_REPLY } else { 0 }
+        | if sync { FLAG_SYNC } else { 0 }
+        | kind;
     let inline: &[u8] = match (msg.category, data) {
         (Category::Short, _) | (Category::Long, Data::Separate(_) | Data::Placed) => &[],
         _ => msg.payload,
@@ -128,8 +141,10 @@ pub(crate) struct Header {
     pub(crate) is_reply: bool,
     /// How the payload travels (always `Inline` for Short and Medium).
     pub(crate) data: Data,
+    /// The receiver calls `MPI_Win_sync` before the handler runs.
+    pub(crate) sync: bool,
+    /// Number of arguments; [`Header::read_args`] reads them from the message.
     pub(crate) nargs: u8,
-    pub(crate) args: [u32; MAX_ARGS],
     pub(crate) long_offset: u64,
     pub(crate) payload_len: u64,
     /// Where the inline payload starts in the message (Medium, inline Long).
@@ -144,10 +159,15 @@ impl Header {
         self.category != Category::Short && self.data == Data::Inline
     }
 
-    /// The arguments.
+    /// The arguments of `msg`, the message this header was decoded from, copied into `out`.
     #[inline]
-    pub(crate) fn args(&self) -> &[u32] {
-        &self.args[..usize::from(self.nargs)]
+    pub(crate) fn read_args<'a>(&self, msg: &[u8], out: &'a mut [u32; MAX_ARGS]) -> &'a [u32] {
+        let n = usize::from(self.nargs).min(MAX_ARGS);
+        let raw = msg.get(HDR..HDR + 4 * n).unwrap_or(&[]);
+        for (a, b) in out.iter_mut().zip(raw.chunks_exact(4)) {
+            *a = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        &out[..raw.len() / 4]
     }
 }
 
@@ -240,7 +260,7 @@ pub(crate) fn decode(msg: &[u8]) -> Result<Header, WireError> {
         return Err(WireError::Version(h[0]));
     }
     let flags = h[1];
-    if flags & !(3 | FLAG_REPLY | FLAG_SEPARATE | FLAG_PLACED) != 0 {
+    if flags & !(3 | FLAG_REPLY | FLAG_SEPARATE | FLAG_PLACED | FLAG_SYNC) != 0 {
         return Err(WireError::Flags(flags));
     }
     let category = match flags & 3 {
@@ -314,11 +334,6 @@ pub(crate) fn decode(msg: &[u8]) -> Result<Header, WireError> {
             expected,
         });
     }
-    let mut args = [0u32; MAX_ARGS];
-    let raw = msg.get(HDR..payload_at).unwrap_or(&[]);
-    for (a, b) in args.iter_mut().zip(raw.chunks_exact(4)) {
-        *a = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-    }
     let data = if separate {
         Data::Separate(tag)
     } else if placed {
@@ -331,8 +346,8 @@ pub(crate) fn decode(msg: &[u8]) -> Result<Header, WireError> {
         category,
         is_reply: flags & FLAG_REPLY != 0,
         data,
+        sync: flags & FLAG_SYNC != 0,
         nargs,
-        args,
         long_offset,
         payload_len,
         payload_at,
@@ -432,7 +447,7 @@ mod tests {
                     };
                     let m = msg(cat, reply, &args[..nargs], body, off);
                     let mut out = Vec::new();
-                    encode(&mut out, &m, [3, 65535], data);
+                    encode(&mut out, &m, [3, 65535], data, reply);
                     let inline = match (cat, data) {
                         (Category::Short, _) | (_, Data::Separate(_) | Data::Placed) => 0,
                         _ => payload.len(),
@@ -442,7 +457,9 @@ mod tests {
                     assert_eq!(h.handler, 200);
                     assert_eq!(h.category, cat);
                     assert_eq!(h.is_reply, reply);
-                    assert_eq!(h.args(), &args[..nargs]);
+                    assert_eq!(h.sync, reply);
+                    let mut a = [0u32; MAX_ARGS];
+                    assert_eq!(h.read_args(&out, &mut a), &args[..nargs]);
                     assert_eq!(h.credits, [3, 65535]);
                     assert_eq!(h.data, data);
                     assert_eq!(h.has_inline_payload(), inline > 0);
@@ -467,6 +484,7 @@ mod tests {
             &msg(Category::Medium, false, &[1, 2], b"abc", 0),
             [0, 0],
             Data::Inline,
+            false,
         );
         assert!(decode(&good).is_ok());
         let with = |at: usize, v: u8| {
@@ -483,7 +501,8 @@ mod tests {
         assert_eq!(with(1, 3), Err(WireError::Flags(3)));
         assert_eq!(with(1, 1 | FLAG_SEPARATE), Err(WireError::Flags(9)));
         assert_eq!(with(1, 1 | FLAG_PLACED), Err(WireError::Flags(17)));
-        assert_eq!(with(1, 0x20), Err(WireError::Flags(0x20)));
+        assert_eq!(with(1, 0x40), Err(WireError::Flags(0x40)));
+        assert_eq!(with(1, 1 | FLAG_SYNC).map(|h| h.sync), Ok(true));
         assert_eq!(with(2, 0), Err(WireError::HandlerZero));
         assert_eq!(with(3, 17), Err(WireError::TooManyArgs(17)));
         assert!(matches!(with(3, 3), Err(WireError::Length { .. })));
@@ -499,6 +518,7 @@ mod tests {
             &msg(Category::Long, false, &[], &big, u64::MAX - 3),
             [0, 0],
             Data::Separate(1),
+            false,
         );
         assert_eq!(decode(&long), Err(WireError::OffsetOverflow));
         long[8..16].copy_from_slice(&0u64.to_le_bytes());
@@ -515,6 +535,7 @@ mod tests {
             &msg(Category::Long, true, &[5], b"xyz", 40),
             [0, 0],
             Data::Placed,
+            false,
         );
         assert_eq!(placed.len(), encoded_len(1, 0));
         assert_eq!(decode(&placed).map(|h| h.data), Ok(Data::Placed));
@@ -535,6 +556,7 @@ mod tests {
             &msg(Category::Short, false, &[], &[], 0),
             [0, 0],
             Data::Inline,
+            false,
         );
         short_placed[1] |= FLAG_PLACED;
         assert!(matches!(decode(&short_placed), Err(WireError::Flags(_))));
