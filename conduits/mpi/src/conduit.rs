@@ -1398,7 +1398,8 @@ impl MpiConduit {
     /// `AMNET_VERBOSE` (rank 0 prints the MPI library and the thread level in use, and at
     /// attach which put/get path is in use), `AMNET_RMA` (`am`: no RMA window, put/get on the
     /// AM path), `AMNET_MPI_RMA_CHUNK` (bytes per `MPI_Put`/`MPI_Get`, default and at most
-    /// 1 GiB).
+    /// 1 GiB), `AMNET_MPI_LONG_PUT` (Long payloads of at least this many bytes, default 256,
+    /// are put into the target segment when put/get run natively).
     pub fn from_env() -> Result<MpiConduit> {
         static CREATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         if CREATED.swap(true, Ordering::AcqRel) {
