@@ -38,8 +38,12 @@
 //! datagrams, or a reopened window.
 //!
 //! **Credits.** The window a receiver advertises is [`Config::recv_window`] datagrams from
-//! `rcv_next`, less the datagrams of completed messages the application has not taken yet; it
-//! drops DATA beyond it. The sender transmits sequence numbers below
+//! `rcv_next`, less the datagrams of completed messages the application has not taken yet and
+//! the fragments of the message in reassembly, but never less than the fragments that message
+//! still lacks (at most `recv_window`), so that a message longer than the window completes; it
+//! drops DATA beyond it. Counting the reassembly keeps the credit edge (`rcv_next + window`)
+//! from moving back when a message completes, so no datagram sent on credit granted earlier is
+//! dropped. The sender transmits sequence numbers below
 //! `min(snd_una + send_window, ack + window)`. A receiver whose application stops taking
 //! messages thus stops its senders, and both the reorder buffer and the delivery queue stay
 //! bounded. When taking messages reopens the window past half, an ACK says so at once;
@@ -384,6 +388,10 @@ pub struct PeerStatus {
     pub send_credit: u64,
     /// The window we advertise to the peer now.
     pub advertised: u32,
+    /// The credit edge we grant the peer now (the lowest sequence number not received plus
+    /// `advertised`): DATA below it is taken in. It never moves back while the peer keeps the
+    /// protocol, so nothing sent on credit granted earlier is dropped.
+    pub credit_edge: u64,
     /// Datagrams from the peer held in the reorder buffer.
     pub reorder_buffered: usize,
     /// Complete messages from the peer not taken yet, in datagrams.
@@ -498,8 +506,25 @@ impl Peer {
         to_usize(self.snd_tx - self.snd_una)
     }
 
+    /// The window to advertise: `recv_window` less what this peer's data holds here, the
+    /// complete messages not taken yet and the fragments of the message in reassembly, yet
+    /// never less than the fragments that message still lacks (up to `recv_window`), so that a
+    /// message longer than the window can complete.
+    ///
+    /// The credit edge `rcv_next + advertised` never moves back: an in-order datagram that
+    /// completes a lone message or joins the reassembly adds one to `rcv_next` and one to what
+    /// is held; the last fragment turns the fragments held into a complete message of the
+    /// same count plus one; the floor only covers sequence numbers the message itself takes.
+    /// So a datagram sent on any credit granted earlier is never dropped as out of window.
     fn advertised(&self, recv_window: u32) -> u32 {
-        recv_window.saturating_sub(self.ready_dgrams)
+        match &self.partial {
+            None => recv_window.saturating_sub(self.ready_dgrams),
+            Some(p) => {
+                let held = self.ready_dgrams.saturating_add(p.next_index);
+                let lacking = p.count.saturating_sub(p.next_index).min(recv_window);
+                recv_window.saturating_sub(held).max(lacking)
+            }
+        }
     }
 
     /// Cumulative ack, selective-ack bitmap and window, as of now.
@@ -1486,6 +1511,7 @@ impl Proto {
             unsent: len_u64(p.segs.len()) - in_flight,
             send_credit: p.peer_edge.saturating_sub(p.snd_una),
             advertised: p.advertised(self.cfg.recv_window),
+            credit_edge: p.rcv_next + u64::from(p.advertised(self.cfg.recv_window)),
             reorder_buffered: p.ooo.iter().filter(|s| s.is_some()).count(),
             undelivered: p.ready_dgrams,
             last_heard: p.last_heard,

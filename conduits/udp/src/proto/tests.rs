@@ -422,6 +422,52 @@ fn undelivered_messages_close_the_window_and_taking_them_reopens_it() {
 }
 
 #[test]
+fn reassembly_counts_against_the_window_and_credit_never_moves_back() {
+    let c = Config {
+        recv_window: 4,
+        ..cfg()
+    };
+    let mut p = Proto::new(c, 0, 2, KEY, 0).unwrap();
+    let edge = |p: &Proto| {
+        let st = p.peer_status(1).unwrap();
+        (st.credit_edge, st.advertised)
+    };
+    assert_eq!(edge(&p), (4, 4));
+    // A lone message waiting to be taken holds one datagram: the edge stays at 4.
+    p.on_datagram(1, &data(0, 0, 0, 1, 1, b"a")).unwrap();
+    assert_eq!(edge(&p), (4, 3));
+    // A message of two fragments: each held fragment takes room, and its completion takes
+    // none back.
+    p.on_datagram(1, &data(1, 1, 0, 2, 2, b"b")).unwrap();
+    assert_eq!(edge(&p), (4, 2));
+    p.on_datagram(1, &data(2, 1, 1, 2, 2, b"c")).unwrap();
+    assert_eq!(edge(&p), (4, 1));
+    // The last granted sequence number is still taken in.
+    p.on_datagram(1, &data(3, 2, 0, 1, 1, b"d")).unwrap();
+    assert_eq!(edge(&p), (4, 0));
+    assert_eq!(p.counters().out_of_window, 0);
+    for want in [&b"a"[..], b"bc", b"d"] {
+        let d = p.pop(false).unwrap();
+        assert_eq!(d.payload, want);
+        p.recycle(d);
+    }
+    assert_eq!(edge(&p), (8, 4));
+    // A message longer than the window: the window never closes on the fragments it lacks,
+    // so it completes, and the edge never moves back on the way.
+    let mut last = edge(&p).0;
+    for i in 0..10u32 {
+        let seq = 4 + u64::from(i);
+        p.on_datagram(1, &data(seq, 3, i, 10, 10, b"x")).unwrap();
+        let (e, w) = edge(&p);
+        assert!(e >= last && e > seq, "fragment {i}: edge {e} window {w}");
+        last = e;
+    }
+    assert_eq!(p.counters().out_of_window, 0);
+    assert_eq!(p.pop(false).unwrap().payload, b"xxxxxxxxxx");
+    assert_eq!(p.counters().protocol_errors, 0);
+}
+
+#[test]
 fn replies_can_be_taken_first() {
     let mut p = Proto::new(cfg(), 0, 1, KEY, 0).unwrap();
     let mut m = medium(&[1], b"");
