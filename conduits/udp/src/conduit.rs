@@ -6,15 +6,17 @@
 //! anyway, and the lock is never held while a handler runs (handlers may reply, which sends).
 //!
 //! The round-trip path is kept to one system call per datagram on each side: a lone datagram
-//! goes out with `sendto` (a batch with `sendmmsg`), an idle poll looks with `recv` (up to
-//! three times back to back, so that a datagram arriving between polls waits less; once when
-//! the host is oversubscribed), a poll that follows one that found data uses `recvmmsg`, so
-//! that a stream is taken in batches, and the protocol's transmit planner runs only when
-//! something changed or a timer is due ([`Proto::next_timeout`]), not on every poll.
+//! goes out with `send` on a socket connected to its destination, which spares the kernel a
+//! route lookup per datagram (`sendto` on the main socket where there is none; a batch with
+//! `sendmmsg`), an idle poll looks with `recv` (up to three times back to back, so that a
+//! datagram arriving between polls waits less; once when the host is oversubscribed), a poll
+//! that follows one that found data uses `recvmmsg`, so that a stream is taken in batches, and
+//! the protocol's transmit planner runs only when something changed or a timer is due
+//! ([`Proto::next_timeout`]), not on every poll.
 //!
 //! Nothing between a message and its system call waits on the clock or the planner: a send
 //! when nothing else was due takes the protocol's direct path ([`Proto::send_now`]), which
-//! hands the lone datagram to `sendto` and reads the clock afterwards; a poll reads the clock
+//! hands the lone datagram to the socket and reads the clock afterwards; a poll reads the clock
 //! once, before it looks at the socket, to stamp what arrives; and a message that a lone
 //! datagram completes goes from the receive buffer to its handler without a queue
 //! ([`Proto::on_datagram_direct`]).
@@ -48,6 +50,9 @@ const DELIVER_BUDGET: usize = 64;
 const INLINE_MAX: usize = 256;
 /// Looks at an idle socket per poll.
 const IDLE_LOOKS: usize = 3;
+/// The most peers that get a connected socket of their own for lone datagrams (beyond, every
+/// datagram leaves through the main socket with `sendto`).
+const CONNECTED_MAX: u32 = 64;
 const NO_EXIT: i64 = i64::MIN;
 
 fn cerr(msg: impl Into<String>) -> Error {
@@ -240,6 +245,11 @@ pub struct UdpConduit {
     sock: UdpSocket,
     /// Every rank's socket address, encoded once for `sendto`/`sendmmsg`.
     addrs: Vec<(libc::sockaddr_storage, libc::socklen_t)>,
+    /// Per rank, a socket connected to its main socket, through which lone datagrams to it
+    /// leave with `send` (the kernel keeps the route of a connected socket instead of looking
+    /// it up on every `sendto`); `None` for this rank, in jobs of more than
+    /// [`CONNECTED_MAX`] peers, and where it could not be set up.
+    conn: Vec<Option<UdpSocket>>,
     boot: Option<BootClient>,
     inner: Mutex<Inner>,
     seg: OnceLock<Segment>,
@@ -397,6 +407,19 @@ impl UdpConduit {
                 (st, len)
             })
             .collect();
+        let conn = if size - 1 <= CONNECTED_MAX {
+            peers
+                .iter()
+                .enumerate()
+                .map(|(r, &a)| {
+                    (r != rank as usize)
+                        .then(|| connected(bind_ip, a))
+                        .flatten()
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let epoch = Instant::now();
         let proto =
             Proto::new(cfg, rank, size, key, 0).map_err(|e| Error::Config(format!("udp: {e}")))?;
@@ -405,6 +428,7 @@ impl UdpConduit {
             size,
             sock,
             addrs,
+            conn,
             boot,
             inner: Mutex::new(Inner {
                 proto,
@@ -435,22 +459,35 @@ impl UdpConduit {
         u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
 
-    /// Send one datagram with `sendto`. False when the socket buffer is full (offer it again
+    /// Send one datagram: with `send` on the destination's connected socket, else with
+    /// `sendto` on the main socket. False when the socket buffer is full (offer it again
     /// later); a datagram the kernel refuses is counted and dropped.
     fn send_one(&self, d: Datagram<'_>, edge: &mut EdgeCounters) -> bool {
+        let conn = self.conn.get(d.dest as usize).and_then(Option::as_ref);
         let (addr, len) = &self.addrs[d.dest as usize];
         loop {
-            // SAFETY: `d.bytes` and `addr` are live for the call and the kernel only reads
-            // them; `len` is the length `sockaddr` wrote.
-            let r = unsafe {
-                libc::sendto(
-                    self.sock.as_raw_fd(),
-                    d.bytes.as_ptr().cast(),
-                    d.bytes.len(),
-                    0,
-                    std::ptr::from_ref(addr).cast(),
-                    *len,
-                )
+            let r = match conn {
+                // SAFETY: `d.bytes` is live for the call and the kernel only reads it.
+                Some(c) => unsafe {
+                    libc::send(
+                        c.as_raw_fd(),
+                        d.bytes.as_ptr().cast(),
+                        d.bytes.len(),
+                        libc::MSG_DONTWAIT,
+                    )
+                },
+                // SAFETY: `d.bytes` and `addr` are live for the call and the kernel only reads
+                // them; `len` is the length `sockaddr` wrote.
+                None => unsafe {
+                    libc::sendto(
+                        self.sock.as_raw_fd(),
+                        d.bytes.as_ptr().cast(),
+                        d.bytes.len(),
+                        0,
+                        std::ptr::from_ref(addr).cast(),
+                        *len,
+                    )
+                },
             };
             if r >= 0 {
                 return true;
@@ -468,7 +505,7 @@ impl UdpConduit {
         }
     }
 
-    /// Send a batch: one datagram with `sendto`, more with one `sendmmsg`. Returns how many
+    /// Send a batch: one datagram with [`UdpConduit::send_one`], more with one `sendmmsg`. Returns how many
     /// the kernel took (the rest are offered again later). A full socket buffer is not an
     /// error.
     fn send_batch(&self, batch: &[Datagram<'_>], edge: &mut EdgeCounters) -> usize {
@@ -896,6 +933,25 @@ impl UdpConduit {
             long_offset: am.long_offset,
         })
     }
+}
+
+/// A non-blocking UDP socket on `ip` (any port) connected to `peer`, with the main socket's
+/// send buffer, for lone datagrams to that peer; `None` when any step fails (its datagrams
+/// then leave through the main socket). The receiver tells senders apart by the rank in the
+/// header, not by the source address, so the source port does not matter; nothing is ever
+/// sent to this socket.
+fn connected(ip: IpAddr, peer: SocketAddr) -> Option<UdpSocket> {
+    let ip = match (ip, peer) {
+        (IpAddr::V4(_), SocketAddr::V6(_)) | (IpAddr::V6(_), SocketAddr::V4(_)) => return None,
+        _ => ip,
+    };
+    let s = UdpSocket::bind(SocketAddr::new(ip, 0)).ok()?;
+    s.connect(peer).ok()?;
+    s.set_nonblocking(true).ok()?;
+    let fd = s.as_raw_fd();
+    set_buf(fd, libc::SO_SNDBUF, 8 << 20);
+    set_buf(fd, libc::SO_SNDBUFFORCE, 8 << 20);
+    Some(s)
 }
 
 /// Memory this host can still give (MemAvailable + SwapFree from /proc/meminfo), in bytes.
