@@ -182,6 +182,10 @@ struct Inner {
     /// When the transmit planner must run next (µs; 0: at the next chance): the protocol's
     /// [`Proto::next_timeout`] after the last run, or 0 once its state changed since.
     tx_due: u64,
+    /// A message taken straight off the wire may have set a later timer (a delayed ack, a
+    /// retransmission timeout) than `tx_due` knows of, though nothing due at once: the next
+    /// poll brings `tx_due` up to date, unless a send has recomputed it first.
+    tx_stale: bool,
     /// The latest clock reading taken under the lock (µs).
     clock: u64,
     faults: Faults,
@@ -437,6 +441,7 @@ impl UdpConduit {
                 rx: RxRing::new(),
                 rx_streak: false,
                 tx_due: 0,
+                tx_stale: false,
                 clock: 0,
                 faults,
                 rng: Rng(0x9e37_79b9_7f4a_7c15 ^ (u64::from(rank) << 17) ^ u64::from(port) | 1),
@@ -643,6 +648,7 @@ impl UdpConduit {
         });
         self.flush_late(late, edge);
         inner.tx_due = inner.proto.next_timeout().unwrap_or(u64::MAX);
+        inner.tx_stale = false;
     }
 
     /// Bring `tx_due` forward to what the protocol's state now asks for.
@@ -650,6 +656,7 @@ impl UdpConduit {
         inner.tx_due = inner
             .tx_due
             .min(inner.proto.next_timeout().unwrap_or(u64::MAX));
+        inner.tx_stale = false;
     }
 
     /// Run the transmit planner if something changed since its last run or a timer is due.
@@ -1048,7 +1055,9 @@ impl Conduit for UdpConduit {
         self.check_failed(inner)?;
         let sent = if inner.clock < inner.tx_due {
             // Nothing was due at the last clock reading: a lone datagram leaves at once, ahead
-            // of the planner, and the clock is read once it is on its way.
+            // of the planner, and the clock is read once it is on its way. (With `tx_stale`, a
+            // later timer may have come due unseen; the exact `tx_due` taken after the send
+            // puts it on the wire right behind.)
             let Inner {
                 proto,
                 faults,
@@ -1074,6 +1083,7 @@ impl Conduit for UdpConduit {
                 inner.clock = now;
                 // Exact for the new state; whatever else came due meanwhile goes out now.
                 inner.tx_due = inner.proto.next_timeout().unwrap_or(u64::MAX);
+                inner.tx_stale = false;
                 self.transmit_if_due(inner, now);
                 Ok(true)
             }
@@ -1106,6 +1116,9 @@ impl Conduit for UdpConduit {
         // Another thread's reading may be later: times never go back.
         let now = now.max(inner.clock);
         inner.clock = now;
+        if inner.tx_stale {
+            self.refresh_due(&mut inner);
+        }
         if inner.rx_streak {
             let received = self.recv_batch(&mut inner, now);
             return self.deliver(inner, now, received, replies_only, sink);
@@ -1152,9 +1165,15 @@ impl Conduit for UdpConduit {
         let Some((src, am, len)) = msg else {
             return self.deliver(inner, now, true, replies_only, sink);
         };
-        // What arrived may call for an ack, or open the send window: before the handler.
-        self.refresh_due(&mut inner);
-        self.transmit_if_due(&mut inner, now);
+        if inner.proto.due_now(src) {
+            // An ack that must not wait, or DATA the ack let go: before the handler.
+            self.refresh_due(&mut inner);
+            self.transmit_if_due(&mut inner, now);
+        } else {
+            // At most a later timer (a delayed ack, a retransmission timeout) changed: the
+            // handler's reply, if it sends one, recomputes `tx_due` anyway; else the next poll.
+            inner.tx_stale = true;
+        }
         drop(inner);
         self.hand_up(src, &am, payload.get(..len).unwrap_or_default(), sink);
         Ok(1)

@@ -287,8 +287,9 @@ pub enum RxError {
     },
 }
 
-/// Event counts since creation.
+/// Event counts since creation. The counts every round trip moves share the first cache line.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
 pub struct Counters {
     /// Datagrams handed to the transmit callback and accepted by it.
     pub tx_datagrams: u64,
@@ -300,6 +301,12 @@ pub struct Counters {
     pub rx_bytes: u64,
     /// DATA datagrams transmitted for the first time.
     pub data_sent: u64,
+    /// Messages accepted by [`Proto::send`].
+    pub messages_sent: u64,
+    /// Messages completed and queued for delivery.
+    pub messages_received: u64,
+    /// Peers failed by the liveness check.
+    pub peers_failed: u64,
     /// DATA datagrams transmitted again.
     pub retransmits: u64,
     /// Datagrams deemed lost from selective acks (before their timeout).
@@ -324,12 +331,6 @@ pub struct Counters {
     pub from_failed: u64,
     /// Protocol violations ([`RxError::Protocol`]).
     pub protocol_errors: u64,
-    /// Messages accepted by [`Proto::send`].
-    pub messages_sent: u64,
-    /// Messages completed and queued for delivery.
-    pub messages_received: u64,
-    /// Peers failed by the liveness check.
-    pub peers_failed: u64,
 }
 
 /// One datagram to put on the wire.
@@ -428,12 +429,13 @@ struct Partial {
     buf: Vec<u8>,
 }
 
-/// Per-peer state.
+/// Per-peer state. The fields a round trip touches come first, packed into four cache lines
+/// from a line boundary; the control datagram's buffer, used only for ACKs and HEARTBEATs,
+/// comes last, and a message in reassembly lives out of line.
 #[derive(Debug)]
+#[repr(C, align(64))]
 struct Peer {
     // Send side.
-    /// Queued datagrams from `snd_una` on: `[snd_una, snd_tx)` transmitted, the rest not yet.
-    segs: VecDeque<Seg>,
     /// Oldest unacked sequence number.
     snd_una: u64,
     /// Next sequence number to transmit for the first time.
@@ -444,30 +446,33 @@ struct Peer {
     msg_next: u64,
     /// Next transmission stamp.
     next_stamp: u64,
-    srtt: Option<u64>,
-    rttvar: u64,
-    rto: u64,
-    backoff: u32,
     // Receive side.
     /// Lowest sequence number not yet received.
     rcv_next: u64,
+    rcv_msg_next: u64,
+    /// The credit edge (ack + window) in the last datagram sent to this peer.
+    last_edge: u64,
+    /// Queued datagrams from `snd_una` on: `[snd_una, snd_tx)` transmitted, the rest not yet.
+    segs: VecDeque<Seg>,
     /// Out-of-order datagrams: index i holds sequence number `rcv_next + i` (index 0 is always
     /// empty).
     ooo: VecDeque<Option<Vec<u8>>>,
-    partial: Option<Partial>,
-    rcv_msg_next: u64,
-    /// Datagrams of complete messages from this peer not yet taken (for self: messages).
-    ready_dgrams: u32,
-    ack_owed: bool,
     ack_owed_since: u64,
-    ack_now: bool,
-    unacked_rx: u32,
-    /// The credit edge (ack + window) in the last datagram sent to this peer.
-    last_edge: u64,
     // Liveness.
     last_heard: u64,
     last_tx: u64,
+    // Round-trip estimate.
+    rttvar: u64,
+    rto: u64,
+    srtt: Option<u64>,
+    backoff: u32,
+    /// Datagrams of complete messages from this peer not yet taken (for self: messages).
+    ready_dgrams: u32,
+    unacked_rx: u32,
+    ack_owed: bool,
+    ack_now: bool,
     failed: bool,
+    partial: Option<Box<Partial>>,
     /// The ACK/HEARTBEAT datagram being sent.
     ctl: [u8; HEADER_LEN],
 }
@@ -630,20 +635,22 @@ fn give_buf(pool: &mut Vec<Vec<u8>>, cap: usize, mut b: Vec<u8>) {
     }
 }
 
-/// The protocol state of one rank towards every other rank of the job.
+/// The protocol state of one rank towards every other rank of the job. What a round trip
+/// touches comes first (in field order: `repr(C)`), the planner's scratch space last.
+#[repr(C)]
 pub struct Proto {
-    cfg: Config,
+    peers: Vec<Peer>,
+    pool: Vec<Vec<u8>>,
+    key: u64,
     me: Rank,
     nranks: u32,
-    key: u64,
-    peers: Vec<Peer>,
     /// Complete messages: requests, replies.
     ready: [VecDeque<Delivery>; 2],
+    cfg: Config,
     ready_order: u64,
-    pool: Vec<Vec<u8>>,
-    plan: Vec<Item>,
     cursor: usize,
     counters: Counters,
+    plan: Vec<Item>,
 }
 
 impl std::fmt::Debug for Proto {
@@ -877,6 +884,33 @@ impl Proto {
             dgrams,
             order,
         });
+    }
+
+    /// True when something towards `rank` is due at once: an ack that must not wait, or DATA
+    /// the windows admit that is unsent or deemed lost. [`Proto::next_timeout`] then answers a
+    /// time at or before any `now`; this looks at that one peer only, for a caller that
+    /// received from it and wants to know whether the transmit planner must run before anything
+    /// else (a later timer, such as a delayed ack, can wait for its next full look).
+    pub fn due_now(&self, rank: Rank) -> bool {
+        let Some(peer) = self.peers.get(ix(rank)) else {
+            return false;
+        };
+        if rank == self.me || peer.failed {
+            return false;
+        }
+        if peer.ack_now {
+            return true;
+        }
+        let edge = peer
+            .peer_edge
+            .min(peer.snd_una.saturating_add(u64::from(self.cfg.send_window)));
+        if peer.snd_tx < peer.snd_una + len_u64(peer.segs.len()) && peer.snd_tx < edge {
+            return true;
+        }
+        peer.segs
+            .iter()
+            .take(peer.in_flight())
+            .any(|seg| seg.lost && !seg.sacked)
     }
 
     /// True when complete messages wait to be taken.
@@ -1183,14 +1217,14 @@ impl Proto {
             } else {
                 let mut buf = Vec::with_capacity(to_usize(f.total_len.min(PREALLOC_MAX)));
                 buf.extend_from_slice(f.chunk);
-                peer.partial = Some(Partial {
+                peer.partial = Some(Box::new(Partial {
                     msg_id: f.msg_id,
                     next_index: 1,
                     count: f.count,
                     total: f.total_len,
                     am: *am,
                     buf,
-                });
+                }));
             }
             return result;
         }
@@ -1218,7 +1252,8 @@ impl Proto {
         if len_u64(done.buf.len()) != done.total {
             return err("fragments shorter than the message");
         }
-        self.push_ready(src, done.am, done.buf, done.count);
+        let Partial { am, buf, count, .. } = *done;
+        self.push_ready(src, am, buf, count);
         Ok(())
     }
 
