@@ -183,8 +183,9 @@ struct Inner {
     /// [`Proto::next_timeout`] after the last run, or 0 once its state changed since.
     tx_due: u64,
     /// A message taken straight off the wire may have set a later timer (a delayed ack, a
-    /// retransmission timeout) than `tx_due` knows of, though nothing due at once: the next
-    /// poll brings `tx_due` up to date, unless a send has recomputed it first.
+    /// retransmission timeout) than `tx_due` knows of, though nothing due at once, and the
+    /// protocol may hold its ack fields unapplied ([`Proto::settle`]): the next poll settles
+    /// and brings `tx_due` up to date, unless a send has done both first.
     tx_stale: bool,
     /// The latest clock reading taken under the lock (µs).
     clock: u64,
@@ -1117,6 +1118,8 @@ impl Conduit for UdpConduit {
         let now = now.max(inner.clock);
         inner.clock = now;
         if inner.tx_stale {
+            // The last message taken off the wire had no reply to carry its ack's bookkeeping.
+            inner.proto.settle();
             self.refresh_due(&mut inner);
         }
         if inner.rx_streak {

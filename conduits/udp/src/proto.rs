@@ -28,7 +28,9 @@
 //! once, in per-sender order (requests and replies share one arrival order; `pop(true)` takes
 //! replies only). A caller may instead take a message straight off the wire
 //! ([`Proto::on_datagram_direct`]) when the datagram completes it alone and nothing waits in
-//! the queue, so the order is the same either way.
+//! the queue, so the order is the same either way. The ack fields of such a datagram are checked
+//! at once but applied later ([`Proto::settle`]): by the next call that changes the state, or
+//! right after the datagram of [`Proto::send_now`] (the handler's reply) has left.
 //!
 //! **Acks.** Every datagram carries the cumulative ack (`rcv_next`), a 64-bit selective-ack
 //! bitmap of the sequence numbers after it that sit in the reorder buffer, and the window. Acks
@@ -602,6 +604,16 @@ impl Top3 {
     }
 }
 
+/// Ack fields received from `src` at `now` and not applied yet.
+#[derive(Debug, Clone, Copy)]
+struct PendingAck {
+    src: Rank,
+    now: u64,
+    ack: u64,
+    sack: u64,
+    window: u32,
+}
+
 /// The callback of [`Proto::on_datagram_direct`].
 type Take<'t> = &'t mut dyn FnMut(Rank, &AmHeader, &[u8]) -> bool;
 
@@ -644,6 +656,11 @@ pub struct Proto {
     key: u64,
     me: Rank,
     nranks: u32,
+    /// The ack fields of the last message taken straight off the wire, not applied yet (see
+    /// [`Proto::settle`]).
+    pending: Option<PendingAck>,
+    /// Set by `accept` when the direct-take callback took the message.
+    taken: bool,
     /// Complete messages: requests, replies.
     ready: [VecDeque<Delivery>; 2],
     cfg: Config,
@@ -689,6 +706,8 @@ impl Proto {
             nranks,
             key: job_key,
             peers,
+            pending: None,
+            taken: false,
             ready: [VecDeque::new(), VecDeque::new()],
             ready_order: 0,
             pool: Vec::new(),
@@ -721,6 +740,13 @@ impl Proto {
     /// Queues `msg` for `dest`, copying its arguments and payload (the caller may reuse its
     /// buffers at once). A message to this rank itself is queued for delivery directly.
     pub fn send(&mut self, dest: Rank, msg: &OutMsg<'_>) -> Result<(), SendError> {
+        self.settle();
+        self.enqueue(dest, msg)
+    }
+
+    /// [`Proto::send`] without settling a deferred ack first (a queue that the ack would have
+    /// shortened may answer back-pressure).
+    fn enqueue(&mut self, dest: Rank, msg: &OutMsg<'_>) -> Result<(), SendError> {
         if dest >= self.nranks {
             return Err(SendError::BadRank {
                 rank: dest,
@@ -822,6 +848,10 @@ impl Proto {
     /// `poll_transmit`, which the caller runs by [`Proto::next_timeout`] as always (so the
     /// direct path suits a caller that knows nothing else was due). When `tx` refuses the
     /// datagram, it stays queued for `poll_transmit`.
+    ///
+    /// The ack deferred by [`Proto::on_datagram_direct`], if any, is applied once `tx` has
+    /// returned, so the reply to a message taken straight off the wire leaves before the
+    /// bookkeeping of the ack that the message carried.
     pub fn send_now(
         &mut self,
         dest: Rank,
@@ -829,7 +859,25 @@ impl Proto {
         tx: impl FnOnce(Datagram<'_>) -> bool,
         clock: impl FnOnce() -> u64,
     ) -> Result<Sent, SendError> {
-        self.send(dest, msg)?;
+        let sent = self.send_direct(dest, msg, tx, clock);
+        self.settle();
+        sent
+    }
+
+    fn send_direct(
+        &mut self,
+        dest: Rank,
+        msg: &OutMsg<'_>,
+        tx: impl FnOnce(Datagram<'_>) -> bool,
+        clock: impl FnOnce() -> u64,
+    ) -> Result<Sent, SendError> {
+        match self.enqueue(dest, msg) {
+            Err(SendError::Backpressure(_)) if self.pending.is_some() => {
+                self.settle();
+                self.enqueue(dest, msg)?;
+            }
+            r => r?,
+        }
         if dest == self.me {
             return Ok(Sent::Queued);
         }
@@ -901,10 +949,26 @@ impl Proto {
         if peer.ack_now {
             return true;
         }
-        let edge = peer
-            .peer_edge
-            .min(peer.snd_una.saturating_add(u64::from(self.cfg.send_window)));
-        if peer.snd_tx < peer.snd_una + len_u64(peer.segs.len()) && peer.snd_tx < edge {
+        let send_window = u64::from(self.cfg.send_window);
+        let end = peer.snd_una + len_u64(peer.segs.len());
+        let mut edge = peer.peer_edge.min(peer.snd_una.saturating_add(send_window));
+        if let Some(p) = self
+            .pending
+            .filter(|p| p.src == rank && p.ack >= peer.snd_una)
+        {
+            // The deferred ack may open the window, or deem datagrams lost once three sent
+            // after them are acked (counted generously: any three acked or selectively acked).
+            edge = edge.max(
+                p.ack
+                    .saturating_add(u64::from(p.window))
+                    .min(p.ack.saturating_add(send_window)),
+            );
+            let acked = (p.ack - peer.snd_una).saturating_add(u64::from(p.sack.count_ones()));
+            if acked >= len_u64(DUP_THRESH) && p.ack < peer.snd_tx {
+                return true;
+            }
+        }
+        if peer.snd_tx < end && peer.snd_tx < edge {
             return true;
         }
         peer.segs
@@ -970,6 +1034,7 @@ impl Proto {
     /// Ingests one received datagram at time `now`. An `Err` says what was dropped; the
     /// protocol state stays consistent either way.
     pub fn on_datagram(&mut self, now: u64, bytes: &[u8]) -> Result<(), RxError> {
+        self.settle();
         self.ingest(now, bytes, None)
     }
 
@@ -979,13 +1044,31 @@ impl Proto {
     /// header and the payload, and returns true when it has taken the message, which then
     /// counts as received and taken at once (it never occupies the receive window); when it
     /// returns false, the message is queued for [`Proto::pop`] as usual.
+    ///
+    /// When `take` took the message, the datagram's ack fields (checked at once) are applied
+    /// later, by [`Proto::settle`]: by the next call that changes the protocol state, or by
+    /// [`Proto::send_now`] once its datagram is on its way, so that a reply sent from the
+    /// message's handler leaves first. Until then [`Proto::next_timeout`] answers "at once",
+    /// [`Proto::due_now`] and [`Proto::unacked`] count the ack in, and [`Proto::peer_status`]
+    /// shows the send side without it.
     pub fn on_datagram_direct(
         &mut self,
         now: u64,
         bytes: &[u8],
         take: &mut dyn FnMut(Rank, &AmHeader, &[u8]) -> bool,
     ) -> Result<(), RxError> {
+        self.settle();
         self.ingest(now, bytes, Some(take))
+    }
+
+    /// Applies the ack fields that [`Proto::on_datagram_direct`] deferred, if any. Every call
+    /// that changes the protocol state does it first (`send_now` last); call it before reading
+    /// [`Proto::peer_status`] or [`Proto::next_timeout`] for the settled state.
+    pub fn settle(&mut self) {
+        if let Some(p) = self.pending.take() {
+            // Checked when it arrived; nothing left to report.
+            let _ = self.on_ack(p.src, p.now, p.ack, p.sack, p.window);
+        }
     }
 
     fn ingest(&mut self, now: u64, bytes: &[u8], take: Option<Take<'_>>) -> Result<(), RxError> {
@@ -1019,12 +1102,39 @@ impl Proto {
             return Err(RxError::FailedPeer(h.src));
         }
         peer.last_heard = peer.last_heard.max(now);
-        let acked = self.on_ack(h.src, now, h.ack, h.sack, h.window);
-        let data = match &pkt.frag {
-            Some(f) => self.on_data(h.src, now, h.seq, f, bytes, take),
-            None => Ok(()),
+        let (Some(f), Some(take)) = (&pkt.frag, take) else {
+            let acked = self.on_ack(h.src, now, h.ack, h.sack, h.window);
+            let data = match &pkt.frag {
+                Some(f) => self.on_data(h.src, now, h.seq, f, bytes, None),
+                None => Ok(()),
+            };
+            return acked.and(data);
         };
-        acked.and(data)
+        // The data first: a message taken straight off the wire goes to its handler (and its
+        // reply to the wire) before its ack fields are applied.
+        self.taken = false;
+        let data = self.on_data(h.src, now, h.seq, f, bytes, Some(take));
+        if !self.taken {
+            return self.on_ack(h.src, now, h.ack, h.sack, h.window).and(data);
+        }
+        let peer = &self.peers[ix(h.src)];
+        if h.ack > peer.snd_tx {
+            self.counters.protocol_errors += 1;
+            return Err(RxError::Protocol {
+                src: h.src,
+                what: "acked data that was never sent",
+            });
+        }
+        if h.ack >= peer.snd_una {
+            self.pending = Some(PendingAck {
+                src: h.src,
+                now,
+                ack: h.ack,
+                sack: h.sack,
+                window: h.window,
+            });
+        }
+        data
     }
 
     /// Processes the ack fields of a datagram from `src`.
@@ -1208,6 +1318,7 @@ impl Proto {
                 if let Some(take) = take {
                     if !self.has_ready() && take(src, am, f.chunk) {
                         self.counters.messages_received += 1;
+                        self.taken = true;
                         return result;
                     }
                 }
@@ -1266,6 +1377,7 @@ impl Proto {
         now: u64,
         mut tx: impl FnMut(&[Datagram<'_>]) -> usize,
     ) -> usize {
+        self.settle();
         let mut items = std::mem::take(&mut self.plan);
         let mut sent = 0;
         loop {
@@ -1478,8 +1590,13 @@ impl Proto {
 
     /// The time by which [`Proto::poll_transmit`] must run again (a retransmission, a delayed
     /// ack, a heartbeat or a liveness deadline); a time at or before `now` means at once. `None`
-    /// when there is no live peer. Arriving datagrams and new sends can make it earlier.
+    /// when there is no live peer. Arriving datagrams and new sends can make it earlier. At
+    /// once while an ack deferred by [`Proto::on_datagram_direct`] waits ([`Proto::settle`] or
+    /// `poll_transmit` applies it).
     pub fn next_timeout(&self) -> Option<u64> {
+        if self.pending.is_some() {
+            return Some(0);
+        }
         let cfg = &self.cfg;
         let mut t = u64::MAX;
         for (p, peer) in self.peers.iter().enumerate() {
@@ -1529,7 +1646,10 @@ impl Proto {
 
     /// DATA datagrams queued or in flight to all peers (zero once everything sent was acked).
     pub fn unacked(&self) -> usize {
-        self.peers.iter().map(|p| p.segs.len()).sum()
+        let settled = self.pending.map_or(0, |p| {
+            to_usize(p.ack.saturating_sub(self.peers[ix(p.src)].snd_una))
+        });
+        self.peers.iter().map(|p| p.segs.len()).sum::<usize>() - settled
     }
 
     /// The protocol state towards `rank` (`None` for an unknown rank).
