@@ -1649,7 +1649,11 @@ impl Proto {
         let settled = self.pending.map_or(0, |p| {
             to_usize(p.ack.saturating_sub(self.peers[ix(p.src)].snd_una))
         });
-        self.peers.iter().map(|p| p.segs.len()).sum::<usize>() - settled
+        self.peers
+            .iter()
+            .map(|p| p.segs.len())
+            .sum::<usize>()
+            .saturating_sub(settled)
     }
 
     /// The protocol state towards `rank` (`None` for an unknown rank).
