@@ -658,9 +658,10 @@ fn perfect_network_needs_no_retransmission() {
 #[test]
 fn perfect_network_keeps_every_credit_granted() {
     for seed in 1..=8u64 {
-        for mtu in [1400usize, 9000, 65_000] {
+        // Seed 8 with 3 ranks at 9000 bytes took 7 fast retransmissions when the window
+        // ignored the reassembly.
+        for (n, mtu) in [(3u32, 9000usize), (2, 1400), (4, 65_000)] {
             let mut rng = Rng(seed);
-            let n = 2 + (seed % 3) as u32;
             let mut sim = Sim::new(n, &sim_config(mtu), lossy(0.0, 0.0, 0), seed);
             let mut w = Workload::random(n, 30, &mut rng);
             if seed % 2 == 1 {
