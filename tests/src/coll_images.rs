@@ -153,11 +153,21 @@ pub fn main_images(seed: u64) -> i32 {
 /// Where `mixed_callers` works: above the property test's slots.
 const MIX: u64 = (crate::coll_prop::SLOTS * crate::coll_prop::SLOT) as u64;
 
+/// Representative broadcasts `mixed_callers` has issued on this rank (one job per process).
+static MIX_REPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// ALL_THREADS and representative calls interleaved with no barrier between the local
 /// images: image 0 of each rank runs ahead (issuing its ALL_THREADS gather_all, then a
 /// representative broadcast, six times), the others lag and must still join the right
 /// gather_alls.
+///
+/// The client's part of the ordering rule: every rank must initiate the collectives in the
+/// same order, so a lagging image may not start the (k+1)-th gather_all before image 0 has
+/// issued the k-th representative broadcast (otherwise that rank would order them the other
+/// way round). The lag alone (a sleep) does not guarantee it on a loaded machine; the wait on
+/// `MIX_REPS` does.
 fn mixed_callers(ep: &Endpoint, co: &Coll, w: &World, me: usize, li: usize) -> Verdict {
+    use std::sync::atomic::Ordering;
     let k_max = 6u64;
     let ni = w.nimages() as u64;
     let img = (w.first[me] + li) as u64;
@@ -174,6 +184,16 @@ fn mixed_callers(ep: &Endpoint, co: &Coll, w: &World, me: usize, li: usize) -> V
     for k in 0..k_max {
         if li != 0 {
             std::thread::sleep(Duration::from_millis(li as u64 * 2 + k % 2));
+            let t0 = std::time::Instant::now();
+            while MIX_REPS.load(Ordering::Acquire) < k {
+                if t0.elapsed() > Duration::from_secs(60) {
+                    return Err(format!(
+                        "mixed callers: image 0 did not issue broadcast #{} within 60 s",
+                        k - 1
+                    ));
+                }
+                std::thread::sleep(Duration::from_micros(100));
+            }
         }
         ep.write_local(src(k), &(img * 1000 + k).to_le_bytes())
             .map_err(|x| e("write", x))?;
@@ -200,6 +220,7 @@ fn mixed_callers(ep: &Endpoint, co: &Coll, w: &World, me: usize, li: usize) -> V
                 )
                 .map_err(|x| e("broadcast_nb", x))?,
             );
+            MIX_REPS.store(k + 1, Ordering::Release);
         }
     }
     co.wait_sync_all(&mut hs)
@@ -208,7 +229,8 @@ fn mixed_callers(ep: &Endpoint, co: &Coll, w: &World, me: usize, li: usize) -> V
     for k in 0..k_max {
         ep.read_local(MIX + 1024 + 8 * k, &mut b)
             .map_err(|x| e("read", x))?;
-        if u64::from_le_bytes(b) != 0xB0 + k {
+        // Only image 0 synced the representative broadcasts; the others may finish first.
+        if li == 0 && u64::from_le_bytes(b) != 0xB0 + k {
             return Err(format!(
                 "mixed callers: representative broadcast #{k} delivered {:#x}",
                 u64::from_le_bytes(b)

@@ -42,8 +42,10 @@ const H_EXIT: u8 = 207;
 
 /// Segment area per source rank for Long payloads (requests, then replies).
 const REGION: u64 = 2 << 20;
-/// Long payload sizes: empty, tiny, inline up to the 64 KiB boundary, then separate.
-const LONG_SIZES: [usize; 7] = [0, 1, 900, 4095, 65536, 65537, 1 << 20];
+/// Long payload sizes: empty, tiny, around the default put threshold (256 B: from there on
+/// the payload is put into the target segment when put/get run natively), and around the
+/// 64 KiB boundary of the AM path (inline up to it, a separate message above).
+const LONG_SIZES: [usize; 9] = [0, 1, 255, 256, 900, 4095, 65536, 65537, 1 << 20];
 /// Medium payload sizes around the small/large receive boundary and the maximum.
 const MEDIUM_SIZES: [usize; 8] = [0, 1, 7, 900, 984, 985, 4095, 65536];
 /// Bytes of the put/get check (not a multiple of the 64 KiB chunk).

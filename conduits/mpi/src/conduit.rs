@@ -9,15 +9,21 @@
 //! - **Tags.** Requests and replies travel under different tags, each in a small and a large
 //!   size class; credit returns, exit notices and separate Long payloads have tags of their own.
 //! - **Pre-posted receives.** A bounded pool of `MPI_ANY_SOURCE` receives per tag. A completed
-//!   receive holds its buffer until the handler has run, then is posted again.
+//!   receive holds its buffer (arguments, inline payload) until the handler has run, then is
+//!   posted again at the start of the next progress.
 //! - **Credits.** A rank may have at most `credits` unconsumed requests, and as many replies,
 //!   outstanding at each peer. The receiver returns credits piggy-backed on its own messages
 //!   (request credits on anything, reply credits on replies only) or, once half the window is
 //!   owed, in a credit message that is always received. Replies have their own credits, tags
 //!   and receives, so a handler that waits to reply only needs replies to drain.
-//! - **Long.** A payload of up to 64 KiB travels inline and is copied into the segment before
-//!   the handler runs; a larger one follows as a separate message under a per-transfer data tag
-//!   and is received straight into the segment at the given offset.
+//! - **Long.** When put/get run natively, a payload of at least `AMNET_MPI_LONG_PUT` bytes is
+//!   put into the target segment (`MPI_Put`, `MPI_Win_flush`) before the header is sent.
+//!   Otherwise a payload of up to 64 KiB travels inline and is copied into the segment before
+//!   the handler runs, and a larger one follows as a separate message under a per-transfer data
+//!   tag and is received straight into the segment at the given offset.
+//! - **Put visibility.** Once a rank has started an `MPI_Put` (or received a message flagged
+//!   so), every message it sends carries the `sync` flag; a poll that received a flagged
+//!   message calls `MPI_Win_sync` before running handlers (see `rma.rs`).
 //! - **Exit.** An exit notice goes to every rank; then every rank meets in a barrier on the exit
 //!   communicator and finalizes MPI, or, when some rank does not arrive within the grace
 //!   period, one calls `MPI_Abort` with the code.
@@ -25,7 +31,7 @@
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -37,7 +43,7 @@ use mpi::Threading;
 use crate::raw::{self, Comm, Completions, Request, Status};
 use crate::rma::Window;
 use crate::segment::{self, Segment};
-use crate::wire::{self, Header};
+use crate::wire::{self, Data, Header};
 
 /// Largest Medium payload (and largest Long payload sent inline).
 pub const MAX_MEDIUM: usize = wire::MAX_INLINE;
@@ -74,6 +80,11 @@ const REP: usize = 1;
 const COLLECTIVE_GRACE: Duration = Duration::from_millis(500);
 
 const DEFAULT_CREDITS: u32 = 32;
+/// Default of `AMNET_MPI_LONG_PUT`: Long payloads of at least this many bytes are put into the
+/// target segment when put/get run natively; smaller ones travel inline with the header.
+const DEFAULT_LONG_PUT: usize = 256;
+/// Largest `AMNET_MPI_LONG_PUT`: every payload too large to travel inline is put.
+const MAX_LONG_PUT: usize = wire::MAX_INLINE + 1;
 /// At most this many credits per peer and class: every outstanding separate Long holds a
 /// credit, so the data tag index cannot wrap onto a transfer still in flight.
 const MAX_CREDITS: u32 = 1024;
@@ -97,6 +108,10 @@ struct Settings {
     /// Bytes per `MPI_Put`/`MPI_Get` of the native put/get path (`AMNET_MPI_RMA_CHUNK`, at
     /// most and by default [`raw::RMA_CHUNK`]); larger transfers are split.
     rma_chunk: usize,
+    /// A Long payload of at least this many bytes is put into the target segment when
+    /// put/get run natively (`AMNET_MPI_LONG_PUT`, 1..=[`MAX_LONG_PUT`], default
+    /// [`DEFAULT_LONG_PUT`]).
+    long_put: usize,
 }
 
 fn env_flag(name: &str) -> Result<bool> {
@@ -134,17 +149,7 @@ impl Settings {
                 }
             },
         };
-        let boot_timeout = match std::env::var("AMNET_BOOT_TIMEOUT") {
-            Err(_) => Duration::from_secs(120),
-            Ok(v) => match v.parse::<u64>() {
-                Ok(s) if s > 0 => Duration::from_secs(s),
-                _ => {
-                    return Err(Error::Config(format!(
-                        "AMNET_BOOT_TIMEOUT={v:?}: expected a whole number of seconds >= 1"
-                    )))
-                }
-            },
-        };
+        let boot_timeout = amnet_core::conduit::boot_timeout()?;
         let rma_chunk = match std::env::var("AMNET_MPI_RMA_CHUNK") {
             Err(_) => raw::RMA_CHUNK,
             Ok(v) => match v.parse::<usize>() {
@@ -157,8 +162,21 @@ impl Settings {
                 }
             },
         };
+        let long_put = match std::env::var("AMNET_MPI_LONG_PUT") {
+            Err(_) => DEFAULT_LONG_PUT,
+            Ok(v) => match v.parse::<usize>() {
+                Ok(c) if (1..=MAX_LONG_PUT).contains(&c) => c,
+                _ => {
+                    return Err(Error::Config(format!(
+                        "AMNET_MPI_LONG_PUT={v:?}: expected a whole number of bytes in \
+                         1..={MAX_LONG_PUT}"
+                    )))
+                }
+            },
+        };
         Ok(Settings {
             rma_chunk,
+            long_put,
             credits,
             grace,
             boot_timeout,
@@ -231,6 +249,8 @@ struct Tx {
     scratch: Vec<usize>,
     /// Outstanding sends at which `try_send` reaps next.
     reap_at: usize,
+    /// `reqs.len()`, readable without the lock (so that an idle poll need not take it).
+    pending: Arc<AtomicUsize>,
 }
 
 // SAFETY: the request handles are process-wide MPI names usable from any thread (calls are
@@ -262,11 +282,35 @@ impl Tx {
 
     fn push(&mut self, comm: Comm, dest: u32, tag: c_int, buf: Vec<u8>) -> Result<()> {
         // SAFETY: the buffer's heap memory stays in `self.bufs`, unread and unmodified, until
-        // `reap` sees the request complete (moving the Vec does not move its contents).
-        let req = unsafe { raw::isend(buf.as_ptr(), buf.len(), dest, tag, comm)? };
+        // `reap` sees the request complete (moving the Vec does not move its contents), or is
+        // recycled below once the request is complete.
+        let mut req = unsafe { raw::isend(buf.as_ptr(), buf.len(), dest, tag, comm)? };
+        // A small send usually completes inside MPI_Isend (copied out eagerly): test it at
+        // once, so that it needs no bookkeeping and its buffer is reused for the next message.
+        if buf.len() <= SMALL_BYTES && raw::test_done(&mut req)? {
+            self.keep(buf);
+            return Ok(());
+        }
+        self.outstanding(req, buf);
+        Ok(())
+    }
+
+    /// Keep `buf` until `req`, the send from it, completes.
+    fn outstanding(&mut self, req: Request, buf: Vec<u8>) {
         self.reqs.push(req);
         self.bufs.push(buf);
-        Ok(())
+        self.pending.store(self.reqs.len(), Ordering::Relaxed);
+    }
+
+    /// Keep a send buffer whose send completed, for reuse.
+    #[inline]
+    fn keep(&mut self, b: Vec<u8>) {
+        let cap = b.capacity();
+        if (SMALL_BYTES..LARGE_BYTES).contains(&cap) && self.small.len() < KEEP_SMALL {
+            self.small.push(b);
+        } else if (LARGE_BYTES..2 * LARGE_BYTES).contains(&cap) && self.large.len() < KEEP_LARGE {
+            self.large.push(b);
+        }
     }
 
     /// Retire completed sends and keep their buffers for reuse.
@@ -287,15 +331,10 @@ impl Tx {
             }
             self.reqs.swap_remove(i);
             let b = self.bufs.swap_remove(i);
-            let cap = b.capacity();
-            if (SMALL_BYTES..LARGE_BYTES).contains(&cap) && self.small.len() < KEEP_SMALL {
-                self.small.push(b);
-            } else if (LARGE_BYTES..2 * LARGE_BYTES).contains(&cap) && self.large.len() < KEEP_LARGE
-            {
-                self.large.push(b);
-            }
+            self.keep(b);
         }
         self.scratch = idx;
+        self.pending.store(self.reqs.len(), Ordering::Relaxed);
         self.reap_at = (2 * self.reqs.len()).max(REAP_AT);
         Ok(())
     }
@@ -309,18 +348,73 @@ enum SlotKind {
     Msg(usize),
 }
 
-/// One pre-posted receive.
+/// One pre-posted receive (its buffer is in [`Buffers`]).
 struct Slot {
     kind: SlotKind,
     tag: c_int,
-    /// The buffer; taken out while a received message waits for (or is in) its handler.
-    buf: Option<Box<[u8]>>,
+}
+
+/// The receive buffers, one per slot: allocated at start-up, never moved, and kept for the
+/// life of the process (the engine is never dropped).
+///
+/// Who may touch buffer `i`: MPI while slot `i`'s receive is posted; once it completed, the
+/// thread that took the completion (under the `rx` lock), then the thread that delivers its
+/// message, until that thread gives the slot back (`Engine::give_back`); the receive is posted
+/// again only after that. So one party at a time uses a buffer, and no lock is needed to read
+/// a delivered message or to give its slot back.
+struct Buffers {
+    bufs: Box<[(*mut u8, usize)]>,
+}
+
+// SAFETY: the addresses of heap memory this structure owns for the life of the process; the
+// protocol above decides who reads or writes them at any time.
+unsafe impl Send for Buffers {}
+// SAFETY: as above.
+unsafe impl Sync for Buffers {}
+
+impl Buffers {
+    fn new(sizes: impl Iterator<Item = usize>) -> Buffers {
+        let bufs = sizes
+            .map(|n| {
+                let b: *mut [u8] = Box::into_raw(vec![0u8; n].into_boxed_slice());
+                (b.cast::<u8>(), n)
+            })
+            .collect();
+        Buffers { bufs }
+    }
+
+    /// Address and length of slot `i`'s buffer.
+    #[inline]
+    fn raw(&self, i: usize) -> (*mut u8, usize) {
+        self.bufs
+            .get(i)
+            .copied()
+            .unwrap_or((std::ptr::null_mut(), 0))
+    }
+
+    /// The first `len` bytes of slot `i`'s buffer (fewer if it is shorter).
+    ///
+    /// # Safety
+    /// - The caller holds slot `i` by the protocol above: its receive completed, and the slot
+    ///   has not been given back since.
+    #[inline]
+    unsafe fn read(&self, i: usize, len: usize) -> &[u8] {
+        let (p, n) = self.raw(i);
+        if p.is_null() {
+            return &[];
+        }
+        // SAFETY: `p` is valid for `n` bytes for the life of the process; per the contract
+        // nobody writes them meanwhile.
+        unsafe { std::slice::from_raw_parts(p, len.min(n)) }
+    }
 }
 
 /// A separate Long payload being received into the segment.
 struct PendingLong {
     src: u32,
     hdr: Header,
+    /// The receive slot whose buffer holds the header and arguments.
+    slot: usize,
     chunks_left: usize,
 }
 
@@ -328,9 +422,11 @@ struct PendingLong {
 struct Ready {
     src: u32,
     hdr: Header,
-    /// The receive slot and its buffer, for messages that arrived in the pool (all but separate
-    /// Longs, whose payload is already in the segment).
-    slot: Option<(usize, Box<[u8]>)>,
+    /// The receive slot whose buffer holds the message (arguments, an inline payload) until the
+    /// handler has run; then the slot is given back and its receive posted again.
+    slot: usize,
+    /// Bytes received.
+    len: usize,
 }
 
 /// Receive state.
@@ -351,20 +447,14 @@ struct Rx {
     scratch: Vec<usize>,
 }
 
-// SAFETY: as for `Tx`: MPI handles and owned buffers, reached only through the mutex. A buffer
-// under a pending receive is written by MPI only, and read only after the receive completes.
+// SAFETY: as for `Tx`: MPI handles and owned vectors, reached only through the mutex.
 unsafe impl Send for Rx {}
 
 impl Rx {
-    fn post(&mut self, i: usize, comm: Comm) -> Result<()> {
-        let slot = &mut self.slots[i];
-        let Some(buf) = slot.buf.as_mut() else {
-            return Ok(());
-        };
-        // SAFETY: the buffer stays in the slot, untouched by Rust code, until MPI_Testsome
-        // reports the receive complete (then it is taken out) or it is cancelled at exit.
-        self.reqs[i] = unsafe { raw::irecv(buf.as_mut_ptr(), buf.len(), None, slot.tag, comm)? };
-        Ok(())
+    /// True when a message waits in the ready queues that `pop` would return.
+    #[inline]
+    fn has_ready(&self, replies_only: bool) -> bool {
+        !self.ready[REP].is_empty() || !replies_only && !self.ready[REQ].is_empty()
     }
 
     fn pop(&mut self, replies_only: bool) -> Option<Ready> {
@@ -403,7 +493,18 @@ struct Engine {
     threshold: u32,
     peers: Box<[Peer]>,
     tx: Mutex<Tx>,
+    /// Outstanding sends (`Tx::pending`).
+    tx_pending: Arc<AtomicUsize>,
     rx: Mutex<Rx>,
+    /// The receive buffers, one per slot of `rx`.
+    bufs: Buffers,
+    /// Slots given back (bit `i % 64` of word `i / 64`) and not posted again yet: the next
+    /// progress posts them, so that no delivery waits for `MPI_Irecv` and giving a slot back
+    /// takes no lock.
+    returned: Box<[AtomicU64]>,
+    /// Messages in the ready queues, as last seen under the `rx` lock (a hint that lets a poll
+    /// stop without taking the lock again).
+    ready: AtomicUsize,
     seg: OnceLock<Segment>,
     /// The RMA window over every rank's segment, when put/get run natively.
     rma: OnceLock<Arc<Window>>,
@@ -434,6 +535,8 @@ fn long_tag(index: u32) -> c_int {
 thread_local! {
     /// Set on the thread that is ending the process through the conduit.
     static LEAVING_HERE: Cell<bool> = const { Cell::new(false) };
+    /// This thread's buffer for small messages (see `Engine::send_small`).
+    static SEND_BUF: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
 }
 
 impl Engine {
@@ -451,6 +554,105 @@ impl Engine {
         let mut b = tx.buffer(body.len());
         b.extend_from_slice(&body);
         tx.push(self.comm, dest, tag, b)
+    }
+
+    /// Send `msg` to `dest`, a credit of `class` taken.
+    fn send(&self, peer: &Peer, dest: u32, class: usize, msg: &OutMsg<'_>) -> Result<()> {
+        let len = msg.payload.len();
+        let data = match msg.category {
+            Category::Long if len >= self.settings.long_put => match self.rma.get() {
+                Some(w) => {
+                    // The payload goes straight into the target segment, complete there
+                    // (MPI_Win_flush) before the header leaves: the target's MPI_Win_sync
+                    // after receiving the header orders its handler's reads after it.
+                    w.put(dest, msg.long_offset, msg.payload)?;
+                    Data::Placed
+                }
+                None if len > wire::MAX_INLINE => {
+                    Data::Separate(peer.long_seq.fetch_add(1, Ordering::Relaxed) % wire::LONG_TAGS)
+                }
+                None => Data::Inline,
+            },
+            Category::Long if len > wire::MAX_INLINE => {
+                Data::Separate(peer.long_seq.fetch_add(1, Ordering::Relaxed) % wire::LONG_TAGS)
+            }
+            _ => Data::Inline,
+        };
+        let inline = match (msg.category, data) {
+            (Category::Short, _) | (_, Data::Separate(_) | Data::Placed) => 0,
+            _ => len,
+        };
+        let need = wire::encoded_len(msg.args.len(), inline);
+        let tag = TAG_MSG[class][usize::from(need > SMALL_BYTES)];
+        // Reply credits travel on replies only: a rank waiting to reply polls replies alone.
+        let credits = [
+            peer.take_owed(REQ),
+            if msg.is_reply { peer.take_owed(REP) } else { 0 },
+        ];
+        // After any put of this rank (this Long's included), or a message from a rank that had
+        // put, the receiver must order its handler's reads after what was put.
+        let sync = self.rma.get().is_some_and(|w| w.touched());
+        if need <= SMALL_BYTES && !matches!(data, Data::Separate(_)) {
+            return self.send_small(dest, tag, msg, credits, data, sync);
+        }
+        let mut tx = lock(&self.tx);
+        let mut buf = tx.buffer(need);
+        wire::encode(&mut buf, msg, credits, data, sync);
+        if let Data::Separate(t) = data {
+            for chunk in msg.payload.chunks(LONG_CHUNK) {
+                tx.push(self.comm, dest, long_tag(t), chunk.to_vec())?;
+            }
+        }
+        tx.push(self.comm, dest, tag, buf)?;
+        if tx.reqs.len() >= tx.reap_at {
+            tx.reap()?;
+        }
+        drop(tx);
+        Ok(())
+    }
+
+    /// Send a message of at most [`SMALL_BYTES`] from this thread's send buffer: encode,
+    /// `MPI_Isend`, `MPI_Test`. Small sends usually complete inside `MPI_Isend`, and then
+    /// neither the send lock nor any bookkeeping is needed; one that did not complete hands its
+    /// buffer to the outstanding sends.
+    fn send_small(
+        &self,
+        dest: u32,
+        tag: c_int,
+        msg: &OutMsg<'_>,
+        credits: wire::Credits,
+        data: Data,
+        sync: bool,
+    ) -> Result<()> {
+        SEND_BUF.with(|cell| {
+            let mut buf = cell.take();
+            buf.clear();
+            buf.reserve(SMALL_BYTES);
+            wire::encode(&mut buf, msg, credits, data, sync);
+            // SAFETY: the buffer's heap memory is neither read nor modified by Rust code until
+            // the request completes: it goes back to the thread's cell only once MPI_Test saw
+            // the send complete, and otherwise to the outstanding sends, which keep it until
+            // `reap` sees it complete (moving the Vec does not move its contents).
+            let mut req = match unsafe { raw::isend(buf.as_ptr(), buf.len(), dest, tag, self.comm) }
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    cell.replace(buf);
+                    return Err(e);
+                }
+            };
+            let done = raw::test_done(&mut req);
+            if let Ok(true) = done {
+                cell.replace(buf);
+                return Ok(());
+            }
+            let mut tx = lock(&self.tx);
+            tx.outstanding(req, buf);
+            if tx.reqs.len() >= tx.reap_at {
+                tx.reap()?;
+            }
+            done.map(|_| ())
+        })
     }
 
     /// A message of `class` from `src` has been consumed: owe a credit, and return what is
@@ -517,16 +719,17 @@ impl Engine {
             return Ok(());
         }
         if let Some(st) = raw::test(&mut rx.reqs[0])? {
-            self.on_exit_notice(&rx, &st)?;
+            self.on_exit_notice(&st)?;
         }
         Ok(())
     }
 
-    fn on_exit_notice(&self, rx: &Rx, st: &Status) -> Result<()> {
+    fn on_exit_notice(&self, st: &Status) -> Result<()> {
         let src = raw::source(st)?;
         let len = raw::received_len(st)?;
-        let buf = rx.slots[0].buf.as_deref().unwrap_or(&[]);
-        match wire::decode_exit(buf.get(..len).unwrap_or(&[])) {
+        // SAFETY: the exit receive completed and is never posted again.
+        let buf = unsafe { self.bufs.read(0, len) };
+        match wire::decode_exit(buf) {
             Ok(code) => self.note_exit(src, code),
             Err(e) => eprintln!(
                 "amnet mpi rank {}: malformed exit notice from rank {src}: {e}; ending the job \
@@ -545,26 +748,37 @@ impl Engine {
     /// Move completed receives to the ready queues (all classes, or only what a thread waiting
     /// to reply may use: exit, credits, replies, and separate Long payloads).
     fn progress(&self, rx: &mut Rx, replies_only: bool) -> Result<()> {
+        self.repost(rx)?;
         let end = if replies_only {
             rx.reply_end
         } else {
             rx.reqs.len()
         };
-        let n = raw::testsome(&mut rx.reqs[..end], &mut rx.done)?;
+        let mut n = raw::testsome(&mut rx.reqs[..end], &mut rx.done)?;
+        if n == 0 {
+            // MPI_Testsome looks at the requests before it makes progress: what that progress
+            // completed shows only on a second look.
+            n = raw::testsome(&mut rx.reqs[..end], &mut rx.done)?;
+        }
         if n > 0 {
-            // What a sender put before sending these messages must be visible to the handlers
-            // about to run (and to barriers): order our reads of the segment after it.
-            if let Some(w) = self.rma.get() {
-                w.sync();
-            }
             // Taken out for the loop, which needs the rest of `rx`; put back for reuse.
             let done = std::mem::take(&mut rx.done);
+            let mut sync = false;
             for (i, st) in done.iter() {
                 if i < rx.slots.len() {
-                    self.completed(rx, i, st)?;
+                    sync |= self.completed(rx, i, st)?;
                 }
             }
             rx.done = done;
+            if sync {
+                // What the senders put before sending these messages must be visible to the
+                // handlers about to run (and to barriers): order our reads of the segment
+                // after it. What this rank sends from now on may follow those puts.
+                if let Some(w) = self.rma.get() {
+                    w.sync();
+                    w.touch();
+                }
+            }
         }
         if !rx.long_reqs.is_empty() && raw::testsome(&mut rx.long_reqs, &mut rx.long_done)? > 0 {
             let mut idx = std::mem::take(&mut rx.scratch);
@@ -593,7 +807,8 @@ impl Engine {
                         rx.ready[class].push_back(Ready {
                             src: p.src,
                             hdr: p.hdr,
-                            slot: None,
+                            slot: p.slot,
+                            len: p.hdr.payload_at,
                         });
                     }
                 }
@@ -603,15 +818,17 @@ impl Engine {
         Ok(())
     }
 
-    /// Handle the completed receive of slot `i`.
-    fn completed(&self, rx: &mut Rx, i: usize, st: &Status) -> Result<()> {
+    /// Handle the completed receive of slot `i`. True when it is an active message whose
+    /// sender asks for `MPI_Win_sync` before its handler runs.
+    fn completed(&self, rx: &mut Rx, i: usize, st: &Status) -> Result<bool> {
         match rx.slots[i].kind {
-            SlotKind::Exit => self.on_exit_notice(rx, st),
+            SlotKind::Exit => self.on_exit_notice(st).map(|()| false),
             SlotKind::Credit => {
                 let src = raw::source(st)?;
                 let len = raw::received_len(st)?;
-                let buf = rx.slots[i].buf.as_deref().unwrap_or(&[]);
-                match wire::decode_credit(buf.get(..len).unwrap_or(&[])) {
+                // SAFETY: the receive of slot `i` completed; the slot is given back below.
+                let buf = unsafe { self.bufs.read(i, len) };
+                match wire::decode_credit(buf) {
                     Ok([req, rep]) => {
                         if let Some(p) = self.peers.get(src as usize) {
                             p.give(REQ, req);
@@ -624,45 +841,44 @@ impl Engine {
                         self.rank
                     ),
                 }
-                rx.post(i, self.comm)
+                self.give_back(i);
+                Ok(false)
             }
             SlotKind::Msg(class) => {
                 let src = raw::source(st)?;
                 let len = raw::received_len(st)?;
-                let Some(buf) = rx.slots[i].buf.take() else {
-                    return Ok(());
-                };
-                match self.accept(rx, src, class, buf.get(..len).unwrap_or(&[])) {
-                    Ok(Some(hdr)) if hdr.data_tag.is_none() => {
-                        rx.ready[class].push_back(Ready {
-                            src,
-                            hdr,
-                            slot: Some((i, buf)),
-                        });
-                        Ok(())
+                // The slot stays with the message until its handler has run (its buffer holds
+                // the arguments); the receive is posted again after that.
+                // SAFETY: the receive of slot `i` completed; the slot goes with the message.
+                let msg = unsafe { self.bufs.read(i, len) };
+                match self.accept(src, class, msg) {
+                    Some(hdr) => {
+                        let sync = hdr.sync;
+                        if let Data::Separate(tag) = hdr.data {
+                            self.receive_separate(rx, src, hdr, tag, i)?;
+                        } else {
+                            rx.ready[class].push_back(Ready {
+                                src,
+                                hdr,
+                                slot: i,
+                                len,
+                            });
+                        }
+                        Ok(sync)
                     }
-                    Ok(Some(_)) => {
-                        // A separate Long: the header is copied and the payload is on its way
-                        // into the segment; the slot can take the next message now.
-                        rx.slots[i].buf = Some(buf);
-                        rx.post(i, self.comm)
-                    }
-                    Ok(None) => {
-                        rx.slots[i].buf = Some(buf);
-                        rx.post(i, self.comm)?;
+                    None => {
+                        self.give_back(i);
                         self.consumed(src, class);
-                        Ok(())
+                        Ok(false)
                     }
-                    Err(e) => Err(e),
                 }
             }
         }
     }
 
-    /// Decode and check an active message of `class` from `src`, take the credits it returns,
-    /// and for a separate Long post the receive of its payload. `Ok(None)`: malformed, dropped
-    /// with a line on stderr.
-    fn accept(&self, rx: &mut Rx, src: u32, class: usize, msg: &[u8]) -> Result<Option<Header>> {
+    /// Decode and check an active message of `class` from `src` and take the credits it
+    /// returns. `None`: malformed, dropped with a line on stderr.
+    fn accept(&self, src: u32, class: usize, msg: &[u8]) -> Option<Header> {
         let drop_msg = |why: &dyn std::fmt::Display| {
             eprintln!(
                 "amnet mpi rank {}: dropped a malformed message from rank {src}: {why}",
@@ -673,39 +889,55 @@ impl Engine {
             Ok(h) => h,
             Err(e) => {
                 drop_msg(&e);
-                return Ok(None);
+                return None;
             }
         };
         if Self::class_of(hdr.is_reply) != class {
             drop_msg(&"request/reply flag does not match its tag");
-            return Ok(None);
+            return None;
         }
         if let Some(p) = self.peers.get(src as usize) {
             p.give(REQ, hdr.credits[0]);
             p.give(REP, hdr.credits[1]);
         }
-        if hdr.category != Category::Long {
-            return Ok(Some(hdr));
-        }
-        let dst = self
-            .seg
-            .get()
-            .and_then(|s| s.range(hdr.long_offset, hdr.payload_len));
-        let Some(dst) = dst else {
+        if hdr.category == Category::Long && self.long_range(&hdr).is_none() {
             drop_msg(&format_args!(
                 "Long range {}+{} is outside the local segment",
                 hdr.long_offset, hdr.payload_len
             ));
-            return Ok(None);
-        };
-        let Some(tag) = hdr.data_tag else {
-            return Ok(Some(hdr));
+            return None;
+        }
+        Some(hdr)
+    }
+
+    /// Where a Long's payload goes in the local segment (`None` when outside it).
+    #[inline]
+    fn long_range(&self, hdr: &Header) -> Option<*mut u8> {
+        self.seg
+            .get()
+            .and_then(|s| s.range(hdr.long_offset, hdr.payload_len))
+    }
+
+    /// Post the receives of a separate Long's payload straight into the segment; the message
+    /// is delivered once they all completed.
+    fn receive_separate(
+        &self,
+        rx: &mut Rx,
+        src: u32,
+        hdr: Header,
+        tag: u32,
+        slot: usize,
+    ) -> Result<()> {
+        // Checked by `accept`.
+        let Some(dst) = self.long_range(&hdr) else {
+            return Ok(());
         };
         // In range of a usize-sized segment, so the length fits a usize.
         let len = usize::try_from(hdr.payload_len).unwrap_or(0);
         let owner = rx.add_long(PendingLong {
             src,
             hdr,
+            slot,
             chunks_left: len.div_ceil(LONG_CHUNK),
         });
         let mut off = 0;
@@ -719,20 +951,52 @@ impl Engine {
             rx.long_owner.push(owner);
             off += n;
         }
-        Ok(Some(hdr))
+        Ok(())
     }
 
-    /// Put a delivered message's receive back in the pool and account for the credit.
-    fn finish(&self, src: u32, class: usize, slot: Option<(usize, Box<[u8]>)>) {
-        if let Some((i, buf)) = slot {
-            let mut rx = lock(&self.rx);
-            rx.slots[i].buf = Some(buf);
-            if self.state.load(Ordering::Acquire) != FINALIZED {
-                if let Err(e) = rx.post(i, self.comm) {
-                    eprintln!("amnet mpi rank {}: cannot post a receive: {e}", self.rank);
+    /// Post the receive of slot `i` (its buffer is not in use: a fresh slot, or one given back).
+    fn post(&self, rx: &mut Rx, i: usize) -> Result<()> {
+        let (p, n) = self.bufs.raw(i);
+        let Some(slot) = rx.slots.get(i) else {
+            return Ok(());
+        };
+        // SAFETY: nobody touches the buffer until MPI_Testsome reports the receive complete or
+        // it is cancelled at exit (the protocol of `Buffers`).
+        rx.reqs[i] = unsafe { raw::irecv(p, n, None, slot.tag, self.comm)? };
+        Ok(())
+    }
+
+    /// Give slot `i` back: its message has been handled; the next progress posts it again.
+    #[inline]
+    fn give_back(&self, i: usize) {
+        if let Some(w) = self.returned.get(i / 64) {
+            w.fetch_or(1 << (i % 64), Ordering::Release);
+        }
+    }
+
+    /// Post the receives of every slot given back.
+    fn repost(&self, rx: &mut Rx) -> Result<()> {
+        for (k, w) in self.returned.iter().enumerate() {
+            if w.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let mut bits = w.swap(0, Ordering::Acquire);
+            while bits != 0 {
+                let b = bits.trailing_zeros() as usize;
+                if let Err(e) = self.post(rx, k * 64 + b) {
+                    // Not posted: keep them for the next progress.
+                    w.fetch_or(bits, Ordering::Release);
+                    return Err(e);
                 }
+                bits &= bits - 1;
             }
         }
+        Ok(())
+    }
+
+    /// A delivered message's handler has run: give its slot back and account for the credit.
+    fn finish(&self, src: u32, class: usize, slot: usize) {
+        self.give_back(slot);
         self.consumed(src, class);
     }
 
@@ -743,21 +1007,24 @@ impl Engine {
             eng: &'a Engine,
             src: u32,
             class: usize,
-            slot: Option<(usize, Box<[u8]>)>,
+            slot: usize,
         }
         impl Drop for Done<'_> {
             fn drop(&mut self) {
-                self.eng.finish(self.src, self.class, self.slot.take());
+                self.eng.finish(self.src, self.class, self.slot);
             }
         }
         let hdr = r.hdr;
-        let done = Done {
+        let _done = Done {
             eng: self,
             src: r.src,
             class: Self::class_of(hdr.is_reply),
             slot: r.slot,
         };
-        let buf: &[u8] = done.slot.as_ref().map_or(&[], |(_, b)| &b[..]);
+        // SAFETY: this thread holds the slot until `_done` gives it back, after the handler.
+        let buf: &[u8] = unsafe { self.bufs.read(r.slot, r.len) };
+        let mut args = [0u32; MAX_ARGS];
+        let args = hdr.read_args(buf, &mut args);
         let plen = usize::try_from(hdr.payload_len).unwrap_or(usize::MAX);
         let inline = buf
             .get(hdr.payload_at..)
@@ -767,14 +1034,10 @@ impl Engine {
             Category::Short => &[],
             Category::Medium => inline,
             Category::Long => {
-                let Some(dst) = self
-                    .seg
-                    .get()
-                    .and_then(|s| s.range(hdr.long_offset, hdr.payload_len))
-                else {
+                let Some(dst) = self.long_range(&hdr) else {
                     return true;
                 };
-                if hdr.data_tag.is_none() {
+                if hdr.has_inline_payload() {
                     // SAFETY: `dst` has room for the payload (checked by `range`), which came in
                     // full (checked by the decoder); the receive buffer and the segment are
                     // distinct memory.
@@ -790,7 +1053,7 @@ impl Engine {
             handler: hdr.handler,
             category: hdr.category,
             is_reply: hdr.is_reply,
-            args: hdr.args(),
+            args,
             payload,
             long_offset: hdr.long_offset,
         })
@@ -1125,7 +1388,8 @@ impl MpiConduit {
     /// `AMNET_VERBOSE` (rank 0 prints the MPI library and the thread level in use, and at
     /// attach which put/get path is in use), `AMNET_RMA` (`am`: no RMA window, put/get on the
     /// AM path), `AMNET_MPI_RMA_CHUNK` (bytes per `MPI_Put`/`MPI_Get`, default and at most
-    /// 1 GiB).
+    /// 1 GiB), `AMNET_MPI_LONG_PUT` (Long payloads of at least this many bytes, default 256,
+    /// are put into the target segment when put/get run natively).
     pub fn from_env() -> Result<MpiConduit> {
         static CREATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         if CREATED.swap(true, Ordering::AcqRel) {
@@ -1156,14 +1420,14 @@ impl MpiConduit {
         let mut slots = vec![Slot {
             kind: SlotKind::Exit,
             tag: TAG_EXIT,
-            buf: Some(vec![0u8; wire::CTRL_LEN].into_boxed_slice()),
         }];
+        let mut sizes = vec![wire::CTRL_LEN];
         for _ in 0..credit_slots {
             slots.push(Slot {
                 kind: SlotKind::Credit,
                 tag: TAG_CREDIT,
-                buf: Some(vec![0u8; wire::CTRL_LEN].into_boxed_slice()),
             });
+            sizes.push(wire::CTRL_LEN);
         }
         let mut reply_end = 0;
         for class in [REP, REQ] {
@@ -1172,15 +1436,16 @@ impl MpiConduit {
                     slots.push(Slot {
                         kind: SlotKind::Msg(class),
                         tag: TAG_MSG[class][size_class],
-                        buf: Some(vec![0u8; bytes].into_boxed_slice()),
                     });
+                    sizes.push(bytes);
                 }
             }
             if class == REP {
                 reply_end = slots.len();
             }
         }
-        let mut rx = Rx {
+        let nslots = slots.len();
+        let rx = Rx {
             reqs: vec![raw::null_request(); slots.len()],
             slots,
             reply_end,
@@ -1193,10 +1458,8 @@ impl MpiConduit {
             long_done: Completions::default(),
             scratch: Vec::new(),
         };
-        for i in 0..rx.slots.len() {
-            rx.post(i, comm)?;
-        }
         let credits = settings.credits;
+        let tx_pending = Arc::new(AtomicUsize::new(0));
         let eng = Arc::new(Engine {
             rank,
             size,
@@ -1214,14 +1477,27 @@ impl MpiConduit {
                 done: Completions::default(),
                 scratch: Vec::new(),
                 reap_at: REAP_AT,
+                pending: tx_pending.clone(),
             }),
+            tx_pending,
             rx: Mutex::new(rx),
+            bufs: Buffers::new(sizes.into_iter()),
+            returned: (0..nslots.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            ready: AtomicUsize::new(0),
             seg: OnceLock::new(),
             rma: OnceLock::new(),
             exit: AtomicU64::new(0),
             state: AtomicU8::new(RUNNING),
             settings,
         });
+        {
+            let mut rx = lock(&eng.rx);
+            for i in 0..nslots {
+                eng.post(&mut rx, i)?;
+            }
+        }
         if ENGINE.set(eng.clone()).is_ok() {
             install_exit_hook();
         }
@@ -1303,6 +1579,19 @@ impl Conduit for MpiConduit {
         )?;
         if eng.settings.verbose && eng.rank == 0 {
             eprintln!("amnet mpi: {}", opened.summary);
+            let max = wire::MAX_INLINE;
+            if opened.window.is_some() {
+                eprintln!(
+                    "amnet mpi: Long payloads of {} B or more: MPI_Put into the target segment \
+                     and MPI_Win_flush before the header is sent; smaller ones inline",
+                    eng.settings.long_put
+                );
+            } else {
+                eprintln!(
+                    "amnet mpi: Long payloads: inline up to {max} B, larger ones as a separate \
+                     message received into the target segment"
+                );
+            }
         }
         let seg = opened.seg;
         let local = LocalSegment {
@@ -1331,38 +1620,7 @@ impl Conduit for MpiConduit {
         if !peer.take_credit(class) {
             return Ok(false);
         }
-        let separate = msg.category == Category::Long && msg.payload.len() > wire::MAX_INLINE;
-        let inline = match msg.category {
-            Category::Short => 0,
-            _ if separate => 0,
-            _ => msg.payload.len(),
-        };
-        let need = wire::encoded_len(msg.args.len(), inline);
-        let tag = TAG_MSG[class][usize::from(need > SMALL_BYTES)];
-        // Reply credits travel on replies only: a rank waiting to reply polls replies alone.
-        let credits = [
-            peer.take_owed(REQ),
-            if msg.is_reply { peer.take_owed(REP) } else { 0 },
-        ];
-        let data_tag =
-            separate.then(|| peer.long_seq.fetch_add(1, Ordering::Relaxed) % wire::LONG_TAGS);
-        let mut tx = lock(&eng.tx);
-        let sent = (|| -> Result<()> {
-            let mut buf = tx.buffer(need);
-            wire::encode(&mut buf, msg, credits, data_tag);
-            if let Some(t) = data_tag {
-                for chunk in msg.payload.chunks(LONG_CHUNK) {
-                    tx.push(eng.comm, dest, long_tag(t), chunk.to_vec())?;
-                }
-            }
-            tx.push(eng.comm, dest, tag, buf)?;
-            if tx.reqs.len() >= tx.reap_at {
-                tx.reap()?;
-            }
-            Ok(())
-        })();
-        drop(tx);
-        if let Err(e) = sent {
+        if let Err(e) = eng.send(peer, dest, class, msg) {
             peer.give(class, 1);
             return Err(e);
         }
@@ -1371,22 +1629,34 @@ impl Conduit for MpiConduit {
 
     fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {
         let eng = &*self.eng;
-        if let Ok(mut tx) = eng.tx.try_lock() {
-            if !tx.reqs.is_empty() {
-                tx.reap()?;
+        if eng.tx_pending.load(Ordering::Relaxed) > 0 {
+            if let Ok(mut tx) = eng.tx.try_lock() {
+                if !tx.reqs.is_empty() {
+                    tx.reap()?;
+                }
             }
         }
         let mut n = 0;
         let mut progressed = false;
         while n < POLL_BUDGET {
+            if progressed && eng.ready.load(Ordering::Relaxed) == 0 {
+                // Nothing left to deliver: no need to take the lock again to find that out.
+                break;
+            }
             let next = {
                 let mut rx = lock(&eng.rx);
-                let mut next = rx.pop(replies_only);
-                if next.is_none() && !progressed {
+                if !rx.has_ready(replies_only) && !progressed {
                     eng.progress(&mut rx, replies_only)?;
                     progressed = true;
-                    next = rx.pop(replies_only);
                 }
+                // Only a message that is there is moved out (an idle poll moves nothing).
+                let next = if rx.has_ready(replies_only) {
+                    rx.pop(replies_only)
+                } else {
+                    None
+                };
+                eng.ready
+                    .store(rx.ready[REQ].len() + rx.ready[REP].len(), Ordering::Relaxed);
                 next
             };
             let Some(r) = next else { break };

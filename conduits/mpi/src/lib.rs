@@ -5,11 +5,13 @@
 //! travel as non-blocking point-to-point messages on a private duplicate of
 //! `MPI_COMM_WORLD`, so a client may use MPI itself, on the world communicator, in the same
 //! program. Flow control is credit-based and replies have credits, tags and receives of their
-//! own, so a handler that replies never waits behind requests. Long payloads above 64 KiB are
-//! received straight into the target segment. Put/get run natively with MPI one-sided
-//! communication (a window over every rank's segment, a passive-target epoch for the job's
-//! life) when a probe at attach finds it working on every rank, and on the core's AM-based
-//! path otherwise; barriers come from the core. The design note is `src/README.md`.
+//! own, so a handler that replies never waits behind requests. Put/get run natively with MPI
+//! one-sided communication (a window over every rank's segment, a passive-target epoch for the
+//! job's life) when a probe at attach finds it working on every rank, and on the core's
+//! AM-based path otherwise. On the native path Long payloads (from 256 bytes, by default) are
+//! put straight into the target segment before their header is sent; on the AM path those
+//! above 64 KiB are received straight into it. Barriers come from the core. The design note
+//! is `src/README.md`.
 //!
 //! ```no_run
 //! use amnet_core::{Endpoint, HandlerTable};

@@ -91,24 +91,40 @@ pub(crate) fn check(rc: c_int, what: &str) -> Result<()> {
     if rc == SUCCESS {
         Ok(())
     } else {
-        Err(Error::conduit(
-            "mpi",
-            format!("{what}: {}", error_string(rc)),
-        ))
+        Err(failed(rc, what))
     }
 }
 
-fn count(len: usize, what: &str) -> Result<c_int> {
-    c_int::try_from(len).map_err(|_| {
-        Error::conduit(
-            "mpi",
-            format!("{what}: {len} bytes exceed one MPI message's count"),
-        )
-    })
+/// The error of a failed MPI call (kept out of line: the calls above are on hot paths).
+#[cold]
+#[inline(never)]
+fn failed(rc: c_int, what: &str) -> Error {
+    Error::conduit("mpi", format!("{what}: {}", error_string(rc)))
 }
 
+#[inline]
+fn count(len: usize, what: &str) -> Result<c_int> {
+    c_int::try_from(len).map_err(|_| too_large(len, what))
+}
+
+#[cold]
+#[inline(never)]
+fn too_large(len: usize, what: &str) -> Error {
+    Error::conduit(
+        "mpi",
+        format!("{what}: {len} bytes exceed one MPI message's count"),
+    )
+}
+
+#[inline]
 fn peer(rank: u32) -> Result<c_int> {
-    c_int::try_from(rank).map_err(|_| Error::conduit("mpi", format!("rank {rank} out of range")))
+    c_int::try_from(rank).map_err(|_| bad_rank(rank))
+}
+
+#[cold]
+#[inline(never)]
+fn bad_rank(rank: u32) -> Error {
+    Error::conduit("mpi", format!("rank {rank} out of range"))
 }
 
 /// Start sending `len` bytes at `buf` to `dest` with `tag` on `comm`.
@@ -116,6 +132,7 @@ fn peer(rank: u32) -> Result<c_int> {
 /// # Safety
 /// - `buf` is valid for `len` bytes of reads and stays valid and unmodified until the returned
 ///   request completes.
+#[inline]
 pub(crate) unsafe fn isend(
     buf: *const u8,
     len: usize,
@@ -148,6 +165,7 @@ pub(crate) unsafe fn isend(
 /// # Safety
 /// - `buf` is valid for `len` bytes of writes, and nothing else reads or writes it until the
 ///   returned request completes or is cancelled.
+#[inline]
 pub(crate) unsafe fn irecv(
     buf: *mut u8,
     len: usize,
@@ -198,6 +216,7 @@ impl Completions {
 
 /// `MPI_Testsome` over `reqs`: completed requests become `MPI_REQUEST_NULL` and are listed in
 /// `out`. Inactive (null) requests are skipped, as MPI specifies.
+#[inline]
 pub(crate) fn testsome(reqs: &mut [Request], out: &mut Completions) -> Result<usize> {
     out.n = 0;
     if reqs.is_empty() {
@@ -249,6 +268,18 @@ pub(crate) fn test(req: &mut Request) -> Result<Option<Status>> {
     let rc = locked(|| unsafe { ffi::MPI_Test(req, &mut flag, &mut st) });
     check(rc, "MPI_Test")?;
     Ok((flag != 0).then_some(st))
+}
+
+/// `MPI_Test` on one request, without its status: true once complete (the request is then
+/// null).
+#[inline]
+pub(crate) fn test_done(req: &mut Request) -> Result<bool> {
+    let mut flag: c_int = 0;
+    // SAFETY: `req` is a valid (possibly null) request handle and `flag` is writable;
+    // MPI_STATUS_IGNORE is an immutable export of the rsmpi shim.
+    let rc = locked(|| unsafe { ffi::MPI_Test(req, &mut flag, ffi::RSMPI_STATUS_IGNORE) });
+    check(rc, "MPI_Test")?;
+    Ok(flag != 0)
 }
 
 /// Cancel a pending receive and complete it, so that its buffer may be released.
@@ -474,9 +505,15 @@ unsafe impl Sync for Win {}
 /// Largest count of one put or get: MPI counts are `int`.
 pub(crate) const RMA_CHUNK: usize = 1 << 30;
 
+#[inline]
 fn disp(offset: u64) -> Result<ffi::MPI_Aint> {
-    ffi::MPI_Aint::try_from(offset)
-        .map_err(|_| Error::conduit("mpi", format!("offset {offset} exceeds MPI_Aint")))
+    ffi::MPI_Aint::try_from(offset).map_err(|_| bad_offset(offset))
+}
+
+#[cold]
+#[inline(never)]
+fn bad_offset(offset: u64) -> Error {
+    Error::conduit("mpi", format!("offset {offset} exceeds MPI_Aint"))
 }
 
 /// Collective over `comm`: `MPI_Win_allocate` of `len` bytes (displacement unit 1) that
@@ -584,6 +621,7 @@ pub(crate) fn win_free(mut win: Win) -> Result<()> {
 /// # Safety
 /// - `src` is valid for `len` bytes of reads and stays unmodified until the operation
 ///   completes locally (a flush).
+#[inline]
 pub(crate) unsafe fn put(
     src: *const u8,
     len: usize,
@@ -616,6 +654,7 @@ pub(crate) unsafe fn put(
 /// # Safety
 /// - `dst` is valid for `len` bytes of writes, and nothing else reads or writes them, until
 ///   the operation completes (a flush).
+#[inline]
 pub(crate) unsafe fn get(dst: *mut u8, len: usize, rank: u32, offset: u64, win: Win) -> Result<()> {
     let n = count(len, "MPI_Get")?;
     let r = peer(rank)?;
@@ -638,6 +677,7 @@ pub(crate) unsafe fn get(dst: *mut u8, len: usize, rank: u32, offset: u64, win: 
 
 /// `MPI_Win_flush`: every operation this process started towards `rank` is complete, at the
 /// origin and at the target.
+#[inline]
 pub(crate) fn flush(rank: u32, win: Win) -> Result<()> {
     let r = peer(rank)?;
     // SAFETY: `win` is a valid window inside this rank's lock_all epoch.
@@ -649,6 +689,7 @@ pub(crate) fn flush(rank: u32, win: Win) -> Result<()> {
 
 /// `MPI_Win_flush_local`: every operation this process started towards `rank` is complete at
 /// the origin (put sources reusable, get data arrived).
+#[inline]
 pub(crate) fn flush_local(rank: u32, win: Win) -> Result<()> {
     let r = peer(rank)?;
     // SAFETY: `win` is a valid window inside this rank's lock_all epoch.
@@ -660,6 +701,7 @@ pub(crate) fn flush_local(rank: u32, win: Win) -> Result<()> {
 
 /// `MPI_Win_sync`: orders this process's accesses to its window memory with the RMA
 /// operations of other ranks (a memory barrier in the unified model).
+#[inline]
 pub(crate) fn win_sync(win: Win) -> Result<()> {
     // SAFETY: `win` is a valid window inside this rank's lock_all epoch.
     check(

@@ -15,7 +15,7 @@
 //! test of remote completion, so `test` flushes as `wait` does: a flush needs no handler to
 //! run anywhere and ends in bounded time.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::RwLock;
 
 use amnet_core::{Error, NativeRma, Rank, Result, RmaTicket};
@@ -85,6 +85,9 @@ pub(crate) struct Window {
     /// True while the window is open. Operations hold it shared; leaving takes it exclusively
     /// before freeing the window, so no operation runs on a freed window.
     open: RwLock<bool>,
+    /// Set once this rank has started an `MPI_Put` (or received a message from a rank that had
+    /// this set): from then on every message it sends asks its receiver for `MPI_Win_sync`.
+    touched: AtomicBool,
 }
 
 // SAFETY: `win` is a process-wide MPI handle (calls serialized by `raw::locked` below
@@ -208,6 +211,7 @@ pub(crate) fn open(
         issued: (0..size).map(|_| AtomicU64::new(0)).collect(),
         flushed: (0..size).map(|_| AtomicU64::new(0)).collect(),
         open: RwLock::new(true),
+        touched: AtomicBool::new(false),
     };
     let summary = format!(
         "put/get native: {} (MPI {version}.{subversion}: MPI_Win_allocate over each segment, \
@@ -336,6 +340,23 @@ impl Window {
         let _ = raw::win_free(self.win);
     }
 
+    /// True once this rank has written into a window with `MPI_Put`, or received a message that
+    /// asked for `MPI_Win_sync` (see [`Window::touch`]).
+    #[inline]
+    pub(crate) fn touched(&self) -> bool {
+        self.touched.load(Ordering::Acquire)
+    }
+
+    /// Note that this rank's messages must ask their receivers for `MPI_Win_sync` from now on:
+    /// it is about to put, or it has received a message whose sender had put (or heard from a
+    /// rank that had), so what it sends from now on may follow such a put.
+    #[inline]
+    pub(crate) fn touch(&self) {
+        if !self.touched.load(Ordering::Relaxed) {
+            self.touched.store(true, Ordering::Release);
+        }
+    }
+
     /// Order this rank's reads of its segment after the puts that completed before a message
     /// it just received was sent (`MPI_Win_sync`).
     #[inline]
@@ -374,7 +395,12 @@ impl Window {
     }
 
     /// Start puts of `src` at `offset` on `dest`, in pieces MPI's `int` counts can carry.
+    #[inline]
     fn start_put(&self, dest: u32, offset: u64, src: &[u8]) -> Result<()> {
+        if src.len() <= self.chunk {
+            // SAFETY: `src` outlives the flush every caller makes before returning.
+            return unsafe { raw::put(src.as_ptr(), src.len(), dest, offset, self.win) };
+        }
         for (i, piece) in src.chunks(self.chunk).enumerate() {
             let at = offset + (i * self.chunk) as u64;
             // SAFETY: `src` outlives the flush every caller makes before returning.
@@ -403,7 +429,10 @@ impl Window {
         let i = r as usize;
         let mark = self.issued[i].load(Ordering::Acquire);
         raw::flush(r, self.win)?;
-        self.flushed[i].fetch_max(mark, Ordering::AcqRel);
+        // Usually nothing new is covered (blocking operations take no ticket): skip the write.
+        if self.flushed[i].load(Ordering::Relaxed) < mark {
+            self.flushed[i].fetch_max(mark, Ordering::AcqRel);
+        }
         Ok(())
     }
 
@@ -436,6 +465,7 @@ impl NativeRma for Window {
             return Ok(());
         }
         let _open = self.gate()?;
+        self.touch();
         self.start_put(dest, offset, src)?;
         self.flush_to(dest)
     }
@@ -460,6 +490,7 @@ impl NativeRma for Window {
             return Ok(None);
         }
         let _open = self.gate()?;
+        self.touch();
         self.start_put(dest, offset, src)?;
         // `src` must be consumed before returning: complete the put at the origin now, and at
         // the target when the ticket is synced.

@@ -16,8 +16,12 @@
 //! ```
 //!
 //! flags: bits 0-1 the category (0 Short, 1 Medium, 2 Long), bit 2 set for a reply, bit 3 set
-//! for a Long whose payload follows as a separate message under data tag `TAG_LONG + index`.
-//! The credit fields return flow-control credits to the receiver (see `conduit.rs`).
+//! for a Long whose payload follows as a separate message under data tag `TAG_LONG + index`,
+//! bit 4 set for a Long whose payload the sender already put into the target segment (MPI
+//! one-sided, completed before the message was sent), bit 5 set when the receiver must call
+//! `MPI_Win_sync` before the handler runs (the sender has used one-sided communication, or
+//! heard from a rank that did; see `conduit.rs`). The credit fields return flow-control
+//! credits to the receiver (see `conduit.rs`).
 //!
 //! Control messages are 8 bytes: `[version][kind][0][0]` then a 4-byte body: two u16 credit
 //! counts (kind 1, credit return) or the i32 exit code (kind 2, exit notice).
@@ -42,6 +46,8 @@ pub(crate) const LONG_TAGS: u32 = 16384;
 
 const FLAG_REPLY: u8 = 4;
 const FLAG_SEPARATE: u8 = 8;
+const FLAG_PLACED: u8 = 16;
+const FLAG_SYNC: u8 = 32;
 const CTRL_CREDIT: u8 = 1;
 const CTRL_EXIT: u8 = 2;
 
@@ -54,48 +60,76 @@ pub(crate) const fn encoded_len(nargs: usize, inline: usize) -> usize {
 /// Credits returned to the receiver of a message: `[requests, replies]`.
 pub(crate) type Credits = [u16; 2];
 
+/// How the payload of a message travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Data {
+    /// Inside the message (every Medium; a Long up to [`MAX_INLINE`] bytes). A Short has none.
+    Inline,
+    /// Long only: as a separate message under this data tag index.
+    Separate(u32),
+    /// Long only: already in the target segment, put there (and completed) by the sender
+    /// before it sent the message.
+    Placed,
+}
+
 /// Append the active message `msg` to `out` (which should be empty).
 ///
-/// The payload travels inline unless `data_tag` is set, in which case `msg` must be a Long
-/// whose payload the caller sends separately under that data tag index. The caller guarantees
-/// what the core checks: at most [`MAX_ARGS`] arguments, and an inline payload of at most
+/// The payload travels as `data` says: inline, or (for a Long) sent separately by the caller
+/// under a data tag index, or already put into the target segment by the caller. `sync` asks
+/// the receiver for `MPI_Win_sync` before the handler runs. The caller guarantees what the
+/// core checks: at most [`MAX_ARGS`] arguments, and an inline payload of at most
 /// [`MAX_INLINE`] bytes.
-pub(crate) fn encode(out: &mut Vec<u8>, msg: &OutMsg<'_>, credits: Credits, data_tag: Option<u32>) {
+pub(crate) fn encode(
+    out: &mut Vec<u8>,
+    msg: &OutMsg<'_>,
+    credits: Credits,
+    data: Data,
+    sync: bool,
+) {
     debug_assert!(msg.args.len() <= MAX_ARGS);
     let category = match msg.category {
         Category::Short => 0u8,
         Category::Medium => 1,
         Category::Long => 2,
     };
+    let (kind, tag) = match data {
+        Data::Inline => (0, 0),
+        Data::Separate(t) => (FLAG_SEPARATE, t),
+        Data::Placed => (FLAG_PLACED, 0),
+    };
     let flags = category
         | if msg.is_reply { FLAG_REPLY } else { 0 }
-        | if data_tag.is_some() { FLAG_SEPARATE } else { 0 };
-    let inline: &[u8] = match (msg.category, data_tag) {
-        (Category::Short, _) | (Category::Long, Some(_)) => &[],
+        | if sync { FLAG_SYNC } else { 0 }
+        | kind;
+    let inline: &[u8] = match (msg.category, data) {
+        (Category::Short, _) | (Category::Long, Data::Separate(_) | Data::Placed) => &[],
         _ => msg.payload,
     };
-    let nargs = u8::try_from(msg.args.len()).unwrap_or(u8::MAX);
-    out.reserve(encoded_len(msg.args.len(), inline.len()));
-    out.extend_from_slice(&[VERSION, flags, msg.handler, nargs]);
-    out.extend_from_slice(&credits[0].to_le_bytes());
-    out.extend_from_slice(&credits[1].to_le_bytes());
+    let args = &msg.args[..msg.args.len().min(MAX_ARGS)];
+    let nargs = u8::try_from(args.len()).unwrap_or(u8::MAX);
     let offset = if msg.category == Category::Long {
         msg.long_offset
     } else {
         0
     };
-    out.extend_from_slice(&offset.to_le_bytes());
     let plen = if msg.category == Category::Short {
         0
     } else {
         msg.payload.len() as u64
     };
-    out.extend_from_slice(&plen.to_le_bytes());
-    out.extend_from_slice(&data_tag.unwrap_or(0).to_le_bytes());
-    out.extend_from_slice(&0u32.to_le_bytes());
-    for a in msg.args {
-        out.extend_from_slice(&a.to_le_bytes());
+    // The header and arguments are assembled in one array and appended at once.
+    let mut h = [0u8; HDR + 4 * MAX_ARGS];
+    h[..4].copy_from_slice(&[VERSION, flags, msg.handler, nargs]);
+    h[4..6].copy_from_slice(&credits[0].to_le_bytes());
+    h[6..8].copy_from_slice(&credits[1].to_le_bytes());
+    h[8..16].copy_from_slice(&offset.to_le_bytes());
+    h[16..24].copy_from_slice(&plen.to_le_bytes());
+    h[24..28].copy_from_slice(&tag.to_le_bytes());
+    for (d, a) in h[HDR..].chunks_exact_mut(4).zip(args) {
+        d.copy_from_slice(&a.to_le_bytes());
     }
+    out.reserve(encoded_len(args.len(), inline.len()));
+    out.extend_from_slice(&h[..encoded_len(args.len(), 0)]);
     out.extend_from_slice(inline);
 }
 
@@ -105,10 +139,12 @@ pub(crate) struct Header {
     pub(crate) handler: u8,
     pub(crate) category: Category,
     pub(crate) is_reply: bool,
-    /// For Long: the payload follows as a separate message with this data tag index.
-    pub(crate) data_tag: Option<u32>,
+    /// How the payload travels (always `Inline` for Short and Medium).
+    pub(crate) data: Data,
+    /// The receiver calls `MPI_Win_sync` before the handler runs.
+    pub(crate) sync: bool,
+    /// Number of arguments; [`Header::read_args`] reads them from the message.
     pub(crate) nargs: u8,
-    pub(crate) args: [u32; MAX_ARGS],
     pub(crate) long_offset: u64,
     pub(crate) payload_len: u64,
     /// Where the inline payload starts in the message (Medium, inline Long).
@@ -117,10 +153,21 @@ pub(crate) struct Header {
 }
 
 impl Header {
-    /// The arguments.
+    /// True when the payload travels inside the message (Medium, and Long sent inline).
     #[inline]
-    pub(crate) fn args(&self) -> &[u32] {
-        &self.args[..usize::from(self.nargs)]
+    pub(crate) fn has_inline_payload(&self) -> bool {
+        self.category != Category::Short && self.data == Data::Inline
+    }
+
+    /// The arguments of `msg`, the message this header was decoded from, copied into `out`.
+    #[inline]
+    pub(crate) fn read_args<'a>(&self, msg: &[u8], out: &'a mut [u32; MAX_ARGS]) -> &'a [u32] {
+        let n = usize::from(self.nargs).min(MAX_ARGS);
+        let raw = msg.get(HDR..HDR + 4 * n).unwrap_or(&[]);
+        for (a, b) in out.iter_mut().zip(raw.chunks_exact(4)) {
+            *a = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        &out[..raw.len() / 4]
     }
 }
 
@@ -149,6 +196,8 @@ pub(crate) enum WireError {
     DataTag(u32),
     /// A separate Long payload small enough to travel inline (senders never split those).
     SeparateTooSmall(u64),
+    /// A placed Long payload with no bytes (senders put only non-empty payloads).
+    PlacedEmpty,
     /// A reserved field that is not zero.
     Reserved,
     /// An unknown control-message kind.
@@ -175,6 +224,7 @@ impl fmt::Display for WireError {
             WireError::SeparateTooSmall(n) => {
                 write!(f, "separate Long payload of only {n} bytes")
             }
+            WireError::PlacedEmpty => write!(f, "empty Long payload marked as put"),
             WireError::Reserved => write!(f, "reserved field is not zero"),
             WireError::ControlKind(k) => write!(f, "unknown control message kind {k}"),
         }
@@ -182,17 +232,17 @@ impl fmt::Display for WireError {
 }
 
 #[inline]
-fn u16_at(b: &[u8], at: usize) -> u16 {
+fn u16_at<const N: usize>(b: &[u8; N], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
 
 #[inline]
-fn u32_at(b: &[u8], at: usize) -> u32 {
+fn u32_at<const N: usize>(b: &[u8; N], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
 #[inline]
-fn u64_at(b: &[u8], at: usize) -> u64 {
+fn u64_at<const N: usize>(b: &[u8; N], at: usize) -> u64 {
     let mut w = [0u8; 8];
     w.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(w)
@@ -200,17 +250,17 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 
 /// Decode an active message occupying exactly `msg`.
 pub(crate) fn decode(msg: &[u8]) -> Result<Header, WireError> {
-    if msg.len() < HDR {
+    let Some(h) = msg.first_chunk::<HDR>() else {
         return Err(WireError::Truncated {
             len: msg.len(),
             need: HDR,
         });
+    };
+    if h[0] != VERSION {
+        return Err(WireError::Version(h[0]));
     }
-    if msg[0] != VERSION {
-        return Err(WireError::Version(msg[0]));
-    }
-    let flags = msg[1];
-    if flags & !(3 | FLAG_REPLY | FLAG_SEPARATE) != 0 {
+    let flags = h[1];
+    if flags & !(3 | FLAG_REPLY | FLAG_SEPARATE | FLAG_PLACED | FLAG_SYNC) != 0 {
         return Err(WireError::Flags(flags));
     }
     let category = match flags & 3 {
@@ -220,22 +270,23 @@ pub(crate) fn decode(msg: &[u8]) -> Result<Header, WireError> {
         _ => return Err(WireError::Flags(flags)),
     };
     let separate = flags & FLAG_SEPARATE != 0;
-    if separate && category != Category::Long {
+    let placed = flags & FLAG_PLACED != 0;
+    if (separate || placed) && category != Category::Long || separate && placed {
         return Err(WireError::Flags(flags));
     }
-    let handler = msg[2];
+    let handler = h[2];
     if handler == 0 {
         return Err(WireError::HandlerZero);
     }
-    let nargs = msg[3];
+    let nargs = h[3];
     if usize::from(nargs) > MAX_ARGS {
         return Err(WireError::TooManyArgs(nargs));
     }
-    let credits = [u16_at(msg, 4), u16_at(msg, 6)];
-    let long_offset = u64_at(msg, 8);
-    let payload_len = u64_at(msg, 16);
-    let tag = u32_at(msg, 24);
-    if u32_at(msg, 28) != 0 {
+    let credits = [u16_at(h, 4), u16_at(h, 6)];
+    let long_offset = u64_at(h, 8);
+    let payload_len = u64_at(h, 16);
+    let tag = u32_at(h, 24);
+    if u32_at(h, 28) != 0 {
         return Err(WireError::Reserved);
     }
     let payload_at = encoded_len(usize::from(nargs), 0);
@@ -246,7 +297,7 @@ pub(crate) fn decode(msg: &[u8]) -> Result<Header, WireError> {
             }
             0
         }
-        Category::Medium | Category::Long if !separate => {
+        Category::Medium | Category::Long if !separate && !placed => {
             if payload_len > MAX_INLINE as u64 {
                 return Err(WireError::PayloadTooLarge(payload_len));
             }
@@ -270,6 +321,9 @@ pub(crate) fn decode(msg: &[u8]) -> Result<Header, WireError> {
     if separate && payload_len <= MAX_INLINE as u64 {
         return Err(WireError::SeparateTooSmall(payload_len));
     }
+    if placed && payload_len == 0 {
+        return Err(WireError::PlacedEmpty);
+    }
     if category == Category::Long && long_offset.checked_add(payload_len).is_none() {
         return Err(WireError::OffsetOverflow);
     }
@@ -280,17 +334,20 @@ pub(crate) fn decode(msg: &[u8]) -> Result<Header, WireError> {
             expected,
         });
     }
-    let mut args = [0u32; MAX_ARGS];
-    for (i, a) in args.iter_mut().take(usize::from(nargs)).enumerate() {
-        *a = u32_at(msg, HDR + 4 * i);
-    }
+    let data = if separate {
+        Data::Separate(tag)
+    } else if placed {
+        Data::Placed
+    } else {
+        Data::Inline
+    };
     Ok(Header {
         handler,
         category,
         is_reply: flags & FLAG_REPLY != 0,
-        data_tag: separate.then_some(tag),
+        data,
+        sync: flags & FLAG_SYNC != 0,
         nargs,
-        args,
         long_offset,
         payload_len,
         payload_at,
@@ -376,19 +433,23 @@ mod tests {
         let big = vec![7u8; MAX_INLINE + 1];
         let args: Vec<u32> = (0..16).map(|i| i * 0x0101_0101).collect();
         for nargs in [0usize, 1, 7, 16] {
-            for (cat, off, tag) in [
-                (Category::Short, 0, None),
-                (Category::Medium, 0, None),
-                (Category::Long, 12345, None),
-                (Category::Long, 1 << 40, Some(LONG_TAGS - 1)),
+            for (cat, off, data) in [
+                (Category::Short, 0, Data::Inline),
+                (Category::Medium, 0, Data::Inline),
+                (Category::Long, 12345, Data::Inline),
+                (Category::Long, 1 << 40, Data::Separate(LONG_TAGS - 1)),
+                (Category::Long, 77, Data::Placed),
             ] {
                 for reply in [false, true] {
-                    let body: &[u8] = if tag.is_some() { &big } else { &payload };
+                    let body: &[u8] = match data {
+                        Data::Separate(_) => &big,
+                        _ => &payload,
+                    };
                     let m = msg(cat, reply, &args[..nargs], body, off);
                     let mut out = Vec::new();
-                    encode(&mut out, &m, [3, 65535], tag);
-                    let inline = match (cat, tag) {
-                        (Category::Short, _) | (_, Some(_)) => 0,
+                    encode(&mut out, &m, [3, 65535], data, reply);
+                    let inline = match (cat, data) {
+                        (Category::Short, _) | (_, Data::Separate(_) | Data::Placed) => 0,
                         _ => payload.len(),
                     };
                     assert_eq!(out.len(), encoded_len(nargs, inline));
@@ -396,9 +457,12 @@ mod tests {
                     assert_eq!(h.handler, 200);
                     assert_eq!(h.category, cat);
                     assert_eq!(h.is_reply, reply);
-                    assert_eq!(h.args(), &args[..nargs]);
+                    assert_eq!(h.sync, reply);
+                    let mut a = [0u32; MAX_ARGS];
+                    assert_eq!(h.read_args(&out, &mut a), &args[..nargs]);
                     assert_eq!(h.credits, [3, 65535]);
-                    assert_eq!(h.data_tag, tag);
+                    assert_eq!(h.data, data);
+                    assert_eq!(h.has_inline_payload(), inline > 0);
                     assert_eq!(h.long_offset, off);
                     let plen = if cat == Category::Short {
                         0
@@ -419,7 +483,8 @@ mod tests {
             &mut good,
             &msg(Category::Medium, false, &[1, 2], b"abc", 0),
             [0, 0],
-            None,
+            Data::Inline,
+            false,
         );
         assert!(decode(&good).is_ok());
         let with = |at: usize, v: u8| {
@@ -435,6 +500,9 @@ mod tests {
         assert_eq!(with(1, 0x13), Err(WireError::Flags(0x13)));
         assert_eq!(with(1, 3), Err(WireError::Flags(3)));
         assert_eq!(with(1, 1 | FLAG_SEPARATE), Err(WireError::Flags(9)));
+        assert_eq!(with(1, 1 | FLAG_PLACED), Err(WireError::Flags(17)));
+        assert_eq!(with(1, 0x40), Err(WireError::Flags(0x40)));
+        assert_eq!(with(1, 1 | FLAG_SYNC).map(|h| h.sync), Ok(true));
         assert_eq!(with(2, 0), Err(WireError::HandlerZero));
         assert_eq!(with(3, 17), Err(WireError::TooManyArgs(17)));
         assert!(matches!(with(3, 3), Err(WireError::Length { .. })));
@@ -449,7 +517,8 @@ mod tests {
             &mut long,
             &msg(Category::Long, false, &[], &big, u64::MAX - 3),
             [0, 0],
-            Some(1),
+            Data::Separate(1),
+            false,
         );
         assert_eq!(decode(&long), Err(WireError::OffsetOverflow));
         long[8..16].copy_from_slice(&0u64.to_le_bytes());
@@ -459,6 +528,38 @@ mod tests {
         long[16..24].copy_from_slice(&(1u64 << 20).to_le_bytes());
         long[24..28].copy_from_slice(&LONG_TAGS.to_le_bytes());
         assert_eq!(decode(&long), Err(WireError::DataTag(LONG_TAGS)));
+
+        let mut placed = Vec::new();
+        encode(
+            &mut placed,
+            &msg(Category::Long, true, &[5], b"xyz", 40),
+            [0, 0],
+            Data::Placed,
+            false,
+        );
+        assert_eq!(placed.len(), encoded_len(1, 0));
+        assert_eq!(decode(&placed).map(|h| h.data), Ok(Data::Placed));
+        let mut both = placed.clone();
+        both[1] |= FLAG_SEPARATE;
+        assert!(matches!(decode(&both), Err(WireError::Flags(_))));
+        let mut tagged = placed.clone();
+        tagged[24] = 1;
+        assert!(matches!(decode(&tagged), Err(WireError::StrayField(_))));
+        placed[16..24].copy_from_slice(&0u64.to_le_bytes());
+        assert_eq!(decode(&placed), Err(WireError::PlacedEmpty));
+        placed[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        placed[16..24].copy_from_slice(&1u64.to_le_bytes());
+        assert_eq!(decode(&placed), Err(WireError::OffsetOverflow));
+        let mut short_placed = Vec::new();
+        encode(
+            &mut short_placed,
+            &msg(Category::Short, false, &[], &[], 0),
+            [0, 0],
+            Data::Inline,
+            false,
+        );
+        short_placed[1] |= FLAG_PLACED;
+        assert!(matches!(decode(&short_placed), Err(WireError::Flags(_))));
     }
 
     #[test]

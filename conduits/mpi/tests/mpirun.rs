@@ -237,6 +237,33 @@ fn plain_mpirun_without_the_spawner() {
 }
 
 #[test]
+fn long_payloads_on_every_path() {
+    if skip_without_mpirun("long_payloads_on_every_path") {
+        return;
+    }
+    // Every Long put into the target segment, none put (inline or a separate message), and
+    // the AM path, where no window exists.
+    for (env, path) in [
+        (
+            ("AMNET_MPI_LONG_PUT", "1"),
+            "Long payloads of 1 B or more: MPI_Put",
+        ),
+        (
+            ("AMNET_MPI_LONG_PUT", "65537"),
+            "Long payloads of 65537 B or more: MPI_Put",
+        ),
+        (("AMNET_RMA", "am"), "Long payloads: inline up to 65536 B"),
+    ] {
+        let (code, err) = plain_mpirun(2, &example(), &[], &[env, ("AMNET_VERBOSE", "1")]);
+        assert_eq!(code, Some(0), "{env:?}: {err}");
+        assert!(
+            err.contains(path),
+            "{env:?}: AMNET_VERBOSE=1 did not say {path:?}: {err}"
+        );
+    }
+}
+
+#[test]
 fn native_put_get_round_trip_and_are_reported() {
     if skip_without_mpirun("native_put_get_round_trip_and_are_reported") {
         return;
