@@ -6,15 +6,17 @@
 //! anyway, and the lock is never held while a handler runs (handlers may reply, which sends).
 //!
 //! The round-trip path is kept to one system call per datagram on each side: a lone datagram
-//! goes out with `sendto` (a batch with `sendmmsg`), an idle poll looks with `recv` (up to
-//! three times back to back, so that a datagram arriving between polls waits less; once when
-//! the host is oversubscribed), a poll that follows one that found data uses `recvmmsg`, so
-//! that a stream is taken in batches, and the protocol's transmit planner runs only when
-//! something changed or a timer is due ([`Proto::next_timeout`]), not on every poll.
+//! goes out with `send` on a socket connected to its destination, which spares the kernel a
+//! route lookup per datagram (`sendto` on the main socket where there is none; a batch with
+//! `sendmmsg`), an idle poll looks with `recv` (up to three times back to back, so that a
+//! datagram arriving between polls waits less; once when the host is oversubscribed), a poll
+//! that follows one that found data uses `recvmmsg`, so that a stream is taken in batches, and
+//! the protocol's transmit planner runs only when something changed or a timer is due
+//! ([`Proto::next_timeout`]), not on every poll.
 //!
 //! Nothing between a message and its system call waits on the clock or the planner: a send
 //! when nothing else was due takes the protocol's direct path ([`Proto::send_now`]), which
-//! hands the lone datagram to `sendto` and reads the clock afterwards; a poll reads the clock
+//! hands the lone datagram to the socket and reads the clock afterwards; a poll reads the clock
 //! once, before it looks at the socket, to stamp what arrives; and a message that a lone
 //! datagram completes goes from the receive buffer to its handler without a queue
 //! ([`Proto::on_datagram_direct`]).
@@ -48,6 +50,9 @@ const DELIVER_BUDGET: usize = 64;
 const INLINE_MAX: usize = 256;
 /// Looks at an idle socket per poll.
 const IDLE_LOOKS: usize = 3;
+/// The most peers that get a connected socket of their own for lone datagrams (beyond, every
+/// datagram leaves through the main socket with `sendto`).
+const CONNECTED_MAX: u32 = 64;
 const NO_EXIT: i64 = i64::MIN;
 
 fn cerr(msg: impl Into<String>) -> Error {
@@ -177,6 +182,11 @@ struct Inner {
     /// When the transmit planner must run next (µs; 0: at the next chance): the protocol's
     /// [`Proto::next_timeout`] after the last run, or 0 once its state changed since.
     tx_due: u64,
+    /// A message taken straight off the wire may have set a later timer (a delayed ack, a
+    /// retransmission timeout) than `tx_due` knows of, though nothing due at once, and the
+    /// protocol may hold its ack fields unapplied ([`Proto::settle`]): the next poll settles
+    /// and brings `tx_due` up to date, unless a send has done both first.
+    tx_stale: bool,
     /// The latest clock reading taken under the lock (µs).
     clock: u64,
     faults: Faults,
@@ -240,6 +250,11 @@ pub struct UdpConduit {
     sock: UdpSocket,
     /// Every rank's socket address, encoded once for `sendto`/`sendmmsg`.
     addrs: Vec<(libc::sockaddr_storage, libc::socklen_t)>,
+    /// Per rank, a socket connected to its main socket, through which lone datagrams to it
+    /// leave with `send` (the kernel keeps the route of a connected socket instead of looking
+    /// it up on every `sendto`); `None` for this rank, in jobs of more than
+    /// [`CONNECTED_MAX`] peers, and where it could not be set up.
+    conn: Vec<Option<UdpSocket>>,
     boot: Option<BootClient>,
     inner: Mutex<Inner>,
     seg: OnceLock<Segment>,
@@ -397,6 +412,19 @@ impl UdpConduit {
                 (st, len)
             })
             .collect();
+        let conn = if size - 1 <= CONNECTED_MAX {
+            peers
+                .iter()
+                .enumerate()
+                .map(|(r, &a)| {
+                    (r != rank as usize)
+                        .then(|| connected(bind_ip, a))
+                        .flatten()
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let epoch = Instant::now();
         let proto =
             Proto::new(cfg, rank, size, key, 0).map_err(|e| Error::Config(format!("udp: {e}")))?;
@@ -405,6 +433,7 @@ impl UdpConduit {
             size,
             sock,
             addrs,
+            conn,
             boot,
             inner: Mutex::new(Inner {
                 proto,
@@ -413,6 +442,7 @@ impl UdpConduit {
                 rx: RxRing::new(),
                 rx_streak: false,
                 tx_due: 0,
+                tx_stale: false,
                 clock: 0,
                 faults,
                 rng: Rng(0x9e37_79b9_7f4a_7c15 ^ (u64::from(rank) << 17) ^ u64::from(port) | 1),
@@ -435,22 +465,35 @@ impl UdpConduit {
         u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
 
-    /// Send one datagram with `sendto`. False when the socket buffer is full (offer it again
+    /// Send one datagram: with `send` on the destination's connected socket, else with
+    /// `sendto` on the main socket. False when the socket buffer is full (offer it again
     /// later); a datagram the kernel refuses is counted and dropped.
     fn send_one(&self, d: Datagram<'_>, edge: &mut EdgeCounters) -> bool {
+        let conn = self.conn.get(d.dest as usize).and_then(Option::as_ref);
         let (addr, len) = &self.addrs[d.dest as usize];
         loop {
-            // SAFETY: `d.bytes` and `addr` are live for the call and the kernel only reads
-            // them; `len` is the length `sockaddr` wrote.
-            let r = unsafe {
-                libc::sendto(
-                    self.sock.as_raw_fd(),
-                    d.bytes.as_ptr().cast(),
-                    d.bytes.len(),
-                    0,
-                    std::ptr::from_ref(addr).cast(),
-                    *len,
-                )
+            let r = match conn {
+                // SAFETY: `d.bytes` is live for the call and the kernel only reads it.
+                Some(c) => unsafe {
+                    libc::send(
+                        c.as_raw_fd(),
+                        d.bytes.as_ptr().cast(),
+                        d.bytes.len(),
+                        libc::MSG_DONTWAIT,
+                    )
+                },
+                // SAFETY: `d.bytes` and `addr` are live for the call and the kernel only reads
+                // them; `len` is the length `sockaddr` wrote.
+                None => unsafe {
+                    libc::sendto(
+                        self.sock.as_raw_fd(),
+                        d.bytes.as_ptr().cast(),
+                        d.bytes.len(),
+                        0,
+                        std::ptr::from_ref(addr).cast(),
+                        *len,
+                    )
+                },
             };
             if r >= 0 {
                 return true;
@@ -468,7 +511,7 @@ impl UdpConduit {
         }
     }
 
-    /// Send a batch: one datagram with `sendto`, more with one `sendmmsg`. Returns how many
+    /// Send a batch: one datagram with [`UdpConduit::send_one`], more with one `sendmmsg`. Returns how many
     /// the kernel took (the rest are offered again later). A full socket buffer is not an
     /// error.
     fn send_batch(&self, batch: &[Datagram<'_>], edge: &mut EdgeCounters) -> usize {
@@ -606,6 +649,7 @@ impl UdpConduit {
         });
         self.flush_late(late, edge);
         inner.tx_due = inner.proto.next_timeout().unwrap_or(u64::MAX);
+        inner.tx_stale = false;
     }
 
     /// Bring `tx_due` forward to what the protocol's state now asks for.
@@ -613,6 +657,7 @@ impl UdpConduit {
         inner.tx_due = inner
             .tx_due
             .min(inner.proto.next_timeout().unwrap_or(u64::MAX));
+        inner.tx_stale = false;
     }
 
     /// Run the transmit planner if something changed since its last run or a timer is due.
@@ -898,6 +943,25 @@ impl UdpConduit {
     }
 }
 
+/// A non-blocking UDP socket on `ip` (any port) connected to `peer`, with the main socket's
+/// send buffer, for lone datagrams to that peer; `None` when any step fails (its datagrams
+/// then leave through the main socket). The receiver tells senders apart by the rank in the
+/// header, not by the source address, so the source port does not matter; nothing is ever
+/// sent to this socket.
+fn connected(ip: IpAddr, peer: SocketAddr) -> Option<UdpSocket> {
+    let ip = match (ip, peer) {
+        (IpAddr::V4(_), SocketAddr::V6(_)) | (IpAddr::V6(_), SocketAddr::V4(_)) => return None,
+        _ => ip,
+    };
+    let s = UdpSocket::bind(SocketAddr::new(ip, 0)).ok()?;
+    s.connect(peer).ok()?;
+    s.set_nonblocking(true).ok()?;
+    let fd = s.as_raw_fd();
+    set_buf(fd, libc::SO_SNDBUF, 8 << 20);
+    set_buf(fd, libc::SO_SNDBUFFORCE, 8 << 20);
+    Some(s)
+}
+
 /// Memory this host can still give (MemAvailable + SwapFree from /proc/meminfo), in bytes.
 fn mem_available() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -992,7 +1056,9 @@ impl Conduit for UdpConduit {
         self.check_failed(inner)?;
         let sent = if inner.clock < inner.tx_due {
             // Nothing was due at the last clock reading: a lone datagram leaves at once, ahead
-            // of the planner, and the clock is read once it is on its way.
+            // of the planner, and the clock is read once it is on its way. (With `tx_stale`, a
+            // later timer may have come due unseen; the exact `tx_due` taken after the send
+            // puts it on the wire right behind.)
             let Inner {
                 proto,
                 faults,
@@ -1018,6 +1084,7 @@ impl Conduit for UdpConduit {
                 inner.clock = now;
                 // Exact for the new state; whatever else came due meanwhile goes out now.
                 inner.tx_due = inner.proto.next_timeout().unwrap_or(u64::MAX);
+                inner.tx_stale = false;
                 self.transmit_if_due(inner, now);
                 Ok(true)
             }
@@ -1050,6 +1117,11 @@ impl Conduit for UdpConduit {
         // Another thread's reading may be later: times never go back.
         let now = now.max(inner.clock);
         inner.clock = now;
+        if inner.tx_stale {
+            // The last message taken off the wire had no reply to carry its ack's bookkeeping.
+            inner.proto.settle();
+            self.refresh_due(&mut inner);
+        }
         if inner.rx_streak {
             let received = self.recv_batch(&mut inner, now);
             return self.deliver(inner, now, received, replies_only, sink);
@@ -1096,9 +1168,15 @@ impl Conduit for UdpConduit {
         let Some((src, am, len)) = msg else {
             return self.deliver(inner, now, true, replies_only, sink);
         };
-        // What arrived may call for an ack, or open the send window: before the handler.
-        self.refresh_due(&mut inner);
-        self.transmit_if_due(&mut inner, now);
+        if inner.proto.due_now(src) {
+            // An ack that must not wait, or DATA the ack let go: before the handler.
+            self.refresh_due(&mut inner);
+            self.transmit_if_due(&mut inner, now);
+        } else {
+            // At most a later timer (a delayed ack, a retransmission timeout) changed: the
+            // handler's reply, if it sends one, recomputes `tx_due` anyway; else the next poll.
+            inner.tx_stale = true;
+        }
         drop(inner);
         self.hand_up(src, &am, payload.get(..len).unwrap_or_default(), sink);
         Ok(1)

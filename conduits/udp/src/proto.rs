@@ -28,7 +28,9 @@
 //! once, in per-sender order (requests and replies share one arrival order; `pop(true)` takes
 //! replies only). A caller may instead take a message straight off the wire
 //! ([`Proto::on_datagram_direct`]) when the datagram completes it alone and nothing waits in
-//! the queue, so the order is the same either way.
+//! the queue, so the order is the same either way. The ack fields of such a datagram are checked
+//! at once but applied later ([`Proto::settle`]): by the next call that changes the state, or
+//! right after the datagram of [`Proto::send_now`] (the handler's reply) has left.
 //!
 //! **Acks.** Every datagram carries the cumulative ack (`rcv_next`), a 64-bit selective-ack
 //! bitmap of the sequence numbers after it that sit in the reorder buffer, and the window. Acks
@@ -38,8 +40,12 @@
 //! datagrams, or a reopened window.
 //!
 //! **Credits.** The window a receiver advertises is [`Config::recv_window`] datagrams from
-//! `rcv_next`, less the datagrams of completed messages the application has not taken yet; it
-//! drops DATA beyond it. The sender transmits sequence numbers below
+//! `rcv_next`, less the datagrams of completed messages the application has not taken yet and
+//! the fragments of the message in reassembly, but never less than the fragments that message
+//! still lacks (at most `recv_window`), so that a message longer than the window completes; it
+//! drops DATA beyond it. Counting the reassembly keeps the credit edge (`rcv_next + window`)
+//! from moving back when a message completes, so no datagram sent on credit granted earlier is
+//! dropped. The sender transmits sequence numbers below
 //! `min(snd_una + send_window, ack + window)`. A receiver whose application stops taking
 //! messages thus stops its senders, and both the reorder buffer and the delivery queue stay
 //! bounded. When taking messages reopens the window past half, an ACK says so at once;
@@ -283,8 +289,9 @@ pub enum RxError {
     },
 }
 
-/// Event counts since creation.
+/// Event counts since creation. The counts every round trip moves share the first cache line.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
 pub struct Counters {
     /// Datagrams handed to the transmit callback and accepted by it.
     pub tx_datagrams: u64,
@@ -296,6 +303,12 @@ pub struct Counters {
     pub rx_bytes: u64,
     /// DATA datagrams transmitted for the first time.
     pub data_sent: u64,
+    /// Messages accepted by [`Proto::send`].
+    pub messages_sent: u64,
+    /// Messages completed and queued for delivery.
+    pub messages_received: u64,
+    /// Peers failed by the liveness check.
+    pub peers_failed: u64,
     /// DATA datagrams transmitted again.
     pub retransmits: u64,
     /// Datagrams deemed lost from selective acks (before their timeout).
@@ -320,12 +333,6 @@ pub struct Counters {
     pub from_failed: u64,
     /// Protocol violations ([`RxError::Protocol`]).
     pub protocol_errors: u64,
-    /// Messages accepted by [`Proto::send`].
-    pub messages_sent: u64,
-    /// Messages completed and queued for delivery.
-    pub messages_received: u64,
-    /// Peers failed by the liveness check.
-    pub peers_failed: u64,
 }
 
 /// One datagram to put on the wire.
@@ -384,6 +391,10 @@ pub struct PeerStatus {
     pub send_credit: u64,
     /// The window we advertise to the peer now.
     pub advertised: u32,
+    /// The credit edge we grant the peer now (the lowest sequence number not received plus
+    /// `advertised`): DATA below it is taken in. It never moves back while the peer keeps the
+    /// protocol, so nothing sent on credit granted earlier is dropped.
+    pub credit_edge: u64,
     /// Datagrams from the peer held in the reorder buffer.
     pub reorder_buffered: usize,
     /// Complete messages from the peer not taken yet, in datagrams.
@@ -420,12 +431,13 @@ struct Partial {
     buf: Vec<u8>,
 }
 
-/// Per-peer state.
+/// Per-peer state. The fields a round trip touches come first, packed into four cache lines
+/// from a line boundary; the control datagram's buffer, used only for ACKs and HEARTBEATs,
+/// comes last, and a message in reassembly lives out of line.
 #[derive(Debug)]
+#[repr(C, align(64))]
 struct Peer {
     // Send side.
-    /// Queued datagrams from `snd_una` on: `[snd_una, snd_tx)` transmitted, the rest not yet.
-    segs: VecDeque<Seg>,
     /// Oldest unacked sequence number.
     snd_una: u64,
     /// Next sequence number to transmit for the first time.
@@ -436,30 +448,33 @@ struct Peer {
     msg_next: u64,
     /// Next transmission stamp.
     next_stamp: u64,
-    srtt: Option<u64>,
-    rttvar: u64,
-    rto: u64,
-    backoff: u32,
     // Receive side.
     /// Lowest sequence number not yet received.
     rcv_next: u64,
+    rcv_msg_next: u64,
+    /// The credit edge (ack + window) in the last datagram sent to this peer.
+    last_edge: u64,
+    /// Queued datagrams from `snd_una` on: `[snd_una, snd_tx)` transmitted, the rest not yet.
+    segs: VecDeque<Seg>,
     /// Out-of-order datagrams: index i holds sequence number `rcv_next + i` (index 0 is always
     /// empty).
     ooo: VecDeque<Option<Vec<u8>>>,
-    partial: Option<Partial>,
-    rcv_msg_next: u64,
-    /// Datagrams of complete messages from this peer not yet taken (for self: messages).
-    ready_dgrams: u32,
-    ack_owed: bool,
     ack_owed_since: u64,
-    ack_now: bool,
-    unacked_rx: u32,
-    /// The credit edge (ack + window) in the last datagram sent to this peer.
-    last_edge: u64,
     // Liveness.
     last_heard: u64,
     last_tx: u64,
+    // Round-trip estimate.
+    rttvar: u64,
+    rto: u64,
+    srtt: Option<u64>,
+    backoff: u32,
+    /// Datagrams of complete messages from this peer not yet taken (for self: messages).
+    ready_dgrams: u32,
+    unacked_rx: u32,
+    ack_owed: bool,
+    ack_now: bool,
     failed: bool,
+    partial: Option<Box<Partial>>,
     /// The ACK/HEARTBEAT datagram being sent.
     ctl: [u8; HEADER_LEN],
 }
@@ -498,8 +513,25 @@ impl Peer {
         to_usize(self.snd_tx - self.snd_una)
     }
 
+    /// The window to advertise: `recv_window` less what this peer's data holds here, the
+    /// complete messages not taken yet and the fragments of the message in reassembly, yet
+    /// never less than the fragments that message still lacks (up to `recv_window`), so that a
+    /// message longer than the window can complete.
+    ///
+    /// The credit edge `rcv_next + advertised` never moves back: an in-order datagram that
+    /// completes a lone message or joins the reassembly adds one to `rcv_next` and one to what
+    /// is held; the last fragment turns the fragments held into a complete message of the
+    /// same count plus one; the floor only covers sequence numbers the message itself takes.
+    /// So a datagram sent on any credit granted earlier is never dropped as out of window.
     fn advertised(&self, recv_window: u32) -> u32 {
-        recv_window.saturating_sub(self.ready_dgrams)
+        match &self.partial {
+            None => recv_window.saturating_sub(self.ready_dgrams),
+            Some(p) => {
+                let held = self.ready_dgrams.saturating_add(p.next_index);
+                let lacking = p.count.saturating_sub(p.next_index).min(recv_window);
+                recv_window.saturating_sub(held).max(lacking)
+            }
+        }
     }
 
     /// Cumulative ack, selective-ack bitmap and window, as of now.
@@ -572,6 +604,16 @@ impl Top3 {
     }
 }
 
+/// Ack fields received from `src` at `now` and not applied yet.
+#[derive(Debug, Clone, Copy)]
+struct PendingAck {
+    src: Rank,
+    now: u64,
+    ack: u64,
+    sack: u64,
+    window: u32,
+}
+
 /// The callback of [`Proto::on_datagram_direct`].
 type Take<'t> = &'t mut dyn FnMut(Rank, &AmHeader, &[u8]) -> bool;
 
@@ -605,20 +647,27 @@ fn give_buf(pool: &mut Vec<Vec<u8>>, cap: usize, mut b: Vec<u8>) {
     }
 }
 
-/// The protocol state of one rank towards every other rank of the job.
+/// The protocol state of one rank towards every other rank of the job. What a round trip
+/// touches comes first (in field order: `repr(C)`), the planner's scratch space last.
+#[repr(C)]
 pub struct Proto {
-    cfg: Config,
+    peers: Vec<Peer>,
+    pool: Vec<Vec<u8>>,
+    key: u64,
     me: Rank,
     nranks: u32,
-    key: u64,
-    peers: Vec<Peer>,
+    /// The ack fields of the last message taken straight off the wire, not applied yet (see
+    /// [`Proto::settle`]).
+    pending: Option<PendingAck>,
+    /// Set by `accept` when the direct-take callback took the message.
+    taken: bool,
     /// Complete messages: requests, replies.
     ready: [VecDeque<Delivery>; 2],
+    cfg: Config,
     ready_order: u64,
-    pool: Vec<Vec<u8>>,
-    plan: Vec<Item>,
     cursor: usize,
     counters: Counters,
+    plan: Vec<Item>,
 }
 
 impl std::fmt::Debug for Proto {
@@ -657,6 +706,8 @@ impl Proto {
             nranks,
             key: job_key,
             peers,
+            pending: None,
+            taken: false,
             ready: [VecDeque::new(), VecDeque::new()],
             ready_order: 0,
             pool: Vec::new(),
@@ -689,6 +740,13 @@ impl Proto {
     /// Queues `msg` for `dest`, copying its arguments and payload (the caller may reuse its
     /// buffers at once). A message to this rank itself is queued for delivery directly.
     pub fn send(&mut self, dest: Rank, msg: &OutMsg<'_>) -> Result<(), SendError> {
+        self.settle();
+        self.enqueue(dest, msg)
+    }
+
+    /// [`Proto::send`] without settling a deferred ack first (a queue that the ack would have
+    /// shortened may answer back-pressure).
+    fn enqueue(&mut self, dest: Rank, msg: &OutMsg<'_>) -> Result<(), SendError> {
         if dest >= self.nranks {
             return Err(SendError::BadRank {
                 rank: dest,
@@ -790,6 +848,10 @@ impl Proto {
     /// `poll_transmit`, which the caller runs by [`Proto::next_timeout`] as always (so the
     /// direct path suits a caller that knows nothing else was due). When `tx` refuses the
     /// datagram, it stays queued for `poll_transmit`.
+    ///
+    /// The ack deferred by [`Proto::on_datagram_direct`], if any, is applied once `tx` has
+    /// returned, so the reply to a message taken straight off the wire leaves before the
+    /// bookkeeping of the ack that the message carried.
     pub fn send_now(
         &mut self,
         dest: Rank,
@@ -797,7 +859,25 @@ impl Proto {
         tx: impl FnOnce(Datagram<'_>) -> bool,
         clock: impl FnOnce() -> u64,
     ) -> Result<Sent, SendError> {
-        self.send(dest, msg)?;
+        let sent = self.send_direct(dest, msg, tx, clock);
+        self.settle();
+        sent
+    }
+
+    fn send_direct(
+        &mut self,
+        dest: Rank,
+        msg: &OutMsg<'_>,
+        tx: impl FnOnce(Datagram<'_>) -> bool,
+        clock: impl FnOnce() -> u64,
+    ) -> Result<Sent, SendError> {
+        match self.enqueue(dest, msg) {
+            Err(SendError::Backpressure(_)) if self.pending.is_some() => {
+                self.settle();
+                self.enqueue(dest, msg)?;
+            }
+            r => r?,
+        }
         if dest == self.me {
             return Ok(Sent::Queued);
         }
@@ -852,6 +932,49 @@ impl Proto {
             dgrams,
             order,
         });
+    }
+
+    /// True when something towards `rank` is due at once: an ack that must not wait, or DATA
+    /// the windows admit that is unsent or deemed lost. [`Proto::next_timeout`] then answers a
+    /// time at or before any `now`; this looks at that one peer only, for a caller that
+    /// received from it and wants to know whether the transmit planner must run before anything
+    /// else (a later timer, such as a delayed ack, can wait for its next full look).
+    pub fn due_now(&self, rank: Rank) -> bool {
+        let Some(peer) = self.peers.get(ix(rank)) else {
+            return false;
+        };
+        if rank == self.me || peer.failed {
+            return false;
+        }
+        if peer.ack_now {
+            return true;
+        }
+        let send_window = u64::from(self.cfg.send_window);
+        let end = peer.snd_una + len_u64(peer.segs.len());
+        let mut edge = peer.peer_edge.min(peer.snd_una.saturating_add(send_window));
+        if let Some(p) = self
+            .pending
+            .filter(|p| p.src == rank && p.ack >= peer.snd_una)
+        {
+            // The deferred ack may open the window, or deem datagrams lost once three sent
+            // after them are acked (counted generously: any three acked or selectively acked).
+            edge = edge.max(
+                p.ack
+                    .saturating_add(u64::from(p.window))
+                    .min(p.ack.saturating_add(send_window)),
+            );
+            let acked = (p.ack - peer.snd_una).saturating_add(u64::from(p.sack.count_ones()));
+            if acked >= len_u64(DUP_THRESH) && p.ack < peer.snd_tx {
+                return true;
+            }
+        }
+        if peer.snd_tx < end && peer.snd_tx < edge {
+            return true;
+        }
+        peer.segs
+            .iter()
+            .take(peer.in_flight())
+            .any(|seg| seg.lost && !seg.sacked)
     }
 
     /// True when complete messages wait to be taken.
@@ -911,6 +1034,7 @@ impl Proto {
     /// Ingests one received datagram at time `now`. An `Err` says what was dropped; the
     /// protocol state stays consistent either way.
     pub fn on_datagram(&mut self, now: u64, bytes: &[u8]) -> Result<(), RxError> {
+        self.settle();
         self.ingest(now, bytes, None)
     }
 
@@ -920,13 +1044,31 @@ impl Proto {
     /// header and the payload, and returns true when it has taken the message, which then
     /// counts as received and taken at once (it never occupies the receive window); when it
     /// returns false, the message is queued for [`Proto::pop`] as usual.
+    ///
+    /// When `take` took the message, the datagram's ack fields (checked at once) are applied
+    /// later, by [`Proto::settle`]: by the next call that changes the protocol state, or by
+    /// [`Proto::send_now`] once its datagram is on its way, so that a reply sent from the
+    /// message's handler leaves first. Until then [`Proto::next_timeout`] answers "at once",
+    /// [`Proto::due_now`] and [`Proto::unacked`] count the ack in, and [`Proto::peer_status`]
+    /// shows the send side without it.
     pub fn on_datagram_direct(
         &mut self,
         now: u64,
         bytes: &[u8],
         take: &mut dyn FnMut(Rank, &AmHeader, &[u8]) -> bool,
     ) -> Result<(), RxError> {
+        self.settle();
         self.ingest(now, bytes, Some(take))
+    }
+
+    /// Applies the ack fields that [`Proto::on_datagram_direct`] deferred, if any. Every call
+    /// that changes the protocol state does it first (`send_now` last); call it before reading
+    /// [`Proto::peer_status`] or [`Proto::next_timeout`] for the settled state.
+    pub fn settle(&mut self) {
+        if let Some(p) = self.pending.take() {
+            // Checked when it arrived; nothing left to report.
+            let _ = self.on_ack(p.src, p.now, p.ack, p.sack, p.window);
+        }
     }
 
     fn ingest(&mut self, now: u64, bytes: &[u8], take: Option<Take<'_>>) -> Result<(), RxError> {
@@ -960,12 +1102,39 @@ impl Proto {
             return Err(RxError::FailedPeer(h.src));
         }
         peer.last_heard = peer.last_heard.max(now);
-        let acked = self.on_ack(h.src, now, h.ack, h.sack, h.window);
-        let data = match &pkt.frag {
-            Some(f) => self.on_data(h.src, now, h.seq, f, bytes, take),
-            None => Ok(()),
+        let (Some(f), Some(take)) = (&pkt.frag, take) else {
+            let acked = self.on_ack(h.src, now, h.ack, h.sack, h.window);
+            let data = match &pkt.frag {
+                Some(f) => self.on_data(h.src, now, h.seq, f, bytes, None),
+                None => Ok(()),
+            };
+            return acked.and(data);
         };
-        acked.and(data)
+        // The data first: a message taken straight off the wire goes to its handler (and its
+        // reply to the wire) before its ack fields are applied.
+        self.taken = false;
+        let data = self.on_data(h.src, now, h.seq, f, bytes, Some(take));
+        if !self.taken {
+            return self.on_ack(h.src, now, h.ack, h.sack, h.window).and(data);
+        }
+        let peer = &self.peers[ix(h.src)];
+        if h.ack > peer.snd_tx {
+            self.counters.protocol_errors += 1;
+            return Err(RxError::Protocol {
+                src: h.src,
+                what: "acked data that was never sent",
+            });
+        }
+        if h.ack >= peer.snd_una {
+            self.pending = Some(PendingAck {
+                src: h.src,
+                now,
+                ack: h.ack,
+                sack: h.sack,
+                window: h.window,
+            });
+        }
+        data
     }
 
     /// Processes the ack fields of a datagram from `src`.
@@ -1149,6 +1318,7 @@ impl Proto {
                 if let Some(take) = take {
                     if !self.has_ready() && take(src, am, f.chunk) {
                         self.counters.messages_received += 1;
+                        self.taken = true;
                         return result;
                     }
                 }
@@ -1158,14 +1328,14 @@ impl Proto {
             } else {
                 let mut buf = Vec::with_capacity(to_usize(f.total_len.min(PREALLOC_MAX)));
                 buf.extend_from_slice(f.chunk);
-                peer.partial = Some(Partial {
+                peer.partial = Some(Box::new(Partial {
                     msg_id: f.msg_id,
                     next_index: 1,
                     count: f.count,
                     total: f.total_len,
                     am: *am,
                     buf,
-                });
+                }));
             }
             return result;
         }
@@ -1193,7 +1363,8 @@ impl Proto {
         if len_u64(done.buf.len()) != done.total {
             return err("fragments shorter than the message");
         }
-        self.push_ready(src, done.am, done.buf, done.count);
+        let Partial { am, buf, count, .. } = *done;
+        self.push_ready(src, am, buf, count);
         Ok(())
     }
 
@@ -1206,6 +1377,7 @@ impl Proto {
         now: u64,
         mut tx: impl FnMut(&[Datagram<'_>]) -> usize,
     ) -> usize {
+        self.settle();
         let mut items = std::mem::take(&mut self.plan);
         let mut sent = 0;
         loop {
@@ -1418,8 +1590,13 @@ impl Proto {
 
     /// The time by which [`Proto::poll_transmit`] must run again (a retransmission, a delayed
     /// ack, a heartbeat or a liveness deadline); a time at or before `now` means at once. `None`
-    /// when there is no live peer. Arriving datagrams and new sends can make it earlier.
+    /// when there is no live peer. Arriving datagrams and new sends can make it earlier. At
+    /// once while an ack deferred by [`Proto::on_datagram_direct`] waits ([`Proto::settle`] or
+    /// `poll_transmit` applies it).
     pub fn next_timeout(&self) -> Option<u64> {
+        if self.pending.is_some() {
+            return Some(0);
+        }
         let cfg = &self.cfg;
         let mut t = u64::MAX;
         for (p, peer) in self.peers.iter().enumerate() {
@@ -1469,7 +1646,14 @@ impl Proto {
 
     /// DATA datagrams queued or in flight to all peers (zero once everything sent was acked).
     pub fn unacked(&self) -> usize {
-        self.peers.iter().map(|p| p.segs.len()).sum()
+        let settled = self.pending.map_or(0, |p| {
+            to_usize(p.ack.saturating_sub(self.peers[ix(p.src)].snd_una))
+        });
+        self.peers
+            .iter()
+            .map(|p| p.segs.len())
+            .sum::<usize>()
+            .saturating_sub(settled)
     }
 
     /// The protocol state towards `rank` (`None` for an unknown rank).
@@ -1486,6 +1670,7 @@ impl Proto {
             unsent: len_u64(p.segs.len()) - in_flight,
             send_credit: p.peer_edge.saturating_sub(p.snd_una),
             advertised: p.advertised(self.cfg.recv_window),
+            credit_edge: p.rcv_next + u64::from(p.advertised(self.cfg.recv_window)),
             reorder_buffered: p.ooo.iter().filter(|s| s.is_some()).count(),
             undelivered: p.ready_dgrams,
             last_heard: p.last_heard,

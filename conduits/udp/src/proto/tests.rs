@@ -422,6 +422,52 @@ fn undelivered_messages_close_the_window_and_taking_them_reopens_it() {
 }
 
 #[test]
+fn reassembly_counts_against_the_window_and_credit_never_moves_back() {
+    let c = Config {
+        recv_window: 4,
+        ..cfg()
+    };
+    let mut p = Proto::new(c, 0, 2, KEY, 0).unwrap();
+    let edge = |p: &Proto| {
+        let st = p.peer_status(1).unwrap();
+        (st.credit_edge, st.advertised)
+    };
+    assert_eq!(edge(&p), (4, 4));
+    // A lone message waiting to be taken holds one datagram: the edge stays at 4.
+    p.on_datagram(1, &data(0, 0, 0, 1, 1, b"a")).unwrap();
+    assert_eq!(edge(&p), (4, 3));
+    // A message of two fragments: each held fragment takes room, and its completion takes
+    // none back.
+    p.on_datagram(1, &data(1, 1, 0, 2, 2, b"b")).unwrap();
+    assert_eq!(edge(&p), (4, 2));
+    p.on_datagram(1, &data(2, 1, 1, 2, 2, b"c")).unwrap();
+    assert_eq!(edge(&p), (4, 1));
+    // The last granted sequence number is still taken in.
+    p.on_datagram(1, &data(3, 2, 0, 1, 1, b"d")).unwrap();
+    assert_eq!(edge(&p), (4, 0));
+    assert_eq!(p.counters().out_of_window, 0);
+    for want in [&b"a"[..], b"bc", b"d"] {
+        let d = p.pop(false).unwrap();
+        assert_eq!(d.payload, want);
+        p.recycle(d);
+    }
+    assert_eq!(edge(&p), (8, 4));
+    // A message longer than the window: the window never closes on the fragments it lacks,
+    // so it completes, and the edge never moves back on the way.
+    let mut last = edge(&p).0;
+    for i in 0..10u32 {
+        let seq = 4 + u64::from(i);
+        p.on_datagram(1, &data(seq, 3, i, 10, 10, b"x")).unwrap();
+        let (e, w) = edge(&p);
+        assert!(e >= last && e > seq, "fragment {i}: edge {e} window {w}");
+        last = e;
+    }
+    assert_eq!(p.counters().out_of_window, 0);
+    assert_eq!(p.pop(false).unwrap().payload, b"xxxxxxxxxx");
+    assert_eq!(p.counters().protocol_errors, 0);
+}
+
+#[test]
 fn replies_can_be_taken_first() {
     let mut p = Proto::new(cfg(), 0, 1, KEY, 0).unwrap();
     let mut m = medium(&[1], b"");
@@ -636,5 +682,95 @@ fn a_lone_complete_message_can_be_taken_straight_off_the_wire() {
     assert_eq!(ps[1].pop(false).unwrap().payload.len(), 3000);
     pump(&mut ps, 8);
     assert_eq!(ps[0].unacked(), 0);
+    assert_eq!(ps[0].counters().retransmits, 0);
+}
+
+/// Takes whatever `bytes` completes straight off the wire; returns what was taken.
+fn take_direct(p: &mut Proto, now: u64, bytes: &[u8]) -> Vec<u32> {
+    let mut got = Vec::new();
+    p.on_datagram_direct(now, bytes, &mut |_, am, _| {
+        got.push(am.args()[0]);
+        true
+    })
+    .unwrap();
+    got
+}
+
+#[test]
+fn the_ack_of_a_message_taken_off_the_wire_is_settled_after_the_reply() {
+    let mut ps = pair(cfg());
+    // A request from 1 to 0 and its reply: the reply's datagram acks the request.
+    let (_, out) = send_now(&mut ps[1], 0, &medium(&[1], b"req"), true, 10);
+    assert_eq!(take_direct(&mut ps[0], 12, &out.unwrap()), [1]);
+    let (_, out) = send_now(&mut ps[0], 1, &medium(&[2], b"rep"), true, 13);
+    let reply = out.unwrap();
+    // Rank 1 takes the reply: its ack is deferred, but counted in where it is asked for.
+    assert_eq!(take_direct(&mut ps[1], 20, &reply), [2]);
+    assert_eq!(ps[1].unacked(), 0);
+    assert_eq!(ps[1].next_timeout(), Some(0));
+    assert!(!ps[1].due_now(0));
+    assert_eq!(ps[1].peer_status(0).unwrap().in_flight, 1);
+    // The next request leaves first, with the current acks; then the ack is applied, with the
+    // RTT sample of the arrival time (20 - 10), not of the send.
+    let (sent, out) = send_now(&mut ps[1], 0, &medium(&[3], b"req"), true, 25);
+    assert_eq!(sent, Sent::Wire(25));
+    let h = wire::decode(out.as_ref().unwrap()).unwrap().header;
+    assert_eq!((h.seq, h.ack), (1, 1));
+    let st = ps[1].peer_status(0).unwrap();
+    assert_eq!((st.in_flight, st.srtt), (1, Some(10)));
+    assert_eq!(ps[1].unacked(), 1);
+    assert!(ps[1].next_timeout().unwrap() > 25);
+    // Without a reply to carry it, settle applies it (the conduit's next poll).
+    assert_eq!(take_direct(&mut ps[0], 30, &out.unwrap()), [3]);
+    assert_eq!(ps[0].unacked(), 0);
+    ps[0].settle();
+    assert_eq!(ps[0].peer_status(1).unwrap().in_flight, 0);
+    assert_eq!(ps[0].peer_status(1).unwrap().srtt, Some(17));
+    // Anything that changes the state applies it first: a plain send, a datagram, the planner.
+    let (_, out) = send_now(&mut ps[0], 1, &medium(&[4], b"rep"), true, 31);
+    assert_eq!(take_direct(&mut ps[1], 33, &out.unwrap()), [4]);
+    ps[1].send(0, &medium(&[5], b"q")).unwrap();
+    assert_eq!(ps[1].peer_status(0).unwrap().in_flight, 0);
+    for p in &ps {
+        assert_eq!(p.counters().protocol_errors, 0);
+    }
+}
+
+#[test]
+fn a_deferred_ack_is_checked_at_once_and_can_make_data_due() {
+    // An ack of data never sent is refused at once, on the direct path too.
+    let mut p = Proto::new(cfg(), 0, 2, KEY, 0).unwrap();
+    let mut bogus = data(0, 0, 0, 1, 1, b"a");
+    wire::patch_ack(&mut bogus, 5, 0, 64).unwrap();
+    let r = p.on_datagram_direct(1, &bogus, &mut |_, _, _| true);
+    assert!(matches!(r, Err(RxError::Protocol { src: 1, .. })), "{r:?}");
+    assert_eq!(
+        (p.unacked(), p.next_timeout().is_some_and(|t| t > 0)),
+        (0, true)
+    );
+    // Rank 0 fills rank 1's window of 2; a third message waits for credit.
+    let mut ps = pair(Config {
+        recv_window: 2,
+        ..cfg()
+    });
+    for i in 0..3u32 {
+        ps[0].send(1, &medium(&[i], b"m")).unwrap();
+    }
+    let out = drain(&mut ps[0], 0);
+    assert_eq!(out.len(), 2);
+    for (_, b) in &out {
+        ps[1].on_datagram(1, b).unwrap();
+    }
+    while let Some(d) = ps[1].pop(false) {
+        ps[1].recycle(d);
+    }
+    // Rank 1 sends a message that carries the ack and the reopened window; rank 0 takes it
+    // straight off the wire. The deferred ack lets the third message go: due at once.
+    let (_, reply) = send_now(&mut ps[1], 0, &medium(&[9], b"r"), true, 2);
+    assert_eq!(take_direct(&mut ps[0], 3, &reply.unwrap()), [9]);
+    assert!(ps[0].due_now(1));
+    let out = drain(&mut ps[0], 3);
+    assert_eq!(out.len(), 1);
+    assert_eq!(wire::decode(&out[0].1).unwrap().header.seq, 2);
     assert_eq!(ps[0].counters().retransmits, 0);
 }
