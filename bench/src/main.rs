@@ -40,7 +40,8 @@ reduce_to_all and prefix_reduce in the nine IN/OUT sync modes, 8 B to 1 MiB), or
 (every suite but coll). Every run but coll also measures the floors between ranks 0
 and 1 and local memcpy bandwidth. On smp the floor is a shared-memory cache-line round
 trip; on udp it is a raw UDP ping-pong of 8-byte datagrams between the two processes
-(raw_udp_rtt, interleaved with the round trips it is compared with) and raw UDP
+over sockets connected to each other (raw_udp_rtt, interleaved with the round trips it
+is compared with) and raw UDP
 streaming in 64 KiB datagrams (65,507 bytes, the UDP maximum; raw_udp_stream_bw), and
 the udp targets replace the smp ones.
 

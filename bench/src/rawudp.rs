@@ -3,7 +3,11 @@
 //!
 //! - `raw_udp_rtt`: an 8-byte datagram ping-pong. Both sides spin on non-blocking `recv`
 //!   (yielding the core after [`SPINS_BEFORE_YIELD`] empty polls, as amnet's waits do), and
-//!   answer with `send_to`. The pings are timed in blocks interleaved with the amnet round
+//!   answer with `send`. Each socket is connected to the other, the fastest path a raw
+//!   ping-pong has: the kernel keeps a connected socket's route instead of looking it up per
+//!   datagram, and demultiplexes datagrams to a connected socket early. (amnet gets the first
+//!   half: it sends lone datagrams on sockets connected to their destination; it receives
+//!   every peer's datagrams on one unconnected socket.) The pings are timed in blocks interleaved with the amnet round
 //!   trips they are compared with (see `latency`).
 //! - `raw_udp_stream_bw`: rank 0 sends a transfer of N bytes as back-to-back datagrams of
 //!   up to 64 KiB ([`CHUNK`] bytes of data plus a 16-byte header: the largest UDP payload
@@ -120,8 +124,8 @@ fn os(what: &'static str) -> impl FnOnce(io::Error) -> BenchError {
 
 /// One end of the raw UDP floors (rank 0 or 1; other ranks hold none).
 pub(crate) struct RawUdp {
+    /// Connected to the peer's socket.
     sock: UdpSocket,
-    peer: SocketAddr,
     /// Last ping sequence number of the blocks so far (the same on both ranks).
     seq: u64,
     /// Last transfer id of the points so far (the same on both ranks).
@@ -175,9 +179,9 @@ impl RawUdp {
             let peer: SocketAddr = text.parse().map_err(|_| {
                 BenchError::Usage(format!("rank {} published a bad address {text:?}", 1 - me))
             })?;
+            sock.connect(peer).map_err(os("connect raw UDP"))?;
             out = Some(RawUdp {
                 sock,
-                peer,
                 seq: 0,
                 xfer: 0,
                 rx: vec![0u8; 65_536],
@@ -199,7 +203,7 @@ impl RawUdp {
     fn send(&self, bytes: &[u8]) -> bool {
         let mut w = Waiter::new(REPLY_TIMEOUT);
         loop {
-            match self.sock.send_to(bytes, self.peer) {
+            match self.sock.send(bytes) {
                 Ok(_) => return true,
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
                     if !w.snooze() {
@@ -218,7 +222,7 @@ impl RawUdp {
         self.sock.recv(&mut self.rx).ok()
     }
 
-    /// Rank 0: `n` pings (the first `warmup` untimed), each timed from `send_to` to the
+    /// Rank 0: `n` pings (the first `warmup` untimed), each timed from `send` to the
     /// matching pong; the others' times are appended to `out` in nanoseconds. A lost ping
     /// or pong ends the block.
     pub(crate) fn ping_block(&mut self, n: usize, warmup: usize, out: &mut Vec<f64>) {

@@ -53,9 +53,13 @@
 //!
 //! **Retransmission.** Each peer has an adaptive retransmission timeout (Jacobson/Karels:
 //! `rto = srtt + 4 rttvar`, clamped to `[rto_min, rto_max]`). RTT samples come only from
-//! datagrams transmitted once (Karn's rule). An in-flight datagram unacked for `rto` is
-//! retransmitted and the timeout doubles (exponential backoff, capped at `rto_max`) until a new
-//! sample arrives. Selective acks trigger faster recovery: a datagram is deemed lost, and
+//! datagrams transmitted once (Karn's rule). An in-flight datagram unacked for `rto`, counted
+//! from its transmission or from the last time the cumulative ack moved forward, whichever is
+//! later, is retransmitted and the timeout doubles (exponential backoff, capped at `rto_max`)
+//! until a new sample arrives. (The timer restarts on progress, as TCP's does: a window of
+//! large datagrams takes longer to drain at the receiver than the round trip of a small
+//! message, and while acks keep coming nothing is lost. Counted from transmission alone, a
+//! 4 MiB window on loopback outlived the 1 ms floor of the timeout and was sent twice.) Selective acks trigger faster recovery: a datagram is deemed lost, and
 //! retransmitted at once, when three datagrams transmitted after it have been acked.
 //!
 //! **Liveness.** A peer nothing was sent to for [`Config::heartbeat_interval`] gets a
@@ -448,6 +452,9 @@ struct Peer {
     msg_next: u64,
     /// Next transmission stamp.
     next_stamp: u64,
+    /// When the cumulative ack last moved forward (or the peer was set up): no datagram's
+    /// retransmission timeout runs from before it.
+    progress_at: u64,
     // Receive side.
     /// Lowest sequence number not yet received.
     rcv_next: u64,
@@ -488,6 +495,7 @@ impl Peer {
             peer_edge: u64::from(cfg.recv_window),
             msg_next: 0,
             next_stamp: 0,
+            progress_at: now,
             srtt: None,
             rttvar: 0,
             rto: cfg.rto_initial,
@@ -1171,6 +1179,9 @@ impl Proto {
             top.push(seg.stamp);
             give_buf(pool, cfg.buffer_pool, seg.buf);
         }
+        if ack > peer.snd_una {
+            peer.progress_at = now;
+        }
         peer.snd_una = ack;
         peer.peer_edge = ack.saturating_add(u64::from(window));
         let in_flight = peer.in_flight();
@@ -1461,9 +1472,10 @@ impl Proto {
         }
         let in_flight = peer.in_flight();
         let rto = peer.rto_eff(cfg);
+        let progress = peer.progress_at;
         let mut expired = false;
         for seg in peer.segs.iter_mut().take(in_flight) {
-            if !seg.sacked && !seg.lost && now.saturating_sub(seg.sent_at) >= rto {
+            if !seg.sacked && !seg.lost && now.saturating_sub(seg.sent_at.max(progress)) >= rto {
                 seg.lost = true;
                 expired = true;
             }
@@ -1621,7 +1633,7 @@ impl Proto {
                     return Some(0);
                 }
                 if !seg.sacked {
-                    t = t.min(seg.sent_at.saturating_add(rto));
+                    t = t.min(seg.sent_at.max(peer.progress_at).saturating_add(rto));
                 }
             }
             let edge = peer

@@ -774,3 +774,43 @@ fn a_deferred_ack_is_checked_at_once_and_can_make_data_due() {
     assert_eq!(wire::decode(&out[0].1).unwrap().header.seq, 2);
     assert_eq!(ps[0].counters().retransmits, 0);
 }
+
+#[test]
+fn the_retransmission_timer_restarts_while_the_cumulative_ack_moves() {
+    let mut ps = pair(cfg());
+    // A small exchange gives an RTT sample of 10 us, so the timeout is its floor, 1 ms.
+    ps[0].send(1, &medium(&[0], b"x")).unwrap();
+    pump(&mut ps, 0);
+    pump(&mut ps, 10);
+    pump(&mut ps, 10 + cfg().delayed_ack);
+    assert_eq!(ps[0].unacked(), 0);
+    assert_eq!(ps[0].peer_status(1).unwrap().rto, cfg().rto_min);
+    // 40 datagrams leave at once; the receiver takes 8 of them every 600 us, so the last ones
+    // wait 3 ms for their ack, three times the timeout, while acks keep coming.
+    let t0 = 1_000;
+    ps[0]
+        .send(1, &medium(&[1], &vec![7u8; 40 * 1_300]))
+        .unwrap();
+    let burst = drain(&mut ps[0], t0);
+    assert_eq!(burst.len(), 40);
+    for (k, group) in burst.chunks(8).enumerate() {
+        let now = t0 + 600 * (k as u64 + 1);
+        // Nothing is due again before the next group's ack: every datagram still out was sent
+        // less than a timeout after the last move of the cumulative ack (but up to 1.2 ms
+        // before now).
+        assert!(
+            drain(&mut ps[0], now).is_empty(),
+            "retransmitted at {now} us"
+        );
+        for (_, b) in group {
+            ps[1].on_datagram(now, b).unwrap();
+        }
+        for (_, ack) in drain(&mut ps[1], now) {
+            ps[0].on_datagram(now, &ack).unwrap();
+        }
+    }
+    assert_eq!(ps[0].unacked(), 0);
+    assert_eq!(ps[0].counters().timeouts, 0);
+    assert_eq!(ps[0].counters().retransmits, 0);
+    assert_eq!(ps[1].counters().duplicates, 0);
+}
