@@ -510,7 +510,14 @@ fn udp_peer_timeout(ep: &Endpoint) -> Result<(), String> {
         unsafe { libc::raise(libc::SIGSTOP) };
         return park(ep);
     }
-    std::thread::sleep(Duration::from_millis(700));
+    // Poll meanwhile, as rank 2 did: a rank that sleeps is as silent to its peers as a
+    // stopped one, and under injected loss the first heartbeat after a 700 ms sleep may not
+    // reach a peer before its 1 s timeout (ranks 0 and 1 would fail each other).
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(700) {
+        ep.poll().map_err(|e| e.to_string())?;
+        std::thread::yield_now();
+    }
     let t0 = Instant::now();
     let r = ep
         .request_short(2, H_COUNT, &[1])
