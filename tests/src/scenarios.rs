@@ -496,28 +496,29 @@ fn panics(ep: &Endpoint) -> Result<(), String> {
 /// about AMNET_UDP_PEER_TIMEOUT (1 s), then end the job with 42 (the launcher kills the
 /// stopped rank).
 fn udp_peer_timeout(ep: &Endpoint) -> Result<(), String> {
+    /// Poll for `ms` milliseconds: a rank that sleeps is as silent to its peers as a
+    /// stopped one (no heartbeats, no retransmissions).
+    fn poll_for(ep: &Endpoint, ms: u64) -> Result<(), String> {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_millis(ms) {
+            ep.poll().map_err(|e| e.to_string())?;
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
     attach(ep)?;
     ep.barrier().map_err(|e| e.to_string())?;
     if ep.rank() == 2 {
         // Keep polling for a while first: under injected loss the peers may still need a
         // retransmission of this rank's last barrier message.
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_millis(500) {
-            ep.poll().map_err(|e| e.to_string())?;
-            std::thread::yield_now();
-        }
+        poll_for(ep, 500)?;
         // SAFETY: raising a signal on ourselves.
         unsafe { libc::raise(libc::SIGSTOP) };
         return park(ep);
     }
-    // Poll meanwhile, as rank 2 did: a rank that sleeps is as silent to its peers as a
-    // stopped one, and under injected loss the first heartbeat after a 700 ms sleep may not
-    // reach a peer before its 1 s timeout (ranks 0 and 1 would fail each other).
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_millis(700) {
-        ep.poll().map_err(|e| e.to_string())?;
-        std::thread::yield_now();
-    }
+    // Polling, not sleeping: under injected loss the first heartbeat after a 700 ms sleep may
+    // not reach a peer before its 1 s timeout (ranks 0 and 1 would fail each other).
+    poll_for(ep, 700)?;
     let t0 = Instant::now();
     let r = ep
         .request_short(2, H_COUNT, &[1])

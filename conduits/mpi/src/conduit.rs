@@ -291,15 +291,19 @@ impl Tx {
             self.keep(buf);
             return Ok(());
         }
-        self.outstanding(req, buf);
-        Ok(())
+        self.outstanding(req, buf)
     }
 
-    /// Keep `buf` until `req`, the send from it, completes.
-    fn outstanding(&mut self, req: Request, buf: Vec<u8>) {
+    /// Keep `buf` until `req`, the send from it, completes; retire completed sends once
+    /// enough are kept.
+    fn outstanding(&mut self, req: Request, buf: Vec<u8>) -> Result<()> {
         self.reqs.push(req);
         self.bufs.push(buf);
         self.pending.store(self.reqs.len(), Ordering::Relaxed);
+        if self.reqs.len() >= self.reap_at {
+            self.reap()?;
+        }
+        Ok(())
     }
 
     /// Keep a send buffer whose send completed, for reuse.
@@ -553,9 +557,6 @@ struct Engine {
     /// progress posts them, so that no delivery waits for `MPI_Irecv` and giving a slot back
     /// takes no lock.
     returned: Box<[AtomicU64]>,
-    /// Messages in the ready queues, as last seen under the `rx` lock (a hint that lets a poll
-    /// stop without taking the lock again).
-    ready: AtomicUsize,
     seg: OnceLock<Segment>,
     /// The RMA window over every rank's segment, when put/get run natively.
     rma: OnceLock<Arc<Window>>,
@@ -611,7 +612,7 @@ impl Engine {
     fn send(&self, peer: &Peer, dest: u32, class: usize, msg: &OutMsg<'_>) -> Result<()> {
         let len = msg.payload.len();
         let data = match msg.category {
-            Category::Long if len >= self.settings.long_put => match self.rma.get() {
+            Category::Long => match self.rma.get().filter(|_| len >= self.settings.long_put) {
                 Some(w) => {
                     // The payload goes straight into the target segment, complete there
                     // (MPI_Win_flush) before the header leaves: the target's MPI_Win_sync
@@ -624,9 +625,6 @@ impl Engine {
                 }
                 None => Data::Inline,
             },
-            Category::Long if len > wire::MAX_INLINE => {
-                Data::Separate(peer.long_seq.fetch_add(1, Ordering::Relaxed) % wire::LONG_TAGS)
-            }
             _ => Data::Inline,
         };
         let inline = match (msg.category, data) {
@@ -654,12 +652,7 @@ impl Engine {
                 tx.push(self.comm, dest, long_tag(t), chunk.to_vec())?;
             }
         }
-        tx.push(self.comm, dest, tag, buf)?;
-        if tx.reqs.len() >= tx.reap_at {
-            tx.reap()?;
-        }
-        drop(tx);
-        Ok(())
+        tx.push(self.comm, dest, tag, buf)
     }
 
     /// Send a message of at most [`SMALL_BYTES`] from this thread's send buffer: encode,
@@ -698,10 +691,7 @@ impl Engine {
                 return Ok(());
             }
             let mut tx = lock(&self.tx);
-            tx.outstanding(req, buf);
-            if tx.reqs.len() >= tx.reap_at {
-                tx.reap()?;
-            }
+            tx.outstanding(req, buf)?;
             done.map(|_| ())
         })
     }
@@ -800,9 +790,8 @@ impl Engine {
 
     /// Move completed receives to the ready queues (all classes, or only what a thread waiting
     /// to reply may use: exit, credits, replies, and separate Long payloads). `first`: the
-    /// first look of a poll, which looks twice when it finds nothing. Returns how many
-    /// receives completed.
-    fn progress(&self, rx: &mut Rx, replies_only: bool, first: bool) -> Result<usize> {
+    /// first look of a poll, which looks twice when it finds nothing.
+    fn progress(&self, rx: &mut Rx, replies_only: bool, first: bool) -> Result<()> {
         self.repost(rx)?;
         let end = if replies_only {
             rx.reply_end
@@ -815,16 +804,21 @@ impl Engine {
             // completed shows only on a second look.
             n = raw::testsome(&mut rx.test[..end], &mut rx.done)?;
         }
-        let mut found = n;
         if n > 0 {
             // Taken out for the loop, which needs the rest of `rx`; put back for reuse.
             let done = std::mem::take(&mut rx.done);
+            // Every completed entry is retired before any is handled, so that an error while
+            // handling one leaves no handle of a freed request behind.
+            let mut slots = std::mem::take(&mut rx.scratch);
+            slots.clear();
+            slots.extend(done.iter().map(|(k, _)| rx.retire(k).unwrap_or(NO_SLOT)));
             let mut sync = false;
-            for (k, st) in done.iter() {
-                if let Some(i) = rx.retire(k) {
+            for (&i, (_, st)) in slots.iter().zip(done.iter()) {
+                if i != NO_SLOT {
                     sync |= self.completed(rx, i, st)?;
                 }
             }
+            rx.scratch = slots;
             rx.done = done;
             if sync {
                 // What the senders put before sending these messages must be visible to the
@@ -836,13 +830,7 @@ impl Engine {
                 }
             }
         }
-        let longs = if rx.long_reqs.is_empty() {
-            0
-        } else {
-            raw::testsome(&mut rx.long_reqs, &mut rx.long_done)?
-        };
-        found += longs;
-        if longs > 0 {
+        if !rx.long_reqs.is_empty() && raw::testsome(&mut rx.long_reqs, &mut rx.long_done)? > 0 {
             let mut idx = std::mem::take(&mut rx.scratch);
             idx.clear();
             idx.extend(rx.long_done.iter().map(|(i, _)| i));
@@ -877,7 +865,7 @@ impl Engine {
             }
             rx.scratch = idx;
         }
-        Ok(found)
+        Ok(())
     }
 
     /// Handle the completed receive of slot `i`. True when it is an active message whose
@@ -1579,7 +1567,6 @@ impl MpiConduit {
             returned: (0..nslots.div_ceil(64))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
-            ready: AtomicUsize::new(0),
             seg: OnceLock::new(),
             rma: OnceLock::new(),
             exit: AtomicU64::new(0),
@@ -1731,31 +1718,18 @@ impl Conduit for MpiConduit {
             }
         }
         let mut n = 0;
-        // Looks at the receives so far, and whether the last one found any. A look that finds
-        // a receive may leave the next one of its queue completed but untested, so the poll
-        // looks again once it has delivered what it found; a look that finds none ends it.
-        let mut looks = 0u32;
-        let mut found = true;
+        // A look that finds a receive may leave the next one of its queue completed but
+        // untested, so the poll looks again whenever its ready queue runs dry; a look that
+        // leaves nothing to deliver ends the poll.
+        let mut first = true;
         while n < POLL_BUDGET {
-            if !found && eng.ready.load(Ordering::Relaxed) == 0 {
-                // Nothing left to deliver: no need to take the lock again to find that out.
-                break;
-            }
             let next = {
                 let mut rx = lock(&eng.rx);
-                if !rx.has_ready(replies_only) && found {
-                    found = eng.progress(&mut rx, replies_only, looks == 0)? > 0;
-                    looks += 1;
+                if !rx.has_ready(replies_only) {
+                    eng.progress(&mut rx, replies_only, first)?;
+                    first = false;
                 }
-                // Only a message that is there is moved out (an idle poll moves nothing).
-                let next = if rx.has_ready(replies_only) {
-                    rx.pop(replies_only)
-                } else {
-                    None
-                };
-                eng.ready
-                    .store(rx.ready[REQ].len() + rx.ready[REP].len(), Ordering::Relaxed);
-                next
+                rx.pop(replies_only)
             };
             let Some(r) = next else { break };
             n += 1;
@@ -1764,6 +1738,10 @@ impl Conduit for MpiConduit {
             }
         }
         Ok(n)
+    }
+
+    fn exit_word(&self) -> Option<&AtomicU64> {
+        Some(&self.eng.exit)
     }
 
     fn exit_requested(&self) -> Option<i32> {

@@ -374,7 +374,7 @@ impl SmpConduit {
     fn process(job: String, rank: u32, size: u32, ctl_region: Region) -> Result<SmpConduit> {
         // SAFETY: the region stays mapped in `Mode::Process` for the conduit's life.
         let ctl = unsafe { Ctl::view(ctl_region.ptr(), ctl_region.len(), size)? };
-        crate::ctl::boot_timeout()?;
+        amnet_core::conduit::boot_timeout()?;
         let boot_count = AtomicU64::new(0);
         let own_name = queue_name(&job, rank);
         let own = Region::create(&own_name, queue_bytes(size))?;
@@ -570,70 +570,6 @@ impl SmpConduit {
             long_offset: d.long_offset,
         })
     }
-
-    /// The body of `poll`: the small-slot rings in `rings`, then the large-slot rings when the
-    /// counter moved, then this rank's own rings when a self-send is pending. (A separate,
-    /// out-of-line delivering path behind a tight readiness scan made idle polls 16%
-    /// cheaper but cost a message about 30 instructions, and the round trip about 3% on the
-    /// 2-core VM: a message's path matters more than an idle poll's.)
-    #[inline(always)]
-    fn poll_deliver(
-        &self,
-        rings: &[(u32, Ring)],
-        replies_only: bool,
-        sink: &mut dyn FnMut(&InMsg<'_>) -> bool,
-    ) -> Result<usize> {
-        let mut total = 0;
-        for &(src, ring) in rings.iter() {
-            let (n, more) = self.drain(src, &ring, sink);
-            total += n;
-            if !more {
-                return Ok(total);
-            }
-        }
-        // SAFETY: this rank's counter, mapped for the conduit's life.
-        let large = unsafe { &*self.in_large }.load(Ordering::Acquire);
-        if large != self.large_seen.load(Ordering::Relaxed) {
-            let (rings, all) = if replies_only {
-                (&self.large_rep, false)
-            } else {
-                (&self.large_all, true)
-            };
-            // Every message counted up to `large` was pushed before the count: once every
-            // large ring was drained empty after reading it, `large` is seen. A poll that
-            // stopped early, or saw only the reply rings, leaves the mark where it was.
-            let mut empty = all;
-            for &(src, ring) in rings.iter() {
-                let (n, more) = self.drain(src, &ring, sink);
-                total += n;
-                if !more {
-                    return Ok(total);
-                }
-                empty &= n < POLL_BUDGET;
-            }
-            if empty {
-                self.large_seen.store(large, Ordering::Relaxed);
-            }
-        }
-        if self.self_pending.load(Ordering::Relaxed) != 0 {
-            let own = if replies_only {
-                &self.own[..2]
-            } else {
-                &self.own[..]
-            };
-            for ring in own {
-                let (n, more) = self.drain(self.rank, ring, sink);
-                if n > 0 {
-                    self.self_pending.fetch_sub(n as u64, Ordering::Relaxed);
-                    total += n;
-                }
-                if !more {
-                    break;
-                }
-            }
-        }
-        Ok(total)
-    }
 }
 
 impl Conduit for SmpConduit {
@@ -804,7 +740,56 @@ impl Conduit for SmpConduit {
         } else {
             &self.peer_all
         };
-        self.poll_deliver(rings, replies_only, sink)
+        let mut total = 0;
+        for &(src, ring) in rings.iter() {
+            let (n, more) = self.drain(src, &ring, sink);
+            total += n;
+            if !more {
+                return Ok(total);
+            }
+        }
+        // SAFETY: this rank's counter, mapped for the conduit's life.
+        let large = unsafe { &*self.in_large }.load(Ordering::Acquire);
+        if large != self.large_seen.load(Ordering::Relaxed) {
+            let (rings, all) = if replies_only {
+                (&self.large_rep, false)
+            } else {
+                (&self.large_all, true)
+            };
+            // Every message counted up to `large` was pushed before the count: once every
+            // large ring was drained empty after reading it, `large` is seen. A poll that
+            // stopped early, or saw only the reply rings, leaves the mark where it was.
+            let mut empty = all;
+            for &(src, ring) in rings.iter() {
+                let (n, more) = self.drain(src, &ring, sink);
+                total += n;
+                if !more {
+                    return Ok(total);
+                }
+                empty &= n < POLL_BUDGET;
+            }
+            if empty {
+                self.large_seen.store(large, Ordering::Relaxed);
+            }
+        }
+        if self.self_pending.load(Ordering::Relaxed) != 0 {
+            let own = if replies_only {
+                &self.own[..2]
+            } else {
+                &self.own[..]
+            };
+            for ring in own {
+                let (n, more) = self.drain(self.rank, ring, sink);
+                if n > 0 {
+                    self.self_pending.fetch_sub(n as u64, Ordering::Relaxed);
+                    total += n;
+                }
+                if !more {
+                    break;
+                }
+            }
+        }
+        Ok(total)
     }
 
     fn peer_segment(&self, rank: Rank) -> Option<*mut u8> {

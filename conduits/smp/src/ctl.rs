@@ -6,6 +6,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use amnet_core::conduit::boot_timeout;
 use amnet_core::{Error, Result};
 
 const MAGIC: u64 = 0x616d_6e65_7443_544c; // "amnetCTL"
@@ -47,8 +48,6 @@ pub(crate) struct Ctl {
 unsafe impl Send for Ctl {}
 // SAFETY: as above.
 unsafe impl Sync for Ctl {}
-
-pub(crate) use amnet_core::conduit::boot_timeout;
 
 impl Ctl {
     /// Bytes a control block for `size` ranks needs.
