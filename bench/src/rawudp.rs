@@ -7,8 +7,8 @@
 //!   ping-pong has: the kernel keeps a connected socket's route instead of looking it up per
 //!   datagram, and demultiplexes datagrams to a connected socket early. (amnet gets the first
 //!   half: it sends lone datagrams on sockets connected to their destination; it receives
-//!   every peer's datagrams on one unconnected socket.) The pings are timed in blocks interleaved with the amnet round
-//!   trips they are compared with (see `latency`).
+//!   every peer's datagrams on one unconnected socket.) The pings are timed in blocks
+//!   interleaved with the amnet round trips they are compared with (see `latency`).
 //! - `raw_udp_stream_bw`: rank 0 sends a transfer of N bytes as back-to-back datagrams of
 //!   up to 64 KiB ([`CHUNK`] bytes of data plus a 16-byte header: the largest UDP payload
 //!   over IPv4 is 65,507 bytes); rank 1 receives them with non-blocking `recv` and sends an

@@ -511,9 +511,9 @@ impl UdpConduit {
         }
     }
 
-    /// Send a batch: one datagram with [`UdpConduit::send_one`], more with one `sendmmsg`. Returns how many
-    /// the kernel took (the rest are offered again later). A full socket buffer is not an
-    /// error.
+    /// Send a batch: one datagram with [`UdpConduit::send_one`], more with one `sendmmsg`.
+    /// Returns how many the kernel took (the rest are offered again later). A full socket
+    /// buffer is not an error.
     fn send_batch(&self, batch: &[Datagram<'_>], edge: &mut EdgeCounters) -> usize {
         match batch {
             [] => return 0,
@@ -769,43 +769,6 @@ impl UdpConduit {
             eprintln!("amnet udp rank {}: {msg}", self.rank);
         }
         Err(cerr(msg))
-    }
-
-    /// The protocol's and the socket edge's counters, named as `spec/udp.md` lists them.
-    /// Empty when the state stays locked for 100 ms: the exit report may ask from a thread
-    /// that ends the process while another one holds the lock, and must not hang.
-    fn counter_list(&self) -> Vec<(&'static str, u64)> {
-        let t0 = std::time::Instant::now();
-        let inner = loop {
-            match self.inner.try_lock() {
-                Ok(g) => break g,
-                Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => {
-                    if t0.elapsed() > std::time::Duration::from_millis(100) {
-                        return Vec::new();
-                    }
-                    std::thread::yield_now();
-                }
-            }
-        };
-        let c = inner.proto.counters();
-        let e = inner.edge;
-        vec![
-            ("datagrams_sent", c.tx_datagrams),
-            ("datagrams_received", c.rx_datagrams),
-            ("retransmits", c.retransmits),
-            ("fast_retransmits", c.fast_retransmits),
-            ("timeouts", c.timeouts),
-            ("duplicates_dropped", c.duplicates),
-            ("acks_sent", c.acks_sent),
-            ("heartbeats_sent", c.heartbeats_sent),
-            ("decode_errors", c.decode_errors),
-            ("foreign_datagrams", c.foreign_key),
-            ("injected_loss", e.injected_loss),
-            ("injected_dup", e.injected_dup),
-            ("injected_reorder", e.injected_reorder),
-            ("send_errors", e.send_errors),
-        ]
     }
 
     /// The rest of a poll, once the socket has been read (`received`: it held datagrams):
@@ -1169,9 +1132,9 @@ impl Conduit for UdpConduit {
             return self.deliver(inner, now, true, replies_only, sink);
         };
         if inner.proto.due_now(src) {
-            // An ack that must not wait, or DATA the ack let go: before the handler.
-            self.refresh_due(&mut inner);
-            self.transmit_if_due(&mut inner, now);
+            // An ack that must not wait, or DATA the ack let go: before the handler (then the
+            // protocol's next timeout is due at once, so the planner runs unconditionally).
+            self.transmit(&mut inner, now);
         } else {
             // At most a later timer (a delayed ack, a retransmission timeout) changed: the
             // handler's reply, if it sends one, recomputes `tx_due` anyway; else the next poll.
@@ -1182,8 +1145,41 @@ impl Conduit for UdpConduit {
         Ok(1)
     }
 
+    /// The protocol's and the socket edge's counters, named as `spec/udp.md` lists them.
+    /// Empty when the state stays locked for 100 ms: the exit report may ask from a thread
+    /// that ends the process while another one holds the lock, and must not hang.
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        self.counter_list()
+        let t0 = Instant::now();
+        let inner = loop {
+            match self.inner.try_lock() {
+                Ok(g) => break g,
+                Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    if t0.elapsed() > std::time::Duration::from_millis(100) {
+                        return Vec::new();
+                    }
+                    std::thread::yield_now();
+                }
+            }
+        };
+        let c = inner.proto.counters();
+        let e = inner.edge;
+        vec![
+            ("datagrams_sent", c.tx_datagrams),
+            ("datagrams_received", c.rx_datagrams),
+            ("retransmits", c.retransmits),
+            ("fast_retransmits", c.fast_retransmits),
+            ("timeouts", c.timeouts),
+            ("duplicates_dropped", c.duplicates),
+            ("acks_sent", c.acks_sent),
+            ("heartbeats_sent", c.heartbeats_sent),
+            ("decode_errors", c.decode_errors),
+            ("foreign_datagrams", c.foreign_key),
+            ("injected_loss", e.injected_loss),
+            ("injected_dup", e.injected_dup),
+            ("injected_reorder", e.injected_reorder),
+            ("send_errors", e.send_errors),
+        ]
     }
 
     fn exit_requested(&self) -> Option<i32> {

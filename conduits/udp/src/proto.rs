@@ -59,8 +59,9 @@
 //! until a new sample arrives. (The timer restarts on progress, as TCP's does: a window of
 //! large datagrams takes longer to drain at the receiver than the round trip of a small
 //! message, and while acks keep coming nothing is lost. Counted from transmission alone, a
-//! 4 MiB window on loopback outlived the 1 ms floor of the timeout and was sent twice.) Selective acks trigger faster recovery: a datagram is deemed lost, and
-//! retransmitted at once, when three datagrams transmitted after it have been acked.
+//! 4 MiB window on loopback outlived the 1 ms floor of the timeout and was sent twice.)
+//! Selective acks trigger faster recovery: a datagram is deemed lost, and retransmitted at
+//! once, when three datagrams transmitted after it have been acked.
 //!
 //! **Liveness.** A peer nothing was sent to for [`Config::heartbeat_interval`] gets a
 //! HEARTBEAT (which carries acks and the window like any datagram). A peer heard from by no
@@ -531,6 +532,34 @@ impl Peer {
     /// is held; the last fragment turns the fragments held into a complete message of the
     /// same count plus one; the floor only covers sequence numbers the message itself takes.
     /// So a datagram sent on any credit granted earlier is never dropped as out of window.
+    /// The end of what may be transmitted: the peer's credit edge, within `send_window` of the
+    /// oldest unacked datagram.
+    #[inline]
+    fn send_edge(&self, send_window: u32) -> u64 {
+        self.peer_edge
+            .min(self.snd_una.saturating_add(u64::from(send_window)))
+    }
+
+    /// True when a queued datagram that was never transmitted may go now.
+    #[inline]
+    fn can_send_new(&self, send_window: u32) -> bool {
+        self.snd_tx < self.snd_una + len_u64(self.segs.len())
+            && self.snd_tx < self.send_edge(send_window)
+    }
+
+    /// The credit edge this rank grants the peer: `rcv_next` plus the advertised window.
+    #[inline]
+    fn credit_edge(&self, recv_window: u32) -> u64 {
+        self.rcv_next + u64::from(self.advertised(recv_window))
+    }
+
+    /// When the retransmission timeout of `seg` started: its transmission or the last
+    /// advance of the cumulative ack, whichever is later.
+    #[inline]
+    fn rto_start(&self, seg: &Seg) -> u64 {
+        seg.sent_at.max(self.progress_at)
+    }
+
     fn advertised(&self, recv_window: u32) -> u32 {
         match &self.partial {
             None => recv_window.saturating_sub(self.ready_dgrams),
@@ -892,10 +921,7 @@ impl Proto {
         let (recv_window, send_window) = (self.cfg.recv_window, self.cfg.send_window);
         let peer = &mut self.peers[ix(dest)];
         let idx = peer.in_flight();
-        let edge = peer
-            .peer_edge
-            .min(peer.snd_una.saturating_add(u64::from(send_window)));
-        if idx + 1 != peer.segs.len() || peer.snd_tx >= edge {
+        if idx + 1 != peer.segs.len() || peer.snd_tx >= peer.send_edge(send_window) {
             return Ok(Sent::Queued);
         }
         let (ack, sack, window) = peer.ack_fields(recv_window);
@@ -959,7 +985,7 @@ impl Proto {
         }
         let send_window = u64::from(self.cfg.send_window);
         let end = peer.snd_una + len_u64(peer.segs.len());
-        let mut edge = peer.peer_edge.min(peer.snd_una.saturating_add(send_window));
+        let mut edge = peer.send_edge(self.cfg.send_window);
         if let Some(p) = self
             .pending
             .filter(|p| p.src == rank && p.ack >= peer.snd_una)
@@ -1125,15 +1151,7 @@ impl Proto {
         if !self.taken {
             return self.on_ack(h.src, now, h.ack, h.sack, h.window).and(data);
         }
-        let peer = &self.peers[ix(h.src)];
-        if h.ack > peer.snd_tx {
-            self.counters.protocol_errors += 1;
-            return Err(RxError::Protocol {
-                src: h.src,
-                what: "acked data that was never sent",
-            });
-        }
-        if h.ack >= peer.snd_una {
+        if self.ack_is_news(h.src, h.ack)? {
             self.pending = Some(PendingAck {
                 src: h.src,
                 now,
@@ -1145,6 +1163,23 @@ impl Proto {
         data
     }
 
+    /// Whether a cumulative `ack` from `src` moves or confirms its send edge (false: an older
+    /// ack, overtaken, with nothing new in it); an ack of data never sent is a protocol error.
+    fn ack_is_news(&mut self, src: Rank, ack: u64) -> Result<bool, RxError> {
+        let peer = &self.peers[ix(src)];
+        if ack < peer.snd_una {
+            return Ok(false);
+        }
+        if ack > peer.snd_tx {
+            self.counters.protocol_errors += 1;
+            return Err(RxError::Protocol {
+                src,
+                what: "acked data that was never sent",
+            });
+        }
+        Ok(true)
+    }
+
     /// Processes the ack fields of a datagram from `src`.
     fn on_ack(
         &mut self,
@@ -1154,19 +1189,12 @@ impl Proto {
         sack: u64,
         window: u32,
     ) -> Result<(), RxError> {
+        if !self.ack_is_news(src, ack)? {
+            return Ok(());
+        }
         let cfg = &self.cfg;
         let pool = &mut self.pool;
         let peer = &mut self.peers[ix(src)];
-        if ack < peer.snd_una {
-            return Ok(()); // an older ack, overtaken: nothing in it is news
-        }
-        if ack > peer.snd_tx {
-            self.counters.protocol_errors += 1;
-            return Err(RxError::Protocol {
-                src,
-                what: "acked data that was never sent",
-            });
-        }
         let mut top = Top3::default();
         let mut sample: Option<u64> = None;
         for _ in peer.snd_una..ack {
@@ -1496,9 +1524,7 @@ impl Proto {
                 items.push(Item::Seg { peer: r, idx });
             }
         }
-        let edge = peer
-            .peer_edge
-            .min(peer.snd_una.saturating_add(u64::from(cfg.send_window)));
+        let edge = peer.send_edge(cfg.send_window);
         let end = peer.snd_una + len_u64(peer.segs.len());
         let mut seq = peer.snd_tx;
         while seq < end && seq < edge && items.len() < BATCH {
@@ -1579,7 +1605,7 @@ impl Proto {
         peer.ack_owed = false;
         peer.ack_now = false;
         peer.unacked_rx = 0;
-        peer.last_edge = peer.rcv_next + u64::from(peer.advertised(recv_window));
+        peer.last_edge = peer.credit_edge(recv_window);
         self.counters.tx_datagrams += 1;
         self.counters.tx_bytes += len_u64(len);
     }
@@ -1633,13 +1659,10 @@ impl Proto {
                     return Some(0);
                 }
                 if !seg.sacked {
-                    t = t.min(seg.sent_at.max(peer.progress_at).saturating_add(rto));
+                    t = t.min(peer.rto_start(seg).saturating_add(rto));
                 }
             }
-            let edge = peer
-                .peer_edge
-                .min(peer.snd_una.saturating_add(u64::from(cfg.send_window)));
-            if peer.snd_tx < peer.snd_una + len_u64(peer.segs.len()) && peer.snd_tx < edge {
+            if peer.can_send_new(cfg.send_window) {
                 return Some(0);
             }
         }
@@ -1682,7 +1705,7 @@ impl Proto {
             unsent: len_u64(p.segs.len()) - in_flight,
             send_credit: p.peer_edge.saturating_sub(p.snd_una),
             advertised: p.advertised(self.cfg.recv_window),
-            credit_edge: p.rcv_next + u64::from(p.advertised(self.cfg.recv_window)),
+            credit_edge: p.credit_edge(self.cfg.recv_window),
             reorder_buffered: p.ooo.iter().filter(|s| s.is_some()).count(),
             undelivered: p.ready_dgrams,
             last_heard: p.last_heard,

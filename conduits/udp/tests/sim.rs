@@ -435,6 +435,17 @@ impl Workload {
         self
     }
 
+    /// The paths this workload takes: the direct send path when `tx`, messages straight off
+    /// the wire when `rx` (else the planner and the queue).
+    fn paths(self, sim: &mut Sim, tx: bool, rx: bool) -> Self {
+        let w = if tx { self.direct(sim) } else { self };
+        if rx {
+            w.direct_rx(sim)
+        } else {
+            w
+        }
+    }
+
     /// Checks one message `dst` received from `src`: the next one sent, intact.
     fn check(&mut self, dst: u32, src: u32, am: &AmHeader, payload: &[u8]) {
         let idx = self.next[dst as usize][src as usize];
@@ -534,19 +545,18 @@ impl Workload {
     }
 }
 
+/// Nothing unacked and nothing waiting to be taken on any rank.
+fn quiet(s: &Sim) -> bool {
+    s.procs.iter().all(|p| p.unacked() == 0 && !p.has_ready())
+}
+
 /// Runs a random workload to completion; returns the simulated time it took.
 /// Odd seeds send through the direct path; seeds that leave 2 or 3 modulo 4 take messages
 /// straight off the wire.
 fn stream(seed: u64, n: u32, per_pair: u32, mtu: usize, net: Net) -> u64 {
     let mut rng = Rng(seed ^ 0xabcdef);
     let mut sim = Sim::new(n, &sim_config(mtu), net, seed);
-    let mut w = Workload::random(n, per_pair, &mut rng);
-    if seed % 2 == 1 {
-        w = w.direct(&sim);
-    }
-    if seed % 4 >= 2 {
-        w = w.direct_rx(&mut sim);
-    }
+    let w = Workload::random(n, per_pair, &mut rng).paths(&mut sim, seed % 2 == 1, seed % 4 >= 2);
     let w = RefCell::new(w);
     let limit = 600_000_000; // 10 simulated minutes: never reached unless something is stuck
     let done = sim.run(
@@ -641,9 +651,7 @@ fn perfect_network_needs_no_retransmission() {
     let mut rng = Rng(7);
     let mut w = Workload::random(3, 10, &mut rng);
     let mut sim = Sim::new(3, &sim_config(9000), lossy(0.0, 0.0, 0), 7);
-    let done = sim.run(10_000_000, None, &mut |r, p, now| w.app(r, p, now), |s| {
-        s.procs.iter().all(|p| p.unacked() == 0 && !p.has_ready())
-    });
+    let done = sim.run(10_000_000, None, &mut |r, p, now| w.app(r, p, now), quiet);
     assert!(done);
     assert_eq!(w.delivered, w.total);
     for p in &sim.procs {
@@ -663,18 +671,13 @@ fn perfect_network_keeps_every_credit_granted() {
         for (n, mtu) in [(3u32, 9000usize), (2, 1400), (4, 65_000)] {
             let mut rng = Rng(seed);
             let mut sim = Sim::new(n, &sim_config(mtu), lossy(0.0, 0.0, 0), seed);
-            let mut w = Workload::random(n, 30, &mut rng);
-            if seed % 2 == 1 {
-                w = w.direct(&sim);
-            }
-            if seed % 4 >= 2 {
-                w = w.direct_rx(&mut sim);
-            }
+            let mut w =
+                Workload::random(n, 30, &mut rng).paths(&mut sim, seed % 2 == 1, seed % 4 >= 2);
             let done = sim.run(
                 10_000_000,
                 Some(100),
                 &mut |r, p, now| w.app(r, p, now),
-                |s| s.procs.iter().all(|p| p.unacked() == 0 && !p.has_ready()),
+                quiet,
             );
             assert!(done, "seed {seed} mtu {mtu}: stuck");
             assert_eq!(w.delivered, w.total);
@@ -707,17 +710,12 @@ fn direct_path_keeps_the_protocol() {
         let mut w = Workload::random(3, 30, &mut rng);
         // One message per destination per round: most find nothing queued ahead of them.
         w.burst = 1;
-        if direct {
-            w = w.direct(&sim);
-        }
-        if direct_rx {
-            w = w.direct_rx(&mut sim);
-        }
+        let mut w = w.paths(&mut sim, direct, direct_rx);
         let done = sim.run(
             10_000_000,
             Some(100),
             &mut |r, p, now| w.app(r, p, now),
-            |s| s.procs.iter().all(|p| p.unacked() == 0 && !p.has_ready()),
+            quiet,
         );
         assert!(done);
         assert_eq!(w.delivered, w.total);

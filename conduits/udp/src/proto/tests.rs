@@ -661,15 +661,8 @@ fn a_lone_complete_message_can_be_taken_straight_off_the_wire() {
     ps[0].send(1, &medium(&[5], b"x")).unwrap();
     ps[0].send(1, &medium(&[6], b"y")).unwrap();
     let out = drain(&mut ps[0], 4);
-    let mut offered = Vec::new();
-    for b in [&out[1].1, &out[0].1] {
-        ps[1]
-            .on_datagram_direct(5, b, &mut |_, am, _| {
-                offered.push(am.args()[0]);
-                true
-            })
-            .unwrap();
-    }
+    let mut offered = take_direct(&mut ps[1], 5, &out[1].1);
+    offered.extend(take_direct(&mut ps[1], 5, &out[0].1));
     assert_eq!(offered, [5]);
     assert_eq!(ps[1].pop(false).unwrap().am.args(), &[6]);
     // Several fragments: reassembled and queued, never offered.
