@@ -158,6 +158,13 @@ pub trait Conduit: Send + Sync + 'static {
     fn size(&self) -> u32;
     /// Largest Medium payload this conduit carries in one message.
     fn max_medium(&self) -> usize;
+    /// Bytes per Long request when the AM reference path splits a put (at least 1). The
+    /// default, [`max_medium`](Conduit::max_medium), suits conduits whose Longs travel as
+    /// one message; one that fragments Longs itself may ask for larger chunks, each of which
+    /// then costs one ack instead of one per Medium-sized piece.
+    fn put_chunk(&self) -> usize {
+        self.max_medium()
+    }
     /// True when more ranks run on this host than it has cores: waits then yield sooner.
     fn oversubscribed(&self) -> bool {
         false

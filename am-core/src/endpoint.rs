@@ -86,6 +86,8 @@ pub(crate) struct Attached {
     /// The conduit's native put/get, for the ranks `peers` does not map.
     pub(crate) native: Option<Arc<dyn NativeRma>>,
     pub(crate) max_medium: usize,
+    /// Bytes per Long request of an AM-path put ([`Conduit::put_chunk`]).
+    pub(crate) put_chunk: usize,
     size: u32,
 }
 
@@ -491,6 +493,7 @@ impl Endpoint {
             peers,
             native: native_rma,
             max_medium: self.inner.conduit.max_medium(),
+            put_chunk: self.inner.conduit.put_chunk().max(1),
             size: self.size(),
         };
         if self.inner.attached.set(att).is_err() {

@@ -240,7 +240,7 @@ impl Endpoint {
             return Self::native_put(&**rma, dest, offset, src, blocking, track);
         }
         let st = track();
-        let chunk = att.max_medium.max(1);
+        let chunk = att.put_chunk;
         for (i, piece) in src.chunks(chunk).enumerate() {
             let (lo, hi) = st.arm();
             self.lib_request(

@@ -32,11 +32,16 @@ use std::time::Instant;
 use amnet_core::{Category, Conduit, Error, InMsg, LocalSegment, OutMsg, Rank, Result};
 
 use crate::boot::BootClient;
-use crate::proto::{Config, Datagram, Delivery, Proto, SendError, Sent, BATCH};
+use crate::proto::{Config, Datagram, Delivery, LongSink, Proto, SendError, Sent, BATCH};
 use crate::wire::AmHeader;
 
 /// Largest Medium payload (the same as the smp conduit's).
 pub const MAX_MEDIUM: usize = 65536;
+/// Bytes per Long request of a put on the AM path: the protocol fragments a Long itself and
+/// lands its fragments in the segment as they arrive, so a larger chunk costs only fewer
+/// acks (a 64 KiB chunk would also take two datagrams, its headers pushing it past one).
+/// Bounded so that one chunk stays well inside the send queue.
+pub const PUT_CHUNK: usize = 1 << 20;
 /// Datagrams taken from the socket per `recvmmsg` call.
 const RX_BATCH: usize = 32;
 /// `recvmmsg` calls per poll at most (fairness with the caller's own work).
@@ -231,6 +236,37 @@ impl Segment {
             len,
             layout: Some(layout),
         })
+    }
+}
+
+/// The segment as the protocol's [`LongSink`]: Long fragments land in place as they arrive.
+struct SegSink {
+    ptr: *mut u8,
+    len: u64,
+}
+
+// SAFETY: the pointer names the conduit's segment, which outlives the protocol that holds the
+// sink (both belong to the conduit, and the segment is never freed before it).
+unsafe impl Send for SegSink {}
+
+impl LongSink for SegSink {
+    fn fits(&self, offset: u64, len: u64) -> bool {
+        matches!(offset.checked_add(len), Some(end) if end <= self.len)
+    }
+
+    fn write(&mut self, offset: u64, chunk: &[u8]) {
+        let end = offset.checked_add(chunk.len() as u64);
+        let (true, Ok(at)) = (
+            matches!(end, Some(e) if e <= self.len),
+            usize::try_from(offset),
+        ) else {
+            return; // not reached: the protocol writes only inside a range `fits` accepted
+        };
+        // SAFETY: the range lies inside the segment (checked just above), which stays
+        // allocated; who touches which bytes when is the core's contract with its clients.
+        unsafe {
+            std::ptr::copy_nonoverlapping(chunk.as_ptr(), self.ptr.add(at), chunk.len());
+        }
     }
 }
 
@@ -836,7 +872,7 @@ impl UdpConduit {
         let mut n = 0;
         for d in &batch {
             n += 1;
-            if !self.hand_up(d.src, &d.am, &d.payload, sink) {
+            if !self.hand_up(d.src, &d.am, &d.payload, d.placed, sink) {
                 break;
             }
         }
@@ -856,12 +892,14 @@ impl UdpConduit {
         Ok(n)
     }
 
-    /// Deliver one message to the core: Long payloads go into the segment first.
+    /// Deliver one message to the core: Long payloads go into the segment first, unless the
+    /// protocol `placed` them there already (their length).
     fn hand_up(
         &self,
         src: Rank,
         am: &AmHeader,
         payload: &[u8],
+        placed: Option<u64>,
         sink: &mut dyn FnMut(&InMsg<'_>) -> bool,
     ) -> bool {
         let payload: &[u8] = match am.category {
@@ -874,7 +912,8 @@ impl UdpConduit {
                     return true;
                 };
                 let off = am.long_offset;
-                let end = off.checked_add(payload.len() as u64);
+                let len = placed.unwrap_or(payload.len() as u64);
+                let end = off.checked_add(len);
                 if !matches!(end, Some(e) if e <= seg.len as u64) {
                     eprintln!(
                         "amnet udp rank {}: dropped a Long from rank {} outside the segment",
@@ -883,13 +922,16 @@ impl UdpConduit {
                     return true;
                 }
                 let at = usize::try_from(off).unwrap_or(0);
+                let len = usize::try_from(len).unwrap_or(0);
                 let dst = seg.ptr;
                 // SAFETY: the range was checked against the segment just above; the segment
                 // stays allocated for the conduit's life; clients that touch the same bytes
                 // concurrently break the core's contract, not memory safety of this copy.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(payload.as_ptr(), dst.add(at), payload.len());
-                    std::slice::from_raw_parts(dst.add(at), payload.len())
+                    if placed.is_none() {
+                        std::ptr::copy_nonoverlapping(payload.as_ptr(), dst.add(at), len);
+                    }
+                    std::slice::from_raw_parts(dst.add(at), len)
                 }
             }
             _ => payload,
@@ -981,6 +1023,9 @@ impl Conduit for UdpConduit {
     fn max_medium(&self) -> usize {
         MAX_MEDIUM
     }
+    fn put_chunk(&self) -> usize {
+        PUT_CHUNK
+    }
     fn oversubscribed(&self) -> bool {
         self.oversubscribed
     }
@@ -1005,6 +1050,10 @@ impl Conduit for UdpConduit {
             .set(Segment::new(len)?)
             .map_err(|_| Error::AlreadyAttached)?;
         let s = self.seg.get().ok_or(Error::AlreadyAttached)?;
+        self.lock().proto.set_long_sink(Box::new(SegSink {
+            ptr: s.ptr,
+            len: s.len as u64,
+        }));
         // Everyone has its segment before anyone sends into it.
         self.exchange(&[])?;
         Ok(LocalSegment {
@@ -1141,7 +1190,7 @@ impl Conduit for UdpConduit {
             inner.tx_stale = true;
         }
         drop(inner);
-        self.hand_up(src, &am, payload.get(..len).unwrap_or_default(), sink);
+        self.hand_up(src, &am, payload.get(..len).unwrap_or_default(), None, sink);
         Ok(1)
     }
 

@@ -21,5 +21,6 @@ pub mod wire;
 pub use conduit::UdpConduit;
 
 pub use proto::{
-    Config, ConfigError, Counters, Datagram, Delivery, PeerStatus, Proto, RxError, SendError, Sent,
+    Config, ConfigError, Counters, Datagram, Delivery, LongSink, PeerStatus, Proto, RxError,
+    SendError, Sent,
 };

@@ -76,8 +76,10 @@
 //!   datagrams of an earlier job out.
 //! - Orderly departure: there is no goodbye datagram; ending the job is the conduit's protocol
 //!   (an active message), and a rank that stops polling for the peer timeout is failed.
-//! - Long payloads are reassembled like Medium ones; the conduit copies them into the segment
-//!   on delivery.
+//! - Placement of anything but Long payloads: a Long payload goes straight to its place in the
+//!   receiver's segment, fragment by fragment, once the caller has installed a [`LongSink`]
+//!   (the conduit does at attach); without one, or when its range does not fit, it is
+//!   reassembled in a buffer like a Medium one.
 //!
 //! # Bounds on what a peer can make us hold
 //!
@@ -89,7 +91,7 @@
 
 use std::collections::VecDeque;
 
-use amnet_core::{OutMsg, Rank};
+use amnet_core::{Category, OutMsg, Rank};
 
 use crate::wire::{
     self, AmHeader, Fragment, Header, Kind, Packet, WireError, FRAG_LEN, HEADER_LEN, MAX_AM_LEN,
@@ -360,6 +362,19 @@ pub enum Sent {
     Queued,
 }
 
+/// The receiver's segment, as the protocol writes Long payloads into it: each fragment's
+/// chunk goes to its place as it is taken in, so a Long is never reassembled in a buffer and
+/// copied again. Installed with [`Proto::set_long_sink`].
+pub trait LongSink: Send {
+    /// Whether `len` bytes at `offset` lie inside the segment. Asked once per Long message,
+    /// at its first fragment; a message that does not fit is reassembled in a buffer and
+    /// delivered as usual (the caller then reports it).
+    fn fits(&self, offset: u64, len: u64) -> bool;
+    /// Copies `chunk` to `offset`. Only called for ranges inside one that [`LongSink::fits`]
+    /// accepted.
+    fn write(&mut self, offset: u64, chunk: &[u8]);
+}
+
 /// A complete message, taken out by [`Proto::pop`].
 #[derive(Debug)]
 pub struct Delivery {
@@ -367,8 +382,12 @@ pub struct Delivery {
     pub src: Rank,
     /// Handler, category, reply flag, arguments and long offset.
     pub am: AmHeader,
-    /// The payload. Hand the delivery back with [`Proto::recycle`] to reuse this buffer.
+    /// The payload (empty when `placed`). Hand the delivery back with [`Proto::recycle`] to
+    /// reuse this buffer.
     pub payload: Vec<u8>,
+    /// For a Long payload the [`LongSink`] took: its length; the bytes are already at
+    /// `am.long_offset`. `None`: the payload is `payload`.
+    pub placed: Option<u64>,
     /// Datagrams it took, for credit accounting.
     dgrams: u32,
     /// Position in arrival order.
@@ -433,6 +452,10 @@ struct Partial {
     count: u32,
     total: u64,
     am: AmHeader,
+    /// Bytes taken in so far.
+    got: u64,
+    /// The payload goes through the [`LongSink`], not into `buf`.
+    placed: bool,
     buf: Vec<u8>,
 }
 
@@ -705,6 +728,8 @@ pub struct Proto {
     cursor: usize,
     counters: Counters,
     plan: Vec<Item>,
+    /// Where Long payloads go as they arrive, once installed.
+    long_sink: Option<Box<dyn LongSink>>,
 }
 
 impl std::fmt::Debug for Proto {
@@ -751,7 +776,14 @@ impl Proto {
             plan: Vec::with_capacity(BATCH),
             cursor: 0,
             counters: Counters::default(),
+            long_sink: None,
         })
+    }
+
+    /// Installs where Long payloads go from now on: each fragment is written to its place as
+    /// it is taken in, and the message's [`Delivery::placed`] says so.
+    pub fn set_long_sink(&mut self, sink: Box<dyn LongSink>) {
+        self.long_sink = Some(sink);
     }
 
     /// This rank.
@@ -949,11 +981,18 @@ impl Proto {
         let mut buf = take_buf(&mut self.pool);
         buf.extend_from_slice(payload);
         self.counters.messages_sent += 1;
-        self.push_ready(self.me, am, buf, 1);
+        self.push_ready(self.me, am, buf, None, 1);
         Ok(())
     }
 
-    fn push_ready(&mut self, src: Rank, am: AmHeader, payload: Vec<u8>, dgrams: u32) {
+    fn push_ready(
+        &mut self,
+        src: Rank,
+        am: AmHeader,
+        payload: Vec<u8>,
+        placed: Option<u64>,
+        dgrams: u32,
+    ) {
         let peer = &mut self.peers[ix(src)];
         peer.ready_dgrams = peer.ready_dgrams.saturating_add(dgrams);
         self.counters.messages_received += 1;
@@ -963,6 +1002,7 @@ impl Proto {
             src,
             am,
             payload,
+            placed,
             dgrams,
             order,
         });
@@ -1361,18 +1401,32 @@ impl Proto {
                         return result;
                     }
                 }
-                let mut buf = take_buf(&mut self.pool);
-                buf.extend_from_slice(f.chunk);
-                self.push_ready(src, *am, buf, 1);
+                if self.place(am, f.total_len) {
+                    self.write_placed(am.long_offset, f.chunk);
+                    self.push_ready(src, *am, Vec::new(), Some(f.total_len), 1);
+                } else {
+                    let mut buf = take_buf(&mut self.pool);
+                    buf.extend_from_slice(f.chunk);
+                    self.push_ready(src, *am, buf, None, 1);
+                }
             } else {
-                let mut buf = Vec::with_capacity(to_usize(f.total_len.min(PREALLOC_MAX)));
-                buf.extend_from_slice(f.chunk);
-                peer.partial = Some(Box::new(Partial {
+                let placed = self.place(am, f.total_len);
+                let buf = if placed {
+                    self.write_placed(am.long_offset, f.chunk);
+                    Vec::new()
+                } else {
+                    let mut buf = Vec::with_capacity(to_usize(f.total_len.min(PREALLOC_MAX)));
+                    buf.extend_from_slice(f.chunk);
+                    buf
+                };
+                self.peers[ix(src)].partial = Some(Box::new(Partial {
                     msg_id: f.msg_id,
                     next_index: 1,
                     count: f.count,
                     total: f.total_len,
                     am: *am,
+                    got: len_u64(f.chunk.len()),
+                    placed,
                     buf,
                 }));
             }
@@ -1387,11 +1441,20 @@ impl Proto {
             peer.partial = None;
             return err("fragment does not continue the message in progress");
         }
-        if len_u64(part.buf.len() + f.chunk.len()) > part.total {
+        let got = part.got + len_u64(f.chunk.len());
+        if got > part.total {
             peer.partial = None;
             return err("fragments longer than the message");
         }
-        part.buf.extend_from_slice(f.chunk);
+        if part.placed {
+            let at = part.am.long_offset + part.got;
+            if let Some(sink) = self.long_sink.as_mut() {
+                sink.write(at, f.chunk);
+            }
+        } else {
+            part.buf.extend_from_slice(f.chunk);
+        }
+        part.got = got;
         part.next_index += 1;
         if part.next_index < part.count {
             return Ok(());
@@ -1399,12 +1462,38 @@ impl Proto {
         let Some(done) = peer.partial.take() else {
             return Ok(());
         };
-        if len_u64(done.buf.len()) != done.total {
+        if done.got != done.total {
             return err("fragments shorter than the message");
         }
-        let Partial { am, buf, count, .. } = *done;
-        self.push_ready(src, am, buf, count);
+        let Partial {
+            am,
+            buf,
+            count,
+            placed,
+            total,
+            ..
+        } = *done;
+        self.push_ready(src, am, buf, placed.then_some(total), count);
         Ok(())
+    }
+
+    /// Whether a message with header `am` and payload length `len` goes through the
+    /// [`LongSink`]: a Long, with a sink installed, whose range fits. (A Long that starts
+    /// inside the range but whose end the sender misstated is caught by the length checks of
+    /// reassembly, which drop the message before its last fragment: the sink never writes
+    /// beyond `len`.)
+    fn place(&self, am: &AmHeader, len: u64) -> bool {
+        am.category == Category::Long
+            && self
+                .long_sink
+                .as_ref()
+                .is_some_and(|s| s.fits(am.long_offset, len))
+    }
+
+    fn write_placed(&mut self, offset: u64, chunk: &[u8]) {
+        if let Some(sink) = self.long_sink.as_mut() {
+            sink.write(offset, chunk);
+        }
     }
 
     /// Produces the datagrams due at `now`: retransmissions, new DATA within the windows, ACKs

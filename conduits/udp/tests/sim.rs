@@ -22,7 +22,7 @@ use std::rc::Rc;
 
 use amnet_core::{Category, OutMsg};
 use amnet_udp::wire::{self, AmHeader, Kind};
-use amnet_udp::{Config, Proto, SendError, Sent};
+use amnet_udp::{Config, LongSink, Proto, SendError, Sent};
 use proptest::prelude::*;
 
 const KEY: u64 = 0x5eed_0000_0000_0001;
@@ -967,4 +967,117 @@ fn duplicated_and_reordered_acks_are_harmless() {
     // All duplication, heavy reordering, no loss: nothing may be delivered twice, and the
     // sender must not treat a late ack as news.
     stream(99, 3, 10, 9000, lossy(0.0, 1.0, 5000));
+}
+
+/// A segment for [`LongSink`]: shared with the test, which reads what was placed.
+struct VecSink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl LongSink for VecSink {
+    fn fits(&self, offset: u64, len: u64) -> bool {
+        let seg = self.0.lock().unwrap().len() as u64;
+        offset.checked_add(len).is_some_and(|end| end <= seg)
+    }
+    fn write(&mut self, offset: u64, chunk: &[u8]) {
+        let at = offset as usize;
+        self.0.lock().unwrap()[at..at + chunk.len()].copy_from_slice(chunk);
+    }
+}
+
+/// Long payloads land in the receiver's segment as their fragments arrive, through a lossy,
+/// duplicating, reordering network: each is delivered once, in order, with `placed` set, an
+/// empty buffer, and its bytes (and only its bytes) in place. A Long outside the segment and
+/// the Medium messages between them arrive in buffers as before.
+#[test]
+fn long_payloads_are_placed_in_the_segment_as_they_arrive() {
+    const SEG: usize = 1 << 20;
+    // (category, offset, length): one-fragment and many-fragment Longs, Mediums between,
+    // an empty Long and one that does not fit.
+    let msgs: Vec<(Category, u64, usize)> = vec![
+        (Category::Long, 0, 100),
+        (Category::Medium, 0, 3000),
+        (Category::Long, 1000, 20_000),
+        (Category::Long, 30_000, 1),
+        (Category::Long, 40_000, 0),
+        (Category::Medium, 0, 1),
+        (Category::Long, 50_000, 300_000),
+        (Category::Long, (SEG - 10) as u64, 11),
+        (Category::Long, 400_000, 4096),
+        (Category::Long, 500_000, 500_000),
+    ];
+    let fill = |i: usize, j: usize| (i as u8).wrapping_mul(37) ^ (j as u8).wrapping_mul(11) ^ 0x5a;
+    for seed in 1..=4u64 {
+        let seg = std::sync::Arc::new(std::sync::Mutex::new(vec![0u8; SEG]));
+        let mut sim = Sim::new(2, &sim_config(1400), lossy(0.1, 0.05, 2000), seed);
+        sim.procs[1].set_long_sink(Box::new(VecSink(seg.clone())));
+        let sent = std::cell::Cell::new(0usize);
+        let mut got = 0;
+        let done = sim.run(
+            60_000_000,
+            Some(100),
+            &mut |r, p, _| {
+                if r == 0 {
+                    while let Some(&(category, long_offset, len)) = msgs.get(sent.get()) {
+                        let i = sent.get();
+                        let payload: Vec<u8> = (0..len).map(|j| fill(i, j)).collect();
+                        let msg = OutMsg {
+                            handler: 130,
+                            category,
+                            is_reply: false,
+                            args: &[i as u32],
+                            payload: &payload,
+                            long_offset,
+                        };
+                        match p.send(1, &msg) {
+                            Ok(()) => sent.set(i + 1),
+                            Err(SendError::Backpressure(_)) => break,
+                            Err(e) => panic!("send #{i}: {e}"),
+                        }
+                    }
+                    return;
+                }
+                while let Some(d) = p.pop(false) {
+                    assert_eq!(d.am.args(), &[got as u32], "seed {seed}: out of order");
+                    let (category, off, len) = msgs[got];
+                    let fits = off as usize + len <= SEG;
+                    let bytes: Vec<u8> = if category == Category::Long && fits {
+                        assert_eq!(d.placed, Some(len as u64), "seed {seed} #{got}");
+                        assert!(d.payload.is_empty(), "seed {seed} #{got}");
+                        let s = seg.lock().unwrap();
+                        // The bytes just beyond are another message's or untouched.
+                        s[off as usize..off as usize + len].to_vec()
+                    } else {
+                        assert_eq!(d.placed, None, "seed {seed} #{got}");
+                        d.payload.clone()
+                    };
+                    assert_eq!(bytes.len(), len, "seed {seed} #{got}");
+                    for (j, b) in bytes.iter().enumerate() {
+                        assert_eq!(*b, fill(got, j), "seed {seed} #{got} byte {j}");
+                    }
+                    got += 1;
+                    p.recycle(d);
+                }
+            },
+            |s| quiet(s) && sent.get() == msgs.len(),
+        );
+        assert!(done, "seed {seed}: stuck");
+        assert_eq!(got, msgs.len(), "seed {seed}");
+        assert!(
+            sim.procs[0].counters().retransmits > 0,
+            "seed {seed}: no loss exercised"
+        );
+        // Nothing was written outside the placed Longs.
+        let s = seg.lock().unwrap();
+        let mut owned = vec![false; SEG];
+        for &(category, off, len) in &msgs {
+            if category == Category::Long && off as usize + len <= SEG {
+                owned[off as usize..off as usize + len].fill(true);
+            }
+        }
+        for (j, (&b, &o)) in s.iter().zip(&owned).enumerate() {
+            assert!(
+                o || b == 0,
+                "seed {seed}: byte {j} written outside every Long"
+            );
+        }
+    }
 }
