@@ -76,7 +76,7 @@
 //!   datagrams of an earlier job out.
 //! - Orderly departure: there is no goodbye datagram; ending the job is the conduit's protocol
 //!   (an active message), and a rank that stops polling for the peer timeout is failed.
-//! - Placement of anything but Long payloads: a Long payload goes straight to its place in the
+//! - Placement of anything but Long payloads. A Long payload goes straight to its place in the
 //!   receiver's segment, fragment by fragment, once the caller has installed a [`LongSink`]
 //!   (the conduit does at attach); without one, or when its range does not fit, it is
 //!   reassembled in a buffer like a Medium one.
@@ -698,6 +698,14 @@ fn len_u64(n: usize) -> u64 {
 
 fn take_buf(pool: &mut Vec<Vec<u8>>) -> Vec<u8> {
     pool.pop().unwrap_or_default()
+}
+
+/// Writes `chunk` at `offset` through the Long sink, when one is installed (a free function
+/// so that it borrows only the sink while a peer's reassembly state is borrowed too).
+fn write_placed(sink: &mut Option<Box<dyn LongSink>>, offset: u64, chunk: &[u8]) {
+    if let Some(sink) = sink.as_mut() {
+        sink.write(offset, chunk);
+    }
 }
 
 fn give_buf(pool: &mut Vec<Vec<u8>>, cap: usize, mut b: Vec<u8>) {
@@ -1402,7 +1410,7 @@ impl Proto {
                     }
                 }
                 if self.place(am, f.total_len) {
-                    self.write_placed(am.long_offset, f.chunk);
+                    write_placed(&mut self.long_sink, am.long_offset, f.chunk);
                     self.push_ready(src, *am, Vec::new(), Some(f.total_len), 1);
                 } else {
                     let mut buf = take_buf(&mut self.pool);
@@ -1412,7 +1420,7 @@ impl Proto {
             } else {
                 let placed = self.place(am, f.total_len);
                 let buf = if placed {
-                    self.write_placed(am.long_offset, f.chunk);
+                    write_placed(&mut self.long_sink, am.long_offset, f.chunk);
                     Vec::new()
                 } else {
                     let mut buf = Vec::with_capacity(to_usize(f.total_len.min(PREALLOC_MAX)));
@@ -1447,10 +1455,7 @@ impl Proto {
             return err("fragments longer than the message");
         }
         if part.placed {
-            let at = part.am.long_offset + part.got;
-            if let Some(sink) = self.long_sink.as_mut() {
-                sink.write(at, f.chunk);
-            }
+            write_placed(&mut self.long_sink, part.am.long_offset + part.got, f.chunk);
         } else {
             part.buf.extend_from_slice(f.chunk);
         }
@@ -1488,12 +1493,6 @@ impl Proto {
                 .long_sink
                 .as_ref()
                 .is_some_and(|s| s.fits(am.long_offset, len))
-    }
-
-    fn write_placed(&mut self, offset: u64, chunk: &[u8]) {
-        if let Some(sink) = self.long_sink.as_mut() {
-            sink.write(offset, chunk);
-        }
     }
 
     /// Produces the datagrams due at `now`: retransmissions, new DATA within the windows, ACKs
