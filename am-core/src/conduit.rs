@@ -178,6 +178,24 @@ pub trait Conduit: Send + Sync + 'static {
     /// Try to send one message. `Ok(false)` means no buffer space right now: the core polls and
     /// retries. The payload is consumed (copied or written to the target) before this returns.
     fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool>;
+    /// [`try_send`](Conduit::try_send) for a sender that waits anyway until the message is in
+    /// the target's hands (the core's blocking put on the AM path): the conduit may go on
+    /// reading `msg.payload` after this returns, and send it from where it lies instead of a
+    /// copy, until [`release_held`](Conduit::release_held) is called for it. The default
+    /// copies, like `try_send`.
+    ///
+    /// # Safety
+    /// - `msg.payload` stays valid and unchanged until `release_held` has returned for `dest`
+    ///   and a range that contains it; the caller makes that call on every path once the
+    ///   message was accepted (`Ok(true)`), errors included, before the memory is reused or
+    ///   freed.
+    unsafe fn try_send_held(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
+        self.try_send(dest, msg)
+    }
+    /// Ends the holds that [`try_send_held`](Conduit::try_send_held) took on payloads sent to
+    /// `dest` that lie within `payload`: what the conduit still needs of them (data not
+    /// acknowledged yet) is copied before this returns. The default does nothing.
+    fn release_held(&self, _dest: Rank, _payload: &[u8]) {}
     /// Deliver arrived messages to `sink`, replies only when `replies_only`. `sink` returns
     /// false to end the call early (a waiter whose condition now holds): the conduit then
     /// delivers nothing more in this call. Returns how many were delivered.

@@ -712,6 +712,13 @@ impl Endpoint {
 
     #[cold]
     fn send_slow(&self, dest: Rank, msg: &OutMsg<'_>, in_handler: bool) -> Result<()> {
+        self.send_retry(in_handler, || self.inner.conduit.try_send(dest, msg))?;
+        self.count_sent(msg);
+        Ok(())
+    }
+
+    /// Retry `attempt` until the conduit takes the message, polling meanwhile.
+    fn send_retry(&self, in_handler: bool, attempt: impl Fn() -> Result<bool>) -> Result<()> {
         let mut b = Backoff::new(self.inner.cfg.spin);
         loop {
             self.stats_block().add(Ctr::SendStalls, 1);
@@ -720,12 +727,28 @@ impl Endpoint {
             if self.poll_inner(in_handler)? > 0 {
                 b.reset();
             }
-            if self.inner.conduit.try_send(dest, msg)? {
-                self.count_sent(msg);
+            if attempt()? {
                 return Ok(());
             }
             b.snooze();
         }
+    }
+
+    /// [`Endpoint::lib_request`] through [`Conduit::try_send_held`]: the conduit may keep
+    /// reading `msg.payload` after this returns.
+    ///
+    /// # Safety
+    /// - The contract of [`Conduit::try_send_held`]: `msg.payload` stays valid and unchanged
+    ///   until [`Conduit::release_held`] has been called for it, on every path once this
+    ///   returned `Ok`.
+    pub(crate) unsafe fn lib_request_held(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<()> {
+        // SAFETY: forwarded contract.
+        let attempt = || unsafe { self.inner.conduit.try_send_held(dest, msg) };
+        if !attempt()? {
+            self.send_retry(false, attempt)?;
+        }
+        self.count_sent(msg);
+        Ok(())
     }
 
     // ----- progress -----------------------------------------------------------------------

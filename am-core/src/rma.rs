@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::conduit::{Category, NativeRma, OutMsg, RmaTicket};
+use crate::conduit::{Category, Conduit, NativeRma, OutMsg, RmaTicket};
 use crate::endpoint::{addr, join64, not_in_handler, seg_off, split64, Attached, Endpoint};
 use crate::handler::{HandlerTable, Token};
 use crate::stats::Ctr;
@@ -241,6 +241,9 @@ impl Endpoint {
         }
         let st = track();
         let chunk = att.put_chunk;
+        if blocking {
+            return self.put_held(dest, offset, src, chunk, &st).map(|()| None);
+        }
         for (i, piece) in src.chunks(chunk).enumerate() {
             let (lo, hi) = st.arm();
             self.lib_request(
@@ -256,6 +259,59 @@ impl Endpoint {
             )?;
         }
         Ok(Some(st))
+    }
+
+    /// A blocking put on the AM path: the conduit may send `src` from where it lies
+    /// ([`Conduit::try_send_held`]), since the call waits for the target's replies; the hold
+    /// ends before it returns, on every path.
+    fn put_held(
+        &self,
+        dest: Rank,
+        offset: u64,
+        src: &[u8],
+        chunk: usize,
+        st: &Arc<OpState>,
+    ) -> Result<()> {
+        /// Ends the hold on the pieces sent so far when the put returns, however it returns.
+        struct Release<'a> {
+            conduit: &'a dyn Conduit,
+            dest: Rank,
+            sent: &'a [u8],
+        }
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                if !self.sent.is_empty() {
+                    self.conduit.release_held(self.dest, self.sent);
+                }
+            }
+        }
+        let mut held = Release {
+            conduit: &*self.inner.conduit,
+            dest,
+            sent: &[],
+        };
+        for (i, piece) in src.chunks(chunk).enumerate() {
+            let (lo, hi) = st.arm();
+            // The hold covers every piece handed over, before it is handed over.
+            held.sent = &src[..i * chunk + piece.len()];
+            // SAFETY: `src` is borrowed for the whole call, so it stays valid and unchanged
+            // until `held` is dropped, which calls `release_held` for every piece sent, on
+            // every path out of this function (a panic included).
+            unsafe {
+                self.lib_request_held(
+                    dest,
+                    &OutMsg {
+                        handler: LIB_PUT,
+                        category: Category::Long,
+                        is_reply: false,
+                        args: &[lo, hi],
+                        payload: piece,
+                        long_offset: offset + (i * chunk) as u64,
+                    },
+                )?;
+            }
+        }
+        self.wait_op(st)
     }
 
     /// The native path of a put (cold for conduits that map their peers).

@@ -42,6 +42,9 @@ pub const MAX_MEDIUM: usize = 65536;
 /// acks (a 64 KiB chunk would also take two datagrams, its headers pushing it past one).
 /// Bounded so that one chunk stays well inside the send queue.
 pub const PUT_CHUNK: usize = 1 << 20;
+/// Smallest payload that a blocking put sends from the caller's memory instead of a copy
+/// ([`Conduit::try_send_held`]); a shorter one costs less to copy.
+const HOLD_MIN: usize = 16 << 10;
 /// Datagrams taken from the socket per `recvmmsg` call.
 const RX_BATCH: usize = 32;
 /// `recvmmsg` calls per poll at most (fairness with the caller's own work).
@@ -505,6 +508,9 @@ impl UdpConduit {
     /// `sendto` on the main socket. False when the socket buffer is full (offer it again
     /// later); a datagram the kernel refuses is counted and dropped.
     fn send_one(&self, d: Datagram<'_>, edge: &mut EdgeCounters) -> bool {
+        if !d.tail.is_empty() {
+            return self.send_batch_now(&[d], edge) == 1;
+        }
         let conn = self.conn.get(d.dest as usize).and_then(Option::as_ref);
         let (addr, len) = &self.addrs[d.dest as usize];
         loop {
@@ -553,24 +559,37 @@ impl UdpConduit {
     fn send_batch(&self, batch: &[Datagram<'_>], edge: &mut EdgeCounters) -> usize {
         match batch {
             [] => return 0,
-            [d] => return usize::from(self.send_one(*d, edge)),
+            [d] if d.tail.is_empty() => return usize::from(self.send_one(*d, edge)),
             _ => {}
         }
+        self.send_batch_now(batch, edge)
+    }
+
+    /// [`UdpConduit::send_batch`] with one `sendmmsg`, whatever the batch's length: each
+    /// datagram is gathered from its bytes and its tail (a payload chunk sent from where it
+    /// lies).
+    fn send_batch_now(&self, batch: &[Datagram<'_>], edge: &mut EdgeCounters) -> usize {
         let n = batch.len().min(BATCH);
-        let mut iovs = [const { MaybeUninit::<libc::iovec>::uninit() }; BATCH];
+        let mut iovs = [const { MaybeUninit::<[libc::iovec; 2]>::uninit() }; BATCH];
         let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; BATCH];
         for (i, d) in batch.iter().take(n).enumerate() {
             let (addr, len) = &self.addrs[d.dest as usize];
-            let iov = iovs[i].write(libc::iovec {
-                iov_base: d.bytes.as_ptr().cast_mut().cast(),
-                iov_len: d.bytes.len(),
-            });
+            let iov = iovs[i].write([
+                libc::iovec {
+                    iov_base: d.bytes.as_ptr().cast_mut().cast(),
+                    iov_len: d.bytes.len(),
+                },
+                libc::iovec {
+                    iov_base: d.tail.as_ptr().cast_mut().cast(),
+                    iov_len: d.tail.len(),
+                },
+            ]);
             // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
             let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
             m.msg_hdr.msg_name = std::ptr::from_ref(addr).cast_mut().cast();
             m.msg_hdr.msg_namelen = *len;
-            m.msg_hdr.msg_iov = std::ptr::from_mut(iov);
-            m.msg_hdr.msg_iovlen = 1;
+            m.msg_hdr.msg_iov = iov.as_mut_ptr();
+            m.msg_hdr.msg_iovlen = if d.tail.is_empty() { 1 } else { 2 };
             msgs[i].write(m);
         }
         let msgs = msgs.as_mut_ptr().cast::<libc::mmsghdr>();
@@ -630,7 +649,7 @@ impl UdpConduit {
             }
             if rng.unit() < faults.reorder && late.is_none() {
                 edge.injected_reorder += 1;
-                *late = Some((d.dest, d.bytes.to_vec()));
+                *late = Some((d.dest, d.to_vec()));
                 continue;
             }
             out.push(*d);
@@ -644,13 +663,7 @@ impl UdpConduit {
         }
         self.send_batch(&out, edge);
         if let Some((dest, bytes)) = release {
-            self.send_one(
-                Datagram {
-                    dest,
-                    bytes: &bytes,
-                },
-                edge,
-            );
+            self.send_one(Datagram::whole(dest, &bytes), edge);
         }
         dgrams.len()
     }
@@ -659,13 +672,77 @@ impl UdpConduit {
     /// transmit round.
     fn flush_late(&self, late: &mut Option<(Rank, Vec<u8>)>, edge: &mut EdgeCounters) {
         if let Some((dest, bytes)) = late.take() {
-            self.send_one(
-                Datagram {
-                    dest,
-                    bytes: &bytes,
-                },
+            self.send_one(Datagram::whole(dest, &bytes), edge);
+        }
+    }
+
+    /// Take one message for `dest`: straight to the wire when nothing else is due, else into
+    /// the queue for the transmit planner. With `hold`, its payload is sent from where it lies
+    /// (the contract of [`Conduit::try_send_held`] applies).
+    fn send_msg(&self, dest: Rank, msg: &OutMsg<'_>, hold: bool) -> Result<bool> {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        self.check_failed(inner)?;
+        let sent = if inner.clock < inner.tx_due {
+            // Nothing was due at the last clock reading: a lone datagram leaves at once, ahead
+            // of the planner, and the clock is read once it is on its way. (With `tx_stale`, a
+            // later timer may have come due unseen; the exact `tx_due` taken after the send
+            // puts it on the wire right behind.)
+            let Inner {
+                proto,
+                faults,
+                rng,
+                late,
                 edge,
-            );
+                ..
+            } = inner;
+            let faults = *faults;
+            let tx = |d: Datagram<'_>| self.put_on_wire(&[d], faults, rng, late, edge) == 1;
+            let sent = if hold {
+                // SAFETY: the caller's contract (`Conduit::try_send_held`): the payload stays
+                // valid and unchanged until `release_held`, which ends the hold.
+                unsafe { proto.send_now_held(dest, msg, tx, || self.now()) }
+            } else {
+                proto.send_now(dest, msg, tx, || self.now())
+            };
+            self.flush_late(late, edge);
+            sent
+        } else {
+            let queued = if hold {
+                // SAFETY: as above.
+                unsafe { inner.proto.send_held(dest, msg) }
+            } else {
+                inner.proto.send(dest, msg)
+            };
+            queued.map(|()| Sent::Queued)
+        };
+        match sent {
+            Ok(Sent::Wire(now)) => {
+                inner.clock = now;
+                // Exact for the new state; whatever else came due meanwhile goes out now.
+                inner.tx_due = inner.proto.next_timeout().unwrap_or(u64::MAX);
+                inner.tx_stale = false;
+                self.transmit_if_due(inner, now);
+                Ok(true)
+            }
+            Ok(Sent::Queued) => {
+                let now = self.now();
+                inner.clock = now;
+                self.transmit(inner, now);
+                Ok(true)
+            }
+            Err(SendError::Backpressure(_)) => {
+                // Take in acks and push out what is due; the core polls and retries.
+                let now = self.now();
+                inner.clock = now;
+                let _ = self.receive(inner, now);
+                self.transmit(inner, now);
+                Ok(false)
+            }
+            Err(SendError::PeerFailed(r)) => Err(cerr(format!(
+                "rank {r} has failed (silent past AMNET_UDP_PEER_TIMEOUT)"
+            ))),
+            Err(e) => Err(cerr(format!("cannot send to rank {dest}: {e}"))),
         }
     }
 
@@ -1063,62 +1140,18 @@ impl Conduit for UdpConduit {
     }
 
     fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
-        let mut guard = self.lock();
-        let inner = &mut *guard;
-        self.check_failed(inner)?;
-        let sent = if inner.clock < inner.tx_due {
-            // Nothing was due at the last clock reading: a lone datagram leaves at once, ahead
-            // of the planner, and the clock is read once it is on its way. (With `tx_stale`, a
-            // later timer may have come due unseen; the exact `tx_due` taken after the send
-            // puts it on the wire right behind.)
-            let Inner {
-                proto,
-                faults,
-                rng,
-                late,
-                edge,
-                ..
-            } = inner;
-            let faults = *faults;
-            let sent = proto.send_now(
-                dest,
-                msg,
-                |d| self.put_on_wire(&[d], faults, rng, late, edge) == 1,
-                || self.now(),
-            );
-            self.flush_late(late, edge);
-            sent
-        } else {
-            inner.proto.send(dest, msg).map(|()| Sent::Queued)
-        };
-        match sent {
-            Ok(Sent::Wire(now)) => {
-                inner.clock = now;
-                // Exact for the new state; whatever else came due meanwhile goes out now.
-                inner.tx_due = inner.proto.next_timeout().unwrap_or(u64::MAX);
-                inner.tx_stale = false;
-                self.transmit_if_due(inner, now);
-                Ok(true)
-            }
-            Ok(Sent::Queued) => {
-                let now = self.now();
-                inner.clock = now;
-                self.transmit(inner, now);
-                Ok(true)
-            }
-            Err(SendError::Backpressure(_)) => {
-                // Take in acks and push out what is due; the core polls and retries.
-                let now = self.now();
-                inner.clock = now;
-                let _ = self.receive(inner, now);
-                self.transmit(inner, now);
-                Ok(false)
-            }
-            Err(SendError::PeerFailed(r)) => Err(cerr(format!(
-                "rank {r} has failed (silent past AMNET_UDP_PEER_TIMEOUT)"
-            ))),
-            Err(e) => Err(cerr(format!("cannot send to rank {dest}: {e}"))),
-        }
+        self.send_msg(dest, msg, false)
+    }
+
+    unsafe fn try_send_held(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
+        // A short payload costs less to copy than to hold.
+        let hold = msg.payload.len() >= HOLD_MIN;
+        // SAFETY: forwarded contract: `Conduit::release_held` ends the hold.
+        self.send_msg(dest, msg, hold)
+    }
+
+    fn release_held(&self, dest: Rank, payload: &[u8]) {
+        self.lock().proto.release_held(dest, payload);
     }
 
     fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {

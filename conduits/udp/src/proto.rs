@@ -342,20 +342,52 @@ pub struct Counters {
     pub protocol_errors: u64,
 }
 
-/// One datagram to put on the wire.
+/// One datagram to put on the wire: `bytes` followed by `tail`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Datagram<'a> {
     /// Destination rank.
     pub dest: Rank,
-    /// The bytes.
+    /// The bytes (for a held payload, the headers only).
     pub bytes: &'a [u8],
+    /// The payload chunk of a fragment sent from its sender's own memory
+    /// ([`Proto::send_now_held`]); empty otherwise.
+    pub tail: &'a [u8],
+}
+
+impl Datagram<'_> {
+    /// A datagram whose bytes are all in `bytes`.
+    pub fn whole(dest: Rank, bytes: &[u8]) -> Datagram<'_> {
+        Datagram {
+            dest,
+            bytes,
+            tail: &[],
+        }
+    }
+
+    /// Its length on the wire.
+    pub fn len(&self) -> usize {
+        self.bytes.len() + self.tail.len()
+    }
+
+    /// True when it has no bytes at all.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Its bytes on the wire, in one buffer.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len());
+        v.extend_from_slice(self.bytes);
+        v.extend_from_slice(self.tail);
+        v
+    }
 }
 
 /// What [`Proto::send_now`] did with a message it accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sent {
-    /// Its datagram went straight to the transmit callback, which took it; the value is the
-    /// time the clock read right after, which stamps the transmission.
+    /// Its datagrams went straight to the transmit callback, which took them all; the value
+    /// is the time the clock read right after the last, which stamps its transmission.
     Wire(u64),
     /// Queued: [`Proto::poll_transmit`] sends it (or, for a message to this rank, it waits for
     /// [`Proto::pop`]).
@@ -430,8 +462,11 @@ pub struct PeerStatus {
 /// One queued DATA datagram on the send side.
 #[derive(Debug)]
 struct Seg {
-    /// The encoded datagram; ack fields are patched at each transmission.
+    /// The encoded datagram; ack fields are patched at each transmission. For a held payload,
+    /// its headers only: `held` is the rest.
     buf: Vec<u8>,
+    /// The payload chunk, still in the sender's memory ([`Proto::send_now_held`]).
+    held: Option<Held>,
     /// Last transmission time.
     sent_at: u64,
     /// Per-peer transmission stamp of the last transmission (orders transmissions).
@@ -442,6 +477,35 @@ struct Seg {
     sacked: bool,
     /// Deemed lost: retransmit at the next opportunity.
     lost: bool,
+}
+
+/// A payload chunk that a datagram sends from its sender's memory instead of a copy: valid
+/// until [`Proto::release_held`] turns it into a copy, by the contract of
+/// [`Proto::send_now_held`].
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a `Held` is a read-only view of memory that the holder's caller keeps valid and
+// unchanged until it is released; which thread reads it through the protocol (always under
+// the conduit's lock) does not matter.
+unsafe impl Send for Held {}
+
+impl Held {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: by the contract of `Proto::send_now_held`, the chunk stays valid and unchanged
+        // until `Proto::release_held` replaces this view with a copy.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Seg {
+    /// The payload chunk held in the sender's memory, if any.
+    fn tail(&self) -> &[u8] {
+        self.held.as_ref().map_or(&[], Held::bytes)
+    }
 }
 
 /// A message in reassembly.
@@ -824,6 +888,21 @@ impl Proto {
     /// [`Proto::send`] without settling a deferred ack first (a queue that the ack would have
     /// shortened may answer back-pressure).
     fn enqueue(&mut self, dest: Rank, msg: &OutMsg<'_>) -> Result<(), SendError> {
+        self.enqueue_with(dest, msg, false, |_| {})
+    }
+
+    /// [`Proto::enqueue`], calling `pushed` after each of the message's datagrams is queued
+    /// (not for a message to this rank itself), so that a caller may transmit a long message's
+    /// first fragments while the later ones are still being encoded. With `hold`, each
+    /// fragment's chunk is not copied: the datagram refers to it in `msg.payload` (the contract
+    /// of [`Proto::send_now_held`] applies).
+    fn enqueue_with(
+        &mut self,
+        dest: Rank,
+        msg: &OutMsg<'_>,
+        hold: bool,
+        mut pushed: impl FnMut(&mut Self),
+    ) -> Result<(), SendError> {
         if dest >= self.nranks {
             return Err(SendError::BadRank {
                 rank: dest,
@@ -872,6 +951,7 @@ impl Proto {
         peer.msg_next += 1;
         let mut off = 0;
         for index in 0..count {
+            let peer = &mut self.peers[ix(dest)];
             let cap = if index == 0 { first_cap } else { rest_cap };
             let end = (off + cap).min(len);
             let pkt = Packet {
@@ -895,11 +975,22 @@ impl Proto {
                 }),
             };
             let mut buf = take_buf(&mut self.pool);
+            let chunk = &msg.payload[off..end];
             // The AM header and payload were checked above and the fragment is cut by the
             // rules: nothing to check again.
-            wire::encode_built(&pkt, &mut buf);
+            let held = if hold && !chunk.is_empty() {
+                wire::encode_built_prefix(&pkt, &mut buf);
+                Some(Held {
+                    ptr: std::ptr::NonNull::from(chunk).cast(),
+                    len: chunk.len(),
+                })
+            } else {
+                wire::encode_built(&pkt, &mut buf);
+                None
+            };
             peer.segs.push_back(Seg {
                 buf,
+                held,
                 sent_at: 0,
                 stamp: 0,
                 tx_count: 0,
@@ -907,24 +998,28 @@ impl Proto {
                 lost: false,
             });
             off = end;
+            pushed(self);
         }
         self.counters.messages_sent += 1;
         Ok(())
     }
 
-    /// [`Proto::send`], then the direct transmit path: when the message is a single datagram,
-    /// everything queued to `dest` before it has been transmitted, and both windows admit it,
-    /// its datagram (with the current ack fields) goes straight to `tx` instead of waiting for
-    /// [`Proto::poll_transmit`]. `clock` is read only once `tx` has taken the datagram, and its
-    /// time is recorded as the transmission's; from then on the datagram is in flight like
-    /// any other: piggy-backed acks are settled, and it is acked, timed, retransmitted and
-    /// counted as if the planner had sent it.
+    /// [`Proto::send`], then the direct transmit path: each of the message's datagrams, as
+    /// soon as it is encoded, goes straight to `tx` (with the current ack fields) instead of
+    /// waiting for [`Proto::poll_transmit`], as long as everything queued to `dest` before it
+    /// has been transmitted and both windows admit it. So a long message's first fragments
+    /// are on the wire while the later ones are still being copied. `clock` is read once `tx`
+    /// has taken each datagram, and its time is recorded as the transmission's; from then on
+    /// the datagram is in flight like any other: piggy-backed acks are settled, and it is
+    /// acked, timed, retransmitted and counted as if the planner had sent it.
     ///
     /// The planner's scans are skipped, and with them its other work: retransmissions, acks
     /// and heartbeats that are due, to `dest` or any other peer, still wait for
     /// `poll_transmit`, which the caller runs by [`Proto::next_timeout`] as always (so the
-    /// direct path suits a caller that knows nothing else was due). When `tx` refuses the
-    /// datagram, it stays queued for `poll_transmit`.
+    /// direct path suits a caller that knows nothing else was due). Once a datagram cannot go
+    /// (`tx` refuses it, or a window is full), it and the rest of the message stay queued for
+    /// `poll_transmit`, and the answer is [`Sent::Queued`]; [`Sent::Wire`] means every datagram
+    /// of the message left.
     ///
     /// The ack deferred by [`Proto::on_datagram_direct`], if any, is applied once `tx` has
     /// returned, so the reply to a message taken straight off the wire leaves before the
@@ -933,52 +1028,126 @@ impl Proto {
         &mut self,
         dest: Rank,
         msg: &OutMsg<'_>,
-        tx: impl FnOnce(Datagram<'_>) -> bool,
-        clock: impl FnOnce() -> u64,
+        tx: impl FnMut(Datagram<'_>) -> bool,
+        clock: impl FnMut() -> u64,
     ) -> Result<Sent, SendError> {
-        let sent = self.send_direct(dest, msg, tx, clock);
+        let sent = self.send_direct(dest, msg, false, tx, clock);
         self.settle();
         sent
+    }
+
+    /// [`Proto::send_now`] without copying the payload: each fragment's datagram refers to its
+    /// chunk where it lies in `msg.payload`, and is transmitted (and retransmitted) from there
+    /// as a second buffer ([`Datagram::tail`]). For a sender that waits anyway until the
+    /// message is in the target's hands, such as a blocking put.
+    ///
+    /// # Safety
+    /// - `msg.payload` must stay valid and unchanged until [`Proto::release_held`] has been
+    ///   called for it (with `dest` and the same payload), which must happen before the
+    ///   payload's memory is reused or freed, on every path (errors included).
+    pub unsafe fn send_now_held(
+        &mut self,
+        dest: Rank,
+        msg: &OutMsg<'_>,
+        tx: impl FnMut(Datagram<'_>) -> bool,
+        clock: impl FnMut() -> u64,
+    ) -> Result<Sent, SendError> {
+        let sent = self.send_direct(dest, msg, true, tx, clock);
+        self.settle();
+        sent
+    }
+
+    /// [`Proto::send`] without copying the payload, like [`Proto::send_now_held`].
+    ///
+    /// # Safety
+    /// - As for [`Proto::send_now_held`].
+    pub unsafe fn send_held(&mut self, dest: Rank, msg: &OutMsg<'_>) -> Result<(), SendError> {
+        self.settle();
+        self.enqueue_with(dest, msg, true, |_| {})
+    }
+
+    /// Ends the hold of [`Proto::send_now_held`] or [`Proto::send_held`] on `payload`: each
+    /// datagram to `dest` that still refers to it (not acked yet) takes a copy of its chunk,
+    /// so that the caller may reuse the memory. After a round trip that the message's target
+    /// answered, usually none does (the answer acked them).
+    pub fn release_held(&mut self, dest: Rank, payload: &[u8]) {
+        self.settle();
+        let Some(peer) = self.peers.get_mut(ix(dest)) else {
+            return;
+        };
+        let range = payload.as_ptr_range();
+        for seg in &mut peer.segs {
+            if let Some(h) = seg
+                .held
+                .filter(|h| range.contains(&h.ptr.as_ptr().cast_const()))
+            {
+                seg.buf.extend_from_slice(h.bytes());
+                seg.held = None;
+            }
+        }
     }
 
     fn send_direct(
         &mut self,
         dest: Rank,
         msg: &OutMsg<'_>,
-        tx: impl FnOnce(Datagram<'_>) -> bool,
-        clock: impl FnOnce() -> u64,
+        hold: bool,
+        mut tx: impl FnMut(Datagram<'_>) -> bool,
+        mut clock: impl FnMut() -> u64,
     ) -> Result<Sent, SendError> {
-        match self.enqueue(dest, msg) {
+        // Each datagram leaves as soon as it is encoded, while the path stays open: the
+        // receiver takes in a long message's first fragments while the sender copies the rest.
+        let mut open = true;
+        let mut last = None;
+        let mut direct = |p: &mut Self| {
+            if open {
+                last = p.transmit_newest(dest, &mut tx, &mut clock);
+                open = last.is_some();
+            }
+        };
+        match self.enqueue_with(dest, msg, hold, &mut direct) {
             Err(SendError::Backpressure(_)) if self.pending.is_some() => {
+                // Back-pressure is answered before anything is queued.
                 self.settle();
-                self.enqueue(dest, msg)?;
+                self.enqueue_with(dest, msg, hold, &mut direct)?;
             }
             r => r?,
         }
-        if dest == self.me {
-            return Ok(Sent::Queued);
-        }
+        Ok(match last {
+            Some(now) if open => Sent::Wire(now),
+            _ => Sent::Queued,
+        })
+    }
+
+    /// Transmits the datagram just queued to `dest` when everything queued before it has been
+    /// transmitted and both windows admit it. Returns the time of the transmission, or `None`
+    /// when it stays queued for [`Proto::poll_transmit`].
+    fn transmit_newest(
+        &mut self,
+        dest: Rank,
+        tx: &mut impl FnMut(Datagram<'_>) -> bool,
+        clock: &mut impl FnMut() -> u64,
+    ) -> Option<u64> {
         let (recv_window, send_window) = (self.cfg.recv_window, self.cfg.send_window);
         let peer = &mut self.peers[ix(dest)];
         let idx = peer.in_flight();
         if idx + 1 != peer.segs.len() || peer.snd_tx >= peer.send_edge(send_window) {
-            return Ok(Sent::Queued);
+            return None;
         }
         let (ack, sack, window) = peer.ack_fields(recv_window);
-        let Some(seg) = peer.segs.get_mut(idx) else {
-            return Ok(Sent::Queued);
-        };
+        let seg = peer.segs.get_mut(idx)?;
         // Cannot fail: segment buffers hold at least a header.
         let _ = wire::patch_ack(&mut seg.buf, ack, sack, window);
         if !tx(Datagram {
             dest,
             bytes: &seg.buf,
+            tail: seg.tail(),
         }) {
-            return Ok(Sent::Queued);
+            return None;
         }
         let now = clock();
         self.commit(now, Item::Seg { peer: dest, idx });
-        Ok(Sent::Wire(now))
+        Some(now)
     }
 
     fn send_local(&mut self, am: AmHeader, payload: &[u8]) -> Result<(), SendError> {
@@ -1517,10 +1686,7 @@ impl Proto {
                 // The common case on a round trip: one datagram, no batch to fill.
                 tx(&[self.datagram(item)]).min(1)
             } else {
-                let mut batch = [Datagram {
-                    dest: 0,
-                    bytes: &[],
-                }; BATCH];
+                let mut batch = [Datagram::whole(0, &[]); BATCH];
                 for (slot, item) in batch.iter_mut().zip(&items) {
                     *slot = self.datagram(*item);
                 }
@@ -1542,17 +1708,15 @@ impl Proto {
 
     fn datagram(&self, item: Item) -> Datagram<'_> {
         match item {
-            Item::Seg { peer, idx } => Datagram {
-                dest: peer,
-                bytes: self.peers[ix(peer)]
-                    .segs
-                    .get(idx)
-                    .map_or(&[][..], |s| &s.buf),
+            Item::Seg { peer, idx } => match self.peers[ix(peer)].segs.get(idx) {
+                Some(s) => Datagram {
+                    dest: peer,
+                    bytes: &s.buf,
+                    tail: s.tail(),
+                },
+                None => Datagram::whole(peer, &[]),
             },
-            Item::Ctl { peer, .. } => Datagram {
-                dest: peer,
-                bytes: &self.peers[ix(peer)].ctl,
-            },
+            Item::Ctl { peer, .. } => Datagram::whole(peer, &self.peers[ix(peer)].ctl),
         }
     }
 
@@ -1671,7 +1835,7 @@ impl Proto {
                     seg.sent_at = now;
                     seg.stamp = stamp;
                     seg.lost = false;
-                    len = seg.buf.len();
+                    len = seg.buf.len() + seg.tail().len();
                 }
                 if peer.snd_una + len_u64(idx) == peer.snd_tx {
                     peer.snd_tx += 1;

@@ -470,6 +470,17 @@ pub fn encode_built(pkt: &Packet<'_>, out: &mut Vec<u8>) -> usize {
     append(pkt, out)
 }
 
+/// [`encode_built`] without the fragment's chunk: everything that precedes it on the wire, for
+/// a sender that sends the chunk from where it lies (a second buffer of the same datagram).
+/// Returns the length of what it wrote.
+pub fn encode_built_prefix(pkt: &Packet<'_>, out: &mut Vec<u8>) -> usize {
+    debug_assert_eq!(pkt.check(), Ok(()), "a packet built against the rules");
+    let need = pkt.prefix_len();
+    out.reserve(need);
+    pkt.encode_prefix(out);
+    need
+}
+
 fn append(pkt: &Packet<'_>, out: &mut Vec<u8>) -> usize {
     let need = pkt.encoded_len();
     out.reserve(need);

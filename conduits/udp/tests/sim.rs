@@ -248,7 +248,7 @@ impl Sim {
             let src = r as u32;
             p.poll_transmit(now, |batch| {
                 for d in batch {
-                    launch.put(src, d.dest, d.bytes);
+                    launch.put(src, d.dest, &d.to_vec());
                 }
                 batch.len()
             });
@@ -516,7 +516,7 @@ impl Workload {
                             // Every fifth datagram finds the socket buffer full.
                             let take = spec.idx % 5 != 3;
                             if take {
-                                outbox.borrow_mut().push((r, d.dest, d.bytes.to_vec()));
+                                outbox.borrow_mut().push((r, d.dest, d.to_vec()));
                             }
                             take
                         },

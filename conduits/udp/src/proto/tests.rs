@@ -31,7 +31,7 @@ fn medium<'a>(args: &'a [u32], payload: &'a [u8]) -> OutMsg<'a> {
 fn drain(p: &mut Proto, now: u64) -> Vec<(Rank, Vec<u8>)> {
     let mut v = Vec::new();
     p.poll_transmit(now, |batch| {
-        v.extend(batch.iter().map(|d| (d.dest, d.bytes.to_vec())));
+        v.extend(batch.iter().map(|d| (d.dest, d.to_vec())));
         batch.len()
     });
     v
@@ -535,9 +535,26 @@ fn send_now(
             |d| {
                 assert_eq!(d.dest, dest);
                 if take {
-                    out = Some(d.bytes.to_vec());
+                    out = Some(d.to_vec());
                 }
                 take
+            },
+            || now,
+        )
+        .unwrap();
+    (sent, out)
+}
+
+/// `send_now` into a vector, the callback taking everything: every datagram it took.
+fn send_now_all(p: &mut Proto, dest: Rank, msg: &OutMsg<'_>, now: u64) -> (Sent, Vec<Vec<u8>>) {
+    let mut out = Vec::new();
+    let sent = p
+        .send_now(
+            dest,
+            msg,
+            |d| {
+                out.push(d.to_vec());
+                true
             },
             || now,
         )
@@ -605,10 +622,20 @@ fn the_direct_path_leaves_what_it_cannot_send_to_the_planner() {
     let (sent, _) = send_now(&mut ps[0], 1, &medium(&[2], b"c"), true, 1);
     assert_eq!(sent, Sent::Queued);
     assert_eq!(ps[0].peer_status(1).unwrap().unsent, 1);
-    // Several fragments: queued for the planner's batch.
+    // Several fragments: each leaves as soon as it is encoded while the window (2) admits
+    // it, and the rest waits for the planner.
     let big = vec![9u8; 3000];
-    let (sent, _) = send_now(&mut ps[1], 0, &medium(&[3], &big), true, 1);
+    let (sent, out) = send_now_all(&mut ps[1], 0, &medium(&[3], &big), 1);
     assert_eq!(sent, Sent::Queued);
+    let seqs: Vec<u64> = out
+        .iter()
+        .map(|b| wire::decode(b).unwrap().header.seq)
+        .collect();
+    assert_eq!(seqs, [0, 1]);
+    assert_eq!(ps[1].peer_status(0).unwrap().unsent, 1);
+    for b in &out {
+        ps[0].on_datagram(1, b).unwrap();
+    }
     // To itself: never on the wire.
     let (sent, _) = send_now(&mut ps[1], 1, &medium(&[4], b"me"), true, 1);
     assert_eq!(sent, Sent::Queued);
@@ -806,4 +833,87 @@ fn the_retransmission_timer_restarts_while_the_cumulative_ack_moves() {
     assert_eq!(ps[0].counters().timeouts, 0);
     assert_eq!(ps[0].counters().retransmits, 0);
     assert_eq!(ps[1].counters().duplicates, 0);
+}
+
+#[test]
+fn a_held_payload_is_sent_from_where_it_lies_and_copied_when_released() {
+    let mut ps = pair(cfg());
+    let mut src: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+    let want = src.clone();
+    let mut out = Vec::new();
+    // SAFETY: `src` outlives the hold, which `release_held` below ends before `src` changes.
+    let sent = unsafe {
+        ps[0].send_now_held(
+            1,
+            &medium(&[7], &src),
+            |d| {
+                // Headers in the datagram's buffer, the chunk straight from `src`.
+                assert!(d.bytes.len() < 100 && !d.tail.is_empty());
+                assert!(src.as_ptr_range().contains(&d.tail.as_ptr()));
+                out.push(d.to_vec());
+                true
+            },
+            || 0,
+        )
+    }
+    .unwrap();
+    assert_eq!((sent, out.len()), (Sent::Wire(0), 3));
+    assert_eq!(
+        ps[0].counters().tx_bytes,
+        out.iter().map(|b| b.len() as u64).sum()
+    );
+    // The middle fragment is lost; the others arrive and are acked selectively.
+    ps[1].on_datagram(1, &out[0]).unwrap();
+    ps[1].on_datagram(1, &out[2]).unwrap();
+    pump(&mut ps, 1);
+    assert_eq!(ps[0].unacked(), 2);
+    // Released: the unacked datagrams take copies, and the caller may change its buffer.
+    ps[0].release_held(1, &src);
+    src.fill(0xee);
+    let rto = ps[0].peer_status(1).unwrap().rto;
+    let mut again = Vec::new();
+    ps[0].poll_transmit(1 + rto, |batch| {
+        for d in batch {
+            assert!(
+                d.tail.is_empty(),
+                "a released datagram still refers to the payload"
+            );
+            again.push(d.to_vec());
+        }
+        batch.len()
+    });
+    assert_eq!(again.len(), 1);
+    assert_eq!(ps[0].counters().retransmits, 1);
+    ps[1].on_datagram(2 + rto, &again[0]).unwrap();
+    pump(&mut ps, 2 + rto);
+    let d = ps[1].pop(false).unwrap();
+    assert_eq!((d.am.args(), &d.payload[..]), (&[7][..], &want[..]));
+    assert_eq!(ps[0].unacked(), 0);
+    // Held and acked before the release: nothing is left to copy.
+    let (sent, out) = {
+        let mut out = Vec::new();
+        // SAFETY: `want` is neither changed nor freed before the release below.
+        let sent = unsafe {
+            ps[0].send_now_held(
+                1,
+                &medium(&[8], &want),
+                |d| {
+                    out.push(d.to_vec());
+                    true
+                },
+                || 3 + rto,
+            )
+        }
+        .unwrap();
+        (sent, out)
+    };
+    assert_eq!((sent, out.len()), (Sent::Wire(3 + rto), 3));
+    for b in &out {
+        ps[1].on_datagram(4 + rto, b).unwrap();
+    }
+    // The delayed ack comes due.
+    pump(&mut ps, 4 + rto + cfg().delayed_ack);
+    assert_eq!(ps[0].unacked(), 0);
+    ps[0].release_held(1, &want);
+    assert_eq!(ps[1].pop(false).unwrap().payload, want);
 }
