@@ -22,7 +22,7 @@ use std::rc::Rc;
 
 use amnet_core::{Category, OutMsg};
 use amnet_udp::wire::{self, AmHeader, Kind};
-use amnet_udp::{Config, LongSink, Proto, SendError, Sent};
+use amnet_udp::{Config, Datagram, LongSink, Proto, SendError, Sent};
 use proptest::prelude::*;
 
 const KEY: u64 = 0x5eed_0000_0000_0001;
@@ -381,6 +381,16 @@ struct Workload {
     /// Datagrams `send_now` put on the wire itself, and those it left queued.
     direct_sent: u64,
     direct_queued: u64,
+    /// Send through `send_now_held` (on the direct path, to other ranks): the payload stays
+    /// where it is until released a few rounds later.
+    hold: bool,
+    /// Payloads sent held and not released yet: (src, dst, buffer, rounds left).
+    held: Vec<(u32, u32, Vec<u8>, u32)>,
+    /// Released payloads, scribbled over and kept: a datagram that still read one after its
+    /// release would carry the scribble and fail the receiver's check.
+    released: Vec<Vec<u8>>,
+    /// Messages sent held.
+    held_sent: u64,
 }
 
 impl Workload {
@@ -418,6 +428,36 @@ impl Workload {
             inbox: None,
             direct_sent: 0,
             direct_queued: 0,
+            hold: false,
+            held: Vec::new(),
+            released: Vec::new(),
+            held_sent: 0,
+        }
+    }
+
+    /// Sends held payloads on the direct path (`Proto::send_now_held`).
+    fn held(mut self, hold: bool) -> Self {
+        self.hold = hold && self.direct.is_some();
+        self
+    }
+
+    /// Ends the holds of rank `r` whose rounds are up: the protocol copies what it still
+    /// needs, and the buffer is scribbled over.
+    fn release(&mut self, r: u32, p: &mut Proto) {
+        let mut i = 0;
+        while i < self.held.len() {
+            let h = &mut self.held[i];
+            if h.0 != r || h.3 > 0 {
+                if h.0 == r {
+                    h.3 -= 1;
+                }
+                i += 1;
+                continue;
+            }
+            let (_, dst, mut buf, _) = self.held.swap_remove(i);
+            p.release_held(dst, &buf);
+            buf.fill(0xee);
+            self.released.push(buf);
         }
     }
 
@@ -487,6 +527,7 @@ impl Workload {
             self.check(r, d.src, &d.am, &d.payload);
             p.recycle(d);
         }
+        self.release(r, p);
         for dst in 0..self.n {
             let mut burst = self.burst;
             while let Some(&spec) = self.todo[r as usize][dst as usize].front() {
@@ -507,21 +548,27 @@ impl Workload {
                     payload,
                     long_offset,
                 };
+                let hold = self.hold && dst != r;
                 let sent = match &self.direct {
                     None => p.send(dst, &msg).map(|()| Sent::Queued),
-                    Some(outbox) => p.send_now(
-                        dst,
-                        &msg,
-                        |d| {
+                    Some(outbox) => {
+                        let tx = |d: Datagram<'_>| {
                             // Every fifth datagram finds the socket buffer full.
                             let take = spec.idx % 5 != 3;
                             if take {
                                 outbox.borrow_mut().push((r, d.dest, d.to_vec()));
                             }
                             take
-                        },
-                        || now,
-                    ),
+                        };
+                        if hold {
+                            // SAFETY: the payload's buffer moves to `self.held` (its bytes
+                            // stay put) and is neither changed nor freed before `release`
+                            // has called `release_held` for it.
+                            unsafe { p.send_now_held(dst, &msg, tx, || now) }
+                        } else {
+                            p.send_now(dst, &msg, tx, || now)
+                        }
+                    }
                 };
                 match sent {
                     Ok(sent) => {
@@ -535,7 +582,12 @@ impl Workload {
                             }
                         }
                         self.todo[r as usize][dst as usize].pop_front();
-                        self.payload[r as usize][dst as usize] = None;
+                        let buf = self.payload[r as usize][dst as usize].take();
+                        if let Some(buf) = buf.filter(|_| hold) {
+                            // Released after 0 to 3 more rounds of this rank.
+                            self.held.push((r, dst, buf, spec.idx % 4));
+                            self.held_sent += 1;
+                        }
                     }
                     Err(SendError::Backpressure(_)) => break,
                     Err(e) => panic!("send {r}->{dst}: {e}"),
@@ -551,12 +603,15 @@ fn quiet(s: &Sim) -> bool {
 }
 
 /// Runs a random workload to completion; returns the simulated time it took.
-/// Odd seeds send through the direct path; seeds that leave 2 or 3 modulo 4 take messages
+/// Odd seeds send through the direct path, and those that leave 5 or 7 modulo 8 send with
+/// their payloads held (`send_now_held`); seeds that leave 2 or 3 modulo 4 take messages
 /// straight off the wire.
 fn stream(seed: u64, n: u32, per_pair: u32, mtu: usize, net: Net) -> u64 {
     let mut rng = Rng(seed ^ 0xabcdef);
     let mut sim = Sim::new(n, &sim_config(mtu), net, seed);
-    let w = Workload::random(n, per_pair, &mut rng).paths(&mut sim, seed % 2 == 1, seed % 4 >= 2);
+    let w = Workload::random(n, per_pair, &mut rng)
+        .paths(&mut sim, seed % 2 == 1, seed % 4 >= 2)
+        .held(seed % 8 >= 5 && seed % 2 == 1);
     let w = RefCell::new(w);
     let limit = 600_000_000; // 10 simulated minutes: never reached unless something is stuck
     let done = sim.run(
@@ -569,6 +624,11 @@ fn stream(seed: u64, n: u32, per_pair: u32, mtu: usize, net: Net) -> u64 {
         },
     );
     let w = w.into_inner();
+    assert!(
+        !w.hold || w.held.is_empty(),
+        "seed {seed}: {} payloads still held",
+        w.held.len()
+    );
     assert!(
         done,
         "seed {seed}: stuck at t={} us with {}/{} messages delivered",
