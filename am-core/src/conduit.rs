@@ -188,7 +188,7 @@ pub trait Conduit: Send + Sync + 'static {
     /// - `msg.payload` stays valid and unchanged until `release_held` has returned for `dest`
     ///   and a range that contains it; the caller makes that call on every path once the
     ///   message was accepted (`Ok(true)`), errors included, before the memory is reused or
-    ///   freed.
+    ///   freed. An implementation takes no hold when it answers `Ok(false)` or an error.
     unsafe fn try_send_held(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
         self.try_send(dest, msg)
     }

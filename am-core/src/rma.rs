@@ -294,9 +294,12 @@ impl Endpoint {
             let (lo, hi) = st.arm();
             // The hold covers every piece handed over, before it is handed over.
             held.sent = &src[..i * chunk + piece.len()];
-            // SAFETY: `src` is borrowed for the whole call, so it stays valid and unchanged
-            // until `held` is dropped, which calls `release_held` for every piece sent, on
-            // every path out of this function (a panic included).
+            // SAFETY: `src` is borrowed for the whole call, so it stays valid until `held` is
+            // dropped, which calls `release_held` for every piece sent, on every path out of
+            // this function (a panic included); a conduit takes no hold on a piece it
+            // refused. Nothing changes it meanwhile but a racing write into this rank's own
+            // segment by another rank, where the caller gets whatever bytes each datagram
+            // read (spec/core.md §7).
             unsafe {
                 self.lib_request_held(
                     dest,
@@ -1044,5 +1047,98 @@ mod tests {
         ep.wait_sync(&mut h).unwrap();
         assert_eq!(read(&ep, 400, 5), [1, 2, 3, 4, 5]);
         assert_eq!(buf, [3, 4]);
+    }
+
+    /// Two ranks, no native RMA: the AM path. `try_send_held` takes the first `accept`
+    /// messages, recording the payloads it holds, and fails the next one.
+    #[derive(Default)]
+    struct HoldMock {
+        accept: AtomicUsize,
+        held: Mutex<Vec<std::ops::Range<usize>>>,
+        released: Mutex<Vec<std::ops::Range<usize>>>,
+    }
+
+    struct HoldConduit(Arc<HoldMock>);
+
+    fn span(b: &[u8]) -> std::ops::Range<usize> {
+        let r = b.as_ptr_range();
+        r.start as usize..r.end as usize
+    }
+
+    impl Conduit for HoldConduit {
+        fn name(&self) -> &'static str {
+            "mock"
+        }
+        fn rank(&self) -> Rank {
+            0
+        }
+        fn size(&self) -> u32 {
+            2
+        }
+        fn max_medium(&self) -> usize {
+            1024
+        }
+        fn exchange(&self, blob: &[u8]) -> Result<Vec<Vec<u8>>> {
+            Ok(vec![blob.to_vec(), blob.to_vec()])
+        }
+        fn attach_segment(&self, len: usize, _lens: &[usize]) -> Result<LocalSegment> {
+            let base = Box::leak(vec![0u8; len].into_boxed_slice()).as_mut_ptr();
+            Ok(LocalSegment { base, len })
+        }
+        fn try_send(&self, _dest: Rank, _msg: &OutMsg<'_>) -> Result<bool> {
+            Err(Error::conduit("mock", "only held sends expected"))
+        }
+        unsafe fn try_send_held(&self, _dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
+            let left = self.0.accept.load(Ordering::Relaxed);
+            if left == 0 {
+                return Err(Error::conduit("mock", "the link went down"));
+            }
+            self.0.accept.store(left - 1, Ordering::Relaxed);
+            self.0.held.lock().unwrap().push(span(msg.payload));
+            Ok(true)
+        }
+        fn release_held(&self, _dest: Rank, payload: &[u8]) {
+            self.0.released.lock().unwrap().push(span(payload));
+        }
+        fn poll(&self, _r: bool, _sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {
+            Ok(0)
+        }
+        fn exit_requested(&self) -> Option<i32> {
+            None
+        }
+        fn request_exit(&self, code: i32) -> i32 {
+            code
+        }
+        fn terminate(&self, code: i32) -> ! {
+            panic!("mock rank ended with {code}")
+        }
+        fn is_process_mode(&self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn a_blocking_put_ends_its_holds_when_a_chunk_fails() {
+        let mock = Arc::new(HoldMock::default());
+        mock.accept.store(2, Ordering::Relaxed);
+        let ep = Endpoint::new(Box::new(HoldConduit(mock.clone()))).unwrap();
+        ep.attach(HandlerTable::new(), 8192).unwrap();
+        assert_eq!(ep.rma_path(1).unwrap(), RmaPath::Am);
+        let src = vec![7u8; 3000];
+        let e = ep.put(1, 0, &src).unwrap_err();
+        assert!(e.to_string().contains("the link went down"), "{e}");
+        // Two 1024-byte chunks were held; one release covers both, before `put` returned.
+        let held = mock.held.lock().unwrap().clone();
+        let base = src.as_ptr() as usize;
+        assert_eq!(held, [base..base + 1024, base + 1024..base + 2048]);
+        let released = mock.released.lock().unwrap().clone();
+        assert_eq!(released.len(), 1);
+        assert!(held
+            .iter()
+            .all(|h| released[0].start <= h.start && h.end <= released[0].end));
+        // Refused at once: no hold is taken. (The guard covers each piece before handing it
+        // over, so it may release a range the conduit never held, which ends nothing.)
+        assert!(ep.put(1, 0, &src).is_err());
+        assert_eq!(mock.held.lock().unwrap().len(), 2);
     }
 }

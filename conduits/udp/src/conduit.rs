@@ -7,7 +7,8 @@
 //!
 //! The round-trip path is kept to one system call per datagram on each side: a lone datagram
 //! goes out with `send` on a socket connected to its destination, which spares the kernel a
-//! route lookup per datagram (`sendto` on the main socket where there is none; a batch with
+//! route lookup per datagram (`sendto` on the main socket where there is none; `sendmsg` with
+//! two iovecs for a datagram whose payload chunk stays in the caller's memory; a batch with
 //! `sendmmsg`), an idle poll looks with `recv` (up to three times back to back, so that a
 //! datagram arriving between polls waits less; once when the host is oversubscribed), a poll
 //! that follows one that found data uses `recvmmsg`, so that a stream is taken in batches, and
@@ -16,7 +17,8 @@
 //!
 //! Nothing between a message and its system call waits on the clock or the planner: a send
 //! when nothing else was due takes the protocol's direct path ([`Proto::send_now`]), which
-//! hands the lone datagram to the socket and reads the clock afterwards; a poll reads the clock
+//! hands each datagram of the message to the socket as soon as it is encoded and reads the
+//! clock afterwards; a poll reads the clock
 //! once, before it looks at the socket, to stamp what arrives; and a message that a lone
 //! datagram completes goes from the receive buffer to its handler without a queue
 //! ([`Proto::on_datagram_direct`]).
@@ -504,14 +506,18 @@ impl UdpConduit {
         u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
 
-    /// Send one datagram: with `send` on the destination's connected socket, else with
-    /// `sendto` on the main socket. False when the socket buffer is full (offer it again
-    /// later); a datagram the kernel refuses is counted and dropped.
+    /// Send one datagram: with `send` (`sendmsg` when it has a tail) on the destination's
+    /// connected socket, else with `sendto` (`sendmmsg` when it has a tail) on the main
+    /// socket. False when the socket buffer is full (offer it again later); a datagram the
+    /// kernel refuses is counted and dropped.
     fn send_one(&self, d: Datagram<'_>, edge: &mut EdgeCounters) -> bool {
-        if !d.tail.is_empty() {
-            return self.send_batch_now(&[d], edge) == 1;
-        }
         let conn = self.conn.get(d.dest as usize).and_then(Option::as_ref);
+        if !d.tail.is_empty() {
+            return match conn {
+                Some(c) => self.send_gathered(c.as_raw_fd(), d, edge),
+                None => self.send_batch_now(&[d], edge) == 1,
+            };
+        }
         let (addr, len) = &self.addrs[d.dest as usize];
         loop {
             let r = match conn {
@@ -546,6 +552,42 @@ impl UdpConduit {
                 _ => {
                     // A datagram the kernel refuses (e.g. an unreachable peer) is dropped: the
                     // protocol retransmits or fails the peer.
+                    edge.send_errors += 1;
+                    return true;
+                }
+            }
+        }
+    }
+
+    /// `sendmsg` of `d`'s bytes and tail on `fd`, a socket connected to `d.dest`; the answer
+    /// as for [`UdpConduit::send_one`].
+    fn send_gathered(&self, fd: libc::c_int, d: Datagram<'_>, edge: &mut EdgeCounters) -> bool {
+        let mut iov = [
+            libc::iovec {
+                iov_base: d.bytes.as_ptr().cast_mut().cast(),
+                iov_len: d.bytes.len(),
+            },
+            libc::iovec {
+                iov_base: d.tail.as_ptr().cast_mut().cast(),
+                iov_len: d.tail.len(),
+            },
+        ];
+        // SAFETY: msghdr is plain old data; all-zero is a valid value (no name: the socket is
+        // connected).
+        let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+        m.msg_iov = iov.as_mut_ptr();
+        m.msg_iovlen = iov.len();
+        loop {
+            // SAFETY: `m` points at `iov`, whose buffers (`d`'s bytes and tail) are live for
+            // the call; the kernel only reads them.
+            let r = unsafe { libc::sendmsg(fd, &m, libc::MSG_DONTWAIT) };
+            if r >= 0 {
+                return true;
+            }
+            match errno() {
+                libc::EINTR => continue,
+                libc::EAGAIN | libc::ENOBUFS => return false,
+                _ => {
                     edge.send_errors += 1;
                     return true;
                 }
@@ -684,8 +726,9 @@ impl UdpConduit {
         let inner = &mut *guard;
         self.check_failed(inner)?;
         let sent = if inner.clock < inner.tx_due {
-            // Nothing was due at the last clock reading: a lone datagram leaves at once, ahead
-            // of the planner, and the clock is read once it is on its way. (With `tx_stale`, a
+            // Nothing was due at the last clock reading: the message's datagrams leave at once
+            // as they are encoded, ahead of the planner, and the clock is read once each is on
+            // its way. (With `tx_stale`, a
             // later timer may have come due unseen; the exact `tx_due` taken after the send
             // puts it on the wire right behind.)
             let Inner {

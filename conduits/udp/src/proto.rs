@@ -30,7 +30,7 @@
 //! ([`Proto::on_datagram_direct`]) when the datagram completes it alone and nothing waits in
 //! the queue, so the order is the same either way. The ack fields of such a datagram are checked
 //! at once but applied later ([`Proto::settle`]): by the next call that changes the state, or
-//! right after the datagram of [`Proto::send_now`] (the handler's reply) has left.
+//! right after the datagrams of [`Proto::send_now`] (the handler's reply) have left.
 //!
 //! **Acks.** Every datagram carries the cumulative ack (`rcv_next`), a 64-bit selective-ack
 //! bitmap of the sequence numbers after it that sit in the reorder buffer, and the window. Acks
@@ -389,8 +389,8 @@ pub enum Sent {
     /// Its datagrams went straight to the transmit callback, which took them all; the value
     /// is the time the clock read right after the last, which stamps its transmission.
     Wire(u64),
-    /// Queued: [`Proto::poll_transmit`] sends it (or, for a message to this rank, it waits for
-    /// [`Proto::pop`]).
+    /// Queued: [`Proto::poll_transmit`] sends it, or the part of it that the direct path could
+    /// not send (or, for a message to this rank, it waits for [`Proto::pop`]).
     Queued,
 }
 
@@ -1042,9 +1042,10 @@ impl Proto {
     /// message is in the target's hands, such as a blocking put.
     ///
     /// # Safety
-    /// - `msg.payload` must stay valid and unchanged until [`Proto::release_held`] has been
-    ///   called for it (with `dest` and the same payload), which must happen before the
-    ///   payload's memory is reused or freed, on every path (errors included).
+    /// - When this returns `Ok`, `msg.payload` must stay valid and unchanged until
+    ///   [`Proto::release_held`] has been called with `dest` and a range that contains it,
+    ///   which must happen before the payload's memory is reused or freed, on every path
+    ///   (errors included). An `Err` (back-pressure included) leaves no hold.
     pub unsafe fn send_now_held(
         &mut self,
         dest: Rank,
