@@ -601,7 +601,7 @@ impl UdpConduit {
     fn send_batch(&self, batch: &[Datagram<'_>], edge: &mut EdgeCounters) -> usize {
         match batch {
             [] => return 0,
-            [d] if d.tail.is_empty() => return usize::from(self.send_one(*d, edge)),
+            [d] => return usize::from(self.send_one(*d, edge)),
             _ => {}
         }
         self.send_batch_now(batch, edge)
