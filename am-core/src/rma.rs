@@ -900,7 +900,12 @@ mod tests {
         }
     }
 
-    struct Mock(Arc<MockRma>);
+    /// One rank with the native path (`MockRma`); or, with `hold`, two ranks on the AM path
+    /// whose only sends are held ones (`HoldMock`).
+    struct Mock {
+        rma: Arc<MockRma>,
+        hold: Option<Arc<HoldMock>>,
+    }
 
     impl Conduit for Mock {
         fn name(&self) -> &'static str {
@@ -910,27 +915,51 @@ mod tests {
             0
         }
         fn size(&self) -> u32 {
-            1
+            if self.hold.is_some() {
+                2
+            } else {
+                1
+            }
         }
         fn max_medium(&self) -> usize {
             1024
         }
         fn exchange(&self, blob: &[u8]) -> Result<Vec<Vec<u8>>> {
-            Ok(vec![blob.to_vec()])
+            Ok(vec![blob.to_vec(); self.size() as usize])
         }
         fn attach_segment(&self, len: usize, _lens: &[usize]) -> Result<LocalSegment> {
             let base = Box::leak(vec![0u8; len].into_boxed_slice()).as_mut_ptr();
-            *self.0.seg.lock().unwrap() = Some(Seg(base));
+            *self.rma.seg.lock().unwrap() = Some(Seg(base));
             Ok(LocalSegment { base, len })
         }
         fn try_send(&self, _dest: Rank, _msg: &OutMsg<'_>) -> Result<bool> {
             Err(Error::conduit("mock", "no active messages expected"))
         }
+        unsafe fn try_send_held(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
+            let Some(h) = &self.hold else {
+                return self.try_send(dest, msg);
+            };
+            let left = h.accept.load(Ordering::Relaxed);
+            if left == 0 {
+                return Err(Error::conduit("mock", "the link went down"));
+            }
+            h.accept.store(left - 1, Ordering::Relaxed);
+            h.held.lock().unwrap().push(span(msg.payload));
+            Ok(true)
+        }
+        fn release_held(&self, _dest: Rank, payload: &[u8]) {
+            if let Some(h) = &self.hold {
+                h.released.lock().unwrap().push(span(payload));
+            }
+        }
         fn poll(&self, _r: bool, _sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {
             Ok(0)
         }
         fn native_rma(&self) -> Option<Arc<dyn NativeRma>> {
-            let r: Arc<dyn NativeRma> = self.0.clone();
+            if self.hold.is_some() {
+                return None;
+            }
+            let r: Arc<dyn NativeRma> = self.rma.clone();
             Some(r)
         }
         fn exit_requested(&self) -> Option<i32> {
@@ -949,7 +978,11 @@ mod tests {
 
     fn endpoint() -> (Endpoint, Arc<MockRma>) {
         let rma = Arc::new(MockRma::default());
-        let ep = Endpoint::new(Box::new(Mock(rma.clone()))).unwrap();
+        let ep = Endpoint::new(Box::new(Mock {
+            rma: rma.clone(),
+            hold: None,
+        }))
+        .unwrap();
         ep.attach(HandlerTable::new(), 4096).unwrap();
         (ep, rma)
     }
@@ -1049,8 +1082,8 @@ mod tests {
         assert_eq!(buf, [3, 4]);
     }
 
-    /// Two ranks, no native RMA: the AM path. `try_send_held` takes the first `accept`
-    /// messages, recording the payloads it holds, and fails the next one.
+    /// The held sends of a two-rank [`Mock`] on the AM path: `try_send_held` takes the first
+    /// `accept` messages, recording the payloads it holds, and fails the next one.
     #[derive(Default)]
     struct HoldMock {
         accept: AtomicUsize,
@@ -1058,70 +1091,20 @@ mod tests {
         released: Mutex<Vec<std::ops::Range<usize>>>,
     }
 
-    struct HoldConduit(Arc<HoldMock>);
-
     fn span(b: &[u8]) -> std::ops::Range<usize> {
         let r = b.as_ptr_range();
         r.start as usize..r.end as usize
-    }
-
-    impl Conduit for HoldConduit {
-        fn name(&self) -> &'static str {
-            "mock"
-        }
-        fn rank(&self) -> Rank {
-            0
-        }
-        fn size(&self) -> u32 {
-            2
-        }
-        fn max_medium(&self) -> usize {
-            1024
-        }
-        fn exchange(&self, blob: &[u8]) -> Result<Vec<Vec<u8>>> {
-            Ok(vec![blob.to_vec(), blob.to_vec()])
-        }
-        fn attach_segment(&self, len: usize, _lens: &[usize]) -> Result<LocalSegment> {
-            let base = Box::leak(vec![0u8; len].into_boxed_slice()).as_mut_ptr();
-            Ok(LocalSegment { base, len })
-        }
-        fn try_send(&self, _dest: Rank, _msg: &OutMsg<'_>) -> Result<bool> {
-            Err(Error::conduit("mock", "only held sends expected"))
-        }
-        unsafe fn try_send_held(&self, _dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
-            let left = self.0.accept.load(Ordering::Relaxed);
-            if left == 0 {
-                return Err(Error::conduit("mock", "the link went down"));
-            }
-            self.0.accept.store(left - 1, Ordering::Relaxed);
-            self.0.held.lock().unwrap().push(span(msg.payload));
-            Ok(true)
-        }
-        fn release_held(&self, _dest: Rank, payload: &[u8]) {
-            self.0.released.lock().unwrap().push(span(payload));
-        }
-        fn poll(&self, _r: bool, _sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {
-            Ok(0)
-        }
-        fn exit_requested(&self) -> Option<i32> {
-            None
-        }
-        fn request_exit(&self, code: i32) -> i32 {
-            code
-        }
-        fn terminate(&self, code: i32) -> ! {
-            panic!("mock rank ended with {code}")
-        }
-        fn is_process_mode(&self) -> bool {
-            false
-        }
     }
 
     #[test]
     fn a_blocking_put_ends_its_holds_when_a_chunk_fails() {
         let mock = Arc::new(HoldMock::default());
         mock.accept.store(2, Ordering::Relaxed);
-        let ep = Endpoint::new(Box::new(HoldConduit(mock.clone()))).unwrap();
+        let ep = Endpoint::new(Box::new(Mock {
+            rma: Arc::default(),
+            hold: Some(mock.clone()),
+        }))
+        .unwrap();
         ep.attach(HandlerTable::new(), 8192).unwrap();
         assert_eq!(ep.rma_path(1).unwrap(), RmaPath::Am);
         let src = vec![7u8; 3000];

@@ -345,6 +345,39 @@ fn set_buf(fd: i32, opt: libc::c_int, bytes: libc::c_int) {
     }
 }
 
+/// The two buffers of `d` on the wire: its bytes, then its tail (empty but for a datagram
+/// whose payload chunk stays in the sender's memory).
+fn iovecs(d: &Datagram<'_>) -> [libc::iovec; 2] {
+    [
+        libc::iovec {
+            iov_base: d.bytes.as_ptr().cast_mut().cast(),
+            iov_len: d.bytes.len(),
+        },
+        libc::iovec {
+            iov_base: d.tail.as_ptr().cast_mut().cast(),
+            iov_len: d.tail.len(),
+        },
+    ]
+}
+
+/// What the result `r` of a one-datagram `send`, `sendto` or `sendmsg` means: `Some(true)`
+/// the kernel took it, or refused it for good (e.g. an unreachable peer: counted and
+/// dropped, the protocol retransmits or fails the peer); `Some(false)` the socket buffer is
+/// full (offer it again later); `None` interrupted (call again).
+fn send_outcome(r: isize, edge: &mut EdgeCounters) -> Option<bool> {
+    if r >= 0 {
+        return Some(true);
+    }
+    match errno() {
+        libc::EINTR => None,
+        libc::EAGAIN | libc::ENOBUFS => Some(false),
+        _ => {
+            edge.send_errors += 1;
+            Some(true)
+        }
+    }
+}
+
 /// The `errno` of the last failed system call on this thread.
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
@@ -543,18 +576,8 @@ impl UdpConduit {
                     )
                 },
             };
-            if r >= 0 {
-                return true;
-            }
-            match errno() {
-                libc::EINTR => continue,
-                libc::EAGAIN | libc::ENOBUFS => return false,
-                _ => {
-                    // A datagram the kernel refuses (e.g. an unreachable peer) is dropped: the
-                    // protocol retransmits or fails the peer.
-                    edge.send_errors += 1;
-                    return true;
-                }
+            if let Some(taken) = send_outcome(r, edge) {
+                return taken;
             }
         }
     }
@@ -562,16 +585,7 @@ impl UdpConduit {
     /// `sendmsg` of `d`'s bytes and tail on `fd`, a socket connected to `d.dest`; the answer
     /// as for [`UdpConduit::send_one`].
     fn send_gathered(&self, fd: libc::c_int, d: Datagram<'_>, edge: &mut EdgeCounters) -> bool {
-        let mut iov = [
-            libc::iovec {
-                iov_base: d.bytes.as_ptr().cast_mut().cast(),
-                iov_len: d.bytes.len(),
-            },
-            libc::iovec {
-                iov_base: d.tail.as_ptr().cast_mut().cast(),
-                iov_len: d.tail.len(),
-            },
-        ];
+        let mut iov = iovecs(&d);
         // SAFETY: msghdr is plain old data; all-zero is a valid value (no name: the socket is
         // connected).
         let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -581,16 +595,8 @@ impl UdpConduit {
             // SAFETY: `m` points at `iov`, whose buffers (`d`'s bytes and tail) are live for
             // the call; the kernel only reads them.
             let r = unsafe { libc::sendmsg(fd, &m, libc::MSG_DONTWAIT) };
-            if r >= 0 {
-                return true;
-            }
-            match errno() {
-                libc::EINTR => continue,
-                libc::EAGAIN | libc::ENOBUFS => return false,
-                _ => {
-                    edge.send_errors += 1;
-                    return true;
-                }
+            if let Some(taken) = send_outcome(r, edge) {
+                return taken;
             }
         }
     }
@@ -616,16 +622,7 @@ impl UdpConduit {
         let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; BATCH];
         for (i, d) in batch.iter().take(n).enumerate() {
             let (addr, len) = &self.addrs[d.dest as usize];
-            let iov = iovs[i].write([
-                libc::iovec {
-                    iov_base: d.bytes.as_ptr().cast_mut().cast(),
-                    iov_len: d.bytes.len(),
-                },
-                libc::iovec {
-                    iov_base: d.tail.as_ptr().cast_mut().cast(),
-                    iov_len: d.tail.len(),
-                },
-            ]);
+            let iov = iovs[i].write(iovecs(d));
             // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
             let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
             m.msg_hdr.msg_name = std::ptr::from_ref(addr).cast_mut().cast();

@@ -954,6 +954,7 @@ impl Proto {
             let peer = &mut self.peers[ix(dest)];
             let cap = if index == 0 { first_cap } else { rest_cap };
             let end = (off + cap).min(len);
+            let chunk = &msg.payload[off..end];
             let pkt = Packet {
                 header: Header {
                     kind: Kind::Data,
@@ -971,23 +972,17 @@ impl Proto {
                     count,
                     total_len: total,
                     am: (index == 0).then_some(am),
-                    chunk: &msg.payload[off..end],
+                    chunk,
                 }),
             };
             let mut buf = take_buf(&mut self.pool);
-            let chunk = &msg.payload[off..end];
             // The AM header and payload were checked above and the fragment is cut by the
             // rules: nothing to check again.
-            let held = if hold && !chunk.is_empty() {
-                wire::encode_built_prefix(&pkt, &mut buf);
-                Some(Held {
-                    ptr: std::ptr::NonNull::from(chunk).cast(),
-                    len: chunk.len(),
-                })
-            } else {
-                wire::encode_built(&pkt, &mut buf);
-                None
-            };
+            let held = (hold && !chunk.is_empty()).then(|| Held {
+                ptr: std::ptr::NonNull::from(chunk).cast(),
+                len: chunk.len(),
+            });
+            wire::encode_built(&pkt, &mut buf, held.is_none());
             peer.segs.push_back(Seg {
                 buf,
                 held,

@@ -459,33 +459,29 @@ pub fn encode(pkt: &Packet<'_>, out: &mut [u8]) -> Result<usize, WireError> {
 /// appended. Fails, appending nothing, on a packet that [`Packet::check`] rejects.
 pub fn encode_to_vec(pkt: &Packet<'_>, out: &mut Vec<u8>) -> Result<usize, WireError> {
     pkt.check()?;
-    Ok(append(pkt, out))
+    Ok(append(pkt, out, true))
 }
 
 /// [`encode_to_vec`] for a packet that its builder made by the rules [`Packet::check`] checks:
 /// the protocol's sender, which checks a message's AM header and payload when it takes the
 /// message and cuts the fragments itself. The rules are checked again in debug builds only.
-pub fn encode_built(pkt: &Packet<'_>, out: &mut Vec<u8>) -> usize {
+/// Without `with_chunk`, the fragment's chunk is left out (only what precedes it on the wire
+/// is appended), for a sender that sends the chunk from where it lies as a second buffer of
+/// the same datagram.
+pub fn encode_built(pkt: &Packet<'_>, out: &mut Vec<u8>, with_chunk: bool) -> usize {
     debug_assert_eq!(pkt.check(), Ok(()), "a packet built against the rules");
-    append(pkt, out)
+    append(pkt, out, with_chunk)
 }
 
-/// [`encode_built`] without the fragment's chunk: everything that precedes it on the wire, for
-/// a sender that sends the chunk from where it lies (a second buffer of the same datagram).
-/// Returns the length of what it wrote.
-pub fn encode_built_prefix(pkt: &Packet<'_>, out: &mut Vec<u8>) -> usize {
-    debug_assert_eq!(pkt.check(), Ok(()), "a packet built against the rules");
-    let need = pkt.prefix_len();
+fn append(pkt: &Packet<'_>, out: &mut Vec<u8>, with_chunk: bool) -> usize {
+    let need = if with_chunk {
+        pkt.encoded_len()
+    } else {
+        pkt.prefix_len()
+    };
     out.reserve(need);
     pkt.encode_prefix(out);
-    need
-}
-
-fn append(pkt: &Packet<'_>, out: &mut Vec<u8>) -> usize {
-    let need = pkt.encoded_len();
-    out.reserve(need);
-    pkt.encode_prefix(out);
-    if let Some(f) = &pkt.frag {
+    if let Some(f) = pkt.frag.as_ref().filter(|_| with_chunk) {
         out.extend_from_slice(f.chunk);
     }
     need

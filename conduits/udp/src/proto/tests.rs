@@ -519,15 +519,16 @@ fn a_short_write_is_offered_again() {
     assert_eq!(ps[0].counters().retransmits, 0);
 }
 
-/// `send_now` into a vector: the datagram the callback took, if any, and what it returned.
-fn send_now(
+/// `send_now` into a vector: every datagram the callback took (all of them when `take`, none
+/// otherwise), and what it returned.
+fn send_now_all(
     p: &mut Proto,
     dest: Rank,
     msg: &OutMsg<'_>,
     take: bool,
     now: u64,
-) -> (Sent, Option<Vec<u8>>) {
-    let mut out = None;
+) -> (Sent, Vec<Vec<u8>>) {
+    let mut out = Vec::new();
     let sent = p
         .send_now(
             dest,
@@ -535,7 +536,7 @@ fn send_now(
             |d| {
                 assert_eq!(d.dest, dest);
                 if take {
-                    out = Some(d.to_vec());
+                    out.push(d.to_vec());
                 }
                 take
             },
@@ -545,21 +546,17 @@ fn send_now(
     (sent, out)
 }
 
-/// `send_now` into a vector, the callback taking everything: every datagram it took.
-fn send_now_all(p: &mut Proto, dest: Rank, msg: &OutMsg<'_>, now: u64) -> (Sent, Vec<Vec<u8>>) {
-    let mut out = Vec::new();
-    let sent = p
-        .send_now(
-            dest,
-            msg,
-            |d| {
-                out.push(d.to_vec());
-                true
-            },
-            || now,
-        )
-        .unwrap();
-    (sent, out)
+/// [`send_now_all`] for a message of one datagram: the datagram the callback took, if any.
+fn send_now(
+    p: &mut Proto,
+    dest: Rank,
+    msg: &OutMsg<'_>,
+    take: bool,
+    now: u64,
+) -> (Sent, Option<Vec<u8>>) {
+    let (sent, mut out) = send_now_all(p, dest, msg, take, now);
+    assert!(out.len() <= 1, "a lone datagram");
+    (sent, out.pop())
 }
 
 #[test]
@@ -625,7 +622,7 @@ fn the_direct_path_leaves_what_it_cannot_send_to_the_planner() {
     // Several fragments: each leaves as soon as it is encoded while the window (2) admits
     // it, and the rest waits for the planner.
     let big = vec![9u8; 3000];
-    let (sent, out) = send_now_all(&mut ps[1], 0, &medium(&[3], &big), 1);
+    let (sent, out) = send_now_all(&mut ps[1], 0, &medium(&[3], &big), true, 1);
     assert_eq!(sent, Sent::Queued);
     let seqs: Vec<u64> = out
         .iter()
