@@ -220,6 +220,9 @@ pub struct AmHeader {
 
 impl AmHeader {
     /// An AM header; fails on handler 0 or more than [`MAX_ARGS`] arguments.
+    // Inlined into the sender: returned through memory, the header's narrow fields are read
+    // back with wide loads before they have landed, a stalled store forward per message.
+    #[inline(always)]
     pub fn new(
         handler: u8,
         category: Category,
@@ -258,6 +261,7 @@ impl AmHeader {
 
     /// Checks that a payload of `total` bytes fits this header's category: none for Short, a
     /// zero long offset unless Long, and a Long range that does not pass `u64::MAX`.
+    #[inline(always)]
     pub fn check_payload(&self, total: u64) -> Result<(), WireError> {
         let bad_offset = || WireError::BadLongOffset {
             offset: self.long_offset,
