@@ -552,7 +552,10 @@ impl Workload {
                 };
                 let hold = self.hold && dst != r;
                 let sent = match &self.direct {
-                    // SAFETY: as for `send_now_held` below.
+                    // SAFETY: an `Err` leaves no hold, and the buffer stays in
+                    // `self.payload` for the retry; on `Ok` the buffer moves to `self.held`
+                    // (the `Vec` moves, its bytes stay put) and is neither changed nor freed
+                    // before `release` has called `release_held` for it.
                     None if hold => unsafe { p.send_held(dst, &msg) }.map(|()| Sent::Queued),
                     None => p.send(dst, &msg).map(|()| Sent::Queued),
                     Some(outbox) => {
@@ -624,7 +627,12 @@ fn stream(seed: u64, n: u32, per_pair: u32, mtu: usize, net: Net) -> u64 {
         &mut |r, p, now| w.borrow_mut().app(r, p, now),
         |s| {
             let w = w.borrow();
-            w.delivered == w.total && w.todo_empty() && s.procs.iter().all(|p| p.unacked() == 0)
+            // Every hold ended too: a last held payload may be released rounds after its
+            // message was delivered and acked.
+            w.delivered == w.total
+                && w.todo_empty()
+                && w.held.is_empty()
+                && s.procs.iter().all(|p| p.unacked() == 0)
         },
     );
     let w = w.into_inner();
