@@ -96,6 +96,19 @@ impl OpState {
     }
 }
 
+/// The library's put request carrying `piece` to `at` in the target's segment; `op` is the
+/// armed operation ([`OpState::arm`]) its reply completes.
+fn put_msg<'a>(op: &'a [u32; 2], piece: &'a [u8], at: u64) -> OutMsg<'a> {
+    OutMsg {
+        handler: LIB_PUT,
+        category: Category::Long,
+        is_reply: false,
+        args: op,
+        payload: piece,
+        long_offset: at,
+    }
+}
+
 /// Release one reference created by [`OpState::arm`].
 ///
 /// # Safety
@@ -245,18 +258,8 @@ impl Endpoint {
             return self.put_held(dest, offset, src, chunk, &st).map(|()| None);
         }
         for (i, piece) in src.chunks(chunk).enumerate() {
-            let (lo, hi) = st.arm();
-            self.lib_request(
-                dest,
-                &OutMsg {
-                    handler: LIB_PUT,
-                    category: Category::Long,
-                    is_reply: false,
-                    args: &[lo, hi],
-                    payload: piece,
-                    long_offset: offset + (i * chunk) as u64,
-                },
-            )?;
+            let args = <[u32; 2]>::from(st.arm());
+            self.lib_request(dest, &put_msg(&args, piece, offset + (i * chunk) as u64))?;
         }
         Ok(Some(st))
     }
@@ -291,7 +294,7 @@ impl Endpoint {
             sent: &[],
         };
         for (i, piece) in src.chunks(chunk).enumerate() {
-            let (lo, hi) = st.arm();
+            let args = <[u32; 2]>::from(st.arm());
             // The hold covers every piece handed over, before it is handed over.
             held.sent = &src[..i * chunk + piece.len()];
             // SAFETY: `src` is borrowed for the whole call, so it stays valid until `held` is
@@ -301,17 +304,7 @@ impl Endpoint {
             // segment by another rank, where the caller gets whatever bytes each datagram
             // read (spec/core.md §7).
             unsafe {
-                self.lib_request_held(
-                    dest,
-                    &OutMsg {
-                        handler: LIB_PUT,
-                        category: Category::Long,
-                        is_reply: false,
-                        args: &[lo, hi],
-                        payload: piece,
-                        long_offset: offset + (i * chunk) as u64,
-                    },
-                )?;
+                self.lib_request_held(dest, &put_msg(&args, piece, offset + (i * chunk) as u64))?;
             }
         }
         self.wait_op(st)

@@ -260,9 +260,8 @@ impl LongSink for SegSink {
     }
 
     fn write(&mut self, offset: u64, chunk: &[u8]) {
-        let end = offset.checked_add(chunk.len() as u64);
         let (true, Ok(at)) = (
-            matches!(end, Some(e) if e <= self.len),
+            self.fits(offset, chunk.len() as u64),
             usize::try_from(offset),
         ) else {
             return; // not reached: the protocol writes only inside a range `fits` accepted
