@@ -61,24 +61,24 @@ fn reply_failed(tok: &Token<'_>, e: &amnet::Error) -> ! {
 pub(crate) fn register(t: &mut HandlerTable, st: &Arc<AmState>) -> amnet::Result<()> {
     let s = st.clone();
     t.register(H_SHORT_REQ, move |tok, args, _| {
-        s.served.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = tok.reply_short(H_SHORT_REP, args) {
             reply_failed(tok, &e);
         }
+        s.served.fetch_add(1, Ordering::Relaxed);
     })?;
     let s = st.clone();
     t.register(H_MEDIUM_REQ, move |tok, args, payload| {
-        s.served.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = tok.reply_medium(H_MEDIUM_REP, args, payload) {
             reply_failed(tok, &e);
         }
+        s.served.fetch_add(1, Ordering::Relaxed);
     })?;
     let s = st.clone();
     t.register(H_LONG_REQ, move |tok, args, payload| {
-        s.served.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = tok.reply_long(H_LONG_REP, args, payload, 0) {
             reply_failed(tok, &e);
         }
+        s.served.fetch_add(1, Ordering::Relaxed);
     })?;
     for h in [H_SHORT_REP, H_MEDIUM_REP, H_LONG_REP] {
         let s = st.clone();

@@ -218,6 +218,14 @@ impl Ring {
         }
     }
 
+    /// Ask for the line of the slot the next push will fill, in exclusive state, ahead of
+    /// that push. A hint: it changes no state, and a push that never comes costs the
+    /// consumer one extra read of that line.
+    #[inline(always)]
+    pub fn prefetch_next_push(&self) {
+        self.prefetch(self.ctl().enq.0.load(Ordering::Relaxed));
+    }
+
     /// Ask for the line of slot `pos` in exclusive state, ahead of a write to it.
     #[inline(always)]
     fn prefetch(&self, pos: u64) {
