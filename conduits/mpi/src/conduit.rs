@@ -3,9 +3,10 @@
 //!
 //! Design (the details are in `README.md` beside this file):
 //!
-//! - **Private communicator.** `MPI_COMM_WORLD` is duplicated at start-up; all amnet traffic
-//!   uses the duplicate, so no client receive on the world communicator can match it. A second
-//!   duplicate carries only the barrier of the job-wide exit.
+//! - **Private communicators.** `MPI_COMM_WORLD` is duplicated at start-up: one duplicate per
+//!   pre-posted receive class (`Engine::lanes`), one for everything else, and one that carries
+//!   only the barrier of the job-wide exit. No client receive on the world communicator can
+//!   match amnet's traffic.
 //! - **Tags.** Requests and replies travel under different tags, each in a small and a large
 //!   size class; credit returns, exit notices and separate Long payloads have tags of their own.
 //! - **Pre-posted receives.** A bounded pool of `MPI_ANY_SOURCE` receives per tag. A completed
@@ -55,6 +56,10 @@ const TAG_MSG: [[c_int; 2]; 2] = [[5, 6], [3, 4]];
 /// Separate Long payloads use `TAG_LONG + index`, index < `wire::LONG_TAGS` (the standard
 /// guarantees tags up to 32767).
 const TAG_LONG: c_int = 64;
+/// Tags that have a communicator of their own (`Engine::lanes`): `TAG_EXIT..=LANE_TAGS`.
+const LANE_TAGS: c_int = 6;
+const _: () = assert!(TAG_EXIT == 1 && TAG_CREDIT == 2 && TAG_MSG[0][1] == LANE_TAGS);
+const _: () = assert!(TAG_MSG[1][0] == 3 && TAG_MSG[1][1] == 4 && TAG_MSG[0][0] == 5);
 
 /// Receive buffer of the small classes: a Short message with 16 arguments, or a Medium or Long
 /// with up to 928 payload bytes.
@@ -540,7 +545,16 @@ impl Rx {
 struct Engine {
     rank: u32,
     size: u32,
+    /// Separate Long payloads and the attach collectives.
     comm: Comm,
+    /// One communicator per pre-posted receive class (the exit notice, credit returns, small
+    /// and large replies, small and large requests), indexed by `tag - 1`. An MPI library
+    /// matches an incoming message against the receives posted on its communicator in posting
+    /// order (Open MPI's ob1 walks a list of them); with every class on one communicator,
+    /// each message was compared with the long-lived receives of the other classes and the
+    /// small ones reposted ahead of its own. Alone on its communicator, a small message
+    /// matches the first receive it meets.
+    lanes: [Comm; LANE_TAGS as usize],
     exit_comm: Comm,
     level: Threading,
     oversubscribed: bool,
@@ -592,6 +606,15 @@ thread_local! {
 }
 
 impl Engine {
+    /// The communicator that carries messages with `tag` (see `lanes`).
+    #[inline]
+    fn comm_for(&self, tag: c_int) -> Comm {
+        match usize::try_from(tag - 1) {
+            Ok(i) if i < self.lanes.len() => self.lanes[i],
+            _ => self.comm,
+        }
+    }
+
     #[inline]
     fn class_of(is_reply: bool) -> usize {
         if is_reply {
@@ -605,7 +628,7 @@ impl Engine {
         let mut tx = lock(&self.tx);
         let mut b = tx.buffer(body.len());
         b.extend_from_slice(&body);
-        tx.push(self.comm, dest, tag, b)
+        tx.push(self.comm_for(tag), dest, tag, b)
     }
 
     /// Send `msg` to `dest`, a credit of `class` taken.
@@ -652,7 +675,7 @@ impl Engine {
                 tx.push(self.comm, dest, long_tag(t), chunk.to_vec())?;
             }
         }
-        tx.push(self.comm, dest, tag, buf)
+        tx.push(self.comm_for(tag), dest, tag, buf)
     }
 
     /// Send a message of at most [`SMALL_BYTES`] from this thread's send buffer: encode,
@@ -668,6 +691,7 @@ impl Engine {
         data: Data,
         sync: bool,
     ) -> Result<()> {
+        let comm = self.comm_for(tag);
         SEND_BUF.with(|cell| {
             let mut buf = cell.take();
             buf.clear();
@@ -677,8 +701,7 @@ impl Engine {
             // the request completes: it goes back to the thread's cell only once MPI_Test saw
             // the send complete, and otherwise to the outstanding sends, which keep it until
             // `reap` sees it complete (moving the Vec does not move its contents).
-            let mut req = match unsafe { raw::isend(buf.as_ptr(), buf.len(), dest, tag, self.comm) }
-            {
+            let mut req = match unsafe { raw::isend(buf.as_ptr(), buf.len(), dest, tag, comm) } {
                 Ok(r) => r,
                 Err(e) => {
                     cell.replace(buf);
@@ -1013,7 +1036,7 @@ impl Engine {
         let (tag, entry, fifo) = (slot.tag, slot.entry, slot.fifo);
         // SAFETY: nobody touches the buffer until MPI_Testsome reports the receive complete or
         // it is cancelled at exit (the protocol of `Buffers`).
-        let req = unsafe { raw::irecv(p, n, None, tag, self.comm)? };
+        let req = unsafe { raw::irecv(p, n, None, tag, self.comm_for(tag))? };
         rx.reqs[i] = req;
         if let Some(f) = fifo {
             rx.fifo[f].push_back(i);
@@ -1466,6 +1489,10 @@ impl MpiConduit {
         let world = raw::world();
         let comm = raw::dup(world)?;
         let exit_comm = raw::dup(world)?;
+        let mut lanes = [comm; LANE_TAGS as usize];
+        for l in &mut lanes {
+            *l = raw::dup(world)?;
+        }
         let (rank, size) = raw::rank_size(comm)?;
         let local = raw::ranks_on_this_node(comm)?;
         // The node's cores, not this process's affinity: mpirun binds each rank to a core of
@@ -1546,6 +1573,7 @@ impl MpiConduit {
             rank,
             size,
             comm,
+            lanes,
             exit_comm,
             level,
             oversubscribed: local > cores,
