@@ -203,6 +203,8 @@ enum Mode {
 }
 
 struct Segs {
+    /// This rank's segment: base and length (the Long delivery path reads these alone).
+    own: (*mut u8, usize),
     bases: Vec<*mut u8>,
     lens: Vec<usize>,
     _maps: Vec<Region>,
@@ -566,7 +568,7 @@ impl SmpConduit {
                 let Some(segs) = self.segs.get() else {
                     return true;
                 };
-                let len = segs.lens[self.rank as usize];
+                let (base, len) = segs.own;
                 let end = d.long_offset.checked_add(d.payload_len as u64);
                 if !matches!(end, Some(e) if e <= len as u64) {
                     eprintln!(
@@ -576,7 +578,7 @@ impl SmpConduit {
                     return true;
                 }
                 // SAFETY: range checked against the local segment, mapped for the conduit's life.
-                let dst = unsafe { segs.bases[self.rank as usize].add(seg_off(d.long_offset)) };
+                let dst = unsafe { base.add(seg_off(d.long_offset)) };
                 if !d.inline.is_empty() {
                     // SAFETY: the inline bytes sit in the claimed slot; `dst` has room for them
                     // (checked above) and does not overlap the ring.
@@ -690,6 +692,7 @@ impl Conduit for SmpConduit {
         };
         self.segs
             .set(Segs {
+                own: (bases[me], len),
                 bases,
                 lens: lens.to_vec(),
                 _maps: maps,
