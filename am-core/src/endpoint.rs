@@ -159,16 +159,7 @@ impl Attached {
                         max,
                     });
                 }
-                // `check_range` with the rank and length already in hand.
-                match long_offset.checked_add(len as u64) {
-                    Some(end) if end <= max as u64 => Ok(()),
-                    _ => Err(Error::OutOfSegment {
-                        rank: dest,
-                        offset: long_offset,
-                        len,
-                        seg_len: max,
-                    }),
-                }
+                self.check_range(dest, long_offset, len)
             }
         }
     }

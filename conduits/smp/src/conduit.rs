@@ -203,8 +203,6 @@ enum Mode {
 }
 
 struct Segs {
-    /// This rank's segment: base and length (the Long delivery path reads these alone).
-    own: (*mut u8, usize),
     bases: Vec<*mut u8>,
     lens: Vec<usize>,
     _maps: Vec<Region>,
@@ -517,8 +515,9 @@ impl SmpConduit {
     /// On a request ring, each message first asks for the line of the next slot of the reply
     /// ring back to its sender. A request handler usually replies, and that line sits in the
     /// sender's cache, which polls it: fetched now, the transfer overlaps decoding and
-    /// dispatch instead of stalling the reply's push. (On the 2-core VM this took some 10-20
-    /// ns off a Short round trip of 150-170 ns; bench/RESULTS.md.)
+    /// dispatch instead of stalling the reply's push. (On the 2-core VM this took the 2-rank
+    /// Short round trip from 0.17 to 0.15 µs in its fast state and from 0.60 to 0.46 µs in
+    /// its slow state; bench/RESULTS.md.)
     #[inline(always)]
     fn drain(&self, inb: &Inbound, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> (usize, bool) {
         let ring = &inb.ring;
@@ -568,7 +567,7 @@ impl SmpConduit {
                 let Some(segs) = self.segs.get() else {
                     return true;
                 };
-                let (base, len) = segs.own;
+                let len = segs.lens[self.rank as usize];
                 let end = d.long_offset.checked_add(d.payload_len as u64);
                 if !matches!(end, Some(e) if e <= len as u64) {
                     eprintln!(
@@ -578,7 +577,7 @@ impl SmpConduit {
                     return true;
                 }
                 // SAFETY: range checked against the local segment, mapped for the conduit's life.
-                let dst = unsafe { base.add(seg_off(d.long_offset)) };
+                let dst = unsafe { segs.bases[self.rank as usize].add(seg_off(d.long_offset)) };
                 if !d.inline.is_empty() {
                     // SAFETY: the inline bytes sit in the claimed slot; `dst` has room for them
                     // (checked above) and does not overlap the ring.
@@ -692,7 +691,6 @@ impl Conduit for SmpConduit {
         };
         self.segs
             .set(Segs {
-                own: (bases[me], len),
                 bases,
                 lens: lens.to_vec(),
                 _maps: maps,
