@@ -68,7 +68,8 @@ const SMALL_BYTES: usize = 1024;
 /// two, a message that the second call's progress matched waited for the whole round of the
 /// wait loop (the core's checks, the receive lock, the reposting) before a call reported it;
 /// with four, the 2-rank Short round trip took 0.50-0.51 µs instead of 0.55 µs on the
-/// machine of bench/RESULTS.md (raw MPI: 0.37 µs). An idle poll costs up to four calls.
+/// machine of bench/RESULTS.md (raw MPI: 0.37 µs). An idle poll costs up to four calls (two
+/// when the host is oversubscribed).
 const FIRST_LOOK_CALLS: u32 = 4;
 /// Receive buffer of the large classes: the largest message.
 const LARGE_BYTES: usize = wire::encoded_len(MAX_ARGS, MAX_MEDIUM);
@@ -834,9 +835,15 @@ impl Engine {
             // completed shows only on the next call. The first look of a poll calls again
             // while nothing shows, so that a waiting rank spends most of its time in MPI's
             // progress, where an arriving message is matched, rather than in the loop
-            // around it (see FIRST_LOOK_CALLS).
+            // around it (see FIRST_LOOK_CALLS). Oversubscribed, two calls: the caller's wait
+            // then yields the core to the ranks it waits for sooner.
+            let max = if self.oversubscribed {
+                2
+            } else {
+                FIRST_LOOK_CALLS
+            };
             let mut calls = 1;
-            while n == 0 && calls < FIRST_LOOK_CALLS {
+            while n == 0 && calls < max {
                 n = raw::testsome(&mut rx.test[..end], &mut rx.done)?;
                 calls += 1;
             }
