@@ -67,9 +67,9 @@ const SMALL_BYTES: usize = 1024;
 /// `MPI_Testsome` calls the first look of a poll makes at most while they find nothing. With
 /// two, a message that the second call's progress matched waited for the whole round of the
 /// wait loop (the core's checks, the receive lock, the reposting) before a call reported it;
-/// with four, the 2-rank Short round trip took 0.50-0.51 µs instead of 0.55 µs on the
-/// machine of bench/RESULTS.md (raw MPI: 0.37 µs). An idle poll costs up to four calls (two
-/// when the host is oversubscribed).
+/// with four, the 2-rank Short round trip took 0.51-0.52 µs instead of 0.54-0.55 µs on the
+/// machine of bench/RESULTS.md (raw MPI: 0.37-0.38 µs). An idle poll costs up to four calls
+/// (two when the host is oversubscribed).
 const FIRST_LOOK_CALLS: u32 = 4;
 /// Receive buffer of the large classes: the largest message.
 const LARGE_BYTES: usize = wire::encoded_len(MAX_ARGS, MAX_MEDIUM);
