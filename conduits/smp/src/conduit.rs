@@ -144,9 +144,15 @@ fn poll_order(
     v
 }
 
-fn own_order(inb: &[[Ring; 4]], me: u32) -> [Ring; 4] {
+/// This rank's rings from itself, replies first. None asks for a reply line ahead: that
+/// prefetch is for lines another rank polls.
+fn own_order(inb: &[[Ring; 4]], me: u32) -> [Inbound; 4] {
     let r = &inb[me as usize];
-    [r[2], r[3], r[0], r[1]]
+    [REP_SMALL, REP_SMALL + 1, REQ_SMALL, REQ_SMALL + 1].map(|c| Inbound {
+        src: me,
+        ring: r[c],
+        reply: None,
+    })
 }
 
 /// State shared by the ranks of a thread-mode job.
@@ -236,7 +242,7 @@ pub struct SmpConduit {
     /// The counter's value when the large-slot rings were last seen all empty.
     large_seen: AtomicU64,
     /// This rank's rings from itself, in poll order (replies first).
-    own: [Ring; 4],
+    own: [Inbound; 4],
     /// Messages this rank sent to itself and has not consumed: its own rings are polled only
     /// while this is non-zero.
     self_pending: AtomicU64,
@@ -806,13 +812,8 @@ impl Conduit for SmpConduit {
             } else {
                 &self.own[..]
             };
-            for &ring in own {
-                let inb = Inbound {
-                    src: self.rank,
-                    ring,
-                    reply: None,
-                };
-                let (n, more) = self.drain(&inb, sink);
+            for inb in own {
+                let (n, more) = self.drain(inb, sink);
                 if n > 0 {
                     self.self_pending.fetch_sub(n as u64, Ordering::Relaxed);
                     total += n;

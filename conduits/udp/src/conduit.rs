@@ -18,10 +18,9 @@
 //! Nothing between a message and its system call waits on the clock or the planner: a send
 //! when nothing else was due takes the protocol's direct path ([`Proto::send_now`]), which
 //! hands each datagram of the message to the socket as soon as it is encoded and reads the
-//! clock afterwards; a poll reads the clock
-//! once, before it looks at the socket, to stamp what arrives; and a message that a lone
-//! datagram completes goes from the receive buffer to its handler without a queue
-//! ([`Proto::on_datagram_direct`]).
+//! clock afterwards; a poll reads the clock once, before it looks at the socket, to stamp what
+//! arrives; and a message that a lone datagram completes goes from the receive buffer to its
+//! handler without a queue ([`Proto::on_datagram_direct`]).
 
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
@@ -715,18 +714,19 @@ impl UdpConduit {
     }
 
     /// Take one message for `dest`: straight to the wire when nothing else is due, else into
-    /// the queue for the transmit planner. With `hold`, its payload is sent from where it lies
-    /// (the contract of [`Conduit::try_send_held`] applies).
-    fn send_msg(&self, dest: Rank, msg: &OutMsg<'_>, hold: bool) -> Result<bool> {
+    /// the queue for the transmit planner. With `hold`, its payload is sent from where it lies.
+    ///
+    /// # Safety
+    /// - With `hold`, the contract of [`Conduit::try_send_held`]; without, none.
+    unsafe fn send_msg(&self, dest: Rank, msg: &OutMsg<'_>, hold: bool) -> Result<bool> {
         let mut guard = self.lock();
         let inner = &mut *guard;
         self.check_failed(inner)?;
         let sent = if inner.clock < inner.tx_due {
             // Nothing was due at the last clock reading: the message's datagrams leave at once
             // as they are encoded, ahead of the planner, and the clock is read once each is on
-            // its way. (With `tx_stale`, a
-            // later timer may have come due unseen; the exact `tx_due` taken after the send
-            // puts it on the wire right behind.)
+            // its way. (With `tx_stale`, a later timer may have come due unseen; the exact
+            // `tx_due` taken after the send puts it on the wire right behind.)
             let Inner {
                 proto,
                 faults,
@@ -738,8 +738,8 @@ impl UdpConduit {
             let faults = *faults;
             let tx = |d: Datagram<'_>| self.put_on_wire(&[d], faults, rng, late, edge) == 1;
             let sent = if hold {
-                // SAFETY: the caller's contract (`Conduit::try_send_held`): the payload stays
-                // valid and unchanged until `release_held`, which ends the hold.
+                // SAFETY: this function's contract with `hold`: the payload stays valid and
+                // unchanged until `release_held`, which ends the hold.
                 unsafe { proto.send_now_held(dest, msg, tx, || self.now()) }
             } else {
                 proto.send_now(dest, msg, tx, || self.now())
@@ -1179,14 +1179,15 @@ impl Conduit for UdpConduit {
     }
 
     fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
-        self.send_msg(dest, msg, false)
+        // SAFETY: without `hold`, `send_msg` has no contract: the payload is copied.
+        unsafe { self.send_msg(dest, msg, false) }
     }
 
     unsafe fn try_send_held(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
         // A short payload costs less to copy than to hold.
         let hold = msg.payload.len() >= HOLD_MIN;
         // SAFETY: forwarded contract: `Conduit::release_held` ends the hold.
-        self.send_msg(dest, msg, hold)
+        unsafe { self.send_msg(dest, msg, hold) }
     }
 
     fn release_held(&self, dest: Rank, payload: &[u8]) {
