@@ -38,6 +38,9 @@ const _: () = assert!(wire::HDR + wire::args_bytes(amnet_core::MAX_ARGS) <= SMAL
 
 const REQ_SMALL: usize = 0;
 const REP_SMALL: usize = 2;
+/// Each class's large-slot ring follows its small-slot one.
+const REQ_LARGE: usize = REQ_SMALL + 1;
+const REP_LARGE: usize = REP_SMALL + 1;
 
 fn ring_geometry(class: usize) -> (usize, usize) {
     if class % 2 == 0 {
@@ -125,9 +128,9 @@ fn poll_order(
 ) -> Vec<Inbound> {
     let classes: &[usize] = match (replies_only, large) {
         (true, false) => &[REP_SMALL],
-        (true, true) => &[REP_SMALL + 1],
+        (true, true) => &[REP_LARGE],
         (false, false) => &[REP_SMALL, REQ_SMALL],
-        (false, true) => &[REP_SMALL + 1, REQ_SMALL + 1],
+        (false, true) => &[REP_LARGE, REQ_LARGE],
     };
     let mut v = Vec::new();
     for (src, rings) in inb.iter().enumerate() {
@@ -137,7 +140,7 @@ fn poll_order(
             v.extend(classes.iter().map(|&c| Inbound {
                 src,
                 ring: rings[c],
-                reply: (c < REP_SMALL).then(|| out[src as usize][REP_SMALL]),
+                reply: matches!(c, REQ_SMALL | REQ_LARGE).then(|| out[src as usize][REP_SMALL]),
             }));
         }
     }
@@ -148,7 +151,7 @@ fn poll_order(
 /// prefetch is for lines another rank polls.
 fn own_order(inb: &[[Ring; 4]], me: u32) -> [Inbound; 4] {
     let r = &inb[me as usize];
-    [REP_SMALL, REP_SMALL + 1, REQ_SMALL, REQ_SMALL + 1].map(|c| Inbound {
+    [REP_SMALL, REP_LARGE, REQ_SMALL, REQ_LARGE].map(|c| Inbound {
         src: me,
         ring: r[c],
         reply: None,
