@@ -12,6 +12,12 @@
 //! operation (or, with `--json`, one JSON object per line) and a targets section.
 //! Point-to-point measurements run between ranks 0 and 1; further ranks only take part in
 //! barriers and collectives.
+//!
+//! Figures: p50 and p99 are percentiles of the samples, and the ratios and targets use the
+//! p50. Where the clock advances in coarse steps (10 ns on hosts whose TSC ticks at 100 MHz),
+//! a round trip's nearest-rank median is a multiple of the step; the p50 of rows timed one
+//! operation per sample is then interpolated within the step (see `measure`), and `--json`
+//! adds `p50_nearest_us` (the nearest-rank median) and `mean_us` to every such row.
 
 mod am;
 mod barrier;

@@ -14,10 +14,19 @@ pub(crate) struct Row {
     pub(crate) op: &'static str,
     /// Payload bytes (0 where there is none).
     pub(crate) bytes: usize,
-    /// Median time per operation, nanoseconds.
+    /// Median time per operation, nanoseconds. For rows of single timed operations on a
+    /// clock that advances in coarse steps, interpolated within the step
+    /// ([`Samples::p50_within`]); else the nearest-rank median.
     pub(crate) p50_ns: f64,
+    /// The nearest-rank median, nanoseconds (equal to `p50_ns` where nothing was
+    /// interpolated).
+    pub(crate) p50_nearest_ns: f64,
     /// 99th percentile time per operation, nanoseconds.
     pub(crate) p99_ns: f64,
+    /// Mean time per operation, nanoseconds (`None` for collective rows, which carry their
+    /// own averages). The clock may tick in steps as coarse as 10 ns, which the percentiles
+    /// inherit; the mean of many samples resolves finer.
+    pub(crate) mean_ns: Option<f64>,
     /// Bandwidth at the median, 10^6 bytes per second (bandwidth ops only).
     pub(crate) mb_s: Option<f64>,
     /// Ratio to the floor or reference this row is judged against, if any.
@@ -57,12 +66,21 @@ impl Row {
         s: &Samples,
         per_sample: usize,
     ) -> Row {
+        // Batched samples (a batch's time over its length) resolve below the clock's step
+        // already.
+        let step = if per_sample == 1 {
+            crate::measure::clock_step()
+        } else {
+            None
+        };
         Row {
             suite,
             op,
             bytes,
-            p50_ns: s.p50(),
+            p50_ns: s.p50_within(step),
+            p50_nearest_ns: s.p50(),
             p99_ns: s.p99(),
+            mean_ns: Some(s.mean()),
             mb_s: None,
             ratio: None,
             floor_mb_s: None,
@@ -90,7 +108,9 @@ impl Row {
             op,
             bytes,
             p50_ns,
+            p50_nearest_ns: p50_ns,
             p99_ns,
+            mean_ns: None,
             mb_s: Some(bytes as f64 / avg_ns * 1e3),
             ratio: None,
             floor_mb_s: None,
@@ -591,6 +611,14 @@ impl Report {
     pub(crate) fn table(&self) -> String {
         use std::fmt::Write;
         let mut out = String::new();
+        if let Some(q) = crate::measure::clock_step() {
+            let _ = writeln!(
+                out,
+                "# the clock advances in {q} ns steps here: the p50 of rows timed one operation \
+                 per sample is interpolated within the step (--json also gives the \
+                 nearest-rank p50 and the mean)\n"
+            );
+        }
         let mut seen: Vec<(&str, &str)> = Vec::new();
         for r in &self.rows {
             if !seen.contains(&(r.suite, r.op)) {
@@ -700,7 +728,9 @@ impl Report {
                     "ranks": self.ranks,
                     "bytes": r.bytes,
                     "p50_us": us(r.p50_ns),
+                    "p50_nearest_us": us(r.p50_nearest_ns),
                     "p99_us": us(r.p99_ns),
+                    "mean_us": r.mean_ns.map_or(Value::Null, us),
                     "mb_s": opt(r.mb_s, 1),
                     "memcpy_mb_s": opt(r.floor_mb_s, 1),
                     "samples": r.samples,
