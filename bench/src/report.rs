@@ -57,6 +57,18 @@ pub(crate) struct CollFigs {
     pub(crate) msgs: f64,
 }
 
+/// The p50 of samples of `per_sample` operations each: interpolated within the clock's step
+/// for single operations ([`Samples::p50_within`]); batched samples (a batch's time over its
+/// length) resolve below the step already and take the nearest-rank median.
+fn p50_of(s: &Samples, per_sample: usize) -> f64 {
+    let step = if per_sample == 1 {
+        crate::measure::clock_step()
+    } else {
+        None
+    };
+    s.p50_within(step)
+}
+
 impl Row {
     /// A latency row (no bandwidth).
     pub(crate) fn latency(
@@ -66,18 +78,11 @@ impl Row {
         s: &Samples,
         per_sample: usize,
     ) -> Row {
-        // Batched samples (a batch's time over its length) resolve below the clock's step
-        // already.
-        let step = if per_sample == 1 {
-            crate::measure::clock_step()
-        } else {
-            None
-        };
         Row {
             suite,
             op,
             bytes,
-            p50_ns: s.p50_within(step),
+            p50_ns: p50_of(s, per_sample),
             p50_nearest_ns: s.p50(),
             p99_ns: s.p99(),
             mean_ns: Some(s.mean()),
@@ -142,7 +147,8 @@ impl Row {
 
     /// Attach the memcpy floor measured interleaved with this bandwidth row.
     pub(crate) fn with_floor(mut self, floor: &Samples) -> Row {
-        self.floor_mb_s = Some(self.bytes as f64 / floor.p50() * 1e3);
+        // The paired floor was timed with this row's batch, so it takes the same median.
+        self.floor_mb_s = Some(self.bytes as f64 / p50_of(floor, self.per_sample) * 1e3);
         self
     }
 }
