@@ -64,13 +64,19 @@ const _: () = assert!(TAG_MSG[1][0] == 3 && TAG_MSG[1][1] == 4 && TAG_MSG[0][0] 
 /// Receive buffer of the small classes: a Short message with 16 arguments, or a Medium or Long
 /// with up to 928 payload bytes.
 const SMALL_BYTES: usize = 1024;
-/// `MPI_Testsome` calls the first look of a poll makes at most while they find nothing. With
-/// two, a message that the second call's progress matched waited for the whole round of the
-/// wait loop (the core's checks, the receive lock, the reposting) before a call reported it;
-/// with four, the 2-rank Short round trip took 0.51-0.52 µs instead of 0.54-0.55 µs on the
-/// machine of bench/RESULTS.md (raw MPI: 0.37-0.38 µs). An idle poll costs up to four calls
-/// (two when the host is oversubscribed).
-const FIRST_LOOK_CALLS: u32 = 4;
+/// Calls the first look of a poll makes at most while they find nothing (`MPI_Testsome` over
+/// every tested receive, or `MPI_Test` on the one that completed last; see
+/// `Engine::progress`). With two `MPI_Testsome` calls, a message that the second call's
+/// progress matched waited for the whole round of the wait loop (the core's checks, the
+/// receive lock, the reposting) before a call reported it; with four, the 2-rank Short round
+/// trip took 0.51-0.52 µs instead of 0.54-0.55 µs on the machine of bench/RESULTS.md (raw
+/// MPI: 0.37-0.38 µs). An idle poll costs up to eight calls (two when the host is
+/// oversubscribed).
+const FIRST_LOOK_CALLS: u32 = 8;
+/// In the first look of a poll, every this many calls is an `MPI_Testsome` over every tested
+/// receive; the others are an `MPI_Test` of the receive that completed last. A message for
+/// another receive waits for at most this many calls less one.
+const TESTSOME_EVERY: u32 = 4;
 /// Receive buffer of the large classes: the largest message.
 const LARGE_BYTES: usize = wire::encoded_len(MAX_ARGS, MAX_MEDIUM);
 /// A separate Long payload is sent in messages of at most this many bytes (MPI counts are
@@ -477,6 +483,9 @@ struct Rx {
     /// The slot whose request each entry of `test` holds, or [`NO_SLOT`].
     test_slot: Vec<usize>,
     reply_end: usize,
+    /// The entry of `test` that completed last: the first look of a poll tests it alone
+    /// every other call (see `Engine::progress`).
+    hot: usize,
     /// The posted slots of each in-order tag (credits, small replies, small requests), oldest
     /// first.
     fifo: [VecDeque<usize>; 3],
@@ -820,8 +829,8 @@ impl Engine {
 
     /// Move completed receives to the ready queues (all classes, or only what a thread waiting
     /// to reply may use: exit, credits, replies, and separate Long payloads). `first`: the
-    /// first look of a poll, which calls `MPI_Testsome` up to [`FIRST_LOOK_CALLS`] times while
-    /// it finds nothing.
+    /// first look of a poll, which makes up to [`FIRST_LOOK_CALLS`] calls while they find
+    /// nothing.
     fn progress(&self, rx: &mut Rx, replies_only: bool, first: bool) -> Result<()> {
         self.repost(rx)?;
         let end = if replies_only {
@@ -835,7 +844,11 @@ impl Engine {
             // completed shows only on the next call. The first look of a poll calls again
             // while nothing shows, so that a waiting rank spends most of its time in MPI's
             // progress, where an arriving message is matched, rather than in the loop
-            // around it (see FIRST_LOOK_CALLS). Oversubscribed, two calls: the caller's wait
+            // around it (see FIRST_LOOK_CALLS). Most of those calls are an MPI_Test of the
+            // receive that completed last (the one a ping-pong or a stream waits on), which
+            // looks again after its progress, so the message shows in the call that matched
+            // it, at less than half the cost of an MPI_Testsome over every receive; one call in
+            // TESTSOME_EVERY looks at them all. Oversubscribed, two calls: the caller's wait
             // then yields the core to the ranks it waits for sooner.
             let max = if self.oversubscribed {
                 2
@@ -844,11 +857,20 @@ impl Engine {
             };
             let mut calls = 1;
             while n == 0 && calls < max {
-                n = raw::testsome(&mut rx.test[..end], &mut rx.done)?;
+                // MPI_Test of a null request reports an empty completion: only a posted one.
+                let hot = rx.hot < end && rx.test_slot[rx.hot] != NO_SLOT;
+                n = if hot && calls % TESTSOME_EVERY != 0 {
+                    raw::test_one(&mut rx.test, rx.hot, &mut rx.done)?
+                } else {
+                    raw::testsome(&mut rx.test[..end], &mut rx.done)?
+                };
                 calls += 1;
             }
         }
         if n > 0 {
+            if let Some((k, _)) = rx.done.iter().next() {
+                rx.hot = k;
+            }
             // Taken out for the loop, which needs the rest of `rx`; put back for reuse.
             let done = std::mem::take(&mut rx.done);
             // Every completed entry is retired before any is handled, so that an error while
@@ -1579,6 +1601,7 @@ impl MpiConduit {
             test_slot: vec![NO_SLOT; entries],
             fifo: [VecDeque::new(), VecDeque::new(), VecDeque::new()],
             reply_end,
+            hot: 0,
             long_reqs: Vec::new(),
             long_owner: Vec::new(),
             longs: Vec::new(),
