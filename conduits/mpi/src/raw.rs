@@ -583,13 +583,19 @@ pub(crate) fn win_allocate(len: usize, comm: Comm) -> Result<(Win, *mut u8)> {
     Ok((win, base))
 }
 
+extern "C" {
+    /// `MPI_WIN_UNIFIED`, from src/consts.c: its name in the generated bindings differs between
+    /// MPI implementations (see build.rs).
+    static amnet_mpi_win_unified: c_int;
+}
+
 /// True when the window uses the unified memory model (`MPI_WIN_MODEL`), where the memory a
 /// rank reads and writes is the memory remote puts and gets access.
 pub(crate) fn win_unified(win: Win) -> Result<bool> {
     let key = c_int::try_from(ffi::MPI_WIN_MODEL)
         .map_err(|_| Error::conduit("mpi", "MPI_WIN_MODEL out of range"))?;
-    let unified = c_int::try_from(ffi::MPI_WIN_UNIFIED)
-        .map_err(|_| Error::conduit("mpi", "MPI_WIN_UNIFIED out of range"))?;
+    // SAFETY: an immutable constant of src/consts.c, initialized before the program starts.
+    let unified = unsafe { amnet_mpi_win_unified };
     let mut value: *mut c_int = std::ptr::null_mut();
     let mut flag: c_int = 0;
     // SAFETY: for a predefined window attribute MPI stores a pointer to the value into
