@@ -483,8 +483,8 @@ struct Rx {
     /// The slot whose request each entry of `test` holds, or [`NO_SLOT`].
     test_slot: Vec<usize>,
     reply_end: usize,
-    /// The entry of `test` that completed last: the first look of a poll tests it alone
-    /// every other call (see `Engine::progress`).
+    /// The entry of `test` that completed last: the first look of a poll tests it alone in
+    /// three calls of four (see `Engine::progress`).
     hot: usize,
     /// The posted slots of each in-order tag (credits, small replies, small requests), oldest
     /// first.
