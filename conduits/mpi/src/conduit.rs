@@ -123,6 +123,10 @@ struct Settings {
     /// File where the rank that ends the job with a non-zero code records `rank code`, for the
     /// launcher's report (`AMNET_MPI_REPORT`, set by the spawner).
     report: Option<std::path::PathBuf>,
+    /// The spawner's socket that every rank keeps a connection to, so that the spawner can
+    /// name a rank that died (`AMNET_MPI_LIFELINE`, set by the spawner for Hydra, which names
+    /// none).
+    lifeline: Option<std::path::PathBuf>,
     /// Bytes per `MPI_Put`/`MPI_Get` of the native put/get path (`AMNET_MPI_RMA_CHUNK`, at
     /// most and by default [`raw::RMA_CHUNK`]); larger transfers are split.
     rma_chunk: usize,
@@ -200,6 +204,9 @@ impl Settings {
             boot_timeout,
             verbose: env_flag("AMNET_VERBOSE")?,
             report: std::env::var_os("AMNET_MPI_REPORT")
+                .filter(|p| !p.is_empty())
+                .map(Into::into),
+            lifeline: std::env::var_os("AMNET_MPI_LIFELINE")
                 .filter(|p| !p.is_empty())
                 .map(Into::into),
         })
@@ -1222,6 +1229,7 @@ impl Engine {
         }
         LEAVING_HERE.with(|l| l.set(true));
         self.report_origin(code);
+        lifeline_say(b"leaving\n");
         let deadline = Instant::now() + self.settings.grace;
         let all_left = match raw::ibarrier(self.exit_comm) {
             Ok(mut req) => Self::wait_until(&mut req, deadline),
@@ -1386,6 +1394,38 @@ impl Engine {
     }
 }
 
+/// This rank's connection to the spawner's lifeline socket, when it has one.
+static LIFELINE: OnceLock<std::os::unix::net::UnixStream> = OnceLock::new();
+
+/// Connect to the spawner's lifeline socket at `path` and say which rank this process is. The
+/// connection stays open for the life of the process: the spawner sees it close when the
+/// process ends, however it ends. A rank that cannot connect (another host) goes on without.
+fn lifeline_connect(path: &std::path::Path, rank: u32) {
+    if let Ok(s) = std::os::unix::net::UnixStream::connect(path) {
+        if LIFELINE.set(s).is_ok() {
+            lifeline_say(format!("rank {rank}\n").as_bytes());
+        }
+    }
+}
+
+/// Tell the spawner `msg` over the lifeline, if there is one; never blocks for long and never
+/// raises SIGPIPE (the spawner may be gone).
+fn lifeline_say(msg: &[u8]) {
+    use std::os::fd::AsRawFd;
+    if let Some(s) = LIFELINE.get() {
+        // SAFETY: the socket is open for the life of the process and `msg` is a valid buffer
+        // of `msg.len()` bytes.
+        let _ = unsafe {
+            libc::send(
+                s.as_raw_fd(),
+                msg.as_ptr().cast(),
+                msg.len(),
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+    }
+}
+
 /// Idle wait in blocking loops: yield first, then sleep for growing intervals up to 1 ms.
 fn snooze(idle: u32) {
     if idle < 64 {
@@ -1537,6 +1577,9 @@ impl MpiConduit {
             *l = raw::dup(world)?;
         }
         let (rank, size) = raw::rank_size(comm)?;
+        if let Some(path) = &settings.lifeline {
+            lifeline_connect(path, rank);
+        }
         let local = raw::ranks_on_this_node(comm)?;
         // The node's cores, not this process's affinity: mpirun binds each rank to a core of
         // its own, which is not oversubscription.

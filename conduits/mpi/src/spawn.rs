@@ -8,12 +8,12 @@
 //! VALUE`; any other launcher only `-n N`, with the variables in its environment.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, Write};
+use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use amnet_core::launch::{signal_name, LaunchOptions};
@@ -113,8 +113,9 @@ fn runtime_variable(name: &str) -> bool {
 }
 
 /// The `AMNET_*` variables every rank gets: the launcher's own (tuning, fault injection), the
-/// conduit's, the exit grace and the report file; never the variables of other conduits' jobs.
-fn amnet_env(opts: &LaunchOptions, report: &Path) -> BTreeMap<String, String> {
+/// conduit's, the exit grace, the report file and (under Hydra) the lifeline socket; never the
+/// variables of other conduits' jobs.
+fn amnet_env(opts: &LaunchOptions, flavour: Flavour, report: &Path) -> BTreeMap<String, String> {
     let mut env: BTreeMap<String, String> = std::env::vars()
         .filter(|(k, _)| k.starts_with("AMNET_"))
         .filter(|(k, _)| !matches!(k.as_str(), "AMNET_RANK" | "AMNET_SIZE" | "AMNET_SMP_JOB"))
@@ -128,7 +129,150 @@ fn amnet_env(opts: &LaunchOptions, report: &Path) -> BTreeMap<String, String> {
         "AMNET_MPI_REPORT".into(),
         report.to_string_lossy().into_owned(),
     );
+    if flavour == Flavour::Hydra {
+        env.insert(
+            "AMNET_MPI_LIFELINE".into(),
+            lifeline_path(report).to_string_lossy().into_owned(),
+        );
+    }
     env
+}
+
+/// The path of the job's lifeline socket (Hydra jobs): next to the report file.
+fn lifeline_path(report: &Path) -> PathBuf {
+    report.with_extension("life")
+}
+
+/// The spawner's end of the lifelines: every rank connects at start-up, says `rank R`, says
+/// `leaving` when it starts to leave the job, and its connection closes when its process ends.
+/// Hydra reports a rank killed by a signal with no rank (and the PID of another process), so
+/// the first rank whose connection closed before it said `leaving` is the one that died.
+struct Lifelines {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Option<u32>>>,
+}
+
+impl Lifelines {
+    /// Listen at `path`; `None` when the socket cannot be made (the report then names no rank).
+    fn listen(path: &Path) -> Option<Lifelines> {
+        let listener = std::os::unix::net::UnixListener::bind(path).ok()?;
+        listener.set_nonblocking(true).ok()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("amnet-mpirun-lifelines".into())
+            .spawn(move || watch_lifelines(&listener, &flag))
+            .ok()?;
+        Some(Lifelines {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stop listening; the rank that died first without leaving, if any did.
+    fn first_death(mut self) -> Option<u32> {
+        self.stop.store(true, Ordering::Release);
+        self.thread.take()?.join().ok().flatten()
+    }
+}
+
+impl Drop for Lifelines {
+    fn drop(&mut self) {
+        // A job ended by a timeout or a signal: the thread ends within one wait.
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+/// One rank's lifeline, as the spawner sees it.
+struct Lifeline {
+    stream: std::os::unix::net::UnixStream,
+    rank: Option<u32>,
+    leaving: bool,
+    said: Vec<u8>,
+}
+
+impl Lifeline {
+    /// Read what the rank said; false once its end closed.
+    fn read(&mut self) -> bool {
+        let mut buf = [0u8; 256];
+        let open = loop {
+            match self.stream.read(&mut buf) {
+                Ok(0) => break false,
+                Ok(n) => self.said.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break true,
+                Err(_) => break false,
+            }
+        };
+        while let Some(i) = self.said.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.said.drain(..=i).collect();
+            let line = String::from_utf8_lossy(&line);
+            if let Some(r) = line.trim().strip_prefix("rank ") {
+                self.rank = r.parse().ok();
+            } else if line.trim() == "leaving" {
+                self.leaving = true;
+            }
+        }
+        // A line longer than any the conduit sends is not one of its own: drop it.
+        if self.said.len() > 256 {
+            self.said.clear();
+        }
+        open
+    }
+}
+
+/// The lifelines' thread: accept ranks and wait for their connections to close, until `stop`.
+fn watch_lifelines(listener: &std::os::unix::net::UnixListener, stop: &AtomicBool) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    let mut lines: Vec<Lifeline> = Vec::new();
+    let mut first = None;
+    loop {
+        // After `stop`, one more pass without waiting: the launcher has ended, every rank with
+        // it, and their closed connections are all there to be read.
+        let last = stop.load(Ordering::Acquire);
+        let mut fds: Vec<libc::pollfd> = std::iter::once(listener.as_raw_fd())
+            .chain(lines.iter().map(|l| l.stream.as_raw_fd()))
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        let nfds = libc::nfds_t::try_from(fds.len()).unwrap_or(libc::nfds_t::MAX);
+        // SAFETY: `fds` is a valid array of `nfds` pollfd entries for the duration of the call.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), nfds, if last { 0 } else { 50 }) };
+        if ready > 0 {
+            // Closed connections first, in the order of the list (ranks that died in the same
+            // wake-up cannot be told apart; the lowest-listed one is named).
+            let mut closed = Vec::new();
+            for (i, l) in lines.iter_mut().enumerate() {
+                if fds[i + 1].revents != 0 && !l.read() {
+                    closed.push(i);
+                }
+            }
+            for &i in closed.iter().rev() {
+                let l = lines.remove(i);
+                if first.is_none() && !l.leaving {
+                    first = l.rank;
+                }
+            }
+            if fds[0].revents != 0 {
+                while let Ok((stream, _)) = listener.accept() {
+                    if stream.set_nonblocking(true).is_ok() {
+                        lines.push(Lifeline {
+                            stream,
+                            rank: None,
+                            leaving: false,
+                            said: Vec::new(),
+                        });
+                    }
+                }
+            }
+        }
+        if last {
+            return first;
+        }
+    }
 }
 
 /// A fresh path for the job's report file.
@@ -147,7 +291,8 @@ fn read_report(path: &Path) -> Option<(u32, i32)> {
     Some((words.next()?.parse().ok()?, words.next()?.parse().ok()?))
 }
 
-/// What Open MPI's `mpirun` says on stderr about ranks that died.
+/// What the launcher says about ranks that died: Open MPI's `mpirun` on stderr, MPICH's Hydra
+/// on stdout.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 struct LauncherNotes {
     /// The first rank killed by a signal, and the signal.
@@ -155,6 +300,9 @@ struct LauncherNotes {
     /// The first rank that exited with a non-zero code, and the code.
     exit: Option<(u32, i32)>,
     pending_rank: Option<u32>,
+    /// Hydra: the signal that killed the first process reported dead (Hydra names the PID of
+    /// another process of the job, not the rank).
+    killed: Option<i32>,
 }
 
 fn leading_number<T: std::str::FromStr>(s: &str) -> Option<T> {
@@ -185,6 +333,37 @@ impl LauncherNotes {
                 self.exit.get_or_insert((r, c));
             }
         }
+        // Hydra: "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)".
+        if let (Some(a), Some(b)) = (l.find("EXIT STRING:"), l.rfind("(signal ")) {
+            if a < b && self.killed.is_none() {
+                self.killed = leading_number(&l[b + "(signal ".len()..]);
+            }
+        }
+    }
+
+    /// These notes with what `other` says where these say nothing.
+    fn merge(mut self, other: LauncherNotes) -> LauncherNotes {
+        self.signal = self.signal.or(other.signal);
+        self.exit = self.exit.or(other.exit);
+        self.killed = self.killed.or(other.killed);
+        self
+    }
+
+    /// Name the rank Hydra reported killed: `first_death`, the first rank whose lifeline
+    /// closed before it started leaving.
+    fn name_killed(&mut self, first_death: Option<u32>) {
+        if let (None, Some(s), Some(r)) = (self.signal, self.killed, first_death) {
+            self.signal = Some((r, s));
+        }
+    }
+}
+
+/// The job's exit code from the launcher's: Hydra ends a job whose rank was killed by signal S
+/// with code S, `amrun` with 128 + S as for every conduit.
+fn job_code(code: i32, notes: &LauncherNotes) -> i32 {
+    match notes.killed {
+        Some(s) if code == s && (1..128).contains(&s) => 128 + s,
+        _ => code,
     }
 }
 
@@ -199,6 +378,12 @@ fn account(code: i32, origin: Option<(u32, i32)>, notes: &LauncherNotes) -> Opti
     if let Some((r, s)) = notes.signal {
         return Some(format!(
             "rank {r} was killed by signal {s} ({}); ending the job",
+            signal_name(s)
+        ));
+    }
+    if let Some(s) = notes.killed {
+        return Some(format!(
+            "a rank was killed by signal {s} ({}); ending the job",
             signal_name(s)
         ));
     }
@@ -224,7 +409,7 @@ fn command(launcher: &[String], flavour: Flavour, opts: &LaunchOptions, report: 
     for k in ["AMNET_RANK", "AMNET_SIZE", "AMNET_SMP_JOB"] {
         cmd.env_remove(k);
     }
-    let env = amnet_env(opts, report);
+    let env = amnet_env(opts, flavour, report);
     for (k, v) in &env {
         cmd.env(k, v);
     }
@@ -365,6 +550,9 @@ pub fn run(opts: &LaunchOptions, log: &mut dyn FnMut(&str)) -> Result<i32> {
     let report = report_path();
     let mut cmd = command(&launcher, flavour, opts, &report);
     cmd.stderr(Stdio::piped());
+    if flavour == Flavour::Hydra {
+        cmd.stdout(Stdio::piped());
+    }
     if std::env::var("AMNET_VERBOSE").is_ok_and(|v| v == "1" || v == "yes" || v == "true") {
         log(&format!("running {cmd:?}"));
     }
@@ -385,54 +573,77 @@ pub fn run(opts: &LaunchOptions, log: &mut dyn FnMut(&str)) -> Result<i32> {
             unsafe { libc::signal(s, on_signal as *const () as libc::sighandler_t) }
         })
         .collect();
-    let r = watch(cmd, opts, log, &report);
+    let r = watch(cmd, flavour, opts, log, &report);
     for (&s, &h) in SIGS.iter().zip(&previous) {
         // SAFETY: restoring the handler that was installed before.
         unsafe { libc::signal(s, h) };
     }
     let _ = std::fs::remove_file(&report);
+    let _ = std::fs::remove_file(lifeline_path(&report));
     r
 }
 
-/// Copy the launcher's stderr to ours, line by line, noting what it says about dead ranks.
-/// The receiver gets the notes once the launcher's stderr closes.
-fn relay_stderr(child: &mut Child) -> std::sync::mpsc::Receiver<LauncherNotes> {
+/// Copy one of the launcher's output streams to ours as it comes, noting what its lines say
+/// about dead ranks. The receiver gets the notes once the stream closes.
+fn relay<R, W>(from: Option<R>, to: fn() -> W) -> std::sync::mpsc::Receiver<LauncherNotes>
+where
+    R: Read + Send + 'static,
+    W: Write + 'static,
+{
     let (tx, rx) = std::sync::mpsc::channel();
-    let Some(err) = child.stderr.take() else {
+    let Some(mut from) = from else {
         let _ = tx.send(LauncherNotes::default());
         return rx;
     };
-    let notes = Arc::new(Mutex::new(LauncherNotes::default()));
-    let _ = std::thread::Builder::new()
-        .name("amnet-mpirun-stderr".into())
+    let spawned = std::thread::Builder::new()
+        .name("amnet-mpirun-relay".into())
         .spawn(move || {
-            let mut r = std::io::BufReader::new(err);
+            let mut notes = LauncherNotes::default();
+            let mut buf = vec![0u8; 64 << 10];
             let mut line = Vec::new();
             loop {
-                line.clear();
-                match r.read_until(b'\n', &mut line) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {
-                        let _ = std::io::stderr().write_all(&line);
-                        notes
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .line(&String::from_utf8_lossy(&line));
+                let n = match from.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                };
+                let mut out = to();
+                let _ = out.write_all(&buf[..n]).and_then(|()| out.flush());
+                for &b in &buf[..n] {
+                    if b == b'\n' {
+                        notes.line(&String::from_utf8_lossy(&line));
+                        line.clear();
+                    } else if line.len() < 4096 {
+                        line.push(b);
                     }
                 }
             }
-            let n = notes.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            let _ = tx.send(n);
+            if !line.is_empty() {
+                notes.line(&String::from_utf8_lossy(&line));
+            }
+            let _ = tx.send(notes);
         });
+    if spawned.is_err() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let _ = tx.send(LauncherNotes::default());
+        return rx;
+    }
     rx
 }
 
 fn watch(
     mut cmd: Command,
+    flavour: Flavour,
     opts: &LaunchOptions,
     log: &mut dyn FnMut(&str),
     report: &Path,
 ) -> Result<i32> {
+    let mut lifelines = if flavour == Flavour::Hydra {
+        Lifelines::listen(&lifeline_path(report))
+    } else {
+        None
+    };
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -440,7 +651,8 @@ fn watch(
             return Ok(127);
         }
     };
-    let notes = relay_stderr(&mut child);
+    let err_notes = relay(child.stderr.take(), std::io::stderr);
+    let out_notes = relay(child.stdout.take(), std::io::stdout);
     let pid = i32::try_from(child.id()).unwrap_or(-1);
     let start = Instant::now();
     let patience = opts.grace.max(Duration::from_secs(2));
@@ -448,10 +660,15 @@ fn watch(
         match child.try_wait() {
             Ok(Some(st)) => {
                 let code = st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0));
-                // A rank that outlived the launcher could hold its stderr open: wait a little.
-                let notes = notes
-                    .recv_timeout(Duration::from_secs(2))
-                    .unwrap_or_default();
+                // A rank that outlived the launcher could hold a stream open: wait a little.
+                let until = Instant::now() + Duration::from_secs(2);
+                let mut notes = LauncherNotes::default();
+                for rx in [&err_notes, &out_notes] {
+                    let left = until.saturating_duration_since(Instant::now());
+                    notes = notes.merge(rx.recv_timeout(left).unwrap_or_default());
+                }
+                notes.name_killed(lifelines.take().and_then(Lifelines::first_death));
+                let code = job_code(code, &notes);
                 if let Some(m) = account(code, read_report(report), &notes) {
                     log(&m);
                 }
@@ -540,6 +757,10 @@ mod tests {
             .collect();
         assert!(env.contains(&("AMNET_CONDUIT".into(), Some("mpi".into()))));
         assert!(env.contains(&("AMNET_MPI_EXIT_GRACE".into(), Some("1.5".into()))));
+        assert!(
+            !a.iter().any(|w| w == "AMNET_MPI_LIFELINE"),
+            "only Hydra jobs have lifelines"
+        );
         assert!(env.contains(&("AMNET_RANK".into(), None)));
     }
 
@@ -554,6 +775,8 @@ mod tests {
         assert_eq!(&a[..4], ["mpiexec", "-v", "-n", "2"]);
         let i = a.iter().position(|w| w == "AMNET_CONDUIT").unwrap();
         assert_eq!((a[i - 1].as_str(), a[i + 1].as_str()), ("-genv", "mpi"));
+        let i = a.iter().position(|w| w == "AMNET_MPI_LIFELINE").unwrap();
+        assert_eq!(a[i + 1], "/tmp/r.life");
     }
 
     #[test]
@@ -625,6 +848,78 @@ mod tests {
             "rank 2 exited with code 17 without ending the job; ending it"
         );
         assert_eq!(account(0, Some((1, 7)), &n), None);
+    }
+
+    #[test]
+    fn reads_what_hydra_says() {
+        let mut n = LauncherNotes::default();
+        for l in [
+            "",
+            "===================================================================================",
+            "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES",
+            "=   PID 12977 RUNNING AT vm",
+            "=   EXIT CODE: 9",
+            "=   CLEANING UP REMAINING PROCESSES",
+            "=   YOU CAN IGNORE THE BELOW CLEANUP MESSAGES",
+            "===================================================================================",
+            "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)",
+        ] {
+            n.line(l);
+        }
+        assert_eq!(n.killed, Some(9));
+        assert_eq!(n.signal, None);
+        assert_eq!(job_code(9, &n), 137);
+        assert_eq!(job_code(3, &n), 3);
+        assert_eq!(job_code(9, &LauncherNotes::default()), 9);
+        assert_eq!(
+            account(137, None, &n).unwrap(),
+            "a rank was killed by signal 9 (SIGKILL); ending the job"
+        );
+        let mut named = n.clone();
+        named.name_killed(Some(1));
+        assert_eq!(named.signal, Some((1, 9)));
+        assert_eq!(
+            account(137, None, &named).unwrap(),
+            "rank 1 was killed by signal 9 (SIGKILL); ending the job"
+        );
+        // Stderr's notes come first; stdout's fill the gaps.
+        let merged = LauncherNotes::default().merge(n.clone());
+        assert_eq!(merged.killed, Some(9));
+    }
+
+    #[test]
+    fn lifelines_name_the_rank_that_died_first() {
+        use std::io::Write;
+        use std::os::unix::net::UnixStream;
+        let path = report_path().with_extension("life");
+        let lines = Lifelines::listen(&path).unwrap();
+        let mut socks: Vec<UnixStream> = (0..4)
+            .map(|r| {
+                let mut s = UnixStream::connect(&path).unwrap();
+                s.write_all(format!("rank {r}\n").as_bytes()).unwrap();
+                s
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(100));
+        // Rank 3 leaves cleanly and closes first; then rank 2 dies; then the rest are ended.
+        socks[3].write_all(b"leaving\n").unwrap();
+        drop(socks.pop());
+        std::thread::sleep(Duration::from_millis(100));
+        drop(socks.pop());
+        std::thread::sleep(Duration::from_millis(100));
+        socks.clear();
+        assert_eq!(lines.first_death(), Some(2));
+        // Nobody died without leaving.
+        let lines = {
+            std::fs::remove_file(&path).unwrap();
+            Lifelines::listen(&path).unwrap()
+        };
+        let mut s = UnixStream::connect(&path).unwrap();
+        s.write_all(b"rank 0\nleaving\n").unwrap();
+        drop(s);
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(lines.first_death(), None);
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
