@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The conduit test suite the way users run it: through amrun, as real multi-process jobs, on
 # every conduit (smp, udp, mpi), udp also on a lossy network and across two network
-# namespaces.
+# namespaces, mpi under Open MPI and MPICH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 trap 'echo "suite: FAILED at line $LINENO: $BASH_COMMAND (exit code $?)" >&2' ERR
@@ -32,5 +32,7 @@ for n in 2 3 4; do
 done
 echo "== amrun --conduit mpi -n 2 amnet-testsuite, put/get on the AM path (AMNET_RMA=am)"
 AMNET_RMA=am target/release/amrun --conduit mpi -n 2 --timeout 900 target/release/amnet-testsuite
+# The same under MPICH, built against it in target/mpich (installs MPICH when missing).
+bash ci/mpich.sh
 echo "== amrun -n 4 demo"
 target/release/amrun -n 4 --timeout 120 target/release/examples/demo

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every test: unit and integration tests (the suite as multi-process jobs at 1-8 ranks, the
 # AM-based put/get path, thread mode), loom models, the suite through amrun, and a check that
-# nothing was left in /dev/shm. Installs what it needs when missing (Open MPI and libclang for
-# the mpi conduit, iproute2 for the two-namespace udp test).
+# nothing was left in /dev/shm. Installs what it needs when missing (Open MPI, MPICH and
+# libclang for the mpi conduit, iproute2 for the two-namespace udp test).
 # Ends with one line totalling every test runner's counts.
 set -euo pipefail
 cd "$(dirname "$0")/.."

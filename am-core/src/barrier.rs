@@ -307,7 +307,7 @@ impl Endpoint {
             if self.poll_inner(false)? > 0 {
                 b.reset();
             } else {
-                b.snooze();
+                b.snooze(|| self.inner.conduit.keep_awake());
             }
         }
     }

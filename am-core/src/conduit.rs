@@ -169,6 +169,14 @@ pub trait Conduit: Send + Sync + 'static {
     fn oversubscribed(&self) -> bool {
         false
     }
+    /// True while a peer drives work on this rank that completes only inside this rank's polls
+    /// and runs no handler here (one-sided operations that the transport progresses at the
+    /// target). An idle wait that has spun `spin` polls asks before each yield or sleep, and
+    /// starts over at spinning while this holds, as it would after a handler ran. The default:
+    /// false.
+    fn keep_awake(&self) -> bool {
+        false
+    }
     /// Collective, blocking: every rank contributes a small blob and receives all blobs in rank
     /// order. Used by attach to agree on segment sizes and handler tables.
     fn exchange(&self, blob: &[u8]) -> Result<Vec<Vec<u8>>>;

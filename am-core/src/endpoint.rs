@@ -395,6 +395,14 @@ impl Endpoint {
         &self.inner.cfg
     }
 
+    /// True while the conduit asks idle waits to keep spinning instead of yielding and
+    /// sleeping: a peer drives work here that progresses only inside this rank's polls (see
+    /// [`Conduit::keep_awake`]). For layers with wait loops of their own, to ask before each
+    /// yield or sleep.
+    pub fn keep_awake(&self) -> bool {
+        self.inner.conduit.keep_awake()
+    }
+
     /// Largest Medium payload.
     pub fn max_medium(&self) -> usize {
         self.inner.conduit.max_medium()
@@ -730,7 +738,7 @@ impl Endpoint {
             if attempt()? {
                 return Ok(());
             }
-            b.snooze();
+            b.snooze(|| self.inner.conduit.keep_awake());
         }
     }
 
@@ -852,7 +860,7 @@ impl Endpoint {
             }
             match self.poll_until(false, Some(&mut *cond))? {
                 (_, true) => return Ok(()),
-                (0, _) => b.snooze(),
+                (0, _) => b.snooze(|| self.inner.conduit.keep_awake()),
                 _ => b.reset(),
             }
         }

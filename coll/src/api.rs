@@ -904,8 +904,12 @@ impl Coll {
                 }
             }
             // The core's idle policy: spin AMNET_SPIN polls (fewer when oversubscribed),
-            // then yield, then sleep in growing steps.
+            // then yield, then sleep in growing steps; spin again while the conduit asks.
             let spin = self.sh.ep.config().spin;
+            if idle > spin && self.sh.ep.keep_awake() {
+                idle = 0;
+                continue;
+            }
             if idle <= spin {
                 if idle > 64 {
                     std::hint::spin_loop();

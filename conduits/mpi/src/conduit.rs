@@ -600,6 +600,18 @@ struct Engine {
     /// 0, or `1 << 63 | origin << 32 | code` once a job-wide exit is known here.
     exit: AtomicU64,
     state: AtomicU8,
+    /// Until when (`now_ns`) idle waits keep spinning: a peer nudged this rank (see
+    /// `Window::nudge_target`).
+    awake_until: AtomicU64,
+}
+
+/// How long a nudge keeps this rank's idle waits spinning.
+const AWAKE_NS: u64 = 2_000_000;
+
+/// Nanoseconds since the first call in this process: a monotonic clock that fits an atomic.
+pub(crate) fn now_ns() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    u64::try_from(START.get_or_init(Instant::now).elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn pack_exit(origin: u32, code: i32) -> u64 {
@@ -648,7 +660,16 @@ impl Engine {
     }
 
     fn send_control(&self, dest: u32, tag: c_int, body: [u8; wire::CTRL_LEN]) -> Result<()> {
-        let mut tx = lock(&self.tx);
+        self.push_control(&mut lock(&self.tx), dest, tag, body)
+    }
+
+    fn push_control(
+        &self,
+        tx: &mut Tx,
+        dest: u32,
+        tag: c_int,
+        body: [u8; wire::CTRL_LEN],
+    ) -> Result<()> {
         let mut b = tx.buffer(body.len());
         b.extend_from_slice(&body);
         tx.push(self.comm_for(tag), dest, tag, b)
@@ -951,15 +972,18 @@ impl Engine {
                 let len = raw::received_len(st)?;
                 // SAFETY: the receive of slot `i` completed; the slot is given back below.
                 let buf = unsafe { self.bufs.read(i, len) };
-                match wire::decode_credit(buf) {
-                    Ok([req, rep]) => {
+                match wire::decode_notice(buf) {
+                    Ok(wire::Notice::Credit([req, rep])) => {
                         if let Some(p) = self.peers.get(src as usize) {
                             p.give(REQ, req);
                             p.give(REP, rep);
                         }
                     }
+                    Ok(wire::Notice::Nudge) => self
+                        .awake_until
+                        .store(now_ns().saturating_add(AWAKE_NS), Ordering::Relaxed),
                     Err(e) => eprintln!(
-                        "amnet mpi rank {}: dropped a malformed credit message from rank {src}: \
+                        "amnet mpi rank {}: dropped a malformed control message from rank {src}: \
                          {e}",
                         self.rank
                     ),
@@ -1685,6 +1709,7 @@ impl MpiConduit {
             seg: OnceLock::new(),
             rma: OnceLock::new(),
             exit: AtomicU64::new(0),
+            awake_until: AtomicU64::new(0),
             state: AtomicU8::new(RUNNING),
             settings,
         });
@@ -1755,6 +1780,11 @@ impl Conduit for MpiConduit {
         self.eng.oversubscribed
     }
 
+    fn keep_awake(&self) -> bool {
+        let until = self.eng.awake_until.load(Ordering::Relaxed);
+        until != 0 && now_ns() < until
+    }
+
     fn exchange(&self, blob: &[u8]) -> Result<Vec<Vec<u8>>> {
         self.eng.exchange(blob)
     }
@@ -1796,6 +1826,21 @@ impl Conduit for MpiConduit {
         };
         eng.seg.set(seg).map_err(|_| Error::AlreadyAttached)?;
         if let Some(w) = opened.window {
+            if w.needs_target_progress() {
+                let weak = Arc::downgrade(&self.eng);
+                w.set_nudger(Box::new(move |dest| {
+                    let Some(eng) = weak.upgrade() else {
+                        return false;
+                    };
+                    // Best effort, and never waiting: a put made while this thread holds the
+                    // send lock (none does today) must not deadlock on it.
+                    let Ok(mut tx) = eng.tx.try_lock() else {
+                        return false;
+                    };
+                    eng.push_control(&mut tx, dest, TAG_CREDIT, wire::encode_nudge())
+                        .is_ok()
+                }));
+            }
             let _ = eng.rma.set(Arc::new(w));
         }
         Ok(local)

@@ -15,11 +15,13 @@
 //! test of remote completion, so `test` flushes as `wait` does: a flush needs no handler to
 //! run anywhere and ends in bounded time.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{OnceLock, RwLock};
+use std::time::{Duration, Instant};
 
 use amnet_core::{Error, NativeRma, Rank, Result, RmaTicket};
 
+use crate::conduit::now_ns;
 use crate::raw::{self, Comm, Win};
 use crate::segment::Segment;
 
@@ -30,6 +32,22 @@ const PROBE_BYTES: usize = 64;
 /// Where in the scratch area the probe writes (unaligned on purpose), and how many bytes.
 const PROBE_AT: usize = 3;
 const PROBE_LEN: usize = 16;
+
+/// The progress probe: rank 1 makes no MPI call for this long while rank 0 puts to it and
+/// flushes; a flush that lasts half of it waited for rank 1's progress.
+const QUIET: Duration = Duration::from_millis(10);
+/// Rank 0 starts its probe put this long after the agreement, when rank 1 has left it.
+const QUIET_LEAD: Duration = Duration::from_millis(1);
+/// A rank whose operations need the target's progress nudges each target at most this often
+/// while it operates on it (the target keeps spinning for `conduit::AWAKE_NS` after a nudge).
+const NUDGE_EVERY_NS: u64 = 200_000;
+/// ... and reads the clock for that every this many operations, or at every operation of at
+/// least `NUDGE_CHECK_BYTES`.
+const NUDGE_CHECK_EVERY: u32 = 4;
+const NUDGE_CHECK_BYTES: usize = 4096;
+
+/// Sends a nudge to a rank; false when it could not (the nudge is then tried again later).
+pub(crate) type Nudger = Box<dyn Fn(u32) -> bool + Send + Sync>;
 
 /// Why the native path is not in use (bits, or-ed over every rank).
 const WHY_DISABLED: i32 = 1;
@@ -88,6 +106,16 @@ pub(crate) struct Window {
     /// Set once this rank has started an `MPI_Put` (or received a message from a rank that had
     /// this set): from then on every message it sends asks its receiver for `MPI_Win_sync`.
     touched: AtomicBool,
+    /// The progress probe found that an operation completes only once its target calls MPI
+    /// (MPICH's windows, for one): a target whose idle wait sleeps then delays every operation
+    /// by a sleep, so operations nudge their target, which then keeps spinning.
+    needs_target: bool,
+    /// Sends a nudge (set by the conduit when `needs_target`).
+    nudger: OnceLock<Nudger>,
+    /// Operations started, for reading the clock every `NUDGE_CHECK_EVERY`.
+    ops: AtomicU32,
+    /// Per target rank: when (`now_ns`) it was last nudged.
+    nudged: Box<[AtomicU64]>,
 }
 
 // SAFETY: `win` is a process-wide MPI handle (calls serialized by `raw::locked` below
@@ -184,6 +212,13 @@ pub(crate) fn open(
             why = agree(mine)?;
         }
     }
+    let mut needs_target = false;
+    if why == 0 && size >= 2 {
+        if let Some((win, _)) = created {
+            let slow = probe_progress(win, rank, lens[1]);
+            needs_target = agree(i32::from(slow))? != 0;
+        }
+    }
     let Some((win, base)) = created else {
         return fallback(len, why, detail);
     };
@@ -212,10 +247,21 @@ pub(crate) fn open(
         flushed: (0..size).map(|_| AtomicU64::new(0)).collect(),
         open: RwLock::new(true),
         touched: AtomicBool::new(false),
+        needs_target,
+        nudger: OnceLock::new(),
+        ops: AtomicU32::new(0),
+        nudged: (0..size).map(|_| AtomicU64::new(0)).collect(),
+    };
+    let progress = if needs_target {
+        "operations complete only in the target's MPI calls: they nudge the target, whose idle \
+         waits then keep spinning"
+    } else {
+        "operations complete without the target's MPI calls"
     };
     let summary = format!(
         "put/get native: {} (MPI {version}.{subversion}: MPI_Win_allocate over each segment, \
-         MPI_Win_lock_all epoch, MPI_Put/MPI_Get + MPI_Win_flush; probe passed on every rank)",
+         MPI_Win_lock_all epoch, MPI_Put/MPI_Get + MPI_Win_flush; probe passed on every rank; \
+         {progress})",
         window.describe()
     );
     Ok(Opened {
@@ -327,7 +373,67 @@ fn probe_peer(win: Win, next: u32, next_len: usize) -> Result<()> {
     Ok(())
 }
 
+/// The progress probe, between ranks 0 and 1 (the others return at once): rank 1 makes no MPI
+/// call for `QUIET` while rank 0 puts 8 bytes into its scratch bytes (after its segment of
+/// `len1` bytes, past the probe pattern) and flushes. True on rank 0 when the flush lasted at
+/// least half of `QUIET`: it waited for rank 1's progress. A rank 0 held off its core for that
+/// long reads the same, which costs only the nudges.
+fn probe_progress(win: Win, rank: u32, len1: usize) -> bool {
+    match rank {
+        0 => {
+            std::thread::sleep(QUIET_LEAD);
+            let word = [0x5au8; 8];
+            let at = (len1 + PROBE_AT + PROBE_LEN) as u64;
+            let t = Instant::now();
+            // SAFETY: `word` lives until the flush below completes the put; the target range
+            // lies in rank 1's scratch bytes, which no probe reads.
+            let ok = unsafe { raw::put(word.as_ptr(), word.len(), 1, at, win) }.is_ok()
+                && raw::flush(1, win).is_ok();
+            ok && t.elapsed() >= QUIET / 2
+        }
+        1 => {
+            std::thread::sleep(QUIET);
+            false
+        }
+        _ => false,
+    }
+}
+
 impl Window {
+    /// True when operations complete only once their target calls MPI (see `needs_target`).
+    pub(crate) fn needs_target_progress(&self) -> bool {
+        self.needs_target
+    }
+
+    /// Give the window the means to nudge a target; once only.
+    pub(crate) fn set_nudger(&self, f: Nudger) {
+        let _ = self.nudger.set(f);
+    }
+
+    /// Before an operation of `len` bytes on `dest`: when operations need the target's
+    /// progress, nudge `dest` unless it was nudged in the last `NUDGE_EVERY_NS`.
+    #[inline]
+    fn nudge_target(&self, dest: u32, len: usize) {
+        if !self.needs_target {
+            return;
+        }
+        let n = self.ops.fetch_add(1, Ordering::Relaxed);
+        if n % NUDGE_CHECK_EVERY != 0 && len < NUDGE_CHECK_BYTES {
+            return;
+        }
+        let Some(last) = self.nudged.get(dest as usize) else {
+            return;
+        };
+        let now = now_ns().max(1);
+        let then = last.load(Ordering::Relaxed);
+        if then != 0 && now.saturating_sub(then) < NUDGE_EVERY_NS {
+            return;
+        }
+        if self.nudger.get().is_some_and(|f| f(dest)) {
+            last.store(now, Ordering::Relaxed);
+        }
+    }
+
     /// Leave: end the epoch and free the window (collective: every rank is leaving). Waits for
     /// operations running on other threads; later ones fail.
     pub(crate) fn close(&self) {
@@ -466,6 +572,7 @@ impl NativeRma for Window {
         }
         let _open = self.gate()?;
         self.touch();
+        self.nudge_target(dest, src.len());
         self.start_put(dest, offset, src)?;
         self.flush_to(dest)
     }
@@ -479,6 +586,7 @@ impl NativeRma for Window {
             return Ok(());
         }
         let _open = self.gate()?;
+        self.nudge_target(src_rank, len);
         // SAFETY: forwarded contract; the flush below completes the gets.
         unsafe { self.start_get(src_rank, offset, dst, len)? };
         raw::flush_local(src_rank, self.win)
@@ -491,6 +599,7 @@ impl NativeRma for Window {
         }
         let _open = self.gate()?;
         self.touch();
+        self.nudge_target(dest, src.len());
         self.start_put(dest, offset, src)?;
         // `src` must be consumed before returning: complete the put at the origin now, and at
         // the target when the ticket is synced.
@@ -511,6 +620,7 @@ impl NativeRma for Window {
             return Ok(None);
         }
         let _open = self.gate()?;
+        self.nudge_target(src_rank, len);
         // SAFETY: forwarded contract: `dst` stays valid until the ticket completes.
         unsafe { self.start_get(src_rank, offset, dst, len)? };
         Ok(Some(self.ticket(src_rank)))

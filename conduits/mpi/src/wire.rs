@@ -50,6 +50,7 @@ const FLAG_PLACED: u8 = 16;
 const FLAG_SYNC: u8 = 32;
 const CTRL_CREDIT: u8 = 1;
 const CTRL_EXIT: u8 = 2;
+const CTRL_NUDGE: u8 = 3;
 
 /// Bytes an active message with `nargs` arguments and `inline` payload bytes occupies.
 #[inline]
@@ -394,6 +395,29 @@ fn control(msg: &[u8], kind: u8) -> Result<[u8; 4], WireError> {
     Ok([msg[4], msg[5], msg[6], msg[7]])
 }
 
+/// A nudge, sent on the credit tag: the sender is doing one-sided operations on the receiver's
+/// window, which the receiver's MPI library completes only inside its polls.
+pub(crate) fn encode_nudge() -> [u8; CTRL_LEN] {
+    [VERSION, CTRL_NUDGE, 0, 0, 0, 0, 0, 0]
+}
+
+/// What a message on the credit tag says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Notice {
+    /// Credits returned: `[requests, replies]`.
+    Credit(Credits),
+    /// See [`encode_nudge`].
+    Nudge,
+}
+
+/// Decode a message of the credit tag: a credit return or a nudge.
+pub(crate) fn decode_notice(msg: &[u8]) -> Result<Notice, WireError> {
+    if msg.get(1) == Some(&CTRL_NUDGE) {
+        return control(msg, CTRL_NUDGE).map(|_| Notice::Nudge);
+    }
+    decode_credit(msg).map(Notice::Credit)
+}
+
 /// Decode a credit return.
 pub(crate) fn decode_credit(msg: &[u8]) -> Result<Credits, WireError> {
     let [a, b, c, d] = control(msg, CTRL_CREDIT)?;
@@ -565,6 +589,22 @@ mod tests {
     #[test]
     fn control_messages() {
         assert_eq!(decode_credit(&encode_credit([7, 9])), Ok([7, 9]));
+        assert_eq!(
+            decode_notice(&encode_credit([7, 9])),
+            Ok(Notice::Credit([7, 9]))
+        );
+        assert_eq!(decode_notice(&encode_nudge()), Ok(Notice::Nudge));
+        let mut odd = encode_nudge();
+        odd[2] = 1;
+        assert_eq!(decode_notice(&odd), Err(WireError::Reserved));
+        assert!(matches!(
+            decode_notice(&encode_nudge()[..5]),
+            Err(WireError::Truncated { .. })
+        ));
+        assert_eq!(
+            decode_notice(&encode_exit(1)),
+            Err(WireError::ControlKind(CTRL_EXIT))
+        );
         assert_eq!(decode_exit(&encode_exit(-3)), Ok(-3));
         assert_eq!(
             decode_exit(&encode_credit([1, 1])),
