@@ -68,7 +68,11 @@ mod tests {
             asked += 1;
             true
         });
-        assert_eq!((asked, b.idle), (1, 0), "a true answer starts the spin over");
+        assert_eq!(
+            (asked, b.idle),
+            (1, 0),
+            "a true answer starts the spin over"
+        );
         for _ in 0..3 {
             b.snooze(|| panic!("asked while spinning again"));
         }

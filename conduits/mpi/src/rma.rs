@@ -414,9 +414,13 @@ impl Window {
     /// progress, nudge `dest` unless it was nudged in the last `NUDGE_EVERY_NS`.
     #[inline]
     fn nudge_target(&self, dest: u32, len: usize) {
-        if !self.needs_target {
-            return;
+        if self.needs_target {
+            self.nudge_slow(dest, len);
         }
+    }
+
+    #[inline(never)]
+    fn nudge_slow(&self, dest: u32, len: usize) {
         let n = self.ops.fetch_add(1, Ordering::Relaxed);
         if n % NUDGE_CHECK_EVERY != 0 && len < NUDGE_CHECK_BYTES {
             return;
