@@ -6,43 +6,62 @@
 
 use std::time::Duration;
 
-/// Idle-wait state for one blocking call.
+/// Idle-wait state for one blocking call: [`Endpoint::backoff`](crate::Endpoint::backoff)
+/// makes one with the endpoint's settings, for layers with wait loops of their own.
 #[derive(Debug)]
-pub(crate) struct Backoff {
+pub struct Backoff {
     idle: u32,
     spin: u32,
+    /// While the conduit asks to be kept awake: spin again (a host with a core per rank), or
+    /// only yield instead of sleeping (an oversubscribed host, where a spinning rank would hold
+    /// the core its peer needs).
+    respin: bool,
 }
 
 const YIELDS: u32 = 200;
 
 impl Backoff {
-    pub(crate) fn new(spin: u32) -> Self {
-        Backoff { idle: 0, spin }
+    /// A wait that spins `spin` idle polls; `respin` as in the field's doc (true unless the
+    /// host is oversubscribed).
+    pub fn new(spin: u32, respin: bool) -> Self {
+        Backoff {
+            idle: 0,
+            spin,
+            respin,
+        }
     }
 
     /// Something happened: start over at spinning.
     #[inline]
-    pub(crate) fn reset(&mut self) {
+    pub fn reset(&mut self) {
         self.idle = 0;
     }
 
-    /// Nothing happened: wait a little, longer each time. `awake` is asked before every yield
-    /// and sleep (never while spinning): while it says true, the wait starts over at spinning
-    /// (see [`Conduit::keep_awake`](crate::Conduit::keep_awake)).
+    /// Nothing happened: wait a little, longer each time. `awake` is asked when the spin is
+    /// over (with `respin`) or before a sleep (without): while it says true, the wait spins
+    /// again, or yields instead of sleeping (see
+    /// [`Conduit::keep_awake`](crate::Conduit::keep_awake)).
     #[inline]
-    pub(crate) fn snooze(&mut self, awake: impl FnOnce() -> bool) {
+    pub fn snooze(&mut self, awake: impl FnOnce() -> bool) {
         self.idle = self.idle.saturating_add(1);
-        if self.idle > self.spin && awake() {
-            self.idle = 0;
-            return;
-        }
         if self.idle <= self.spin {
             // The first idle polls re-check at once: a PAUSE costs tens of cycles on some cores,
             // which is latency added to every message that arrives during the spin.
             if self.idle > 64 {
                 std::hint::spin_loop();
             }
-        } else if self.idle <= self.spin + YIELDS {
+            return;
+        }
+        let yielding = self.idle <= self.spin + YIELDS;
+        if (self.respin || !yielding) && awake() {
+            if self.respin {
+                self.idle = 0;
+            } else {
+                // Held at the last yield: the sleeps start once `awake` says false.
+                self.idle = self.spin + YIELDS;
+                std::thread::yield_now();
+            }
+        } else if yielding {
             std::thread::yield_now();
         } else {
             let steps = (self.idle - self.spin - YIELDS) / 8;
@@ -57,12 +76,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn awake_is_asked_only_after_the_spin_and_restarts_it() {
-        let mut b = Backoff::new(3);
+    fn awake_restarts_the_spin_on_a_host_with_a_core_per_rank() {
+        let mut b = Backoff::new(3, true);
         for _ in 0..3 {
             b.snooze(|| panic!("asked while spinning"));
         }
-        assert_eq!(b.idle, 3);
         let mut asked = 0;
         b.snooze(|| {
             asked += 1;
@@ -78,7 +96,35 @@ mod tests {
         }
         b.snooze(|| false);
         assert_eq!(b.idle, 4, "a false answer lets the wait go on to yielding");
+    }
+
+    #[test]
+    fn awake_only_holds_an_oversubscribed_wait_at_yielding() {
+        let mut b = Backoff::new(3, false);
+        for _ in 0..3 + YIELDS {
+            b.snooze(|| panic!("asked while spinning or yielding"));
+        }
+        let mut asked = 0;
+        for _ in 0..5 {
+            b.snooze(|| {
+                asked += 1;
+                true
+            });
+        }
+        assert_eq!(asked, 5, "asked before every would-be sleep");
+        assert_eq!(
+            b.idle,
+            3 + YIELDS,
+            "a true answer holds the wait at yielding"
+        );
         b.snooze(|| false);
-        assert_eq!(b.idle, 5);
+        assert_eq!(
+            b.idle,
+            3 + YIELDS + 1,
+            "a false answer lets the wait go on to sleep"
+        );
+        b.reset();
+        b.snooze(|| panic!("asked while spinning after a reset"));
+        assert_eq!(b.idle, 1);
     }
 }

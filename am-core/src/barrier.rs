@@ -9,7 +9,6 @@
 //! A peer can be at most one barrier ahead (it cannot finish barrier `e+1` before this rank
 //! notified it), so arrivals are kept by barrier parity.
 
-use crate::backoff::Backoff;
 use crate::conduit::{Category, OutMsg};
 use crate::endpoint::{not_in_handler, Endpoint};
 use crate::handler::{HandlerTable, Token};
@@ -299,7 +298,7 @@ impl Endpoint {
     pub fn barrier_wait(&self, id: u32, flags: u32) -> Result<()> {
         self.attached_for("barrier_wait")?;
         not_in_handler("barrier_wait")?;
-        let mut b = Backoff::new(self.inner.cfg.spin);
+        let mut b = self.backoff();
         loop {
             if self.barrier_advance("barrier_wait")? {
                 return self.barrier_finish(id, flags);

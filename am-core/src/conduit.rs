@@ -171,9 +171,9 @@ pub trait Conduit: Send + Sync + 'static {
     }
     /// True while a peer drives work on this rank that completes only inside this rank's polls
     /// and runs no handler here (one-sided operations that the transport progresses at the
-    /// target). An idle wait that has spun `spin` polls asks before each yield or sleep, and
-    /// starts over at spinning while this holds, as it would after a handler ran. The default:
-    /// false.
+    /// target). While this holds, an idle wait spins again when its spin is over, as after a
+    /// handler; on an oversubscribed host it only yields instead of sleeping, so that it holds
+    /// no core another rank needs. The default: false.
     fn keep_awake(&self) -> bool {
         false
     }

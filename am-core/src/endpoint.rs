@@ -25,6 +25,8 @@ pub struct Config {
     /// Idle polls a wait spins before it starts yielding (`AMNET_SPIN`, default 2000, or 16
     /// when the host is oversubscribed).
     pub spin: u32,
+    /// More ranks run on this host than it has cores (`Conduit::oversubscribed`).
+    pub oversubscribed: bool,
 }
 
 impl Config {
@@ -66,6 +68,7 @@ impl Config {
             stats_at_exit: flag("AMNET_STATS")?,
             verbose: flag("AMNET_VERBOSE")?,
             spin,
+            oversubscribed,
         })
     }
 }
@@ -395,12 +398,18 @@ impl Endpoint {
         &self.inner.cfg
     }
 
-    /// True while the conduit asks idle waits to keep spinning instead of yielding and
-    /// sleeping: a peer drives work here that progresses only inside this rank's polls (see
-    /// [`Conduit::keep_awake`]). For layers with wait loops of their own, to ask before each
-    /// yield or sleep.
+    /// True while the conduit asks idle waits to stay awake: a peer drives work here that
+    /// progresses only inside this rank's polls (see [`Conduit::keep_awake`]); what
+    /// [`Backoff::snooze`] asks.
     pub fn keep_awake(&self) -> bool {
         self.inner.conduit.keep_awake()
+    }
+
+    /// A fresh idle back-off with this endpoint's settings (spec/core.md §5), for layers with
+    /// wait loops of their own: `reset` after progress, `snooze(|| ep.keep_awake())` after an
+    /// idle poll.
+    pub fn backoff(&self) -> Backoff {
+        Backoff::new(self.inner.cfg.spin, !self.inner.cfg.oversubscribed)
     }
 
     /// Largest Medium payload.
@@ -727,7 +736,7 @@ impl Endpoint {
 
     /// Retry `attempt` until the conduit takes the message, polling meanwhile.
     fn send_retry(&self, in_handler: bool, attempt: impl Fn() -> Result<bool>) -> Result<()> {
-        let mut b = Backoff::new(self.inner.cfg.spin);
+        let mut b = self.backoff();
         loop {
             self.stats_block().add(Ctr::SendStalls, 1);
             // A handler may only reply, and reply handlers never send: polling replies alone
@@ -853,7 +862,7 @@ impl Endpoint {
     }
 
     pub(crate) fn wait_inner(&self, cond: &mut dyn FnMut() -> bool) -> Result<()> {
-        let mut b = Backoff::new(self.inner.cfg.spin);
+        let mut b = self.backoff();
         loop {
             if cond() {
                 return Ok(());

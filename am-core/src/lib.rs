@@ -20,6 +20,7 @@ mod rma;
 mod stats;
 pub mod sync;
 
+pub use backoff::Backoff;
 pub use barrier::flags as barrier_flags;
 pub use conduit::{Category, Conduit, InMsg, LocalSegment, NativeRma, OutMsg, RmaTicket, MAX_ARGS};
 pub use endpoint::{Config, Endpoint};

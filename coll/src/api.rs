@@ -879,20 +879,20 @@ impl Coll {
 
     fn wait(&self, op: &'static str, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
         self.rules(op)?;
-        let mut idle = 0u32;
+        let ep = &self.sh.ep;
+        let mut idle = ep.backoff();
         let mut last = Instant::now();
         loop {
             if done()? {
                 return Ok(());
             }
-            let n = self.sh.ep.poll()?;
+            let n = ep.poll()?;
             let moved = self.sh.advance()?;
             if n > 0 || moved {
-                idle = 0;
+                idle.reset();
                 last = Instant::now();
                 continue;
             }
-            idle += 1;
             if let Some(t) = self.sh.hang {
                 if last.elapsed() >= t {
                     let report = self.sh.report();
@@ -903,23 +903,8 @@ impl Coll {
                     });
                 }
             }
-            // The core's idle policy: spin AMNET_SPIN polls (fewer when oversubscribed),
-            // then yield, then sleep in growing steps; spin again while the conduit asks.
-            let spin = self.sh.ep.config().spin;
-            if idle > spin && self.sh.ep.keep_awake() {
-                idle = 0;
-                continue;
-            }
-            if idle <= spin {
-                if idle > 64 {
-                    std::hint::spin_loop();
-                }
-            } else if idle <= spin + 200 {
-                std::thread::yield_now();
-            } else {
-                let steps = (idle - spin - 200) / 8;
-                std::thread::sleep(Duration::from_micros(1u64 << steps.min(8)));
-            }
+            // The core's idle policy (spec/core.md §5).
+            idle.snooze(|| ep.keep_awake());
         }
     }
 

@@ -600,7 +600,7 @@ struct Engine {
     /// 0, or `1 << 63 | origin << 32 | code` once a job-wide exit is known here.
     exit: AtomicU64,
     state: AtomicU8,
-    /// Until when (`now_ns`) idle waits keep spinning: a peer nudged this rank (see
+    /// Until when (`now_ns`) idle waits stay awake: a peer nudged this rank (see
     /// `Window::nudge_target`).
     awake_until: AtomicU64,
 }

@@ -39,7 +39,7 @@ const QUIET: Duration = Duration::from_millis(10);
 /// Rank 0 starts its probe put this long after the agreement, when rank 1 has left it.
 const QUIET_LEAD: Duration = Duration::from_millis(1);
 /// A rank whose operations need the target's progress nudges each target at most this often
-/// while it operates on it (the target keeps spinning for `conduit::AWAKE_NS` after a nudge).
+/// while it operates on it (the target stays awake for `conduit::AWAKE_NS` after a nudge).
 const NUDGE_EVERY_NS: u64 = 200_000;
 /// ... and reads the clock for that every this many operations, or at every operation of at
 /// least `NUDGE_CHECK_BYTES`.
@@ -108,7 +108,7 @@ pub(crate) struct Window {
     touched: AtomicBool,
     /// The progress probe found that an operation completes only once its target calls MPI
     /// (MPICH's windows, for one): a target whose idle wait sleeps then delays every operation
-    /// by a sleep, so operations nudge their target, which then keeps spinning.
+    /// by a sleep, so operations nudge their target, which then stays awake.
     needs_target: bool,
     /// Sends a nudge (set by the conduit when `needs_target`).
     nudger: OnceLock<Nudger>,
@@ -254,7 +254,7 @@ pub(crate) fn open(
     };
     let progress = if needs_target {
         "operations complete only in the target's MPI calls: they nudge the target, whose idle \
-         waits then keep spinning"
+         waits then stay awake"
     } else {
         "operations complete without the target's MPI calls"
     };
