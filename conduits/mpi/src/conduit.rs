@@ -605,7 +605,7 @@ struct Engine {
     awake_until: AtomicU64,
 }
 
-/// How long a nudge keeps this rank's idle waits spinning.
+/// How long a nudge keeps this rank's idle waits awake.
 const AWAKE_NS: u64 = 2_000_000;
 
 /// Nanoseconds since the first call in this process: a monotonic clock that fits an atomic.

@@ -118,7 +118,12 @@ fn runtime_variable(name: &str) -> bool {
 fn amnet_env(opts: &LaunchOptions, flavour: Flavour, report: &Path) -> BTreeMap<String, String> {
     let mut env: BTreeMap<String, String> = std::env::vars()
         .filter(|(k, _)| k.starts_with("AMNET_"))
-        .filter(|(k, _)| !matches!(k.as_str(), "AMNET_RANK" | "AMNET_SIZE" | "AMNET_SMP_JOB"))
+        .filter(|(k, _)| {
+            !matches!(
+                k.as_str(),
+                "AMNET_RANK" | "AMNET_SIZE" | "AMNET_SMP_JOB" | "AMNET_MPI_LIFELINE"
+            )
+        })
         .collect();
     env.insert("AMNET_CONDUIT".into(), "mpi".into());
     env.insert(
@@ -406,7 +411,12 @@ fn command(launcher: &[String], flavour: Flavour, opts: &LaunchOptions, report: 
             }
         }
     }
-    for k in ["AMNET_RANK", "AMNET_SIZE", "AMNET_SMP_JOB"] {
+    for k in [
+        "AMNET_RANK",
+        "AMNET_SIZE",
+        "AMNET_SMP_JOB",
+        "AMNET_MPI_LIFELINE",
+    ] {
         cmd.env_remove(k);
     }
     let env = amnet_env(opts, flavour, report);
@@ -595,7 +605,8 @@ where
         let _ = tx.send(LauncherNotes::default());
         return rx;
     };
-    let spawned = std::thread::Builder::new()
+    // A relay that cannot start drops its sender: the receiver then reports no notes.
+    let _ = std::thread::Builder::new()
         .name("amnet-mpirun-relay".into())
         .spawn(move || {
             let mut notes = LauncherNotes::default();
@@ -624,11 +635,6 @@ where
             }
             let _ = tx.send(notes);
         });
-    if spawned.is_err() {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let _ = tx.send(LauncherNotes::default());
-        return rx;
-    }
     rx
 }
 
