@@ -822,19 +822,25 @@ mod tests {
         );
     }
 
+    /// The notes a launcher's `lines` make.
+    fn notes_of(lines: &[&str]) -> LauncherNotes {
+        let mut n = LauncherNotes::default();
+        for l in lines {
+            n.line(l);
+        }
+        n
+    }
+
     #[test]
     fn reads_what_mpirun_says() {
-        let mut n = LauncherNotes::default();
-        for l in [
+        let n = notes_of(&[
             "Primary job  terminated normally, but 1 process returned",
             "  Process name: [[24443,1],2]",
             "  Exit code:    17",
             "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed).",
             "  Process name: [[24443,1],0]",
             "  Exit code:    3",
-        ] {
-            n.line(l);
-        }
+        ]);
         assert_eq!(n.exit, Some((2, 17)));
         assert_eq!(n.signal, Some((1, 9)));
         assert_eq!(
@@ -858,8 +864,7 @@ mod tests {
 
     #[test]
     fn reads_what_hydra_says() {
-        let mut n = LauncherNotes::default();
-        for l in [
+        let n = notes_of(&[
             "",
             "===================================================================================",
             "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES",
@@ -869,9 +874,7 @@ mod tests {
             "=   YOU CAN IGNORE THE BELOW CLEANUP MESSAGES",
             "===================================================================================",
             "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)",
-        ] {
-            n.line(l);
-        }
+        ]);
         assert_eq!(n.killed, Some(9));
         assert_eq!(n.signal, None);
         assert_eq!(job_code(9, &n), 137);
