@@ -13,7 +13,8 @@
 //! datagram arriving between polls waits less; once when the host is oversubscribed), a poll
 //! that follows one that found data uses `recvmmsg`, so that a stream is taken in batches, and
 //! the protocol's transmit planner runs only when something changed or a timer is due
-//! ([`Proto::next_timeout`]), not on every poll.
+//! ([`Proto::next_timeout`]), not on every poll. The single-datagram calls are plain system
+//! calls, without glibc's cancellation-point wrappers (module `sys`).
 //!
 //! Nothing between a message and its system call waits on the clock or the planner: a send
 //! when nothing else was due takes the protocol's direct path ([`Proto::send_now`]), which
@@ -376,6 +377,73 @@ fn send_outcome(r: isize, edge: &mut EdgeCounters) -> Option<bool> {
     }
 }
 
+/// The socket calls of the round-trip path, made as plain system calls. glibc's `recv`,
+/// `send`, `sendto` and `sendmsg` are thread cancellation points: in a process with more than
+/// one thread each wraps its system call in two atomic updates of the thread's cancellation
+/// state, on the path of every datagram. Nothing in a Rust process cancels threads, so the
+/// conduit skips them. Each returns what the system call returns (-1 with `errno` set on
+/// failure), as the glibc functions do.
+mod sys {
+    use std::ffi::c_void;
+
+    /// A system call's result as the glibc wrappers return it (`c_long` is as wide as `isize`
+    /// on Linux, so nothing is lost).
+    #[inline(always)]
+    fn ret(r: libc::c_long) -> isize {
+        isize::try_from(r).unwrap_or(-1)
+    }
+
+    /// `recvfrom(fd, buf, len, flags, NULL, NULL)`.
+    ///
+    /// # Safety
+    /// - `buf` must be valid for writes of `len` bytes.
+    #[inline]
+    pub(super) unsafe fn recv(
+        fd: libc::c_int,
+        buf: *mut c_void,
+        len: usize,
+        flags: libc::c_int,
+    ) -> isize {
+        let null = std::ptr::null_mut::<libc::sockaddr>();
+        let nolen = std::ptr::null_mut::<libc::socklen_t>();
+        // SAFETY: the caller's contract covers `buf`; the null address arguments ask for no
+        // source address.
+        ret(unsafe { libc::syscall(libc::SYS_recvfrom, fd, buf, len, flags, null, nolen) })
+    }
+
+    /// `sendto(fd, buf, len, flags, addr, addr_len)`; `send` is this with a null address.
+    ///
+    /// # Safety
+    /// - `buf` must be valid for reads of `len` bytes, and `addr` (unless null) for reads of
+    ///   `addr_len` bytes.
+    #[inline]
+    pub(super) unsafe fn sendto(
+        fd: libc::c_int,
+        buf: *const c_void,
+        len: usize,
+        flags: libc::c_int,
+        addr: *const libc::sockaddr,
+        addr_len: libc::socklen_t,
+    ) -> isize {
+        // SAFETY: the caller's contract covers `buf` and `addr`.
+        ret(unsafe { libc::syscall(libc::SYS_sendto, fd, buf, len, flags, addr, addr_len) })
+    }
+
+    /// `sendmsg(fd, msg, flags)`.
+    ///
+    /// # Safety
+    /// - `msg` must point at a valid `msghdr` whose buffers are valid for reads.
+    #[inline]
+    pub(super) unsafe fn sendmsg(
+        fd: libc::c_int,
+        msg: *const libc::msghdr,
+        flags: libc::c_int,
+    ) -> isize {
+        // SAFETY: the caller's contract covers `msg` and what it points at.
+        ret(unsafe { libc::syscall(libc::SYS_sendmsg, fd, msg, flags) })
+    }
+}
+
 /// The `errno` of the last failed system call on this thread.
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
@@ -554,17 +622,19 @@ impl UdpConduit {
             let r = match conn {
                 // SAFETY: `d.bytes` is live for the call and the kernel only reads it.
                 Some(c) => unsafe {
-                    libc::send(
+                    sys::sendto(
                         c.as_raw_fd(),
                         d.bytes.as_ptr().cast(),
                         d.bytes.len(),
                         libc::MSG_DONTWAIT,
+                        std::ptr::null(),
+                        0,
                     )
                 },
                 // SAFETY: `d.bytes` and `addr` are live for the call and the kernel only reads
                 // them; `len` is the length `sockaddr` wrote.
                 None => unsafe {
-                    libc::sendto(
+                    sys::sendto(
                         self.sock.as_raw_fd(),
                         d.bytes.as_ptr().cast(),
                         d.bytes.len(),
@@ -592,7 +662,7 @@ impl UdpConduit {
         loop {
             // SAFETY: `m` points at `iov`, whose buffers (`d`'s bytes and tail) are live for
             // the call; the kernel only reads them.
-            let r = unsafe { libc::sendmsg(fd, &m, libc::MSG_DONTWAIT) };
+            let r = unsafe { sys::sendmsg(fd, &m, libc::MSG_DONTWAIT) };
             if let Some(taken) = send_outcome(r, edge) {
                 return taken;
             }
@@ -843,7 +913,7 @@ impl UdpConduit {
         let buf = &mut inner.rx.bufs[0];
         // SAFETY: `buf` is a live buffer of `buf.len()` bytes, which the kernel fills.
         let r = unsafe {
-            libc::recv(
+            sys::recv(
                 self.sock.as_raw_fd(),
                 buf.as_mut_ptr().cast(),
                 buf.len(),
