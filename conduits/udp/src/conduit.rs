@@ -1414,3 +1414,73 @@ impl Conduit for UdpConduit {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plain system calls answer as glibc's wrappers do: the byte count, or -1 with
+    /// `errno` set (EAGAIN on an empty non-blocking socket).
+    #[test]
+    fn plain_system_calls_answer_like_glibc() {
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+        a.connect(b.local_addr().unwrap()).unwrap();
+        let mut buf = [0u8; 64];
+        // SAFETY: `buf` is a live local buffer of the stated length.
+        let r = unsafe {
+            sys::recv(
+                b.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        assert_eq!(r, -1);
+        assert_eq!(errno(), libc::EAGAIN);
+        let msg = b"plain";
+        // SAFETY: `msg` is live for the call; no address on a connected socket.
+        let r = unsafe {
+            sys::sendto(
+                a.as_raw_fd(),
+                msg.as_ptr().cast(),
+                msg.len(),
+                0,
+                std::ptr::null(),
+                0,
+            )
+        };
+        assert_eq!(r, 5);
+        let mut got = -1;
+        for _ in 0..1000 {
+            // SAFETY: as above.
+            got = unsafe {
+                sys::recv(
+                    b.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if got >= 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(got, 5);
+        assert_eq!(&buf[..5], msg);
+        let (c, d) = (a.as_raw_fd(), Datagram::whole(0, b"gathered"));
+        let mut iov = iovecs(&d);
+        // SAFETY: msghdr is plain old data; all-zero is a valid value.
+        let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+        m.msg_iov = iov.as_mut_ptr();
+        m.msg_iovlen = 1;
+        // SAFETY: `m` points at `iov`, whose buffer is live for the call.
+        assert_eq!(unsafe { sys::sendmsg(c, &m, 0) }, 8);
+        // A bad descriptor: -1 and EBADF, as from glibc.
+        // SAFETY: the kernel rejects the descriptor before it touches the buffer.
+        let r = unsafe { sys::sendto(-1, msg.as_ptr().cast(), msg.len(), 0, std::ptr::null(), 0) };
+        assert_eq!(r, -1);
+        assert_eq!(errno(), libc::EBADF);
+    }
+}
