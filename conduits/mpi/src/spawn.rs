@@ -112,18 +112,22 @@ fn runtime_variable(name: &str) -> bool {
     PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
+/// Variables that belong to the job a process runs in, never to a job it starts: they are
+/// removed from the launcher's environment and never passed to the ranks.
+const OWN_JOB_VARIABLES: [&str; 4] = [
+    "AMNET_RANK",
+    "AMNET_SIZE",
+    "AMNET_SMP_JOB",
+    "AMNET_MPI_LIFELINE",
+];
+
 /// The `AMNET_*` variables every rank gets: the launcher's own (tuning, fault injection), the
 /// conduit's, the exit grace, the report file and (under Hydra) the lifeline socket; never the
 /// variables of other conduits' jobs.
 fn amnet_env(opts: &LaunchOptions, flavour: Flavour, report: &Path) -> BTreeMap<String, String> {
     let mut env: BTreeMap<String, String> = std::env::vars()
         .filter(|(k, _)| k.starts_with("AMNET_"))
-        .filter(|(k, _)| {
-            !matches!(
-                k.as_str(),
-                "AMNET_RANK" | "AMNET_SIZE" | "AMNET_SMP_JOB" | "AMNET_MPI_LIFELINE"
-            )
-        })
+        .filter(|(k, _)| !OWN_JOB_VARIABLES.contains(&k.as_str()))
         .collect();
     env.insert("AMNET_CONDUIT".into(), "mpi".into());
     env.insert(
@@ -411,12 +415,7 @@ fn command(launcher: &[String], flavour: Flavour, opts: &LaunchOptions, report: 
             }
         }
     }
-    for k in [
-        "AMNET_RANK",
-        "AMNET_SIZE",
-        "AMNET_SMP_JOB",
-        "AMNET_MPI_LIFELINE",
-    ] {
+    for k in OWN_JOB_VARIABLES {
         cmd.env_remove(k);
     }
     let env = amnet_env(opts, flavour, report);
@@ -900,7 +899,7 @@ mod tests {
     fn lifelines_name_the_rank_that_died_first() {
         use std::io::Write;
         use std::os::unix::net::UnixStream;
-        let path = report_path().with_extension("life");
+        let path = lifeline_path(&report_path());
         let lines = Lifelines::listen(&path).unwrap();
         let mut socks: Vec<UnixStream> = (0..4)
             .map(|r| {
