@@ -187,8 +187,12 @@ struct Inner {
     /// The deliveries of the poll in progress (kept for its capacity).
     batch: Vec<Delivery>,
     rx: RxRing,
-    /// The last receive found data: the next one takes a batch with `recvmmsg`.
+    /// Data is streaming in: the next receive takes a batch with `recvmmsg`. Set by a batch
+    /// that found data, or by a lone `recv` that found a datagram right after another one
+    /// did (a single answer, as in a ping-pong, does not start a streak).
     rx_streak: bool,
+    /// The last lone `recv` found a datagram.
+    rx_hit: bool,
     /// When the transmit planner must run next (µs; 0: at the next chance): the protocol's
     /// [`Proto::next_timeout`] after the last run, or 0 once its state changed since.
     tx_due: u64,
@@ -581,6 +585,7 @@ impl UdpConduit {
                 batch: Vec::new(),
                 rx: RxRing::new(),
                 rx_streak: false,
+                rx_hit: false,
                 tx_due: 0,
                 tx_stale: false,
                 clock: 0,
@@ -908,7 +913,8 @@ impl UdpConduit {
 
     /// Idle so far: one `recv` into the first receive buffer, the cheapest look at an empty
     /// socket (an empty `recvmmsg` costs half as much again). Returns the length of the
-    /// datagram it found, which the caller takes in; the next receive takes a batch.
+    /// datagram it found, which the caller takes in. Two found in a row start a streak: the
+    /// receives after them take batches.
     fn recv_one(&self, inner: &mut Inner) -> Option<usize> {
         let buf = &mut inner.rx.bufs[0];
         // SAFETY: `buf` is a live buffer of `buf.len()` bytes, which the kernel fills.
@@ -924,9 +930,11 @@ impl UdpConduit {
             if !matches!(errno(), libc::EAGAIN | libc::EINTR) {
                 inner.edge.rx_errors += 1;
             }
+            inner.rx_hit = false;
             return None;
         };
-        inner.rx_streak = true;
+        inner.rx_streak = inner.rx_hit;
+        inner.rx_hit = true;
         Some(len.min(RX_BUF))
     }
 
@@ -938,6 +946,7 @@ impl UdpConduit {
             proto,
             rx,
             rx_streak,
+            rx_hit,
             edge,
             ..
         } = inner;
@@ -971,6 +980,7 @@ impl UdpConduit {
             }
         }
         *rx_streak = total > 0;
+        *rx_hit &= total > 0;
         total > 0
     }
 
