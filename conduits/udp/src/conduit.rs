@@ -911,7 +911,7 @@ impl UdpConduit {
         self.recv_batch(inner, now)
     }
 
-    /// Idle so far: one `recv` into the first receive buffer, the cheapest look at an empty
+    /// No streak: one `recv` into the first receive buffer, the cheapest look at an empty
     /// socket (an empty `recvmmsg` costs half as much again). Returns the length of the
     /// datagram it found, which the caller takes in. Two found in a row start a streak: the
     /// receives after them take batches.
