@@ -10,9 +10,9 @@
 //! route lookup per datagram (`sendto` on the main socket where there is none; `sendmsg` with
 //! two iovecs for a datagram whose payload chunk stays in the caller's memory; a batch with
 //! `sendmmsg`), an idle poll looks with `recv` (up to three times back to back, so that a
-//! datagram arriving between polls waits less; once when the host is oversubscribed), a poll
-//! that follows one that found data uses `recvmmsg`, so that a stream is taken in batches, and
-//! the protocol's transmit planner runs only when something changed or a timer is due
+//! datagram arriving between polls waits less; once when the host is oversubscribed), once two
+//! looks in a row found a datagram the polls use `recvmmsg`, so that a stream is taken in
+//! batches while a lone answer keeps the cheaper `recv`, and the protocol's transmit planner runs only when something changed or a timer is due
 //! ([`Proto::next_timeout`]), not on every poll. The single-datagram calls are plain system
 //! calls, without glibc's cancellation-point wrappers (module `sys`).
 //!
@@ -51,6 +51,8 @@ const HOLD_MIN: usize = 16 << 10;
 const RX_BATCH: usize = 32;
 /// `recvmmsg` calls per poll at most (fairness with the caller's own work).
 const RX_ROUNDS: usize = 8;
+/// Lone receives in a row that must find a datagram before the receives take batches.
+const RX_STREAK: u8 = 2;
 /// Room for any datagram.
 const RX_BUF: usize = 65536;
 /// Deliveries handed to the core per poll at most.
@@ -187,12 +189,10 @@ struct Inner {
     /// The deliveries of the poll in progress (kept for its capacity).
     batch: Vec<Delivery>,
     rx: RxRing,
-    /// Data is streaming in: the next receive takes a batch with `recvmmsg`. Set by a batch
-    /// that found data, or by a lone `recv` that found a datagram right after another one
-    /// did (a single answer, as in a ping-pong, does not start a streak).
-    rx_streak: bool,
-    /// The last lone `recv` found a datagram.
-    rx_hit: bool,
+    /// Lone `recv`s in a row that found a datagram, up to [`RX_STREAK`]; there, data is
+    /// streaming in and the receives take batches with `recvmmsg` until one finds nothing (a
+    /// single answer, as in a ping-pong, does not start a streak).
+    rx_hits: u8,
     /// When the transmit planner must run next (µs; 0: at the next chance): the protocol's
     /// [`Proto::next_timeout`] after the last run, or 0 once its state changed since.
     tx_due: u64,
@@ -584,8 +584,7 @@ impl UdpConduit {
                 held: VecDeque::new(),
                 batch: Vec::new(),
                 rx: RxRing::new(),
-                rx_streak: false,
-                rx_hit: false,
+                rx_hits: 0,
                 tx_due: 0,
                 tx_stale: false,
                 clock: 0,
@@ -899,7 +898,7 @@ impl UdpConduit {
     /// reading, taken just before). Returns whether it took any datagram; the caller then
     /// refreshes `tx_due`.
     fn receive(&self, inner: &mut Inner, now: u64) -> bool {
-        if !inner.rx_streak {
+        if inner.rx_hits < RX_STREAK {
             let Some(len) = self.recv_one(inner) else {
                 return false;
             };
@@ -913,8 +912,8 @@ impl UdpConduit {
 
     /// No streak: one `recv` into the first receive buffer, the cheapest look at an empty
     /// socket (an empty `recvmmsg` costs half as much again). Returns the length of the
-    /// datagram it found, which the caller takes in. Two found in a row start a streak: the
-    /// receives after them take batches.
+    /// datagram it found, which the caller takes in. [`RX_STREAK`] found in a row start a
+    /// streak: the receives after them take batches.
     fn recv_one(&self, inner: &mut Inner) -> Option<usize> {
         let buf = &mut inner.rx.bufs[0];
         // SAFETY: `buf` is a live buffer of `buf.len()` bytes, which the kernel fills.
@@ -930,23 +929,21 @@ impl UdpConduit {
             if !matches!(errno(), libc::EAGAIN | libc::EINTR) {
                 inner.edge.rx_errors += 1;
             }
-            inner.rx_hit = false;
+            inner.rx_hits = 0;
             return None;
         };
-        inner.rx_streak = inner.rx_hit;
-        inner.rx_hit = true;
+        inner.rx_hits = (inner.rx_hits + 1).min(RX_STREAK);
         Some(len.min(RX_BUF))
     }
 
-    /// Data came last time: take batches with `recvmmsg` until the socket is empty (at most
-    /// [`RX_ROUNDS`]). Returns whether it took any datagram.
+    /// A streak: take batches with `recvmmsg` until the socket is empty (at most
+    /// [`RX_ROUNDS`]); finding nothing ends the streak. Returns whether it took any datagram.
     fn recv_batch(&self, inner: &mut Inner, now: u64) -> bool {
         let fd = self.sock.as_raw_fd();
         let Inner {
             proto,
             rx,
-            rx_streak,
-            rx_hit,
+            rx_hits,
             edge,
             ..
         } = inner;
@@ -979,8 +976,9 @@ impl UdpConduit {
                 break;
             }
         }
-        *rx_streak = total > 0;
-        *rx_hit &= total > 0;
+        if total == 0 {
+            *rx_hits = 0;
+        }
         total > 0
     }
 
@@ -1287,7 +1285,7 @@ impl Conduit for UdpConduit {
             inner.proto.settle();
             self.refresh_due(&mut inner);
         }
-        if inner.rx_streak {
+        if inner.rx_hits >= RX_STREAK {
             let received = self.recv_batch(&mut inner, now);
             return self.deliver(inner, now, received, replies_only, sink);
         }
