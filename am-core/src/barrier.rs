@@ -15,7 +15,7 @@ use crate::handler::{HandlerTable, Token};
 use crate::stats::Ctr;
 use crate::{Error, Result};
 
-pub(crate) const LIB_BARRIER: u8 = 5;
+use crate::handlers::BARRIER as LIB_BARRIER;
 
 /// Barrier flags.
 pub mod flags {
@@ -149,7 +149,7 @@ impl Endpoint {
     pub fn barrier_notify(&self, id: u32, flags: u32) -> Result<()> {
         self.attached_for("barrier_notify")?;
         not_in_handler("barrier_notify")?;
-        if let Some(why) = self.inner.layer.barrier_guard.get().and_then(|g| g()) {
+        if let Some(why) = self.inner.layer.barrier_objection() {
             return Err(Error::Usage {
                 op: "barrier_notify",
                 detail: why,

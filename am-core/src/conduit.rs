@@ -248,16 +248,7 @@ pub trait Conduit: Send + Sync + 'static {
 }
 
 /// The limit of a conduit's start-up (joining the job, the start-up and attach barriers):
-/// `AMNET_BOOT_TIMEOUT` seconds, 120 by default. Anything but a whole number >= 1 is a
-/// `Config` error naming the variable.
+/// `AMNET_BOOT_TIMEOUT` from the environment ([`Source::boot_timeout`](crate::Source::boot_timeout)).
 pub fn boot_timeout() -> Result<std::time::Duration> {
-    match std::env::var("AMNET_BOOT_TIMEOUT") {
-        Err(_) => Ok(std::time::Duration::from_secs(120)),
-        Ok(v) => match v.parse::<u64>() {
-            Ok(s) if s > 0 => Ok(std::time::Duration::from_secs(s)),
-            _ => Err(crate::Error::Config(format!(
-                "AMNET_BOOT_TIMEOUT={v:?}: expected a whole number of seconds >= 1"
-            ))),
-        },
-    }
+    crate::Source::env().boot_timeout()
 }

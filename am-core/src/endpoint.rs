@@ -7,14 +7,17 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::backoff::Backoff;
 use crate::barrier::BarrierState;
 use crate::conduit::{Category, Conduit, InMsg, LocalSegment, NativeRma, OutMsg, MAX_ARGS};
+use crate::config::{vars, Source};
 use crate::handler::{HandlerFn, HandlerTable, Token, FIRST_CLIENT_HANDLER};
 use crate::rma::OpState;
 use crate::stats::{Ctr, StatBlock, Stats};
 use crate::{Error, Rank, Result};
 
-/// Settings read from the environment when the endpoint is created.
+/// The core's settings in force for one endpoint, resolved from its [`Source`] (values set in
+/// code, then the environment, then the defaults) when the endpoint is created.
 #[derive(Debug, Clone)]
-pub struct Config {
+#[non_exhaustive]
+pub struct EndpointConfig {
     /// Use the conduit's native put/get when it has one (`AMNET_RMA=native`, the default) or
     /// always the AM-based reference path (`AMNET_RMA=am`).
     pub rma_native: bool,
@@ -29,44 +32,17 @@ pub struct Config {
     pub oversubscribed: bool,
 }
 
-impl Config {
-    /// Read the configuration from the environment.
-    pub fn from_env(oversubscribed: bool) -> Result<Self> {
-        let flag = |name: &str| -> Result<bool> {
-            match std::env::var(name) {
-                Err(_) => Ok(false),
-                Ok(v) => match v.as_str() {
-                    "" | "0" | "no" | "false" => Ok(false),
-                    "1" | "yes" | "true" => Ok(true),
-                    other => Err(Error::Config(format!("{name}={other:?}: expected 0 or 1"))),
-                },
-            }
-        };
-        let rma_native = match std::env::var("AMNET_RMA").as_deref() {
-            Err(_) | Ok("") | Ok("native") => true,
-            Ok("am") => false,
-            Ok(other) => {
-                return Err(Error::Config(format!(
-                    "AMNET_RMA={other:?}: expected \"native\" or \"am\""
-                )))
-            }
-        };
-        let spin = match std::env::var("AMNET_SPIN") {
-            Err(_) => {
-                if oversubscribed {
-                    16
-                } else {
-                    2000
-                }
-            }
-            Ok(v) => v
-                .parse()
-                .map_err(|_| Error::Config(format!("AMNET_SPIN={v:?}: expected a whole number")))?,
-        };
-        Ok(Config {
+impl EndpointConfig {
+    /// Resolve the core's settings from `src`; `oversubscribed` as the conduit reports it.
+    pub fn resolve(src: &Source, oversubscribed: bool) -> Result<Self> {
+        let rma_native = src.choice(&vars::RMA)? != Some("am");
+        let spin = src
+            .count_u32(&vars::SPIN)?
+            .unwrap_or(if oversubscribed { 16 } else { 2000 });
+        Ok(EndpointConfig {
             rma_native,
-            stats_at_exit: flag("AMNET_STATS")?,
-            verbose: flag("AMNET_VERBOSE")?,
+            stats_at_exit: src.flag(&vars::STATS)?.unwrap_or(false),
+            verbose: src.flag(&vars::VERBOSE)?.unwrap_or(false),
             spin,
             oversubscribed,
         })
@@ -173,7 +149,9 @@ pub(crate) struct Inner {
     pub(crate) conduit: Box<dyn Conduit>,
     pub(crate) rank: Rank,
     pub(crate) size: u32,
-    pub(crate) cfg: Config,
+    pub(crate) cfg: EndpointConfig,
+    /// Where this endpoint's settings come from (layers read theirs here too).
+    pub(crate) source: Source,
     attached: OnceLock<Attached>,
     attach_started: AtomicBool,
     pub(crate) barrier: Mutex<BarrierState>,
@@ -291,17 +269,19 @@ impl Inner {
     fn print_stats_once(&self) {
         if self.cfg.stats_at_exit && !self.stats_printed.swap(true, Ordering::AcqRel) {
             let s = self.stats_sum();
-            eprint!("{}", s.report(self.rank));
+            let mut text = s.report(self.rank);
             let c = self.conduit.counters();
             if !c.is_empty() {
                 let list: Vec<String> = c.iter().map(|(k, v)| format!("{k} {v}")).collect();
-                eprintln!(
-                    "amnet stats rank {}: {} {}",
+                text += &format!(
+                    "amnet stats rank {}: {} {}\n",
                     self.rank,
                     self.conduit.name(),
                     list.join(" ")
                 );
             }
+            // One write: the reports of ranks that exit together do not interleave mid-line.
+            crate::diag::emit(&text);
         }
     }
 
@@ -347,10 +327,16 @@ pub(crate) fn join64(lo: u32, hi: u32) -> u64 {
 }
 
 impl Endpoint {
-    /// Wrap a conduit. Reads the configuration from the environment; in process mode installs
-    /// the exit hook that turns a return from `main` into a job-wide exit with that status.
+    /// Wrap a conduit, with the settings of the environment. In process mode this installs the
+    /// exit hook that turns a return from `main` into a job-wide exit with that status.
     pub fn new(conduit: Box<dyn Conduit>) -> Result<Self> {
-        let cfg = Config::from_env(conduit.oversubscribed())?;
+        Self::with_source(conduit, Source::env())
+    }
+
+    /// [`Endpoint::new`] with the settings of `source` (values set in code win over the
+    /// environment; see [`crate::config`]).
+    pub fn with_source(conduit: Box<dyn Conduit>, source: Source) -> Result<Self> {
+        let cfg = EndpointConfig::resolve(&source, conduit.oversubscribed())?;
         let exit_word = ExitWord(
             conduit
                 .exit_word()
@@ -362,6 +348,7 @@ impl Endpoint {
             size: conduit.size(),
             conduit,
             cfg,
+            source,
             attached: OnceLock::new(),
             attach_started: AtomicBool::new(false),
             barrier: Mutex::new(BarrierState::new()),
@@ -393,9 +380,15 @@ impl Endpoint {
         self.inner.conduit.name()
     }
 
-    /// The configuration in force.
-    pub fn config(&self) -> &Config {
+    /// The core's settings in force.
+    pub fn config(&self) -> &EndpointConfig {
         &self.inner.cfg
+    }
+
+    /// Where this endpoint's settings come from: layers above the core (the collectives) read
+    /// their own variables here, so that values set in code reach them too.
+    pub fn config_source(&self) -> &Source {
+        &self.inner.source
     }
 
     /// True while the conduit asks idle waits to stay awake: a peer drives work here that
@@ -517,8 +510,8 @@ impl Endpoint {
             return Err(Error::AlreadyAttached);
         }
         if self.inner.cfg.verbose && self.rank() == 0 {
-            eprintln!(
-                "amnet: conduit {} ranks {} segment {} B max medium {} rma {} spin {}",
+            let mut text = format!(
+                "amnet: conduit {} ranks {} segment {} B max medium {} rma {} spin {}\n",
                 self.conduit_name(),
                 self.size(),
                 seg_len,
@@ -526,6 +519,8 @@ impl Endpoint {
                 rma,
                 self.inner.cfg.spin
             );
+            text += &self.inner.source.dump(self.conduit_name());
+            crate::diag::emit(&text);
         }
         Ok(())
     }
@@ -822,7 +817,7 @@ impl Endpoint {
         let Some(h) = att.handlers[usize::from(m.handler)].as_ref() else {
             // Callers check handler indices against their own table, which attach proved equal
             // to ours, so only a corrupted message can get here.
-            eprintln!(
+            crate::diag!(
                 "amnet rank {}: dropped a message from rank {} for unregistered handler {}",
                 self.rank(),
                 m.src,

@@ -3,13 +3,19 @@
 //! Every error is reported at the caller, names what was wrong (the rank, the handler index,
 //! the sizes or the argument) and says how to fix it.
 
+use std::sync::Arc;
+
 use crate::Rank;
 
 /// Result alias used throughout amnet.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong in an amnet call.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// Match on the variants rather than on messages: a failed peer is [`Error::PeerFailed`] with
+/// its rank, a failed operating-system call is [`Error::Os`] with the `io::Error` as its
+/// source ([`Error::io_error`]), a bad setting is [`Error::Config`].
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// An operation that needs an attached endpoint ran before `attach` completed.
@@ -129,7 +135,30 @@ pub enum Error {
     /// Environment or start-up configuration is wrong.
     #[error("configuration error: {0}")]
     Config(String),
-    /// The conduit failed (shared memory, sockets, MPI...).
+    /// A peer rank failed: it died, went silent past the conduit's timeout, or left without
+    /// ending the job. Operations that need it fail with this error from then on.
+    #[error("{conduit} conduit: rank {rank} has failed ({detail})")]
+    PeerFailed {
+        /// The conduit that found out.
+        conduit: &'static str,
+        /// The rank that failed.
+        rank: Rank,
+        /// How it was found out (a timeout, a lost connection, ...).
+        detail: String,
+    },
+    /// An operating-system call failed; `source` is its error.
+    #[error("{conduit} conduit: {op}: {source}")]
+    Os {
+        /// The conduit (or "core", "launcher") that made the call.
+        conduit: &'static str,
+        /// What was attempted, with its arguments (`shm_open /amnet-1-q0`, `bind 127.0.0.1:0`).
+        op: String,
+        /// The operating system's error.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// The conduit failed (shared memory, sockets, MPI...) in a way no other variant
+    /// describes.
     #[error("{conduit} conduit: {detail}")]
     Conduit {
         /// Which conduit.
@@ -166,6 +195,31 @@ pub enum Error {
 }
 
 impl Error {
+    /// An [`Error::Os`] for `op` failing with `source`.
+    pub fn os(conduit: &'static str, op: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Os {
+            conduit,
+            op: op.into(),
+            source: Arc::new(source),
+        }
+    }
+
+    /// The operating system's error behind an [`Error::Os`].
+    pub fn io_error(&self) -> Option<&std::io::Error> {
+        match self {
+            Error::Os { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
+    /// The failed rank behind an [`Error::PeerFailed`].
+    pub fn failed_rank(&self) -> Option<Rank> {
+        match self {
+            Error::PeerFailed { rank, .. } => Some(*rank),
+            _ => None,
+        }
+    }
+
     /// Convenience constructor for conduit errors.
     pub fn conduit(conduit: &'static str, detail: impl Into<String>) -> Self {
         Error::Conduit {

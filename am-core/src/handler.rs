@@ -8,8 +8,8 @@ use crate::{Error, Rank, Result};
 /// a library buffer for Medium; the bytes in the local segment for Long).
 pub type HandlerFn = dyn Fn(&mut Token<'_>, &[u32], &[u8]) + Send + Sync;
 
-/// The first handler index clients may use.
-pub const FIRST_CLIENT_HANDLER: u8 = 128;
+/// The first handler index clients may use ([`handlers::FIRST_CLIENT`](crate::handlers)).
+pub const FIRST_CLIENT_HANDLER: u8 = crate::handlers::FIRST_CLIENT;
 
 /// The handlers a rank registers at attach. Indices 1..=127 belong to the library,
 /// 128..=255 to clients. Every rank must register the same set of indices.

@@ -1,105 +1,168 @@
-//! Hooks for library layers built on the AM core (the collectives): a reserved range of
-//! handler indices that a layer installs after attach, requests to those handlers, a guard
-//! that barriers consult, and queries a layer needs to enforce its own rules.
+//! The narrow view through which a library layer above the core (the collectives) reaches it:
+//! [`Endpoint::layer`] hands out a [`LayerHooks`] for one [`Layer`], and everything a layer
+//! may do goes through it: install its handlers (only at the indices the core's table gives
+//! the layer), send requests to them, install the guard that barriers consult, and keep its
+//! per-endpoint state.
 //!
-//! The core registers a forwarding handler at every index of [`LAYER_HANDLERS`] when it
-//! attaches; a message to an index whose handler is not installed yet is reported and
-//! dropped. A layer must therefore install its handlers before any peer can send to them
-//! (for the collectives: inside the collective `coll_init`, before its agreement exchange).
+//! The core registers a forwarding handler at every layer index when it attaches; a message to
+//! an index whose handler is not installed yet is reported and dropped. A layer must therefore
+//! install its handlers before any peer can send to them (for the collectives: inside the
+//! collective `Coll::init`, before its agreement exchange). Clients cannot register these
+//! indices in their [`HandlerTable`], so nothing a client does before the layer starts can
+//! take them.
 
 use std::any::Any;
-use std::ops::RangeInclusive;
 use std::sync::{Arc, OnceLock};
 
 use crate::conduit::{Category, OutMsg, MAX_ARGS};
-use crate::endpoint::{current_handler, not_in_handler};
+use crate::endpoint::not_in_handler;
 use crate::handler::{HandlerFn, HandlerTable, Token};
+use crate::handlers::Layer;
 use crate::{Endpoint, Error, Rank, Result};
-
-/// Handler indices reserved for library layers (inside the library's 1..=127).
-pub const LAYER_HANDLERS: RangeInclusive<u8> = 32..=63;
-
-const N_LAYER: usize = 32;
 
 /// A barrier guard: returns why a barrier may not start now, or None.
 pub type BarrierGuard = dyn Fn() -> Option<String> + Send + Sync;
 
-/// Per-endpoint state of the layer hooks.
-pub(crate) struct LayerSlots {
+/// One layer's hooks in one endpoint.
+struct Slot {
     handlers: Vec<OnceLock<Box<HandlerFn>>>,
-    pub(crate) barrier_guard: OnceLock<Box<BarrierGuard>>,
+    barrier_guard: OnceLock<Box<BarrierGuard>>,
     state: OnceLock<Arc<dyn Any + Send + Sync>>,
+}
+
+/// Per-endpoint state of every layer's hooks.
+pub(crate) struct LayerSlots {
+    slots: Vec<Slot>,
 }
 
 impl LayerSlots {
     pub(crate) fn new() -> Self {
         LayerSlots {
-            handlers: (0..N_LAYER).map(|_| OnceLock::new()).collect(),
-            barrier_guard: OnceLock::new(),
-            state: OnceLock::new(),
+            slots: Layer::ALL
+                .iter()
+                .map(|l| Slot {
+                    handlers: l.indices().map(|_| OnceLock::new()).collect(),
+                    barrier_guard: OnceLock::new(),
+                    state: OnceLock::new(),
+                })
+                .collect(),
         }
+    }
+
+    /// Why a barrier may not start now, as the first layer guard that objects says.
+    pub(crate) fn barrier_objection(&self) -> Option<String> {
+        self.slots
+            .iter()
+            .find_map(|s| s.barrier_guard.get().and_then(|g| g()))
     }
 }
 
 /// Register the forwarders for every layer index.
 pub(crate) fn register_handlers(t: &mut HandlerTable) -> Result<()> {
-    for index in LAYER_HANDLERS {
-        t.insert(index, Box::new(forward))?;
+    for layer in Layer::ALL {
+        for index in layer.indices() {
+            t.insert(index, Box::new(forward))?;
+        }
     }
     Ok(())
 }
 
 fn forward(tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
-    let i = usize::from(tok.handler() - LAYER_HANDLERS.start());
-    match tok.endpoint().inner.layer.handlers[i].get() {
+    let index = tok.handler();
+    let installed = Layer::owning(index).and_then(|l| {
+        let i = usize::from(index - l.indices().start());
+        tok.endpoint().inner.layer.slots[l.slot()].handlers[i].get()
+    });
+    match installed {
         Some(h) => h(tok, args, payload),
-        None => eprintln!(
+        None => crate::diag!(
             "amnet rank {}: dropped a message from rank {} for layer handler {}, which is not \
              installed on this rank",
             tok.endpoint().rank(),
             tok.src(),
-            tok.handler()
+            index
         ),
     }
 }
 
-fn check_index(index: u8) -> Result<()> {
-    if LAYER_HANDLERS.contains(&index) {
-        Ok(())
-    } else {
-        Err(Error::Usage {
-            op: "layer handler",
-            detail: format!(
-                "index {index} is outside the layer range {}..={}",
-                LAYER_HANDLERS.start(),
-                LAYER_HANDLERS.end()
-            ),
-        })
+/// What a library layer may do with an endpoint; see the [module docs](self).
+#[derive(Clone, Copy)]
+pub struct LayerHooks<'a> {
+    ep: &'a Endpoint,
+    layer: Layer,
+}
+
+impl std::fmt::Debug for LayerHooks<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LayerHooks")
+            .field("layer", &self.layer)
+            .field("rank", &self.ep.rank())
+            .finish()
     }
 }
 
 impl Endpoint {
-    /// Install the handler of a library layer at `index` (in [`LAYER_HANDLERS`]), once per
-    /// index. Clients register their own handlers in the [`HandlerTable`] instead.
-    pub fn install_layer_handler<F>(&self, index: u8, f: F) -> Result<()>
+    /// The hooks of library layer `layer` on this endpoint.
+    pub fn layer(&self, layer: Layer) -> LayerHooks<'_> {
+        LayerHooks { ep: self, layer }
+    }
+
+    /// The handler running on the calling thread, if any.
+    pub fn current_handler(&self) -> Option<u8> {
+        match crate::endpoint::current_handler() {
+            0 => None,
+            h => Some(h),
+        }
+    }
+
+    /// True between `barrier_notify` and the completion of the matching wait or try.
+    pub fn barrier_pending(&self) -> bool {
+        self.barrier_is_pending()
+    }
+}
+
+impl LayerHooks<'_> {
+    fn slot(&self) -> &Slot {
+        &self.ep.inner.layer.slots[self.layer.slot()]
+    }
+
+    fn check_index(&self, index: u8) -> Result<usize> {
+        let range = self.layer.indices();
+        if range.contains(&index) {
+            Ok(usize::from(index - range.start()))
+        } else {
+            Err(Error::Usage {
+                op: "layer handler",
+                detail: format!(
+                    "index {index} is not one of the {} layer's ({}..={})",
+                    self.layer.name(),
+                    range.start(),
+                    range.end()
+                ),
+            })
+        }
+    }
+
+    /// Install the layer's handler at `index` (one of [`Layer::indices`]), once per index,
+    /// after attach.
+    pub fn install_handler<F>(&self, index: u8, f: F) -> Result<()>
     where
         F: Fn(&mut Token<'_>, &[u32], &[u8]) + Send + Sync + 'static,
     {
-        check_index(index)?;
-        self.attached_for("install_layer_handler")?;
-        let i = usize::from(index - LAYER_HANDLERS.start());
-        self.inner.layer.handlers[i]
+        let i = self.check_index(index)?;
+        self.ep.attached_for("install_handler")?;
+        self.slot().handlers[i]
             .set(Box::new(f))
             .map_err(|_| Error::DuplicateHandler { index })
     }
 
-    /// Send a Medium request (Short when `payload` is empty) to the layer handler `index` on
+    /// Send a Medium request (Short when `payload` is empty) to the layer's handler `index` on
     /// `dest`. The same rules as [`Endpoint::request_medium`] apply (not from handler
     /// context; the payload at most [`Endpoint::max_medium`] bytes).
-    pub fn layer_request(&self, dest: Rank, index: u8, args: &[u32], payload: &[u8]) -> Result<()> {
-        check_index(index)?;
-        let att = self.attached_for("layer_request")?;
-        not_in_handler("layer_request")?;
+    pub fn request(&self, dest: Rank, index: u8, args: &[u32], payload: &[u8]) -> Result<()> {
+        self.check_index(index)?;
+        let att = self.ep.attached_for("layer request")?;
+        not_in_handler("layer request")?;
         if args.len() > MAX_ARGS {
             return Err(Error::TooManyArgs {
                 given: args.len(),
@@ -113,7 +176,7 @@ impl Endpoint {
             att.check_payload(dest, Category::Medium, payload.len(), 0)?;
             Category::Medium
         };
-        self.lib_request(
+        self.ep.lib_request(
             dest,
             &OutMsg {
                 handler: index,
@@ -126,36 +189,25 @@ impl Endpoint {
         )
     }
 
-    /// Install the guard that `barrier_notify` consults (once per endpoint): when it returns a
+    /// Install the guard that `barrier_notify` consults (once per layer): when it returns a
     /// reason, the barrier fails with [`Error::Usage`] carrying it. The collectives use it to
     /// refuse a barrier while collectives are in flight.
     pub fn set_barrier_guard(&self, guard: Box<BarrierGuard>) -> Result<()> {
-        self.inner
-            .layer
+        self.slot()
             .barrier_guard
             .set(guard)
             .map_err(|_| Error::Usage {
                 op: "set_barrier_guard",
-                detail: "a barrier guard is already installed".into(),
+                detail: format!(
+                    "the {} layer's barrier guard is installed",
+                    self.layer.name()
+                ),
             })
     }
 
-    /// The per-endpoint state slot of the library layer (set once; shared by every thread and
-    /// clone of this endpoint).
-    pub fn layer_state(&self) -> &OnceLock<Arc<dyn Any + Send + Sync>> {
-        &self.inner.layer.state
-    }
-
-    /// The handler running on the calling thread, if any.
-    pub fn current_handler(&self) -> Option<u8> {
-        match current_handler() {
-            0 => None,
-            h => Some(h),
-        }
-    }
-
-    /// True between `barrier_notify` and the completion of the matching wait or try.
-    pub fn barrier_pending(&self) -> bool {
-        self.barrier_is_pending()
+    /// The layer's per-endpoint state (set once; shared by every thread and clone of this
+    /// endpoint).
+    pub fn state(&self) -> &OnceLock<Arc<dyn Any + Send + Sync>> {
+        &self.slot().state
     }
 }

@@ -11,10 +11,13 @@
 mod backoff;
 pub mod barrier;
 pub mod conduit;
+pub mod config;
+pub mod diag;
 mod endpoint;
 mod error;
 mod handler;
-pub mod launch;
+pub mod handlers;
+pub mod job;
 pub mod layer;
 mod rma;
 mod stats;
@@ -23,9 +26,12 @@ pub mod sync;
 pub use backoff::Backoff;
 pub use barrier::flags as barrier_flags;
 pub use conduit::{Category, Conduit, InMsg, LocalSegment, NativeRma, OutMsg, RmaTicket, MAX_ARGS};
-pub use endpoint::{Config, Endpoint};
+pub use config::{ConduitKind, Source};
+pub use endpoint::{Endpoint, EndpointConfig};
 pub use error::{Error, Result};
 pub use handler::{HandlerFn, HandlerTable, Token, FIRST_CLIENT_HANDLER};
+pub use handlers::Layer;
+pub use layer::LayerHooks;
 pub use rma::{Handle, RmaPath};
 pub use stats::{AmCounts, Stats};
 

@@ -12,10 +12,8 @@ use crate::handler::{HandlerTable, Token};
 use crate::stats::Ctr;
 use crate::{Error, Rank, Result};
 
-pub(crate) const LIB_PUT: u8 = 1;
-pub(crate) const LIB_ACK: u8 = 2;
-pub(crate) const LIB_GET: u8 = 3;
-pub(crate) const LIB_GET_REPLY: u8 = 4;
+use crate::handlers::PUT_ACK as LIB_ACK;
+use crate::handlers::{GET as LIB_GET, GET_REPLY as LIB_GET_REPLY, PUT as LIB_PUT};
 
 /// How put/get reach a rank's segment (see [`Endpoint::rma_path`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -149,7 +147,7 @@ pub(crate) fn register_handlers(t: &mut HandlerTable) -> Result<()> {
 fn put_handler(tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
     // The payload is already in the segment: acknowledge.
     if let Err(e) = tok.reply(LIB_ACK, Category::Short, args, &[], 0, true) {
-        eprintln!("amnet: put acknowledgement failed: {e}");
+        crate::diag!("amnet: put acknowledgement failed: {e}");
     }
 }
 
@@ -179,7 +177,7 @@ fn get_handler(tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
     };
     let rargs = [op_lo, op_hi, dst_lo, dst_hi];
     if let Err(e) = tok.reply(LIB_GET_REPLY, Category::Medium, &rargs, payload, 0, true) {
-        eprintln!("amnet: get reply failed: {e}");
+        crate::diag!("amnet: get reply failed: {e}");
     }
 }
 

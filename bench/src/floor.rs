@@ -58,10 +58,10 @@ fn unlink(name: &str) {
 /// Name of the line's object: under the job's name when `amrun` gave one (its clean-up
 /// removes everything named `/{job}-*`), else under the launcher's pid.
 fn line_name() -> String {
-    match std::env::var("AMNET_SMP_JOB") {
-        Ok(job) if !job.is_empty() => format!("/{job}-bench-line"),
+    match amnet::Source::env().text(&amnet::config::vars::SMP_JOB) {
+        Some(job) => format!("/{job}-bench-line"),
         // SAFETY: getppid has no preconditions.
-        _ => format!("/amnet-bench-{}-line", unsafe { libc::getppid() }),
+        None => format!("/amnet-bench-{}-line", unsafe { libc::getppid() }),
     }
 }
 

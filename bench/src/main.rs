@@ -390,7 +390,14 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             // Every rank parses the same arguments: let rank 0 (or a lone process) tell.
-            if std::env::var("AMNET_RANK").map_or(true, |r| r == "0") {
+            let src = amnet::Source::env();
+            if src
+                .count_u32(&amnet::config::vars::RANK)
+                .ok()
+                .flatten()
+                .unwrap_or(0)
+                == 0
+            {
                 eprintln!("amnet-bench: {e}\n{USAGE}");
             }
             return ExitCode::from(2);

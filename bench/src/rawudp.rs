@@ -112,9 +112,10 @@ fn set_buf(fd: i32, opt: libc::c_int) {
 
 /// The address the conduit binds (`AMNET_UDP_BIND`, else loopback).
 fn bind_ip() -> IpAddr {
-    std::env::var("AMNET_UDP_BIND")
+    amnet::Source::env()
+        .ip(&amnet::config::vars::UDP_BIND)
         .ok()
-        .and_then(|v| v.parse().ok())
+        .flatten()
         .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
 }
 

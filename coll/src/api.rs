@@ -3,7 +3,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use amnet_core::{Endpoint, Error, Rank, Result};
+use amnet_core::config::vars;
+use amnet_core::{Endpoint, Error, Layer, Rank, Result};
 use amnet_sync_modes::{CallShape, Mode};
 
 use crate::builtin::{self, Elem, Loc, RedOp, N_BUILTIN};
@@ -31,7 +32,7 @@ impl std::fmt::Debug for Coll {
 /// Which local images joined `init`, and the rank's agreement outcome once known.
 type Joined = (Vec<bool>, Option<std::result::Result<(), Error>>);
 
-/// What `layer_state` holds while and after `init` runs.
+/// What the layer's state slot holds while and after `init` runs.
 struct InitSlot {
     sh: Mutex<Option<Arc<Shared>>>,
     /// Images that called init, and the outcome once the rank's agreement check ran.
@@ -42,22 +43,6 @@ fn usage(op: &'static str, detail: impl Into<String>) -> Error {
     Error::Usage {
         op,
         detail: detail.into(),
-    }
-}
-
-fn env_secs(name: &str) -> Result<Option<Duration>> {
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => v
-            .parse::<f64>()
-            .ok()
-            .filter(|s| *s > 0.0 && s.is_finite())
-            .map(|s| Some(Duration::from_secs_f64(s)))
-            .ok_or_else(|| {
-                Error::Config(format!(
-                    "{name}={v:?}: expected a positive number of seconds"
-                ))
-            }),
-        _ => Ok(None),
     }
 }
 
@@ -208,7 +193,8 @@ impl Coll {
         let mut table = builtin::builtin_table();
         table.extend(fns.iter().cloned());
         let slot_any = ep
-            .layer_state()
+            .layer(Layer::Coll)
+            .state()
             .get_or_init(|| {
                 Arc::new(InitSlot {
                     sh: Mutex::new(None),
@@ -243,8 +229,8 @@ impl Coll {
                         images: images.clone(),
                         img_first: img_first.clone(),
                         fns: table.clone(),
-                        check: std::env::var("AMNET_COLL_CHECK").is_ok_and(|v| v == "1"),
-                        hang: env_secs("AMNET_HANG_TIMEOUT")?,
+                        check: ep.config_source().flag(&vars::COLL_CHECK)?.unwrap_or(false),
+                        hang: ep.config_source().seconds(&vars::HANG_TIMEOUT)?,
                         st: Mutex::new(State {
                             next_seq: 1,
                             at_calls: vec![0; images[me] as usize],
@@ -896,7 +882,7 @@ impl Coll {
             if let Some(t) = self.sh.hang {
                 if last.elapsed() >= t {
                     let report = self.sh.report();
-                    eprintln!("amnet watchdog (AMNET_HANG_TIMEOUT): {report}");
+                    amnet_core::diag!("amnet watchdog (AMNET_HANG_TIMEOUT): {report}");
                     return Err(Error::Hang {
                         millis: u64::try_from(t.as_millis()).unwrap_or(u64::MAX),
                         detail: report,

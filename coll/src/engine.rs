@@ -13,20 +13,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use amnet_core::{Endpoint, Error, Rank, Result, Token};
+use amnet_core::{Endpoint, Error, Layer, Rank, Result, Token};
 use amnet_sync_modes::{Dissemination, Merged, Mode};
 
 use crate::plan::Spec;
 use crate::types::FnEntry;
 
-/// Layer handler: data for a participant's destination.
-pub(crate) const H_DATA: u8 = 40;
-/// Layer handler: a packed stream of reduction operands or partial results.
-pub(crate) const H_STAGE: u8 = 41;
-/// Layer handler: an entry or exit signal of a group.
-pub(crate) const H_SIG: u8 = 42;
-/// Layer handler: a call's signature (checked mode).
-pub(crate) const H_CHECK: u8 = 43;
+// The layer's handlers, at the indices the core's table gives the collectives.
+use amnet_core::handlers::{
+    COLL_CHECK as H_CHECK, COLL_DATA as H_DATA, COLL_SIG as H_SIG, COLL_STAGE as H_STAGE,
+};
 /// `H_CHECK` kind: the payload is the sender's signature.
 const CHECK_SIGNATURE: u32 = 0;
 /// `H_CHECK` kind: the payload describes a disagreement between the sender's own images.
@@ -282,32 +278,35 @@ impl Shared {
         ] {
             let me = Arc::downgrade(self);
             self.ep
-                .install_layer_handler(h, move |tok, args, payload| {
+                .layer(Layer::Coll)
+                .install_handler(h, move |tok, args, payload| {
                     if let Some(s) = me.upgrade() {
                         f(&s, tok, args, payload);
                     }
                 })?;
         }
         let me = Arc::downgrade(self);
-        self.ep.set_barrier_guard(Box::new(move || {
-            let s = me.upgrade()?;
-            let st = s.lock();
-            if st.unsynced > 0 || !st.agg_open.is_empty() {
-                Some(format!(
-                    "{} collective(s) are in flight on rank {} (initiated and not synced{}); \
+        self.ep
+            .layer(Layer::Coll)
+            .set_barrier_guard(Box::new(move || {
+                let s = me.upgrade()?;
+                let st = s.lock();
+                if st.unsynced > 0 || !st.agg_open.is_empty() {
+                    Some(format!(
+                        "{} collective(s) are in flight on rank {} (initiated and not synced{}); \
                      sync every collective before a barrier",
-                    st.unsynced,
-                    s.rank,
-                    if st.agg_open.is_empty() {
-                        ""
-                    } else {
-                        ", or an aggregate left open"
-                    }
-                ))
-            } else {
-                None
-            }
-        }))
+                        st.unsynced,
+                        s.rank,
+                        if st.agg_open.is_empty() {
+                            ""
+                        } else {
+                            ", or an aggregate left open"
+                        }
+                    ))
+                } else {
+                    None
+                }
+            }))
     }
 
     /// Record an entry (see `api`) by the thread of `image`: creates the op and its group on
@@ -434,7 +433,7 @@ impl Shared {
                     if to == self.rank {
                         self.sig_arrived(group, which, round);
                     } else {
-                        self.ep.layer_request(to, H_SIG, &args, &[])?;
+                        self.ep.layer(Layer::Coll).request(to, H_SIG, &args, &[])?;
                     }
                 }
                 Out::Stage {
@@ -478,7 +477,8 @@ impl Shared {
             #[allow(clippy::cast_possible_truncation)] // participants fit in u32
             let args = [lo(seq), hi(seq), part as u32, lo(o), hi(o)];
             self.ep
-                .layer_request(to, H_DATA, &args, &bytes[done..done + n])?;
+                .layer(Layer::Coll)
+                .request(to, H_DATA, &args, &bytes[done..done + n])?;
             done += n;
             if done >= len {
                 return Ok(());
@@ -502,7 +502,8 @@ impl Shared {
             let o = done as u64;
             let args = [lo(seq), hi(seq), phase, lo(o), hi(o)];
             self.ep
-                .layer_request(to, H_STAGE, &args, &bytes[done..done + n])?;
+                .layer(Layer::Coll)
+                .request(to, H_STAGE, &args, &bytes[done..done + n])?;
             done += n;
             if done >= bytes.len() {
                 return Ok(());
@@ -782,8 +783,12 @@ impl Shared {
         let text = &text[..text.len().min(self.ep.max_medium())];
         for r in 0..self.size {
             if r != self.rank {
-                self.ep
-                    .layer_request(r, H_CHECK, &[lo(seq), hi(seq), CHECK_MISMATCH], text)?;
+                self.ep.layer(Layer::Coll).request(
+                    r,
+                    H_CHECK,
+                    &[lo(seq), hi(seq), CHECK_MISMATCH],
+                    text,
+                )?;
             }
         }
         Ok(())
@@ -825,8 +830,12 @@ impl Shared {
     pub(crate) fn send_signature(&self, seq: u64, sig: &[u8]) -> Result<()> {
         for r in 0..self.size {
             if r != self.rank {
-                self.ep
-                    .layer_request(r, H_CHECK, &[lo(seq), hi(seq), CHECK_SIGNATURE], sig)?;
+                self.ep.layer(Layer::Coll).request(
+                    r,
+                    H_CHECK,
+                    &[lo(seq), hi(seq), CHECK_SIGNATURE],
+                    sig,
+                )?;
             }
         }
         Ok(())

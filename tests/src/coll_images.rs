@@ -5,9 +5,9 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use amnet::coll::{Addr, Coll, RedOp, Team};
-use amnet::launch::LaunchOptions;
 use amnet::sync_modes::flags as f;
 use amnet::{Endpoint, Error};
+use amnet_launch::LaunchOptions;
 
 use crate::coll_prop::{fn_table, gen_units, Caller, Form, Rng, World};
 use crate::{handler_table, State, Verdict};
@@ -26,12 +26,12 @@ pub fn from_suite(c: &crate::Ctx<'_>) -> Verdict {
             program: exe.to_string_lossy().into_owned(),
             args: vec!["--coll-images".into(), seed.to_string()],
             timeout: Some(Duration::from_secs(150)),
-            conduit: c.ep.conduit_name().to_string(),
+            conduit: c.ep.conduit_name().parse().map_err(|e| format!("{e}"))?,
             grace: Duration::from_secs(2),
         };
         let mut log = Vec::new();
         let t0 = Instant::now();
-        let code = amnet::launch_job_with_log(&opts, &mut |m: &str| log.push(m.to_string()))
+        let code = amnet_launch::launch_job_with_log(&opts, &mut |m: &str| log.push(m.to_string()))
             .map_err(|e| format!("launch: {e}"))?;
         if code != 0 {
             return Err(format!(

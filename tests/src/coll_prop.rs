@@ -931,12 +931,16 @@ impl Caller<'_> {
     }
 }
 
-/// The seed of a property test: `AMNET_TEST_SEED` when set, else `default`.
+/// The seed of a property test: `AMNET_TEST_SEED` when set, else `default`. A value that is not
+/// a seed is reported and ignored (the suite runs with the default seed).
 pub fn seed(default: u64) -> u64 {
-    std::env::var("AMNET_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
+    match amnet::Source::env().count(&amnet::config::vars::TEST_SEED) {
+        Ok(s) => s.unwrap_or(default),
+        Err(e) => {
+            eprintln!("amnet-testsuite: {e}; using seed {default}");
+            default
+        }
+    }
 }
 
 /// Run `units` as the one caller of this rank (one image per rank).

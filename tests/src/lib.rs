@@ -272,7 +272,7 @@ pub fn run_attached(
     if ep.rank() == 0 {
         let path = summary
             .map(str::to_string)
-            .or_else(|| std::env::var("AMNET_TESTSUITE_SUMMARY").ok());
+            .or_else(|| amnet::Source::env().text(&amnet::config::vars::TESTSUITE_SUMMARY));
         if let Some(path) = path {
             let line = format!("{} {} {}\n", sum.passed, sum.failed, sum.skipped);
             if let Err(e) = std::fs::write(&path, line) {

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use amnet::launch::LaunchOptions;
 use amnet::{Endpoint, Error};
+use amnet_launch::LaunchOptions;
 
 use crate::state::{H_CHECK, H_COUNT, H_EXIT, H_EXIT_VIA_REPLY};
 use crate::{handler_table, State, Test, Verdict};
@@ -274,12 +274,12 @@ pub fn run_nested(s: &Scenario, conduit: &str) -> Verdict {
         program: exe.to_string_lossy().into_owned(),
         args: vec!["--scenario".into(), s.name.into()],
         timeout: Some(s.timeout),
-        conduit: conduit.to_string(),
+        conduit: conduit.parse().map_err(|e| format!("{e}"))?,
         grace: Duration::from_secs(2),
     };
     let mut log = Vec::new();
     let t0 = Instant::now();
-    let code = amnet::launch_job_with_log(&opts, &mut |m: &str| log.push(m.to_string()))
+    let code = amnet_launch::launch_job_with_log(&opts, &mut |m: &str| log.push(m.to_string()))
         .map_err(|e| format!("launch: {e}"))?;
     let took = t0.elapsed();
     let log = log.join("\n");

@@ -16,12 +16,16 @@ pub fn tests() -> Vec<Test> {
     }]
 }
 
-/// Messages each rank sends to each rank.
+/// Messages each rank sends to each rank (`AMNET_STORM`; a value that is not a count is
+/// reported and the default used).
 pub fn per_pair() -> u64 {
-    std::env::var("AMNET_STORM")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000)
+    match amnet::Source::env().count(&amnet::config::vars::STORM) {
+        Ok(n) => n.unwrap_or(100_000),
+        Err(e) => {
+            eprintln!("amnet-testsuite: {e}; sending 100000 per pair");
+            100_000
+        }
+    }
 }
 
 fn storm(c: &Ctx<'_>) -> Verdict {

@@ -17,10 +17,7 @@ fn suite_1_rank() {
 fn suite_2_ranks() {
     let (passed, _, skipped) = job(2, None);
     // Only the tests about another conduit's own behaviour may be skipped.
-    let conduit = std::env::var("AMNET_CONDUIT")
-        .ok()
-        .filter(|c| !c.is_empty())
-        .unwrap_or_else(|| "smp".into());
+    let conduit = common::conduit().name();
     let other = amnet_testsuite::all_tests()
         .iter()
         .filter(|t| t.only_conduit.is_some_and(|c| c != conduit))

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use amnet::launch::LaunchOptions;
+use amnet_launch::LaunchOptions;
 
 #[test]
 fn suite_4_ranks_am_rma() {
@@ -14,10 +14,10 @@ fn suite_4_ranks_am_rma() {
         program: env!("CARGO_BIN_EXE_amnet-testsuite").into(),
         args: vec!["--summary".into(), summary.to_string_lossy().into_owned()],
         timeout: Some(Duration::from_secs(600)),
-        conduit: std::env::var("AMNET_CONDUIT").unwrap_or_else(|_| "smp".into()),
+        conduit: amnet::selected_conduit().expect("AMNET_CONDUIT"),
         grace: Duration::from_secs(2),
     };
-    let code = amnet::launch_job(&opts).expect("launch");
+    let code = amnet_launch::launch_job(&opts).expect("launch");
     let text = std::fs::read_to_string(&summary).unwrap_or_default();
     let _ = std::fs::remove_file(&summary);
     assert_eq!(code, 0, "suite exited with {code}: {text:?}");

@@ -1,7 +1,8 @@
 //! amnet mpi conduit: active messages over MPI.
 //!
-//! Each rank is one process of an MPI job (started by `mpirun`, by [`run`], or `amrun
-//! --conduit mpi` when the umbrella crate is built with its `mpi` feature). Active messages
+//! Each rank is one process of an MPI job (started by `mpirun`, or by `amrun --conduit mpi`,
+//! whose spawner is `amnet_launch::mpi`; the program must be built with the umbrella crate's
+//! `mpi` feature). Active messages
 //! travel as non-blocking point-to-point messages on a private duplicate of
 //! `MPI_COMM_WORLD`, so a client may use MPI itself, on the world communicator, in the same
 //! program. Flow control is credit-based and replies have credits, tags and receives of their
@@ -31,11 +32,9 @@ mod conduit;
 mod raw;
 mod rma;
 mod segment;
-mod spawn;
 mod wire;
 
 pub use conduit::{MpiConduit, MAX_MEDIUM};
-pub use spawn::{mpirun_available, run};
 
 /// The rsmpi crate this conduit is built on, for clients that also use MPI directly (on the
 /// world communicator, never on amnet's private one).

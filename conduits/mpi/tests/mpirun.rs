@@ -1,5 +1,5 @@
 //! The mpi conduit as real MPI jobs: the `mpi_check` example run through the spawner
-//! (`amnet_mpi::run`) at 2 and 3 ranks, the exit scenarios and their codes, the launcher
+//! (`amnet_launch::mpi::run`) at 2 and 3 ranks, the exit scenarios and their codes, the launcher
 //! timeout, a plain `mpirun` without the spawner, and the `rma_check` example (put/get of
 //! 1 B to 4 MiB on the native path, which `AMNET_VERBOSE=1` must report, and on the AM path
 //! with `AMNET_RMA=am`).
@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use amnet_core::launch::LaunchOptions;
+use amnet_launch::LaunchOptions;
 
 /// Jobs run one at a time: the machine may be small, and the spawner installs process-wide
 /// signal handlers while a job runs.
@@ -22,7 +22,7 @@ static ONE_JOB: Mutex<()> = Mutex::new(());
 const LIMIT: Duration = Duration::from_secs(180);
 
 fn skip_without_mpirun(test: &str) -> bool {
-    if amnet_mpi::mpirun_available() {
+    if amnet_launch::mpi::mpirun_available() {
         return false;
     }
     eprintln!(
@@ -80,12 +80,12 @@ fn job(
         program: example().to_string_lossy().into_owned(),
         args: args.iter().map(|a| a.to_string()).collect(),
         timeout: Some(timeout),
-        conduit: "mpi".into(),
+        conduit: amnet_core::ConduitKind::Mpi,
         grace,
     };
     let mut log = Vec::new();
     let start = Instant::now();
-    let code = amnet_mpi::run(&opts, &mut |m: &str| {
+    let code = amnet_launch::mpi::run(&opts, &mut |m: &str| {
         eprintln!("launcher: {m}");
         log.push(m.to_string());
     })

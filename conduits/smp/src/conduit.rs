@@ -16,9 +16,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use amnet_core::config::{vars, Source};
 use amnet_core::{Category, Conduit, Error, InMsg, LocalSegment, OutMsg, Rank, Result};
 
-use crate::ctl::{Ctl, LAUNCHER};
+use crate::ctl::{Boot, Ctl, LAUNCHER};
 use crate::ring::Ring;
 use crate::shm::{unlink, Region};
 use crate::wire;
@@ -249,7 +250,7 @@ pub struct SmpConduit {
     /// Messages this rank sent to itself and has not consumed: its own rings are polled only
     /// while this is non-zero.
     self_pending: AtomicU64,
-    boot_count: AtomicU64,
+    boot: Boot,
     oversubscribed: bool,
     segs: OnceLock<Segs>,
     mode: Mode,
@@ -286,16 +287,6 @@ fn cores() -> u32 {
     std::thread::available_parallelism()
         .map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX))
         .unwrap_or(1)
-}
-
-fn env_u32(name: &str) -> Result<Option<u32>> {
-    match std::env::var(name) {
-        Err(_) => Ok(None),
-        Ok(v) => v
-            .parse()
-            .map(Some)
-            .map_err(|_| Error::Config(format!("{name}={v:?}: expected a whole number"))),
-    }
 }
 
 /// Name of rank `rank`'s queue object in job `job`.
@@ -364,6 +355,12 @@ impl SmpConduit {
     /// Join the process-mode job described by the environment (`AMNET_RANK`, `AMNET_SIZE`,
     /// `AMNET_SMP_JOB`, set by `amrun`). Without them the process is a job of one rank.
     pub fn from_env() -> Result<SmpConduit> {
+        Self::new(&Source::env())
+    }
+
+    /// [`SmpConduit::from_env`] with the settings of `src` (values set in code win over the
+    /// environment).
+    pub fn new(src: &Source) -> Result<SmpConduit> {
         static JOINED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         if JOINED.swap(true, Ordering::AcqRel) {
             return Err(Error::Config(
@@ -372,15 +369,16 @@ impl SmpConduit {
                     .into(),
             ));
         }
-        let rank = env_u32("AMNET_RANK")?;
-        let size = env_u32("AMNET_SIZE")?;
-        let job = std::env::var("AMNET_SMP_JOB").ok();
+        let rank = src.count_u32(&vars::RANK)?;
+        let size = src.count_u32(&vars::SIZE)?;
+        let job = src.text(&vars::SMP_JOB);
+        let boot_timeout = src.boot_timeout()?;
         match (rank, size, job) {
             (None, None, None) => {
                 let job = new_job_name();
                 let ctl = create_ctl(&job, 1)?;
                 unlink(&ctl_name(&job));
-                Self::process(job, 0, 1, ctl)
+                Self::process(job, 0, 1, ctl, boot_timeout)
             }
             (Some(rank), Some(size), Some(job)) => {
                 check_size(size)?;
@@ -394,7 +392,7 @@ impl SmpConduit {
                         "cannot open the job's control block ({e}); start the job with amrun"
                     ))
                 })?;
-                Self::process(job, rank, size, ctl)
+                Self::process(job, rank, size, ctl, boot_timeout)
             }
             _ => Err(Error::Config(
                 "AMNET_RANK, AMNET_SIZE and AMNET_SMP_JOB must be set together (use amrun)".into(),
@@ -402,18 +400,22 @@ impl SmpConduit {
         }
     }
 
-    fn process(job: String, rank: u32, size: u32, ctl_region: Region) -> Result<SmpConduit> {
+    fn process(
+        job: String,
+        rank: u32,
+        size: u32,
+        ctl_region: Region,
+        boot_timeout: std::time::Duration,
+    ) -> Result<SmpConduit> {
         // SAFETY: the region stays mapped in `Mode::Process` for the conduit's life.
         let ctl = unsafe { Ctl::view(ctl_region.ptr(), ctl_region.len(), size)? };
-        amnet_core::conduit::boot_timeout()?;
-        let boot_count = AtomicU64::new(0);
+        let boot = Boot::new(boot_timeout);
         let own_name = queue_name(&job, rank);
         let own = Region::create(&own_name, queue_bytes(size))?;
         // SAFETY: freshly created and not yet visible to peers (they wait at the barrier).
         let inb = unsafe { rings(own.ptr(), size, true) };
         let on_exit = |c: i32| process_exit(c);
-        let boot = ctl.boot_barrier(size, &boot_count, "start-up", &on_exit);
-        if let Err(e) = boot {
+        if let Err(e) = ctl.boot_barrier(size, &boot, "start-up", &on_exit) {
             unlink(&own_name);
             return Err(e);
         }
@@ -439,13 +441,13 @@ impl SmpConduit {
         // SAFETY: as above, for this rank's own area.
         let in_large = unsafe { large_counter(own.ptr()) };
         queues.push(own);
-        ctl.boot_barrier(size, &boot_count, "start-up", &on_exit)?;
+        ctl.boot_barrier(size, &boot, "start-up", &on_exit)?;
         unlink(&own_name);
         Ok(Self::assemble(
             (rank, size, ctl),
             (out, out_large),
             (&inb, in_large),
-            boot_count,
+            boot,
             Mode::Process {
                 job,
                 _ctl_region: ctl_region,
@@ -460,7 +462,7 @@ impl SmpConduit {
         (rank, size, ctl): (Rank, u32, Ctl),
         (out, out_large): (Vec<[Ring; 4]>, Vec<*const AtomicU64>),
         (inb, in_large): (&[[Ring; 4]], *const AtomicU64),
-        boot_count: AtomicU64,
+        boot: Boot,
         mode: Mode,
     ) -> SmpConduit {
         SmpConduit {
@@ -477,7 +479,7 @@ impl SmpConduit {
             large_seen: AtomicU64::new(0),
             own: own_order(inb, rank),
             self_pending: AtomicU64::new(0),
-            boot_count,
+            boot,
             oversubscribed: size > cores(),
             segs: OnceLock::new(),
             mode,
@@ -509,7 +511,7 @@ impl SmpConduit {
             (rank, size, shared.ctl),
             (out, out_large),
             (&inb, in_large),
-            AtomicU64::new(0),
+            Boot::new(Source::env().boot_timeout()?),
             Mode::Threads(shared),
         ))
     }
@@ -629,7 +631,7 @@ impl Conduit for SmpConduit {
     fn exchange(&self, blob: &[u8]) -> Result<Vec<Vec<u8>>> {
         let on_exit = self.on_exit();
         self.ctl
-            .exchange(self.rank, self.size, blob, &self.boot_count, &on_exit)
+            .exchange(self.rank, self.size, blob, &self.boot, &on_exit)
     }
 
     fn attach_segment(&self, len: usize, lens: &[usize]) -> Result<LocalSegment> {
@@ -659,7 +661,7 @@ impl Conduit for SmpConduit {
                     None
                 };
                 self.ctl
-                    .boot_barrier(self.size, &self.boot_count, "attach", &on_exit)?;
+                    .boot_barrier(self.size, &self.boot, "attach", &on_exit)?;
                 for (r, &l) in lens.iter().enumerate() {
                     if r == me || l == 0 {
                         continue;
@@ -674,7 +676,7 @@ impl Conduit for SmpConduit {
                     maps.push(o);
                 }
                 self.ctl
-                    .boot_barrier(self.size, &self.boot_count, "attach", &on_exit)?;
+                    .boot_barrier(self.size, &self.boot, "attach", &on_exit)?;
                 if len > 0 {
                     unlink(&own_name);
                 }
@@ -683,7 +685,7 @@ impl Conduit for SmpConduit {
                 let own = Arc::new(Region::heap(len)?);
                 sh.segs.lock().unwrap_or_else(|e| e.into_inner())[me] = Some(own);
                 self.ctl
-                    .boot_barrier(self.size, &self.boot_count, "attach", &on_exit)?;
+                    .boot_barrier(self.size, &self.boot, "attach", &on_exit)?;
                 let segs = sh.segs.lock().unwrap_or_else(|e| e.into_inner());
                 for (r, s) in segs.iter().enumerate() {
                     let s = s.as_ref().ok_or_else(|| {

@@ -6,10 +6,29 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use amnet_core::conduit::boot_timeout;
 use amnet_core::{Error, Result};
 
 const MAGIC: u64 = 0x616d_6e65_7443_544c; // "amnetCTL"
+
+/// One rank's side of the job's start-up barriers: how many it has entered, and how long each
+/// may wait for the others (`AMNET_BOOT_TIMEOUT`).
+#[derive(Debug)]
+pub(crate) struct Boot {
+    /// Barriers this rank has entered.
+    pub(crate) count: AtomicU64,
+    /// The longest a barrier waits.
+    pub(crate) limit: Duration,
+}
+
+impl Boot {
+    pub(crate) fn new(limit: Duration) -> Self {
+        Boot {
+            count: AtomicU64::new(0),
+            limit,
+        }
+    }
+}
+
 /// Bytes of one rank's exchange slot.
 pub(crate) const SLOT_BYTES: usize = 256;
 const HEADER: usize = 4096;
@@ -144,20 +163,20 @@ impl Ctl {
         }
     }
 
-    /// Barrier among all `size` ranks. `count` is this rank's own tally of boot barriers.
-    /// Returns `Err(Exit(code))`-style errors through `on_exit` when the job ends meanwhile.
+    /// Barrier among all `size` ranks, waiting at most `boot.limit`. Returns
+    /// `Err(Exit(code))`-style errors through `on_exit` when the job ends meanwhile.
     pub(crate) fn boot_barrier(
         &self,
         size: u32,
-        count: &AtomicU64,
+        boot: &Boot,
         what: &str,
         on_exit: &dyn Fn(i32),
     ) -> Result<()> {
-        let k = count.fetch_add(1, Ordering::Relaxed) + 1;
+        let k = boot.count.fetch_add(1, Ordering::Relaxed) + 1;
         let target = k * u64::from(size);
         self.hdr().arrivals.fetch_add(1, Ordering::AcqRel);
         let start = Instant::now();
-        let limit = boot_timeout()?;
+        let limit = boot.limit;
         let mut idle = 0u32;
         loop {
             let a = self.hdr().arrivals.load(Ordering::Acquire);
@@ -195,7 +214,7 @@ impl Ctl {
         rank: u32,
         size: u32,
         blob: &[u8],
-        count: &AtomicU64,
+        boot: &Boot,
         on_exit: &dyn Fn(i32),
     ) -> Result<Vec<Vec<u8>>> {
         if blob.len() > SLOT_BYTES - 4 {
@@ -215,7 +234,7 @@ impl Ctl {
             #[allow(clippy::cast_possible_truncation)] // checked above
             (*me).len.store(blob.len() as u32, Ordering::Release);
         }
-        self.boot_barrier(size, count, "attach exchange", on_exit)?;
+        self.boot_barrier(size, boot, "attach exchange", on_exit)?;
         let mut out = Vec::with_capacity(size as usize);
         for r in 0..size {
             let s = self.slot(r);
@@ -227,7 +246,7 @@ impl Ctl {
         }
         // Nobody rewrites a slot until everyone has read: a later exchange starts with a write,
         // so close this one with a second barrier.
-        self.boot_barrier(size, count, "attach exchange", on_exit)?;
+        self.boot_barrier(size, boot, "attach exchange", on_exit)?;
         Ok(out)
     }
 }

@@ -16,5 +16,5 @@ mod wire;
 pub use conduit::{SmpConduit, ThreadExit, ThreadShared, MAX_MEDIUM};
 pub use ctl::MAX_RANKS;
 pub use shm::{unlink as unlink_shared, unlink_prefix, Region as SharedRegion};
-pub use spawn::{run, SmpJob};
+pub use spawn::SmpJob;
 pub use threads::{run_threads, RankOutcome};

@@ -1,7 +1,8 @@
-//! The smp spawner: creates the job's control block, starts the ranks on this host through the
-//! core's supervisor, and removes every shared-memory object of the job at the end.
+//! An smp job as the launcher sees it: the job's control block, created before the ranks start,
+//! the environment that tells each rank which job it joins, and the removal of every
+//! shared-memory object of the job at the end. The launcher (`amnet-launch`) starts the ranks.
 
-use amnet_core::launch::{supervise_with_log, JobBackend, LaunchOptions};
+use amnet_core::job::JobBackend;
 use amnet_core::Result;
 
 use crate::conduit::{create_ctl, ctl_exit, ctl_request_exit, new_job_name};
@@ -53,11 +54,4 @@ impl Drop for SmpJob {
             self.cleanup();
         }
     }
-}
-
-/// Run `opts` as an smp job on this host, handing the launcher's messages to `log`; returns
-/// the job's exit code.
-pub fn run(opts: &LaunchOptions, log: &mut dyn FnMut(&str)) -> Result<i32> {
-    let mut job = SmpJob::new(opts.ranks)?;
-    supervise_with_log(&mut job, opts, log)
 }

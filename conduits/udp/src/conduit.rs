@@ -461,7 +461,7 @@ fn cores() -> u32 {
 
 impl UdpConduit {
     /// Join the job described by the environment (`AMNET_RANK`, `AMNET_SIZE`,
-    /// `AMNET_UDP_BOOT`, `AMNET_UDP_JOB_KEY`, set by `amrun --conduit udp`). Without them the
+    /// `AMNET_UDP_BOOT`, set by `amrun --conduit udp`). Without them the
     /// process is a job of one rank.
     pub fn from_env() -> Result<UdpConduit> {
         static JOINED: AtomicBool = AtomicBool::new(false);

@@ -1,10 +1,12 @@
-//! The udp spawner: starts the ranks on this host or, with `AMNET_UDP_HOSTS` (set by
-//! `amrun --hosts`), on other hosts through `AMNET_SSH`, and serves the bootstrap the ranks use
-//! to find each other (see [`crate::boot`]).
+//! A udp job as the launcher sees it: the ranks run on this host or, with `AMNET_UDP_HOSTS` (set
+//! by `amrun --hosts`), on other hosts started through `AMNET_SSH`, and the job serves the
+//! bootstrap the ranks use to find each other (see [`crate::boot`]). The launcher
+//! (`amnet-launch`) starts and watches the ranks.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 
-use amnet_core::launch::{supervise_with_log, JobBackend, LaunchOptions};
+use amnet_core::config::{vars, Source};
+use amnet_core::job::JobBackend;
 use amnet_core::{Error, Result};
 
 use crate::boot::{route_ip, BootServer};
@@ -18,7 +20,6 @@ pub struct UdpJob {
     server: BootServer,
     /// What ranks are told to connect to.
     boot: SocketAddr,
-    job_key: u64,
     /// Host of each rank; `None`: this host.
     hosts: Vec<Option<String>>,
     ssh: Vec<String>,
@@ -64,8 +65,9 @@ fn new_job_key() -> u64 {
 impl UdpJob {
     /// Set up a job of `ranks` ranks: ranks are spread over `AMNET_UDP_HOSTS` (comma-separated,
     /// in contiguous blocks) when it is set, else all run here.
-    pub fn new(ranks: u32) -> Result<UdpJob> {
-        let list: Vec<String> = std::env::var("AMNET_UDP_HOSTS")
+    pub fn new(ranks: u32, src: &Source) -> Result<UdpJob> {
+        let list: Vec<String> = src
+            .text(&vars::UDP_HOSTS)
             .unwrap_or_default()
             .split(',')
             .map(|h| h.trim().to_string())
@@ -84,8 +86,8 @@ impl UdpJob {
                 .collect()
         };
         let remote = hosts.iter().flatten().next().cloned();
-        let ssh: Vec<String> = std::env::var("AMNET_SSH")
-            .ok()
+        let ssh: Vec<String> = src
+            .text(&vars::SSH)
             .filter(|s| !s.trim().is_empty())
             .unwrap_or_else(|| DEFAULT_SSH.to_string())
             .split_whitespace()
@@ -98,11 +100,9 @@ impl UdpJob {
                 (b, None)
             }
             Some(h) => {
-                let ip = match std::env::var("AMNET_UDP_BOOT_ADDR") {
-                    Ok(a) if !a.is_empty() => a.parse::<IpAddr>().map_err(|_| {
-                        cfg(format!("AMNET_UDP_BOOT_ADDR={a:?}: expected an IP address"))
-                    })?,
-                    _ => {
+                let ip = match src.ip(&vars::UDP_BOOT_ADDR)? {
+                    Some(ip) => ip,
+                    None => {
                         let peer = (h.as_str(), 22)
                             .to_socket_addrs()
                             .ok()
@@ -130,7 +130,6 @@ impl UdpJob {
         Ok(UdpJob {
             server,
             boot,
-            job_key,
             hosts,
             ssh,
         })
@@ -139,10 +138,8 @@ impl UdpJob {
 
 impl JobBackend for UdpJob {
     fn rank_env(&self, rank: u32) -> Vec<(String, String)> {
-        let mut v = vec![
-            ("AMNET_UDP_BOOT".into(), self.boot.to_string()),
-            ("AMNET_UDP_JOB_KEY".into(), format!("{:x}", self.job_key)),
-        ];
+        // The job key reaches the ranks through the bootstrap service, not the environment.
+        let mut v = vec![("AMNET_UDP_BOOT".into(), self.boot.to_string())];
         if self.hosts.iter().any(Option::is_some) {
             // Peers on other hosts must reach this rank's socket.
             v.push(("AMNET_UDP_BIND".into(), "0.0.0.0".into()));
@@ -167,13 +164,10 @@ impl JobBackend for UdpJob {
     }
 }
 
-/// Run `opts` as a udp job, handing the launcher's messages to `log`; returns the job's exit
-/// code.
-pub fn run(opts: &LaunchOptions, log: &mut dyn FnMut(&str)) -> Result<i32> {
-    let mut job = UdpJob::new(opts.ranks)?;
-    let code = supervise_with_log(&mut job, opts, log)?;
-    for e in job.server.errors() {
-        log(&format!("bootstrap: {e}"));
+impl UdpJob {
+    /// What went wrong in the bootstrap service (a rank that sent garbage, a lost connection),
+    /// for the launcher's report at the end of the job.
+    pub fn boot_errors(&self) -> Vec<String> {
+        self.server.errors()
     }
-    Ok(code)
 }

@@ -2,13 +2,12 @@
 
 use std::time::Duration;
 
-use amnet::launch::LaunchOptions;
+use amnet::ConduitKind;
+use amnet_launch::LaunchOptions;
 
-fn conduit() -> String {
-    std::env::var("AMNET_CONDUIT")
-        .ok()
-        .filter(|c| !c.is_empty())
-        .unwrap_or_else(|| "smp".into())
+/// The conduit the jobs run on: `AMNET_CONDUIT`, smp by default.
+pub(crate) fn conduit() -> ConduitKind {
+    amnet::selected_conduit().expect("AMNET_CONDUIT")
 }
 
 /// Run the suite (only the tests matching `filter`, if given) as an `n`-rank job; asserts
@@ -37,7 +36,7 @@ pub(crate) fn job(n: u32, filter: Option<&str>) -> (u32, u32, u32) {
         conduit: conduit(),
         grace: Duration::from_secs(2),
     };
-    let code = amnet::launch_job(&opts).expect("launch");
+    let code = amnet_launch::launch_job(&opts).expect("launch");
     let text = std::fs::read_to_string(&summary).unwrap_or_default();
     let v: Vec<u32> = text
         .split_whitespace()

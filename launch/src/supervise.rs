@@ -1,6 +1,6 @@
-//! Local job supervision shared by every conduit's spawner.
+//! Local job supervision shared by the smp and udp spawners.
 //!
-//! A spawner describes its job through [`JobBackend`] (per-rank environment, where the
+//! A conduit describes its job through [`JobBackend`] (per-rank environment, where the
 //! job-wide exit code is published, how to clean up); [`supervise`] starts the ranks as child
 //! processes, watches them and ends the job:
 //!
@@ -17,34 +17,15 @@ use std::process::{Child, Command};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::Result;
-
-/// What a conduit's spawner provides to the supervisor.
-pub trait JobBackend {
-    /// Extra environment for `rank` (besides `AMNET_RANK`, `AMNET_SIZE`, `AMNET_CONDUIT`).
-    fn rank_env(&self, rank: u32) -> Vec<(String, String)>;
-    /// The exit code published for the whole job, if any, with the rank that published it
-    /// (`None` when the launcher did).
-    fn exit_flag(&self) -> Option<(i32, Option<u32>)>;
-    /// Publish an exit code so that the surviving ranks leave at their next poll.
-    fn publish_exit(&self, code: i32);
-    /// Remove everything the job created (shared memory, sockets...). Called once at the end.
-    fn cleanup(&mut self);
-    /// For a rank that runs elsewhere: the command that starts a program there (for example
-    /// `["ssh", "host"]`). The supervisor then runs `PREFIX... env K=V... PROGRAM ARGS...`,
-    /// passing the rank's variables and every `AMNET_*` variable of the launcher on the
-    /// command line. `None` (the default) starts the rank here as a child process.
-    fn remote_prefix(&self, _rank: u32) -> Option<Vec<String>> {
-        None
-    }
-}
+use amnet_core::job::JobBackend;
+use amnet_core::{ConduitKind, Result};
 
 /// The command that starts `rank`: here, or through the backend's remote prefix.
 fn rank_command(backend: &dyn JobBackend, opts: &LaunchOptions, r: u32) -> Command {
     let mut env: Vec<(String, String)> = vec![
         ("AMNET_RANK".into(), r.to_string()),
         ("AMNET_SIZE".into(), opts.ranks.to_string()),
-        ("AMNET_CONDUIT".into(), opts.conduit.clone()),
+        ("AMNET_CONDUIT".into(), opts.conduit.name().into()),
     ];
     env.extend(backend.rank_env(r));
     match backend.remote_prefix(r).filter(|p| !p.is_empty()) {
@@ -99,10 +80,27 @@ pub struct LaunchOptions {
     pub args: Vec<String>,
     /// Kill the job after this long (exit code 124).
     pub timeout: Option<Duration>,
-    /// The conduit name passed in `AMNET_CONDUIT`.
-    pub conduit: String,
+    /// The conduit, passed to the ranks in `AMNET_CONDUIT`.
+    pub conduit: ConduitKind,
     /// How long ranks may take to leave after a job-wide exit before they are killed.
     pub grace: Duration,
+}
+
+impl LaunchOptions {
+    /// `ranks` ranks of `program` without arguments, on the conduit `AMNET_CONDUIT` names (smp
+    /// when it is unset or names none), with no timeout and a grace of 2 s.
+    pub fn new(ranks: u32, program: impl Into<String>) -> Self {
+        LaunchOptions {
+            ranks,
+            program: program.into(),
+            args: Vec::new(),
+            timeout: None,
+            conduit: amnet_core::Source::env()
+                .conduit()
+                .unwrap_or(ConduitKind::Smp),
+            grace: Duration::from_secs(2),
+        }
+    }
 }
 
 static SIGNALLED: AtomicI32 = AtomicI32::new(0);
@@ -147,7 +145,9 @@ fn kill_all(ranks: &mut [Rank], sig: i32) {
 
 /// Run a job to completion and return its exit code.
 pub fn supervise(backend: &mut dyn JobBackend, opts: &LaunchOptions) -> Result<i32> {
-    supervise_with_log(backend, opts, &mut |m: &str| eprintln!("amrun: {m}"))
+    supervise_with_log(backend, opts, &mut |m: &str| {
+        amnet_core::diag!("amrun: {m}")
+    })
 }
 
 /// [`supervise`], handing each message about the job (a rank that died, a timeout) to `log`

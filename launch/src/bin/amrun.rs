@@ -3,10 +3,12 @@
 
 use std::time::Duration;
 
-use amnet::launch::LaunchOptions;
+use amnet_core::config::Source;
+use amnet_core::ConduitKind;
+use amnet_launch::LaunchOptions;
 
 const USAGE: &str =
-    "usage: amrun -n N [--conduit smp|udp] [--hosts H1,H2,...] [--timeout SECS] PROGRAM [ARGS...]
+    "usage: amrun -n N [--conduit smp|udp|mpi] [--hosts H1,H2,...] [--timeout SECS] PROGRAM [ARGS...]
 
 Starts an N-rank amnet job and exits with the job's code: the code a rank passed to exit
 (returning from main counts as exit with main's status), else the first non-zero code of a
@@ -56,10 +58,9 @@ fn resolve(program: String) -> String {
 fn main() {
     let mut args = std::env::args().skip(1);
     let mut ranks: Option<u32> = None;
-    let mut conduit = std::env::var("AMNET_CONDUIT")
-        .ok()
-        .filter(|c| !c.is_empty())
-        .unwrap_or_else(|| "smp".into());
+    let mut conduit = Source::env()
+        .conduit()
+        .unwrap_or_else(|e| fail(&e.to_string()));
     let mut timeout = None;
     let mut grace = Duration::from_secs(2);
     let program = loop {
@@ -79,9 +80,12 @@ fn main() {
                 }
             }
             "--conduit" => {
-                conduit = args
+                let name = args
                     .next()
-                    .unwrap_or_else(|| fail("--conduit needs a name"))
+                    .unwrap_or_else(|| fail("--conduit needs a name"));
+                conduit = name.parse::<ConduitKind>().unwrap_or_else(|_| {
+                    fail(&format!("--conduit {name:?}: expected smp, udp or mpi"))
+                });
             }
             "--timeout" => timeout = Some(parse_secs("--timeout", args.next())),
             "--hosts" => {
@@ -103,7 +107,7 @@ fn main() {
         conduit,
         grace,
     };
-    match amnet::launch_job(&opts) {
+    match amnet_launch::launch_job(&opts) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("amrun: {e}");

@@ -1,5 +1,6 @@
 //! The mpi spawner: runs a job through `mpirun` (or `$AMNET_MPIRUN`), which starts the ranks;
-//! the conduit takes the rank and size from MPI.
+//! the conduit takes the rank and size from MPI. It makes no MPI call itself, so `amrun` starts
+//! mpi jobs whether or not it was built with the mpi conduit (the ranks must be).
 //!
 //! The launcher is Open MPI's `mpirun` unless `AMNET_MPIRUN` names another command (with
 //! arguments, split at white space: `AMNET_MPIRUN="mpirun --mca btl self,tcp"`). Its flavour
@@ -16,13 +17,15 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use amnet_core::launch::{signal_name, LaunchOptions};
+use amnet_core::config::{vars, Source};
 use amnet_core::{Error, Result};
+
+use crate::{signal_name, LaunchOptions};
 
 /// The launcher command: `$AMNET_MPIRUN` split at white space, or `mpirun`.
 fn launcher() -> Vec<String> {
-    match std::env::var("AMNET_MPIRUN") {
-        Ok(v) if !v.trim().is_empty() => v.split_whitespace().map(str::to_string).collect(),
+    match Source::env().text(&vars::MPIRUN) {
+        Some(v) if !v.trim().is_empty() => v.split_whitespace().map(str::to_string).collect(),
         _ => vec!["mpirun".to_string()],
     }
 }
@@ -562,7 +565,7 @@ pub fn run(opts: &LaunchOptions, log: &mut dyn FnMut(&str)) -> Result<i32> {
     if flavour == Flavour::Hydra {
         cmd.stdout(Stdio::piped());
     }
-    if std::env::var("AMNET_VERBOSE").is_ok_and(|v| v == "1" || v == "yes" || v == "true") {
+    if Source::env().flag(&vars::VERBOSE)?.unwrap_or(false) {
         log(&format!("running {cmd:?}"));
     }
     // SAFETY: prctl is async-signal-safe and the closure allocates nothing: the launcher gets
@@ -720,7 +723,7 @@ mod tests {
             program: "/bin/true".into(),
             args: vec!["a b".into()],
             timeout: None,
-            conduit: "mpi".into(),
+            conduit: amnet_core::ConduitKind::Mpi,
             grace: Duration::from_millis(1500),
         }
     }

@@ -1,0 +1,57 @@
+//! amnet's launcher: the job supervisor, each conduit's spawner and the `amrun` command.
+//!
+//! Ranks never link this crate; `amrun` and test harnesses that start jobs of their own do.
+//! [`launch_job`] starts a job of [`LaunchOptions::ranks`] processes on a conduit and returns
+//! its exit code:
+//!
+//! - smp and udp jobs run under [`supervise`], with the conduit's job type
+//!   ([`amnet_smp::SmpJob`], [`amnet_udp::spawn::UdpJob`]) saying what each rank needs;
+//! - mpi jobs run under the MPI library's own launcher ([`mpi::run`]).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use amnet_launch::{launch_job, LaunchOptions};
+//!
+//! # fn main() -> amnet_core::Result<()> {
+//! let opts = LaunchOptions::new(4, "target/release/examples/hello");
+//! let code = launch_job(&LaunchOptions { timeout: Some(Duration::from_secs(60)), ..opts })?;
+//! assert_eq!(code, 0);
+//! # Ok(()) }
+//! ```
+
+pub mod mpi;
+mod supervise;
+
+use amnet_core::config::Source;
+use amnet_core::{ConduitKind, Result};
+
+pub use supervise::{signal_name, supervise, supervise_with_log, LaunchOptions};
+
+/// Start the job `opts` describes and return its exit code, printing the launcher's messages
+/// (a rank that died, a timeout) on stderr as `amrun: ...`.
+pub fn launch_job(opts: &LaunchOptions) -> Result<i32> {
+    launch_job_with_log(opts, &mut |m: &str| amnet_core::diag!("amrun: {m}"))
+}
+
+/// [`launch_job`], handing the launcher's messages to `log`.
+pub fn launch_job_with_log(opts: &LaunchOptions, log: &mut dyn FnMut(&str)) -> Result<i32> {
+    let src = Source::env();
+    match opts.conduit {
+        ConduitKind::Smp => {
+            let mut job = amnet_smp::SmpJob::new(opts.ranks)?;
+            supervise_with_log(&mut job, opts, log)
+        }
+        ConduitKind::Udp => {
+            let mut job = amnet_udp::spawn::UdpJob::new(opts.ranks, &src)?;
+            let code = supervise_with_log(&mut job, opts, log)?;
+            for e in job.boot_errors() {
+                log(&format!("bootstrap: {e}"));
+            }
+            Ok(code)
+        }
+        ConduitKind::Mpi => mpi::run(opts, log),
+        other => Err(amnet_core::Error::Config(format!(
+            "the launcher has no spawner for the {other} conduit"
+        ))),
+    }
+}
