@@ -1,7 +1,7 @@
 //! The bytes amnet puts inside MPI messages, defined once.
 //!
 //! Every message on the private communicator is one of three kinds, told apart by its MPI tag
-//! (see `conduit.rs`): an active message, a credit return, or an exit notice. A separate Long
+//! (see `conduit/mod.rs`): an active message, a credit return, or an exit notice. A separate Long
 //! payload travels as raw bytes under a tag of its own and has no header.
 //!
 //! Active message, little-endian:
@@ -20,8 +20,8 @@
 //! bit 4 set for a Long whose payload the sender already put into the target segment (MPI
 //! one-sided, completed before the message was sent), bit 5 set when the receiver must call
 //! `MPI_Win_sync` before the handler runs (the sender has used one-sided communication, or
-//! heard from a rank that did; see `conduit.rs`). The credit fields return flow-control
-//! credits to the receiver (see `conduit.rs`).
+//! heard from a rank that did; see `conduit/send.rs` and `conduit/progress.rs`). The credit
+//! fields return flow-control credits to the receiver (see `conduit/send.rs`).
 //!
 //! Control messages are 8 bytes: `[version][kind][0][0]` then a 4-byte body: two u16 credit
 //! counts (kind 1, credit return) or the i32 exit code (kind 2, exit notice).
