@@ -17,7 +17,8 @@
 //! settle into a rhythm in which the rank that waits for data sleeps every call (120-250 µs
 //! on it, about 3 µs on the other): look at `min us` for what the protocol itself costs. A
 //! barrier that never sleeps avoids the rhythm with 2 ranks but doubles every time with 4
-//! oversubscribed ranks, so the suite keeps the library's barrier (see RESULTS.md).
+//! oversubscribed ranks, so the suite keeps the library's barrier (bench/RESULTS.md, "What was
+//! tried and not kept").
 //!
 //! Sizes: `bytes` is the block each participant contributes or receives: the broadcast
 //! payload, the per-participant block of scatter/gather/gather_all/exchange (the root's

@@ -4,10 +4,11 @@
 //! turns, a block of each per round, until every one has its samples.
 //!
 //! On a virtual machine the cost of a cache-line transfer between the two vCPUs changes
-//! when the host moves them (on the machine in RESULTS.md, between about 140 and 490 ns
-//! per round trip). Measuring each operation in one stretch would compare the AM round
-//! trip under one placement with the floor under another; interleaving short blocks gives
-//! every operation the same mix, so the ratios hold even when the absolute numbers move.
+//! when the host moves them (on the 2-core VM of bench/RESULTS.md, between about 80 and
+//! 490 ns per round trip; "The 2-core VM's fast and slow states"). Measuring each operation
+//! in one stretch would compare the AM round trip under one placement with the floor under
+//! another; interleaving short blocks gives every operation the same mix, so the ratios hold
+//! even when the absolute numbers move.
 
 use std::sync::atomic::Ordering;
 

@@ -526,9 +526,9 @@ impl SmpConduit {
     /// On a request ring, each message first asks for the line of the next slot of the reply
     /// ring back to its sender. A request handler usually replies, and that line sits in the
     /// sender's cache, which polls it: fetched now, the transfer overlaps decoding and
-    /// dispatch instead of stalling the reply's push. (On the 2-core VM this took the 2-rank
-    /// Short round trip from 0.17 to 0.15 µs in its fast state and from 0.60 to 0.46 µs in
-    /// its slow state; bench/RESULTS.md.)
+    /// dispatch instead of stalling the reply's push. (On the 2-core VM the 2-rank Short round
+    /// trip takes 0.15 µs with it against 0.17 µs without in the VM's fast state, and 0.46
+    /// against 0.60 µs in its slow state; bench/RESULTS.md, "smp: where the time goes".)
     #[inline(always)]
     fn drain(&self, inb: &Inbound, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> (usize, bool) {
         let ring = &inb.ring;
