@@ -243,8 +243,14 @@ pub trait Conduit: Send + Sync + 'static {
     /// End this rank with `code` (process conduits exit the process; thread mode unwinds the
     /// rank's thread).
     fn terminate(&self, code: i32) -> !;
-    /// True when ranks are OS processes (the core then installs its exit hooks).
+    /// True when ranks are OS processes (the core then installs its process-exit hook).
     fn is_process_mode(&self) -> bool;
+    /// Called once from the core's process-exit hook (a return from `main`,
+    /// `std::process::exit`), after the core published the job-wide exit request with the
+    /// process's `status` and printed its statistics: a conduit that must leave its transport
+    /// cleanly (mpi: the exit barrier and `MPI_Finalize`) does it here, and may end the process
+    /// itself with the job's code. The default does nothing.
+    fn at_process_exit(&self, _status: i32) {}
 }
 
 /// The limit of a conduit's start-up (joining the job, the start-up and attach barriers):

@@ -234,17 +234,21 @@ extern "C" {
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 extern "C" fn exit_hook(status: libc::c_int, _arg: *mut libc::c_void) {
-    if let Some(inner) = PROCESS_ENDPOINT.get() {
-        inner.conduit.request_exit(status);
-        inner.print_stats_once();
-    }
+    at_process_exit(status);
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 extern "C" fn exit_hook_plain() {
+    at_process_exit(0);
+}
+
+/// The one process-exit hook: publish the job-wide exit with the process's status, print the
+/// statistics, then let the conduit leave its transport ([`Conduit::at_process_exit`]).
+fn at_process_exit(status: i32) {
     if let Some(inner) = PROCESS_ENDPOINT.get() {
-        inner.conduit.request_exit(0);
+        inner.conduit.request_exit(status);
         inner.print_stats_once();
+        inner.conduit.at_process_exit(status);
     }
 }
 

@@ -206,7 +206,7 @@ impl Builder {
             ConduitKind::Smp => Box::new(amnet_smp::SmpConduit::new(&src)?),
             ConduitKind::Udp => Box::new(amnet_udp::UdpConduit::from_env()?),
             #[cfg(feature = "mpi")]
-            ConduitKind::Mpi => Box::new(amnet_mpi::MpiConduit::from_env()?),
+            ConduitKind::Mpi => Box::new(amnet_mpi::MpiConduit::new(&src)?),
             other => return Err(Error::Config(format!("conduit {other} is not built in"))),
         };
         Endpoint::with_source(conduit, src)

@@ -333,8 +333,8 @@ pub fn check_image_mismatch(ep: &Endpoint) -> Result<(), String> {
                 // Twice: first image 1 of rank 0 calls first (the ranks' signatures differ),
                 // then image 0 does (rank 0's images differ). The second image of every other
                 // rank calls late both times: its rank learns of the failure before that
-                // image calls, and the collective must still wait for it (it used to end
-                // without it; the late call then started the same collective afresh and hung).
+                // image calls, and the collective must still wait for it (ending without it
+                // would let the late call start the same collective afresh and hang).
                 for round in 0..2u32 {
                     let late = if me == 0 { li == round } else { li == 1 };
                     if late {

@@ -137,19 +137,19 @@ pub(crate) struct Opened {
 
 /// Collective, at attach: create the window with a segment of `len` bytes, probe it, and agree
 /// with every rank. `agree` or-s a value over every rank (waiting as the conduit's collectives
-/// do). Falls back to a segment of its own, with no window, when any rank's probe fails.
+/// do). Falls back to a segment of its own, with no window, when any rank's probe fails or
+/// `disabled` (`AMNET_RMA=am`) holds on any rank.
 pub(crate) fn open(
     comm: Comm,
-    rank: u32,
-    len: usize,
-    lens: &[usize],
+    (rank, len, lens): (u32, usize, &[usize]),
     chunk: usize,
+    disabled: bool,
     agree: &dyn Fn(i32) -> Result<i32>,
 ) -> Result<Opened> {
     let size = u32::try_from(lens.len())
         .map_err(|_| Error::conduit("mpi", "more ranks than a u32 counts"))?;
     let mut why = 0;
-    if std::env::var("AMNET_RMA").is_ok_and(|v| v == "am") {
+    if disabled {
         why |= WHY_DISABLED;
     }
     let (version, subversion) = raw::version();
@@ -304,9 +304,10 @@ unsafe fn commit_zeroed(base: *mut u8, len: usize) -> Result<()> {
         if rc != 0 {
             let e = std::io::Error::last_os_error();
             if e.raw_os_error() != Some(libc::EINVAL) {
-                return Err(Error::conduit(
+                return Err(Error::os(
                     "mpi",
-                    format!("populating the {len} bytes of the window: {e}"),
+                    format!("madvise(MADV_POPULATE_WRITE) of the {len} bytes of the window"),
+                    e,
                 ));
             }
         }

@@ -70,10 +70,11 @@ impl Segment {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(Error::Config(format!(
-                "cannot map a segment of {len} bytes: {}; this host's memory cannot back it",
-                std::io::Error::last_os_error()
-            )));
+            return Err(Error::os(
+                "mpi",
+                format!("mmap of a segment of {len} bytes (this host's memory cannot back it)"),
+                std::io::Error::last_os_error(),
+            ));
         }
         Ok(Segment {
             base: p.cast::<u8>(),

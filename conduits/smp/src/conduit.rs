@@ -566,7 +566,7 @@ impl SmpConduit {
         let d = match unsafe { wire::decode(p, cap) } {
             Ok(d) => d,
             Err(e) => {
-                eprintln!(
+                amnet_core::diag!(
                     "amnet smp rank {}: dropped a malformed message from rank {src}: {e:?}",
                     self.rank
                 );
@@ -581,7 +581,7 @@ impl SmpConduit {
                 let len = segs.lens[self.rank as usize];
                 let end = d.long_offset.checked_add(d.payload_len as u64);
                 if !matches!(end, Some(e) if e <= len as u64) {
-                    eprintln!(
+                    amnet_core::diag!(
                         "amnet smp rank {}: dropped a Long from rank {src} outside the segment",
                         self.rank
                     );

@@ -4,10 +4,12 @@ use std::ffi::CString;
 
 use amnet_core::{Error, Result};
 
+/// The operating system's error of the call that just failed: `what` on `name`.
 fn err(what: &str, name: &str) -> Error {
-    Error::conduit(
+    Error::os(
         "smp",
-        format!("{what} {name}: {}", std::io::Error::last_os_error()),
+        format!("{what} {name}"),
+        std::io::Error::last_os_error(),
     )
 }
 

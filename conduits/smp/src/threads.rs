@@ -70,7 +70,7 @@ where
             .collect();
         hs.into_iter()
             .map(|h| {
-                h.map_err(|e| Error::conduit("smp", format!("cannot start a rank thread: {e}")))?
+                h.map_err(|e| Error::os("smp", "starting a rank thread", e))?
                     .join()
                     .map_err(|_| Error::conduit("smp", "a rank thread could not be joined"))
             })

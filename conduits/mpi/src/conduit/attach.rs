@@ -122,23 +122,22 @@ impl Engine {
         }
         let opened = crate::rma::open(
             eng.comm,
-            eng.rank,
-            len,
-            lens,
+            (eng.rank, len, lens),
             eng.settings.rma_chunk,
+            eng.settings.rma_am,
             &|bits| eng.agree(bits),
         )?;
         if eng.settings.verbose && eng.rank == 0 {
-            eprintln!("amnet mpi: {}", opened.summary);
+            amnet_core::diag!("amnet mpi: {}", opened.summary);
             let max = wire::MAX_INLINE;
             if opened.window.is_some() {
-                eprintln!(
+                amnet_core::diag!(
                     "amnet mpi: Long payloads of {} B or more: MPI_Put into the target segment \
                      and MPI_Win_flush before the header is sent; smaller ones inline",
                     eng.settings.long_put
                 );
             } else {
-                eprintln!(
+                amnet_core::diag!(
                     "amnet mpi: Long payloads: inline up to {max} B, larger ones as a separate \
                      message received into the target segment"
                 );

@@ -1,11 +1,12 @@
 //! Leaving the job: the job-wide exit code and its notices (`Engine::request_exit`, the exit
 //! receive), the exit barrier and finalization or abort (`Engine::leave`), the report of the
-//! rank that ended the job, the lifeline to the spawner that names a rank that died, and the
-//! process-exit hook (`install_exit_hook`, `at_process_exit`).
+//! rank that ended the job, the lifeline to the spawner that names a rank that died, and what
+//! the process does when it exits (`Engine::at_process_exit`, called from the core's one
+//! process-exit hook through `Conduit::at_process_exit`).
 
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use amnet_core::Result;
@@ -61,7 +62,7 @@ impl Engine {
                     let notice = wire::encode_exit(code);
                     for r in (0..self.size).filter(|&r| r != self.rank) {
                         if let Err(e) = self.send_control(r, TAG_EXIT, notice) {
-                            eprintln!(
+                            amnet_core::diag!(
                                 "amnet mpi rank {}: cannot send the exit notice to rank {r}: {e}",
                                 self.rank
                             );
@@ -96,7 +97,7 @@ impl Engine {
         let buf = unsafe { self.bufs.read(0, len) };
         match wire::decode_exit(buf) {
             Ok(code) => self.note_exit(src, code),
-            Err(e) => eprintln!(
+            Err(e) => amnet_core::diag!(
                 "amnet mpi rank {}: malformed exit notice from rank {src}: {e}; ending the job \
                  with code 1",
                 self.rank
@@ -153,7 +154,7 @@ impl Engine {
             Err(_) => false,
         };
         if !all_left {
-            eprintln!(
+            amnet_core::diag!(
                 "amnet mpi rank {}: not every rank left within {:.1} s of the job-wide exit; \
                  aborting the job with code {code}",
                 self.rank,
@@ -182,7 +183,7 @@ impl Engine {
             w.close();
         }
         if let Err(e) = raw::finalize() {
-            eprintln!("amnet mpi rank {}: {e}; aborting", self.rank);
+            amnet_core::diag!("amnet mpi rank {}: {e}; aborting", self.rank);
             raw::abort(code);
         }
         self.state.store(FINALIZED, Ordering::Release);
@@ -256,63 +257,27 @@ fn flush_std() {
     let _ = std::io::stderr().flush();
 }
 
-/// The engine, for the process-exit hook (set once, by `MpiConduit::from_env`).
-pub(super) static ENGINE: OnceLock<Arc<Engine>> = OnceLock::new();
-
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-extern "C" {
-    fn on_exit(
-        func: extern "C" fn(libc::c_int, *mut libc::c_void),
-        arg: *mut libc::c_void,
-    ) -> libc::c_int;
-}
-
-/// Runs when the process exits (a return from `main`, `std::process::exit`): the job-wide exit
-/// code is published, then the rank leaves MPI like `terminate` does.
-fn at_process_exit(status: i32) {
-    let Some(eng) = ENGINE.get() else {
-        return;
-    };
-    if eng.state.load(Ordering::Acquire) != RUNNING {
-        if LEAVING_HERE.with(|l| l.get()) {
-            return;
+impl Engine {
+    /// What the process does when it exits (a return from `main`, `std::process::exit`), after
+    /// the core's exit hook published the job-wide exit request: the rank leaves MPI like
+    /// `terminate` does, and ends the process at once with the job's code when that is not
+    /// `status`.
+    pub(super) fn at_process_exit(&self, status: i32) {
+        if self.state.load(Ordering::Acquire) != RUNNING {
+            if LEAVING_HERE.with(|l| l.get()) {
+                return;
+            }
+            // Another thread is ending the process; let it.
+            loop {
+                std::thread::park();
+            }
         }
-        // Another thread is ending the process; let it.
-        loop {
-            std::thread::park();
+        let code = self.request_exit(status);
+        self.leave(code);
+        if code != status {
+            flush_std();
+            // SAFETY: _exit ends the process at once with the job's code; MPI is finalized.
+            unsafe { libc::_exit(code) }
         }
-    }
-    let code = eng.request_exit(status);
-    eng.leave(code);
-    if code != status {
-        flush_std();
-        // SAFETY: _exit ends the process at once with the job's code; MPI is finalized.
-        unsafe { libc::_exit(code) }
-    }
-}
-
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-extern "C" fn exit_hook(status: libc::c_int, _arg: *mut libc::c_void) {
-    at_process_exit(status);
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-extern "C" fn exit_hook_plain() {
-    at_process_exit(0);
-}
-
-pub(super) fn install_exit_hook() {
-    // The core installs its own hook after the conduit exists; hooks run in reverse order, so
-    // the core publishes the status first and this one then leaves MPI.
-    // SAFETY: registering a process-exit callback that only touches the engine kept alive by
-    // the ENGINE static.
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    unsafe {
-        on_exit(exit_hook, std::ptr::null_mut());
-    }
-    // SAFETY: as above.
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    unsafe {
-        libc::atexit(exit_hook_plain);
     }
 }

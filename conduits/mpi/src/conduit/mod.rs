@@ -314,4 +314,8 @@ impl Conduit for MpiConduit {
     fn is_process_mode(&self) -> bool {
         true
     }
+
+    fn at_process_exit(&self, status: i32) {
+        self.eng.at_process_exit(status)
+    }
 }

@@ -14,12 +14,13 @@ use crate::wire::{self, Data, Header};
 
 /// Calls the first look of a poll makes at most while they find nothing (`MPI_Testsome` over
 /// every tested receive, or `MPI_Test` on the one that completed last; see
-/// `Engine::progress`). With two `MPI_Testsome` calls, a message that the second call's
-/// progress matched waited for the whole round of the wait loop (the core's checks, the
-/// receive lock, the reposting) before a call reported it; with four, the 2-rank Short round
-/// trip took 0.51-0.52 µs instead of 0.54-0.55 µs on the machine of bench/RESULTS.md (raw
-/// MPI: 0.37-0.38 µs). An idle poll costs up to eight calls (two when the host is
-/// oversubscribed).
+/// `Engine::progress`). A message that a call's progress matched is reported by the next
+/// call; a look that ended first would leave it for a whole round of the wait loop (the
+/// core's checks, the receive lock, the reposting). With eight calls, one `MPI_Testsome` in
+/// four (`TESTSOME_EVERY`), the 2-rank Short round trip costs 1.287 times raw MPI in the
+/// 2-core VM's fast state, against 1.354 with up to four `MPI_Testsome` calls
+/// (bench/RESULTS.md, "mpi: where the time goes"). An idle poll costs up to eight calls (two
+/// when the host is oversubscribed).
 const FIRST_LOOK_CALLS: u32 = 8;
 /// In the first look of a poll, every this many calls is an `MPI_Testsome` over every tested
 /// receive; the others are an `MPI_Test` of the receive that completed last. A message for
@@ -154,7 +155,7 @@ impl Engine {
                     Ok(wire::Notice::Nudge) => self
                         .awake_until
                         .store(now_ns().saturating_add(AWAKE_NS), Ordering::Relaxed),
-                    Err(e) => eprintln!(
+                    Err(e) => amnet_core::diag!(
                         "amnet mpi rank {}: dropped a malformed control message from rank {src}: \
                          {e}",
                         self.rank
@@ -199,7 +200,7 @@ impl Engine {
     /// returns. `None`: malformed, dropped with a line on stderr.
     fn accept(&self, src: u32, class: usize, msg: &[u8]) -> Option<Header> {
         let drop_msg = |why: &dyn std::fmt::Display| {
-            eprintln!(
+            amnet_core::diag!(
                 "amnet mpi rank {}: dropped a malformed message from rank {src}: {why}",
                 self.rank
             );

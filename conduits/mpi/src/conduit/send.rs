@@ -310,7 +310,7 @@ impl Engine {
             let c = [p.take_owed(REQ), p.take_owed(REP)];
             if c != [0, 0] {
                 if let Err(e) = self.send_control(src, TAG_CREDIT, wire::encode_credit(c)) {
-                    eprintln!("amnet mpi rank {}: cannot return credits: {e}", self.rank);
+                    amnet_core::diag!("amnet mpi rank {}: cannot return credits: {e}", self.rank);
                 }
             }
         }

@@ -1,9 +1,12 @@
-//! The conduit's settings, read once from the environment at start-up: the `AMNET_MPI_*`
-//! variables and `AMNET_VERBOSE` (and, through the core, `AMNET_BOOT_TIMEOUT`).
+//! The conduit's settings, resolved once at start-up from the core's configuration source
+//! (`amnet_core::config`): the `AMNET_MPI_*` variables, `AMNET_VERBOSE`, `AMNET_RMA` and
+//! `AMNET_BOOT_TIMEOUT`. The ranges each accepts are in `config::VARS`; the constants here
+//! are checked against them at compile time.
 
 use std::time::Duration;
 
-use amnet_core::{Error, Result};
+use amnet_core::config::{vars, Kind, Source};
+use amnet_core::Result;
 
 use crate::raw;
 use crate::wire;
@@ -19,6 +22,17 @@ const MAX_LONG_PUT: usize = wire::MAX_INLINE + 1;
 const MAX_CREDITS: u32 = 1024;
 const _: () = assert!(2 * MAX_CREDITS < wire::LONG_TAGS);
 
+/// The upper bound `config::VARS` gives a count variable.
+const fn max_of(kind: Kind) -> u64 {
+    match kind {
+        Kind::Count { max, .. } => max,
+        _ => 0,
+    }
+}
+const _: () = assert!(max_of(vars::MPI_CREDITS.kind) == MAX_CREDITS as u64);
+const _: () = assert!(max_of(vars::MPI_LONG_PUT.kind) == MAX_LONG_PUT as u64);
+const _: () = assert!(max_of(vars::MPI_RMA_CHUNK.kind) == raw::RMA_CHUNK as u64);
+
 /// Settings read from the environment.
 #[derive(Debug, Clone)]
 pub(super) struct Settings {
@@ -26,6 +40,8 @@ pub(super) struct Settings {
     pub(super) grace: Duration,
     pub(super) boot_timeout: Duration,
     pub(super) verbose: bool,
+    /// No RMA window: put/get on the core's AM path (`AMNET_RMA=am`).
+    pub(super) rma_am: bool,
     /// File where the rank that ends the job with a non-zero code records `rank code`, for the
     /// launcher's report (`AMNET_MPI_REPORT`, set by the spawner).
     pub(super) report: Option<std::path::PathBuf>,
@@ -42,79 +58,26 @@ pub(super) struct Settings {
     pub(super) long_put: usize,
 }
 
-fn env_flag(name: &str) -> Result<bool> {
-    match std::env::var(name) {
-        Err(_) => Ok(false),
-        Ok(v) => match v.as_str() {
-            "" | "0" | "no" | "false" => Ok(false),
-            "1" | "yes" | "true" => Ok(true),
-            other => Err(Error::Config(format!("{name}={other:?}: expected 0 or 1"))),
-        },
-    }
-}
-
 impl Settings {
-    pub(super) fn from_env() -> Result<Settings> {
-        let credits = match std::env::var("AMNET_MPI_CREDITS") {
-            Err(_) => DEFAULT_CREDITS,
-            Ok(v) => match v.parse::<u32>() {
-                Ok(c) if (2..=MAX_CREDITS).contains(&c) => c,
-                _ => {
-                    return Err(Error::Config(format!(
-                        "AMNET_MPI_CREDITS={v:?}: expected a whole number in 2..={MAX_CREDITS}"
-                    )))
-                }
-            },
-        };
-        let grace = match std::env::var("AMNET_MPI_EXIT_GRACE") {
-            Err(_) => Duration::from_secs(2),
-            Ok(v) => match v.parse::<f64>() {
-                Ok(s) if s.is_finite() && s > 0.0 && s < 1e6 => Duration::from_secs_f64(s),
-                _ => {
-                    return Err(Error::Config(format!(
-                        "AMNET_MPI_EXIT_GRACE={v:?}: expected a positive number of seconds"
-                    )))
-                }
-            },
-        };
-        let boot_timeout = amnet_core::conduit::boot_timeout()?;
-        let rma_chunk = match std::env::var("AMNET_MPI_RMA_CHUNK") {
-            Err(_) => raw::RMA_CHUNK,
-            Ok(v) => match v.parse::<usize>() {
-                Ok(c) if (1..=raw::RMA_CHUNK).contains(&c) => c,
-                _ => {
-                    return Err(Error::Config(format!(
-                        "AMNET_MPI_RMA_CHUNK={v:?}: expected a whole number of bytes in 1..={}",
-                        raw::RMA_CHUNK
-                    )))
-                }
-            },
-        };
-        let long_put = match std::env::var("AMNET_MPI_LONG_PUT") {
-            Err(_) => DEFAULT_LONG_PUT,
-            Ok(v) => match v.parse::<usize>() {
-                Ok(c) if (1..=MAX_LONG_PUT).contains(&c) => c,
-                _ => {
-                    return Err(Error::Config(format!(
-                        "AMNET_MPI_LONG_PUT={v:?}: expected a whole number of bytes in \
-                         1..={MAX_LONG_PUT}"
-                    )))
-                }
-            },
-        };
+    pub(super) fn resolve(src: &Source) -> Result<Settings> {
         Ok(Settings {
-            rma_chunk,
-            long_put,
-            credits,
-            grace,
-            boot_timeout,
-            verbose: env_flag("AMNET_VERBOSE")?,
-            report: std::env::var_os("AMNET_MPI_REPORT")
-                .filter(|p| !p.is_empty())
-                .map(Into::into),
-            lifeline: std::env::var_os("AMNET_MPI_LIFELINE")
-                .filter(|p| !p.is_empty())
-                .map(Into::into),
+            rma_chunk: src
+                .count_usize(&vars::MPI_RMA_CHUNK)?
+                .unwrap_or(raw::RMA_CHUNK),
+            long_put: src
+                .count_usize(&vars::MPI_LONG_PUT)?
+                .unwrap_or(DEFAULT_LONG_PUT),
+            credits: src
+                .count_u32(&vars::MPI_CREDITS)?
+                .unwrap_or(DEFAULT_CREDITS),
+            grace: src
+                .seconds(&vars::MPI_EXIT_GRACE)?
+                .unwrap_or(Duration::from_secs(2)),
+            boot_timeout: src.boot_timeout()?,
+            verbose: src.flag(&vars::VERBOSE)?.unwrap_or(false),
+            rma_am: src.choice(&vars::RMA)? == Some("am"),
+            report: src.text(&vars::MPI_REPORT).map(Into::into),
+            lifeline: src.text(&vars::MPI_LIFELINE).map(Into::into),
         })
     }
 }

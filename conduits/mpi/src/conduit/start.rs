@@ -5,10 +5,11 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use amnet_core::config::Source;
 use amnet_core::{Error, Result};
 use mpi::Threading;
 
-use super::exit::{install_exit_hook, lifeline_connect, ENGINE, RUNNING};
+use super::exit::{lifeline_connect, RUNNING};
 use super::receive::{Buffers, Rx, Slot, SlotKind, NO_SLOT};
 use super::send::{Peer, Tx, REAP_AT};
 use super::settings::Settings;
@@ -58,6 +59,12 @@ impl MpiConduit {
     /// 1 GiB), `AMNET_MPI_LONG_PUT` (Long payloads of at least this many bytes, default 256,
     /// are put into the target segment when put/get run natively).
     pub fn from_env() -> Result<MpiConduit> {
+        Self::new(&Source::env())
+    }
+
+    /// [`MpiConduit::from_env`] with the settings of `src` (values set in code win over the
+    /// environment; see `amnet_core::config`).
+    pub fn new(src: &Source) -> Result<MpiConduit> {
         static CREATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         if CREATED.swap(true, Ordering::AcqRel) {
             return Err(Error::Config(
@@ -66,7 +73,7 @@ impl MpiConduit {
                     .into(),
             ));
         }
-        let settings = Settings::from_env()?;
+        let settings = Settings::resolve(src)?;
         let level = init_mpi()?;
         raw::set_serialized(level != Threading::Multiple);
         let world = raw::world();
@@ -195,9 +202,6 @@ impl MpiConduit {
                 eng.post(&mut rx, i)?;
             }
         }
-        if ENGINE.set(eng.clone()).is_ok() {
-            install_exit_hook();
-        }
         if eng.settings.verbose && rank == 0 {
             let lib = mpi::environment::library_version().unwrap_or_default();
             let lib = lib
@@ -212,7 +216,7 @@ impl MpiConduit {
                  serialized behind one lock"
                     .to_string()
             };
-            eprintln!(
+            amnet_core::diag!(
                 "amnet mpi: {lib}; thread level {} (requested MPI_THREAD_MULTIPLE){serial}; \
                  {size} ranks, {local} on this node, {cores} cores; {credits} credits per peer \
                  and class; receives posted per class: {small} small ({SMALL_BYTES} B), \
