@@ -9,12 +9,18 @@
 //!   sequencing, cumulative and selective acks, credit-based flow control, adaptive
 //!   retransmission, fragmentation and reassembly, heartbeats and failure detection.
 //!
-//! The socket edge (batched `sendmmsg`/`recvmmsg`, the clock, the `Conduit` implementation) sits
-//! on top of [`proto::Proto`] and only moves bytes.
+//! The socket edge sits on top of [`proto::Proto`] and only moves bytes: [`conduit`] holds the
+//! `Conduit` implementation and the clock, with its system calls (batched
+//! `sendmmsg`/`recvmmsg`, socket setup), fault injection, local segment and environment
+//! settings in private modules of their own.
 
 pub mod boot;
 pub mod conduit;
+mod faults;
 pub mod proto;
+mod segment;
+mod settings;
+mod socket;
 pub mod spawn;
 pub mod wire;
 

@@ -2,6 +2,7 @@
 //! The lossy, reordering network simulation is in `tests/sim.rs`.
 
 use super::*;
+use crate::wire::{self, Fragment, Header, Kind, Packet, WireError};
 use amnet_core::Category;
 
 const KEY: u64 = 0xfeed_f00d;

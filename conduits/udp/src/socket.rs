@@ -1,0 +1,595 @@
+//! The socket edge's system calls, kept apart from the conduit as quinn-udp keeps them apart
+//! from quinn: socket setup (the main socket, its buffers, and one socket per peer connected
+//! to it), the single-datagram calls made as plain system calls (module `sys`), batching with
+//! `sendmmsg` and `recvmmsg`, and what their results mean. [`Socket`] only moves bytes: when
+//! to look at the socket and what to do with what arrives is the conduit's business.
+//!
+//! A lone datagram goes out with `send` on a socket connected to its destination, which spares
+//! the kernel a route lookup per datagram (`sendto` on the main socket where there is none;
+//! `sendmsg` with two iovecs for a datagram whose payload chunk stays in the caller's memory);
+//! several go out with one `sendmmsg` on the main socket. A look at the socket is one `recv`
+//! ([`Socket::recv_one`]) or rounds of `recvmmsg` into a ring of buffers built once
+//! ([`Socket::recv_batch`]).
+
+use std::mem::MaybeUninit;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+
+use amnet_core::{Rank, Result};
+
+use crate::conduit::cerr;
+use crate::proto::{Datagram, BATCH};
+
+/// Datagrams taken from the socket per `recvmmsg` call.
+const RX_BATCH: usize = 32;
+/// `recvmmsg` calls per poll at most (fairness with the caller's own work).
+const RX_ROUNDS: usize = 8;
+/// Room for any datagram.
+const RX_BUF: usize = 65536;
+/// The most peers that get a connected socket of their own for lone datagrams (beyond, every
+/// datagram leaves through the main socket with `sendto`).
+const CONNECTED_MAX: u32 = 64;
+
+/// Counts of the socket edge (the protocol keeps its own).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct EdgeCounters {
+    pub(crate) send_errors: u64,
+    pub(crate) injected_loss: u64,
+    pub(crate) injected_dup: u64,
+    pub(crate) injected_reorder: u64,
+    pub(crate) rx_errors: u64,
+}
+
+/// The receive buffers and the `recvmmsg` headers that point into them, built once.
+pub(crate) struct RxRing {
+    bufs: Vec<Vec<u8>>,
+    /// The iovecs `msgs` point at (only read through those pointers).
+    _iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+// SAFETY: the raw pointers in `iovs` and `msgs` point into the heap blocks of `bufs` and
+// `iovs`, which this struct owns and never reallocates; they move with it.
+unsafe impl Send for RxRing {}
+
+impl RxRing {
+    /// The first `len` bytes of the first buffer (where `recv` puts a lone datagram).
+    pub(crate) fn first(&self, len: usize) -> &[u8] {
+        self.bufs[0].get(..len).unwrap_or_default()
+    }
+
+    /// The ring: [`RX_BATCH`] buffers of [`RX_BUF`] bytes, with their headers.
+    pub(crate) fn new() -> RxRing {
+        let mut bufs: Vec<Vec<u8>> = (0..RX_BATCH).map(|_| vec![0u8; RX_BUF]).collect();
+        let mut iovs: Vec<libc::iovec> = bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        let msgs = iovs
+            .iter_mut()
+            .map(|iov| {
+                // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                m.msg_hdr.msg_iov = std::ptr::from_mut(iov);
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        RxRing {
+            bufs,
+            _iovs: iovs,
+            msgs,
+        }
+    }
+}
+
+/// The rank's sockets: the main one, which receives everything and sends batches, and one per
+/// peer connected to it for lone datagrams.
+pub(crate) struct Socket {
+    sock: UdpSocket,
+    /// Every rank's socket address, encoded once for `sendto`/`sendmmsg`.
+    addrs: Vec<(libc::sockaddr_storage, libc::socklen_t)>,
+    /// Per rank, a socket connected to its main socket, through which lone datagrams to it
+    /// leave with `send` (the kernel keeps the route of a connected socket instead of looking
+    /// it up on every `sendto`); `None` for this rank, in jobs of more than
+    /// [`CONNECTED_MAX`] peers, and where it could not be set up.
+    conn: Vec<Option<UdpSocket>>,
+}
+
+/// The main socket of a rank: a non-blocking UDP socket on `ip` (any port), with send and
+/// receive buffers of 8 MiB.
+pub(crate) fn bind(ip: IpAddr) -> Result<UdpSocket> {
+    let sock = UdpSocket::bind(SocketAddr::new(ip, 0))
+        .map_err(|e| cerr(format!("cannot bind a UDP socket on {ip}: {e}")))?;
+    sock.set_nonblocking(true)
+        .map_err(|e| cerr(format!("set_nonblocking: {e}")))?;
+    let fd = sock.as_raw_fd();
+    set_buf(fd, libc::SO_RCVBUF, 8 << 20);
+    set_buf(fd, libc::SO_SNDBUF, 8 << 20);
+    // As root the caps of net.core.[rw]mem_max do not apply.
+    set_buf(fd, libc::SO_RCVBUFFORCE, 8 << 20);
+    set_buf(fd, libc::SO_SNDBUFFORCE, 8 << 20);
+    Ok(sock)
+}
+
+impl Socket {
+    /// The sockets of rank `rank` in a job of `size` ranks whose main sockets are at `peers`:
+    /// `sock`, this rank's main socket from [`bind`] on `ip`, and a connected socket per peer
+    /// where there are few enough peers and it can be set up.
+    pub(crate) fn new(
+        sock: UdpSocket,
+        peers: &[SocketAddr],
+        rank: Rank,
+        size: u32,
+        ip: IpAddr,
+    ) -> Socket {
+        let addrs = peers
+            .iter()
+            .map(|&a| {
+                // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+                let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+                let len = sockaddr(a, &mut st);
+                (st, len)
+            })
+            .collect();
+        let conn = if size - 1 <= CONNECTED_MAX {
+            peers
+                .iter()
+                .enumerate()
+                .map(|(r, &a)| (r != rank as usize).then(|| connected(ip, a)).flatten())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Socket { sock, addrs, conn }
+    }
+
+    /// The address of the main socket.
+    pub(crate) fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.sock.local_addr()
+    }
+
+    /// Send one datagram: with `send` (`sendmsg` when it has a tail) on the destination's
+    /// connected socket, else with `sendto` (`sendmmsg` when it has a tail) on the main
+    /// socket. False when the socket buffer is full (offer it again later); a datagram the
+    /// kernel refuses is counted and dropped.
+    pub(crate) fn send_one(&self, d: Datagram<'_>, edge: &mut EdgeCounters) -> bool {
+        let conn = self.conn.get(d.dest as usize).and_then(Option::as_ref);
+        if !d.tail.is_empty() {
+            return match conn {
+                Some(c) => self.send_gathered(c.as_raw_fd(), d, edge),
+                None => self.send_batch_now(&[d], edge) == 1,
+            };
+        }
+        let (addr, len) = &self.addrs[d.dest as usize];
+        loop {
+            let r = match conn {
+                // SAFETY: `d.bytes` is live for the call and the kernel only reads it.
+                Some(c) => unsafe {
+                    sys::sendto(
+                        c.as_raw_fd(),
+                        d.bytes.as_ptr().cast(),
+                        d.bytes.len(),
+                        libc::MSG_DONTWAIT,
+                        std::ptr::null(),
+                        0,
+                    )
+                },
+                // SAFETY: `d.bytes` and `addr` are live for the call and the kernel only reads
+                // them; `len` is the length `sockaddr` wrote.
+                None => unsafe {
+                    sys::sendto(
+                        self.sock.as_raw_fd(),
+                        d.bytes.as_ptr().cast(),
+                        d.bytes.len(),
+                        0,
+                        std::ptr::from_ref(addr).cast(),
+                        *len,
+                    )
+                },
+            };
+            if let Some(taken) = send_outcome(r, edge) {
+                return taken;
+            }
+        }
+    }
+
+    /// `sendmsg` of `d`'s bytes and tail on `fd`, a socket connected to `d.dest`; the answer
+    /// as for [`Socket::send_one`].
+    fn send_gathered(&self, fd: libc::c_int, d: Datagram<'_>, edge: &mut EdgeCounters) -> bool {
+        let mut iov = iovecs(&d);
+        // SAFETY: msghdr is plain old data; all-zero is a valid value (no name: the socket is
+        // connected).
+        let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+        m.msg_iov = iov.as_mut_ptr();
+        m.msg_iovlen = iov.len();
+        loop {
+            // SAFETY: `m` points at `iov`, whose buffers (`d`'s bytes and tail) are live for
+            // the call; the kernel only reads them.
+            let r = unsafe { sys::sendmsg(fd, &m, libc::MSG_DONTWAIT) };
+            if let Some(taken) = send_outcome(r, edge) {
+                return taken;
+            }
+        }
+    }
+
+    /// Send a batch: one datagram with [`Socket::send_one`], more with one `sendmmsg`.
+    /// Returns how many the kernel took (the rest are offered again later). A full socket
+    /// buffer is not an error.
+    pub(crate) fn send_batch(&self, batch: &[Datagram<'_>], edge: &mut EdgeCounters) -> usize {
+        match batch {
+            [] => return 0,
+            [d] => return usize::from(self.send_one(*d, edge)),
+            _ => {}
+        }
+        self.send_batch_now(batch, edge)
+    }
+
+    /// [`Socket::send_batch`] with one `sendmmsg`, whatever the batch's length: each
+    /// datagram is gathered from its bytes and its tail (a payload chunk sent from where it
+    /// lies).
+    fn send_batch_now(&self, batch: &[Datagram<'_>], edge: &mut EdgeCounters) -> usize {
+        let n = batch.len().min(BATCH);
+        let mut iovs = [const { MaybeUninit::<[libc::iovec; 2]>::uninit() }; BATCH];
+        let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; BATCH];
+        for (i, d) in batch.iter().take(n).enumerate() {
+            let (addr, len) = &self.addrs[d.dest as usize];
+            let iov = iovs[i].write(iovecs(d));
+            // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
+            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            m.msg_hdr.msg_name = std::ptr::from_ref(addr).cast_mut().cast();
+            m.msg_hdr.msg_namelen = *len;
+            m.msg_hdr.msg_iov = iov.as_mut_ptr();
+            m.msg_hdr.msg_iovlen = if d.tail.is_empty() { 1 } else { 2 };
+            msgs[i].write(m);
+        }
+        let msgs = msgs.as_mut_ptr().cast::<libc::mmsghdr>();
+        let mut done = 0usize;
+        while done < n {
+            // SAFETY: `msgs[..n]` were initialized above and point at addresses of `self.addrs`
+            // and iovecs of this frame, whose buffers (`batch`) outlive the call; the kernel
+            // only reads them (and writes `msg_len`).
+            let r = unsafe {
+                libc::sendmmsg(
+                    self.sock.as_raw_fd(),
+                    msgs.add(done),
+                    u32::try_from(n - done).unwrap_or(1),
+                    0,
+                )
+            };
+            if r > 0 {
+                done += usize::try_from(r).unwrap_or(0);
+                continue;
+            }
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN) | Some(libc::ENOBUFS) => break,
+                _ => {
+                    // A datagram the kernel refuses (e.g. an unreachable peer) is dropped: the
+                    // protocol retransmits or fails the peer.
+                    edge.send_errors += 1;
+                    done += 1;
+                }
+            }
+        }
+        done
+    }
+
+    /// One `recv` into the first buffer of `rx` ([`RxRing::first`]), the cheapest look at an
+    /// empty socket (an empty `recvmmsg` costs half as much again). Returns the length of the
+    /// datagram it found; `None` when there was none or the call failed (counted in
+    /// `rx_errors`, unless it found the socket empty or was interrupted).
+    pub(crate) fn recv_one(&self, rx: &mut RxRing, edge: &mut EdgeCounters) -> Option<usize> {
+        let buf = &mut rx.bufs[0];
+        // SAFETY: `buf` is a live buffer of `buf.len()` bytes, which the kernel fills.
+        let r = unsafe {
+            sys::recv(
+                self.sock.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        let Ok(len) = usize::try_from(r) else {
+            if !matches!(errno(), libc::EAGAIN | libc::EINTR) {
+                edge.rx_errors += 1;
+            }
+            return None;
+        };
+        Some(len.min(RX_BUF))
+    }
+
+    /// Batches of up to [`RX_BATCH`] datagrams with `recvmmsg` into `rx`, until the socket is
+    /// empty (at most [`RX_ROUNDS`] calls), each datagram handed to `take` as it lies in its
+    /// buffer. Returns how many it took.
+    pub(crate) fn recv_batch(
+        &self,
+        rx: &mut RxRing,
+        edge: &mut EdgeCounters,
+        mut take: impl FnMut(&[u8]),
+    ) -> usize {
+        let fd = self.sock.as_raw_fd();
+        let mut total = 0;
+        for _ in 0..RX_ROUNDS {
+            // SAFETY: every header of `rx.msgs` points at an iovec of `rx._iovs` and through it
+            // at a live buffer of `rx.bufs` of the stated length, which the kernel fills.
+            let r = unsafe {
+                libc::recvmmsg(
+                    fd,
+                    rx.msgs.as_mut_ptr(),
+                    u32::try_from(RX_BATCH).unwrap_or(1),
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            if r <= 0 {
+                if r < 0 && !matches!(errno(), libc::EAGAIN | libc::EINTR) {
+                    edge.rx_errors += 1;
+                }
+                break;
+            }
+            let got = usize::try_from(r).unwrap_or(0);
+            for (m, buf) in rx.msgs.iter().zip(&rx.bufs).take(got) {
+                let len = (m.msg_len as usize).min(RX_BUF);
+                take(&buf[..len]);
+            }
+            total += got;
+            if got < RX_BATCH {
+                break;
+            }
+        }
+        total
+    }
+}
+
+/// `size_of::<T>()` as a socket length (every socket structure is far below 4 GiB).
+fn socklen<T>() -> libc::socklen_t {
+    libc::socklen_t::try_from(std::mem::size_of::<T>()).unwrap_or(libc::socklen_t::MAX)
+}
+
+/// Sets the socket option `opt` (a buffer size) of `fd` to `bytes`, where the kernel allows.
+fn set_buf(fd: i32, opt: libc::c_int, bytes: libc::c_int) {
+    let v = bytes;
+    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from a live local; failures are
+    // harmless (the default buffer size stays).
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            std::ptr::from_ref(&v).cast(),
+            socklen::<libc::c_int>(),
+        );
+    }
+}
+
+/// The two buffers of `d` on the wire: its bytes, then its tail (empty but for a datagram
+/// whose payload chunk stays in the sender's memory).
+fn iovecs(d: &Datagram<'_>) -> [libc::iovec; 2] {
+    [
+        libc::iovec {
+            iov_base: d.bytes.as_ptr().cast_mut().cast(),
+            iov_len: d.bytes.len(),
+        },
+        libc::iovec {
+            iov_base: d.tail.as_ptr().cast_mut().cast(),
+            iov_len: d.tail.len(),
+        },
+    ]
+}
+
+/// What the result `r` of a one-datagram `send`, `sendto` or `sendmsg` means: `Some(true)`
+/// the kernel took it, or refused it for good (e.g. an unreachable peer: counted and
+/// dropped, the protocol retransmits or fails the peer); `Some(false)` the socket buffer is
+/// full (offer it again later); `None` interrupted (call again).
+fn send_outcome(r: isize, edge: &mut EdgeCounters) -> Option<bool> {
+    if r >= 0 {
+        return Some(true);
+    }
+    match errno() {
+        libc::EINTR => None,
+        libc::EAGAIN | libc::ENOBUFS => Some(false),
+        _ => {
+            edge.send_errors += 1;
+            Some(true)
+        }
+    }
+}
+
+/// The socket calls of the round-trip path, made as plain system calls. glibc's `recv`,
+/// `send`, `sendto` and `sendmsg` are thread cancellation points: in a process with more than
+/// one thread each wraps its system call in two atomic updates of the thread's cancellation
+/// state, on the path of every datagram. Nothing in a Rust process cancels threads, so the
+/// conduit skips them. Each returns what the system call returns (-1 with `errno` set on
+/// failure), as the glibc functions do.
+mod sys {
+    use std::ffi::c_void;
+
+    /// A system call's result as the glibc wrappers return it (`c_long` is as wide as `isize`
+    /// on Linux, so nothing is lost).
+    #[inline(always)]
+    fn ret(r: libc::c_long) -> isize {
+        isize::try_from(r).unwrap_or(-1)
+    }
+
+    /// `recvfrom(fd, buf, len, flags, NULL, NULL)`.
+    ///
+    /// # Safety
+    /// - `buf` must be valid for writes of `len` bytes.
+    #[inline]
+    pub(super) unsafe fn recv(
+        fd: libc::c_int,
+        buf: *mut c_void,
+        len: usize,
+        flags: libc::c_int,
+    ) -> isize {
+        let null = std::ptr::null_mut::<libc::sockaddr>();
+        let nolen = std::ptr::null_mut::<libc::socklen_t>();
+        // SAFETY: the caller's contract covers `buf`; the null address arguments ask for no
+        // source address.
+        ret(unsafe { libc::syscall(libc::SYS_recvfrom, fd, buf, len, flags, null, nolen) })
+    }
+
+    /// `sendto(fd, buf, len, flags, addr, addr_len)`; `send` is this with a null address.
+    ///
+    /// # Safety
+    /// - `buf` must be valid for reads of `len` bytes, and `addr` (unless null) for reads of
+    ///   `addr_len` bytes.
+    #[inline]
+    pub(super) unsafe fn sendto(
+        fd: libc::c_int,
+        buf: *const c_void,
+        len: usize,
+        flags: libc::c_int,
+        addr: *const libc::sockaddr,
+        addr_len: libc::socklen_t,
+    ) -> isize {
+        // SAFETY: the caller's contract covers `buf` and `addr`.
+        ret(unsafe { libc::syscall(libc::SYS_sendto, fd, buf, len, flags, addr, addr_len) })
+    }
+
+    /// `sendmsg(fd, msg, flags)`.
+    ///
+    /// # Safety
+    /// - `msg` must point at a valid `msghdr` whose buffers are valid for reads.
+    #[inline]
+    pub(super) unsafe fn sendmsg(
+        fd: libc::c_int,
+        msg: *const libc::msghdr,
+        flags: libc::c_int,
+    ) -> isize {
+        // SAFETY: the caller's contract covers `msg` and what it points at.
+        ret(unsafe { libc::syscall(libc::SYS_sendmsg, fd, msg, flags) })
+    }
+}
+
+/// The `errno` of the last failed system call on this thread.
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// A non-blocking UDP socket on `ip` (any port) connected to `peer`, with the main socket's
+/// send buffer, for lone datagrams to that peer; `None` when any step fails (its datagrams
+/// then leave through the main socket). The receiver tells senders apart by the rank in the
+/// header, not by the source address, so the source port does not matter; nothing is ever
+/// sent to this socket.
+fn connected(ip: IpAddr, peer: SocketAddr) -> Option<UdpSocket> {
+    let ip = match (ip, peer) {
+        (IpAddr::V4(_), SocketAddr::V6(_)) | (IpAddr::V6(_), SocketAddr::V4(_)) => return None,
+        _ => ip,
+    };
+    let s = UdpSocket::bind(SocketAddr::new(ip, 0)).ok()?;
+    s.connect(peer).ok()?;
+    s.set_nonblocking(true).ok()?;
+    let fd = s.as_raw_fd();
+    set_buf(fd, libc::SO_SNDBUF, 8 << 20);
+    set_buf(fd, libc::SO_SNDBUFFORCE, 8 << 20);
+    Some(s)
+}
+
+/// Writes `a` into `out` as the kernel's socket address; returns its length.
+fn sockaddr(a: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
+    match a {
+        SocketAddr::V4(v4) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::sa_family_t::try_from(libc::AF_INET).unwrap_or(2),
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is large enough and suitably aligned for sockaddr_in.
+            unsafe { std::ptr::write(std::ptr::from_mut(out).cast::<libc::sockaddr_in>(), sin) };
+            socklen::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(v6) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::sa_family_t::try_from(libc::AF_INET6).unwrap_or(10),
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: v6.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v6.ip().octets(),
+                },
+                sin6_scope_id: v6.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is large enough and suitably aligned for sockaddr_in6.
+            unsafe { std::ptr::write(std::ptr::from_mut(out).cast::<libc::sockaddr_in6>(), sin6) };
+            socklen::<libc::sockaddr_in6>()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plain system calls answer as glibc's wrappers do: the byte count, or -1 with
+    /// `errno` set (EAGAIN on an empty non-blocking socket).
+    #[test]
+    fn plain_system_calls_answer_like_glibc() {
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+        a.connect(b.local_addr().unwrap()).unwrap();
+        let mut buf = [0u8; 64];
+        // SAFETY: `buf` is a live local buffer of the stated length.
+        let r = unsafe {
+            sys::recv(
+                b.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        assert_eq!(r, -1);
+        assert_eq!(errno(), libc::EAGAIN);
+        let msg = b"plain";
+        // SAFETY: `msg` is live for the call; no address on a connected socket.
+        let r = unsafe {
+            sys::sendto(
+                a.as_raw_fd(),
+                msg.as_ptr().cast(),
+                msg.len(),
+                0,
+                std::ptr::null(),
+                0,
+            )
+        };
+        assert_eq!(r, 5);
+        let mut got = -1;
+        for _ in 0..1000 {
+            // SAFETY: as above.
+            got = unsafe {
+                sys::recv(
+                    b.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if got >= 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(got, 5);
+        assert_eq!(&buf[..5], msg);
+        let (c, d) = (a.as_raw_fd(), Datagram::whole(0, b"gathered"));
+        let mut iov = iovecs(&d);
+        // SAFETY: msghdr is plain old data; all-zero is a valid value.
+        let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+        m.msg_iov = iov.as_mut_ptr();
+        m.msg_iovlen = 1;
+        // SAFETY: `m` points at `iov`, whose buffer is live for the call.
+        assert_eq!(unsafe { sys::sendmsg(c, &m, 0) }, 8);
+        // A bad descriptor: -1 and EBADF, as from glibc.
+        // SAFETY: the kernel rejects the descriptor before it touches the buffer.
+        let r = unsafe { sys::sendto(-1, msg.as_ptr().cast(), msg.len(), 0, std::ptr::null(), 0) };
+        assert_eq!(r, -1);
+        assert_eq!(errno(), libc::EBADF);
+    }
+}
