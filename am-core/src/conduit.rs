@@ -252,9 +252,3 @@ pub trait Conduit: Send + Sync + 'static {
     /// itself with the job's code. The default does nothing.
     fn at_process_exit(&self, _status: i32) {}
 }
-
-/// The limit of a conduit's start-up (joining the job, the start-up and attach barriers):
-/// `AMNET_BOOT_TIMEOUT` from the environment ([`Source::boot_timeout`](crate::Source::boot_timeout)).
-pub fn boot_timeout() -> Result<std::time::Duration> {
-    crate::Source::env().boot_timeout()
-}

@@ -5,7 +5,7 @@
 //! over UDP with warm caches; the kernel's share is the raw ping-pong of `amnet-bench`.
 
 use amnet_core::{Category, OutMsg};
-use amnet_udp::{Config, Proto, Sent};
+use amnet_udp::{Proto, ProtoConfig, Sent};
 use criterion::Criterion;
 
 /// A Short message to `handler` with no arguments, a request or a reply.
@@ -22,7 +22,7 @@ fn short(handler: u8, is_reply: bool) -> OutMsg<'static> {
 
 fn main() {
     let mut ps: Vec<Proto> = (0..2u32)
-        .map(|r| Proto::new(Config::default(), r, 2, 0x5eed, 0).expect("default config"))
+        .map(|r| Proto::new(ProtoConfig::default(), r, 2, 0x5eed, 0).expect("default config"))
         .collect();
     let (req, rep) = (short(200, false), short(201, true));
     let mut wire = Vec::with_capacity(2048);

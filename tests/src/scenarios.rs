@@ -525,7 +525,7 @@ fn udp_peer_timeout(ep: &Endpoint) -> Result<(), String> {
         .and_then(|()| ep.wait_until(|| false));
     let took = t0.elapsed();
     match r {
-        Err(e) if e.to_string().contains("rank 2") && took < Duration::from_secs(10) => {
+        Err(amnet::Error::PeerFailed { rank: 2, .. }) if took < Duration::from_secs(10) => {
             std::thread::sleep(Duration::from_millis(200));
             ep.exit(42)
         }

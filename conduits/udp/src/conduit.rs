@@ -28,11 +28,11 @@
 //! handler without a queue ([`Proto::on_datagram_direct`]).
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
+use amnet_core::config::Source;
 use amnet_core::{Category, Conduit, Error, InMsg, LocalSegment, OutMsg, Rank, Result};
 
 use crate::boot::BootClient;
@@ -132,6 +132,12 @@ impl UdpConduit {
     /// `AMNET_UDP_BOOT`, set by `amrun --conduit udp`). Without them the
     /// process is a job of one rank.
     pub fn from_env() -> Result<UdpConduit> {
+        Self::new(&Source::env())
+    }
+
+    /// [`UdpConduit::from_env`] with the settings of `src` (values set in code win over the
+    /// environment; see `amnet_core::config`).
+    pub fn new(src: &Source) -> Result<UdpConduit> {
         static JOINED: AtomicBool = AtomicBool::new(false);
         if JOINED.swap(true, Ordering::AcqRel) {
             return Err(Error::Config(
@@ -147,29 +153,27 @@ impl UdpConduit {
             faults,
             cfg,
             bind_ip,
-        } = Settings::from_env()?;
+            boot_timeout,
+        } = Settings::resolve(src)?;
         let sock = socket::bind(bind_ip)?;
         let port = sock
             .local_addr()
-            .map_err(|e| cerr(format!("local_addr: {e}")))?
+            .map_err(|e| Error::os("udp", "getsockname", e))?
             .port();
         let (rank, size, boot, peers, key) = match (rank, size, boot) {
             (None, None, None) => {
                 let me = sock
                     .local_addr()
-                    .map_err(|e| cerr(format!("local_addr: {e}")))?;
+                    .map_err(|e| Error::os("udp", "getsockname", e))?;
                 (0, 1, None, vec![me], 1u64)
             }
-            (Some(rank), Some(size), Some(b)) => {
+            (Some(rank), Some(size), Some(server)) => {
                 if rank >= size {
                     return Err(Error::Config(format!(
                         "AMNET_RANK={rank} is not below AMNET_SIZE={size}"
                     )));
                 }
-                let server: SocketAddr = b.parse().map_err(|_| {
-                    Error::Config(format!("AMNET_UDP_BOOT={b:?}: expected HOST:PORT"))
-                })?;
-                let c = BootClient::join(server, rank, port, amnet_core::conduit::boot_timeout()?)?;
+                let c = BootClient::join(server, rank, port, boot_timeout)?;
                 if c.table.len() != size as usize {
                     return Err(cerr(format!(
                         "the launcher knows {} ranks but AMNET_SIZE is {size}",
@@ -290,9 +294,11 @@ impl UdpConduit {
                 self.transmit(inner, now);
                 Ok(false)
             }
-            Err(SendError::PeerFailed(r)) => Err(cerr(format!(
-                "rank {r} has failed (silent past AMNET_UDP_PEER_TIMEOUT)"
-            ))),
+            Err(SendError::PeerFailed(rank)) => Err(Error::PeerFailed {
+                conduit: "udp",
+                rank,
+                detail: "silent past AMNET_UDP_PEER_TIMEOUT".into(),
+            }),
             Err(e) => Err(cerr(format!("cannot send to rank {dest}: {e}"))),
         }
     }
@@ -387,15 +393,20 @@ impl UdpConduit {
             return Ok(());
         };
         let secs = inner.proto.config().peer_timeout as f64 / 1e6;
-        let msg = format!(
-            "rank {r} has not been heard from for {secs} s (AMNET_UDP_PEER_TIMEOUT); the job \
-             cannot go on"
-        );
+        let detail =
+            format!("not heard from for {secs} s, AMNET_UDP_PEER_TIMEOUT; the job cannot go on");
         if !inner.failure_reported {
             inner.failure_reported = true;
-            eprintln!("amnet udp rank {}: {msg}", self.rank);
+            amnet_core::diag!(
+                "amnet udp rank {}: rank {r} has failed ({detail})",
+                self.rank
+            );
         }
-        Err(cerr(msg))
+        Err(Error::PeerFailed {
+            conduit: "udp",
+            rank: r,
+            detail,
+        })
     }
 
     /// The rest of a poll, once the socket has been read (`received`: it held datagrams):
@@ -496,9 +507,10 @@ impl UdpConduit {
         let payload: &[u8] = match am.category {
             Category::Long => {
                 let Some(seg) = self.seg.get() else {
-                    eprintln!(
+                    amnet_core::diag!(
                         "amnet udp rank {}: dropped a Long from rank {} before attach",
-                        self.rank, src
+                        self.rank,
+                        src
                     );
                     return true;
                 };
@@ -506,9 +518,10 @@ impl UdpConduit {
                 let len = placed.unwrap_or(payload.len() as u64);
                 let end = off.checked_add(len);
                 if !matches!(end, Some(e) if e <= seg.len as u64) {
-                    eprintln!(
+                    amnet_core::diag!(
                         "amnet udp rank {}: dropped a Long from rank {} outside the segment",
-                        self.rank, src
+                        self.rank,
+                        src
                     );
                     return true;
                 }

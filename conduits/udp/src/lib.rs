@@ -27,6 +27,6 @@ pub mod wire;
 pub use conduit::UdpConduit;
 
 pub use proto::{
-    Config, ConfigError, Counters, Datagram, Delivery, LongSink, PeerStatus, Proto, RxError,
-    SendError, Sent,
+    Counters, Datagram, Delivery, LongSink, PeerStatus, Proto, ProtoConfig, ProtoConfigError,
+    RxError, SendError, Sent,
 };

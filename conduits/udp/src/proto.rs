@@ -14,7 +14,7 @@
 //! (64-bit sequence numbers never wrap).
 //!
 //! **Messages and fragments.** [`Proto::send`] copies a message into one or more datagrams of
-//! at most [`Config::mtu`] bytes, each carrying one fragment; the first also carries the AM
+//! at most [`ProtoConfig::mtu`] bytes, each carrying one fragment; the first also carries the AM
 //! header. Fragments take consecutive sequence numbers, so the receiver, which releases data
 //! strictly in sequence order, sees a message's fragments back to back and reassembles one
 //! message per peer at a time. A message to oneself never touches the wire: it is copied
@@ -35,11 +35,11 @@
 //! **Acks.** Every datagram carries the cumulative ack (`rcv_next`), a 64-bit selective-ack
 //! bitmap of the sequence numbers after it that sit in the reorder buffer, and the window. Acks
 //! ride on DATA when there is DATA to send. Otherwise an ACK datagram goes out once
-//! [`Config::delayed_ack`] has passed since the ack became owed, or at once after an
-//! out-of-order datagram, a duplicate, a gap being filled, [`Config::ack_every`] unacked
+//! [`ProtoConfig::delayed_ack`] has passed since the ack became owed, or at once after an
+//! out-of-order datagram, a duplicate, a gap being filled, [`ProtoConfig::ack_every`] unacked
 //! datagrams, or a reopened window.
 //!
-//! **Credits.** The window a receiver advertises is [`Config::recv_window`] datagrams from
+//! **Credits.** The window a receiver advertises is [`ProtoConfig::recv_window`] datagrams from
 //! `rcv_next`, less the datagrams of completed messages the application has not taken yet and
 //! the fragments of the message in reassembly, but never less than the fragments that message
 //! still lacks (at most `recv_window`), so that a message longer than the window completes; it
@@ -63,9 +63,9 @@
 //! Selective acks trigger faster recovery: a datagram is deemed lost, and retransmitted at
 //! once, when three datagrams transmitted after it have been acked.
 //!
-//! **Liveness.** A peer nothing was sent to for [`Config::heartbeat_interval`] gets a
+//! **Liveness.** A peer nothing was sent to for [`ProtoConfig::heartbeat_interval`] gets a
 //! HEARTBEAT (which carries acks and the window like any datagram). A peer heard from by no
-//! valid datagram for [`Config::peer_timeout`] is failed for good: its queues are freed,
+//! valid datagram for [`ProtoConfig::peer_timeout`] is failed for good: its queues are freed,
 //! sends to it fail, and [`Proto::failed_peers`] reports it.
 //!
 //! # What it does not do
@@ -84,7 +84,7 @@
 //! # Bounds on what a peer can make us hold
 //!
 //! Per peer: the reorder buffer holds at most `recv_window` datagrams; the message being
-//! reassembled is at most [`Config::max_message`] bytes (its buffer grows with the bytes that
+//! reassembled is at most [`ProtoConfig::max_message`] bytes (its buffer grows with the bytes that
 //! actually arrive); undelivered complete messages exceed `recv_window` datagrams by at most
 //! one message. A malformed or inconsistent datagram is dropped and counted, never trusted:
 //! see [`Counters`].
@@ -94,7 +94,7 @@
 //! This file holds [`Proto`], its public API and its calling contract (above); the protocol's
 //! parts sit in modules of their own under `proto/`:
 //!
-//! - `config`: [`Config`] and its check; `error`: [`SendError`] and [`RxError`]; `stats`:
+//! - `config`: [`ProtoConfig`] and its check; `error`: [`SendError`] and [`RxError`]; `stats`:
 //!   [`Counters`] and [`PeerStatus`];
 //! - `peer`: the state kept towards one peer, laid out for the round trip;
 //! - `timer`: the round-trip estimate, the retransmission timeout and its backoff, and the
@@ -131,7 +131,7 @@ mod stats;
 mod timer;
 
 pub use assembler::LongSink;
-pub use config::{Config, ConfigError, MAX_RECV_WINDOW, MIN_MTU};
+pub use config::{ProtoConfig, ProtoConfigError, MAX_RECV_WINDOW, MIN_MTU};
 pub use error::{RxError, SendError};
 pub use send::{Datagram, Sent};
 pub use stats::{Counters, PeerStatus};
@@ -208,7 +208,7 @@ pub struct Proto {
     taken: bool,
     /// Complete messages: requests, replies.
     ready: [VecDeque<Delivery>; 2],
-    cfg: Config,
+    cfg: ProtoConfig,
     ready_order: u64,
     cursor: usize,
     counters: Counters,
@@ -233,15 +233,15 @@ impl Proto {
     /// The protocol state of rank `me` in a job of `nranks` ranks whose datagrams carry
     /// `job_key`, at time `now` (µs; peers count as heard from at this time).
     pub fn new(
-        cfg: Config,
+        cfg: ProtoConfig,
         me: Rank,
         nranks: u32,
         job_key: u64,
         now: u64,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, ProtoConfigError> {
         cfg.validate()?;
         if me >= nranks {
-            return Err(ConfigError {
+            return Err(ProtoConfigError {
                 field: "rank",
                 reason: format!("{me} is not below the job size {nranks}"),
             });
@@ -282,7 +282,7 @@ impl Proto {
     }
 
     /// The parameters.
-    pub fn config(&self) -> &Config {
+    pub fn config(&self) -> &ProtoConfig {
         &self.cfg
     }
 

@@ -17,8 +17,8 @@ use std::os::fd::AsRawFd;
 
 use amnet_core::{Rank, Result};
 
-use crate::conduit::cerr;
 use crate::proto::{Datagram, BATCH};
+use amnet_core::Error;
 
 /// Datagrams taken from the socket per `recvmmsg` call.
 const RX_BATCH: usize = 32;
@@ -103,9 +103,9 @@ pub(crate) struct Socket {
 /// receive buffers of 8 MiB.
 pub(crate) fn bind(ip: IpAddr) -> Result<UdpSocket> {
     let sock = UdpSocket::bind(SocketAddr::new(ip, 0))
-        .map_err(|e| cerr(format!("cannot bind a UDP socket on {ip}: {e}")))?;
+        .map_err(|e| Error::os("udp", format!("bind a UDP socket on {ip}"), e))?;
     sock.set_nonblocking(true)
-        .map_err(|e| cerr(format!("set_nonblocking: {e}")))?;
+        .map_err(|e| Error::os("udp", "set_nonblocking", e))?;
     let fd = sock.as_raw_fd();
     set_buf(fd, libc::SO_RCVBUF, 8 << 20);
     set_buf(fd, libc::SO_SNDBUF, 8 << 20);

@@ -22,7 +22,7 @@ use std::rc::Rc;
 
 use amnet_core::{Category, OutMsg};
 use amnet_udp::wire::{self, AmHeader, Kind};
-use amnet_udp::{Config, Datagram, LongSink, Proto, SendError, Sent};
+use amnet_udp::{Datagram, LongSink, Proto, ProtoConfig, SendError, Sent};
 use proptest::prelude::*;
 
 const KEY: u64 = 0x5eed_0000_0000_0001;
@@ -136,7 +136,7 @@ impl Launch<'_> {
 }
 
 impl Sim {
-    fn new(n: u32, cfg: &Config, net: Net, seed: u64) -> Self {
+    fn new(n: u32, cfg: &ProtoConfig, net: Net, seed: u64) -> Self {
         Sim {
             now: 0,
             procs: (0..n)
@@ -303,8 +303,8 @@ impl Sim {
     }
 }
 
-fn sim_config(mtu: usize) -> Config {
-    Config {
+fn sim_config(mtu: usize) -> ProtoConfig {
+    ProtoConfig {
         mtu,
         send_window: 32,
         recv_window: 32,
@@ -808,7 +808,7 @@ fn direct_path_keeps_the_protocol() {
 
 #[test]
 fn silent_peer_is_failed_after_the_timeout() {
-    let cfg = Config {
+    let cfg = ProtoConfig {
         heartbeat_interval: 10_000,
         peer_timeout: 100_000,
         ..sim_config(1400)
@@ -864,7 +864,7 @@ fn silent_peer_is_failed_after_the_timeout() {
 #[test]
 fn credits_and_window_bound_outstanding_data() {
     for (send_window, recv_window) in [(8u32, 16u32), (32, 6)] {
-        let cfg = Config {
+        let cfg = ProtoConfig {
             send_window,
             recv_window,
             send_queue: 40,
@@ -930,7 +930,7 @@ fn credits_and_window_bound_outstanding_data() {
 
 #[test]
 fn rto_tracks_the_path_and_karn_keeps_samples_clean() {
-    let cfg = Config {
+    let cfg = ProtoConfig {
         rto_initial: 5_000,
         rto_min: 1_000,
         rto_max: 2_000_000,
@@ -973,7 +973,7 @@ fn rto_tracks_the_path_and_karn_keeps_samples_clean() {
 
 #[test]
 fn rto_backs_off_exponentially_up_to_the_cap() {
-    let cfg = Config {
+    let cfg = ProtoConfig {
         rto_initial: 10_000,
         rto_max: 160_000,
         ..sim_config(1400)

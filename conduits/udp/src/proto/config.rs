@@ -1,17 +1,17 @@
-//! The protocol's parameters: [`Config`], the ranges they must keep, and the check of them
-//! ([`Config::validate`], which [`Proto::new`](super::Proto::new) runs).
+//! The protocol's parameters: [`ProtoConfig`], the ranges they must keep, and the check of them
+//! ([`ProtoConfig::validate`], which [`Proto::new`](super::Proto::new) runs).
 
 use crate::wire::{FRAG_LEN, HEADER_LEN, MAX_AM_LEN, MAX_DATAGRAM};
 
-/// The smallest [`Config::mtu`].
+/// The smallest [`ProtoConfig::mtu`].
 pub const MIN_MTU: usize = 512;
-/// The largest [`Config::recv_window`].
+/// The largest [`ProtoConfig::recv_window`].
 pub const MAX_RECV_WINDOW: u32 = 1 << 16;
 const _: () = assert!(MIN_MTU > HEADER_LEN + FRAG_LEN + MAX_AM_LEN);
 
 /// Protocol parameters. Every rank of a job must use the same values. Times in microseconds.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Config {
+pub struct ProtoConfig {
     /// The largest datagram, headers included: 512 to 65,507 bytes. The default suits loopback
     /// and jumbo-frame networks; use about 1,400 on a standard Ethernet MTU.
     pub mtu: usize,
@@ -46,9 +46,9 @@ pub struct Config {
     pub buffer_pool: usize,
 }
 
-impl Default for Config {
+impl Default for ProtoConfig {
     fn default() -> Self {
-        Config {
+        ProtoConfig {
             mtu: 65_000,
             send_window: 64,
             recv_window: 64,
@@ -66,20 +66,20 @@ impl Default for Config {
     }
 }
 
-/// An invalid [`Config`] or job shape.
+/// An invalid [`ProtoConfig`] or job shape.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("udp protocol configuration: {field} {reason}")]
-pub struct ConfigError {
+pub struct ProtoConfigError {
     /// The offending field.
     pub field: &'static str,
     /// What is wrong with it.
     pub reason: String,
 }
 
-impl Config {
+impl ProtoConfig {
     /// Checks every parameter against its documented range.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let bad = |field, reason: String| Err(ConfigError { field, reason });
+    pub fn validate(&self) -> Result<(), ProtoConfigError> {
+        let bad = |field, reason: String| Err(ProtoConfigError { field, reason });
         if !(MIN_MTU..=MAX_DATAGRAM).contains(&self.mtu) {
             return bad(
                 "mtu",

@@ -23,9 +23,9 @@ pub enum SendError {
     /// The destination has been failed by the liveness check.
     #[error("rank {0} has failed (silent past the peer timeout)")]
     PeerFailed(Rank),
-    /// The payload is above [`Config::max_message`].
+    /// The payload is above [`ProtoConfig::max_message`].
     ///
-    /// [`Config::max_message`]: super::Config::max_message
+    /// [`ProtoConfig::max_message`]: super::ProtoConfig::max_message
     #[error("a message of {len} bytes is above the limit of {max} bytes")]
     TooLarge {
         /// Payload bytes.

@@ -10,7 +10,7 @@ use crate::wire::HEADER_LEN;
 
 use super::assembler::Partial;
 use super::send::Seg;
-use super::{to_usize, Config};
+use super::{to_usize, ProtoConfig};
 
 /// Per-peer state. The fields a round trip touches come first, packed into four cache lines
 /// from a line boundary; the control datagram's buffer, used only for ACKs and HEARTBEATs,
@@ -66,7 +66,7 @@ pub(super) struct Peer {
 impl Peer {
     /// The state towards a peer at time `now`: nothing sent or received yet, the initial
     /// retransmission timeout, and a whole receive window granted each way.
-    pub(super) fn new(cfg: &Config, now: u64) -> Self {
+    pub(super) fn new(cfg: &ProtoConfig, now: u64) -> Self {
         Peer {
             segs: VecDeque::new(),
             snd_una: 0,

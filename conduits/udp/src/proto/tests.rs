@@ -7,10 +7,10 @@ use amnet_core::Category;
 
 const KEY: u64 = 0xfeed_f00d;
 
-fn cfg() -> Config {
-    Config {
+fn cfg() -> ProtoConfig {
+    ProtoConfig {
         mtu: 1400,
-        ..Config::default()
+        ..ProtoConfig::default()
     }
 }
 
@@ -54,7 +54,7 @@ fn pump(ps: &mut [Proto], now: u64) {
     }
 }
 
-fn pair(cfg: Config) -> Vec<Proto> {
+fn pair(cfg: ProtoConfig) -> Vec<Proto> {
     (0..2)
         .map(|r| Proto::new(cfg.clone(), r, 2, KEY, 0).unwrap())
         .collect()
@@ -90,53 +90,53 @@ fn data(seq: u64, msg_id: u64, index: u32, count: u32, total: u64, chunk: &[u8])
 
 #[test]
 fn config_is_validated() {
-    assert!(Config::default().validate().is_ok());
-    let bad = |c: Config| c.validate().unwrap_err().field;
-    assert_eq!(bad(Config { mtu: 100, ..cfg() }), "mtu");
+    assert!(ProtoConfig::default().validate().is_ok());
+    let bad = |c: ProtoConfig| c.validate().unwrap_err().field;
+    assert_eq!(bad(ProtoConfig { mtu: 100, ..cfg() }), "mtu");
     assert_eq!(
-        bad(Config {
+        bad(ProtoConfig {
             mtu: 70_000,
             ..cfg()
         }),
         "mtu"
     );
     assert_eq!(
-        bad(Config {
+        bad(ProtoConfig {
             recv_window: 0,
             ..cfg()
         }),
         "recv_window"
     );
     assert_eq!(
-        bad(Config {
+        bad(ProtoConfig {
             send_window: 0,
             ..cfg()
         }),
         "send_window"
     );
     assert_eq!(
-        bad(Config {
+        bad(ProtoConfig {
             rto_min: 0,
             ..cfg()
         }),
         "rto_initial"
     );
     assert_eq!(
-        bad(Config {
+        bad(ProtoConfig {
             rto_max: 5,
             ..cfg()
         }),
         "rto_initial"
     );
     assert_eq!(
-        bad(Config {
+        bad(ProtoConfig {
             delayed_ack: 1_000,
             ..cfg()
         }),
         "delayed_ack"
     );
     assert_eq!(
-        bad(Config {
+        bad(ProtoConfig {
             peer_timeout: 1_000_000,
             ..cfg()
         }),
@@ -148,7 +148,7 @@ fn config_is_validated() {
 #[test]
 fn send_rejects_bad_messages_before_queueing() {
     let mut p = Proto::new(
-        Config {
+        ProtoConfig {
             max_message: 1000,
             ..cfg()
         },
@@ -192,7 +192,7 @@ fn send_rejects_bad_messages_before_queueing() {
 #[test]
 fn messages_to_self_skip_the_wire() {
     let mut p = Proto::new(
-        Config {
+        ProtoConfig {
             send_queue: 3,
             ..cfg()
         },
@@ -317,7 +317,7 @@ fn selective_acks_describe_the_reorder_buffer() {
 
 #[test]
 fn hostile_datagrams_are_counted_and_bounded() {
-    let c = Config {
+    let c = ProtoConfig {
         recv_window: 16,
         max_message: 10_000,
         ..cfg()
@@ -361,7 +361,7 @@ fn hostile_datagrams_are_counted_and_bounded() {
     );
     // A message above the limit, then a fragment of nothing, then an ack of unsent data.
     let mut q = Proto::new(
-        Config {
+        ProtoConfig {
             max_message: 10_000,
             ..cfg()
         },
@@ -395,7 +395,7 @@ fn hostile_datagrams_are_counted_and_bounded() {
 
 #[test]
 fn undelivered_messages_close_the_window_and_taking_them_reopens_it() {
-    let c = Config {
+    let c = ProtoConfig {
         recv_window: 4,
         ..cfg()
     };
@@ -424,7 +424,7 @@ fn undelivered_messages_close_the_window_and_taking_them_reopens_it() {
 
 #[test]
 fn reassembly_counts_against_the_window_and_credit_never_moves_back() {
-    let c = Config {
+    let c = ProtoConfig {
         recv_window: 4,
         ..cfg()
     };
@@ -595,7 +595,7 @@ fn the_direct_path_sends_a_lone_datagram_like_the_planner() {
 
 #[test]
 fn the_direct_path_leaves_what_it_cannot_send_to_the_planner() {
-    let c = Config {
+    let c = ProtoConfig {
         recv_window: 2,
         ..cfg()
     };
@@ -767,7 +767,7 @@ fn a_deferred_ack_is_checked_at_once_and_can_make_data_due() {
         (0, true)
     );
     // Rank 0 fills rank 1's window of 2; a third message waits for credit.
-    let mut ps = pair(Config {
+    let mut ps = pair(ProtoConfig {
         recv_window: 2,
         ..cfg()
     });

@@ -4,7 +4,7 @@
 //! deadlines these set; the planner (`plan`) acts on those that have passed.
 
 use super::send::Seg;
-use super::{Config, Peer};
+use super::{Peer, ProtoConfig};
 
 /// The most doublings of the retransmission timeout.
 pub(super) const MAX_BACKOFF: u32 = 16;
@@ -19,7 +19,7 @@ impl Peer {
 
     /// The retransmission timeout in force: `rto` doubled for each backoff step, at most
     /// `rto_max`.
-    pub(super) fn rto_eff(&self, cfg: &Config) -> u64 {
+    pub(super) fn rto_eff(&self, cfg: &ProtoConfig) -> u64 {
         self.rto
             .saturating_mul(1u64 << self.backoff.min(MAX_BACKOFF))
             .min(cfg.rto_max)
@@ -27,7 +27,7 @@ impl Peer {
 
     /// Takes in a round-trip sample of `r` µs: updates `srtt` and `rttvar`, sets
     /// `rto = srtt + 4 rttvar` within `rto_min..=rto_max`, and ends the backoff.
-    pub(super) fn rtt_sample(&mut self, r: u64, cfg: &Config) {
+    pub(super) fn rtt_sample(&mut self, r: u64, cfg: &ProtoConfig) {
         let srtt = match self.srtt {
             None => {
                 self.rttvar = r / 2;
