@@ -50,6 +50,7 @@ pub use amnet_sync_modes as sync_modes;
 use std::time::Duration;
 
 pub use amnet_core::barrier_flags;
+pub use amnet_core::conduit;
 pub use amnet_core::config;
 pub use amnet_core::{
     AmCounts, Backoff, Category, ConduitKind, Endpoint, EndpointConfig, Error, Handle, HandlerFn,

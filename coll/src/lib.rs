@@ -5,12 +5,12 @@
 //! registered function table with built-in reductions.
 //!
 //! ```no_run
-//! use amnet_coll::{flags, Addr, Coll, RedOp, Team};
-//! use amnet_core::Endpoint;
+//! use amnet::coll::{flags, Addr, Coll, RedOp, Team};
+//! use amnet::Endpoint;
 //!
 //! /// On an attached endpoint: rank 0's 8 bytes at segment offset 0 go to offset 64 of every
 //! /// rank's segment, then every rank gets the sum of the rank numbers.
-//! fn example(ep: &Endpoint) -> amnet_core::Result<u64> {
+//! fn example(ep: &Endpoint) -> amnet::Result<u64> {
 //!     let coll = Coll::init(ep, None, 0, &[])?;
 //!     coll.broadcast(Team::WORLD, Addr::seg(64), 0, Addr::seg(0), 8, flags::ALLSYNC | flags::SINGLE)?;
 //!     coll.reduce_to_all_typed(RedOp::Sum, u64::from(ep.rank()), flags::ALLSYNC)

@@ -12,7 +12,7 @@
 //! use std::time::Duration;
 //! use amnet_launch::{launch_job, LaunchOptions};
 //!
-//! # fn main() -> amnet_core::Result<()> {
+//! # fn main() -> amnet::Result<()> {
 //! let opts = LaunchOptions::new(4, "target/release/examples/hello");
 //! let code = launch_job(&LaunchOptions { timeout: Some(Duration::from_secs(60)), ..opts })?;
 //! assert_eq!(code, 0);

@@ -15,11 +15,11 @@
 //! is `src/README.md`.
 //!
 //! ```no_run
-//! use amnet_core::{Endpoint, HandlerTable};
-//! use amnet_mpi::MpiConduit;
+//! use amnet::{Builder, ConduitKind, HandlerTable};
 //!
-//! # fn main() -> amnet_core::Result<()> {
-//! let ep = Endpoint::new(Box::new(MpiConduit::from_env()?))?;
+//! # fn main() -> amnet::Result<()> {
+//! // The same as `amnet::init()` with AMNET_CONDUIT=mpi (the umbrella crate's `mpi` feature).
+//! let ep = Builder::new().conduit(ConduitKind::Mpi).init()?;
 //! ep.attach(HandlerTable::new(), 1 << 20)?;
 //! ep.barrier()?;
 //! # Ok(()) }
