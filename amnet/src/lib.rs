@@ -52,11 +52,13 @@ use std::time::Duration;
 pub use amnet_core::barrier_flags;
 pub use amnet_core::conduit;
 pub use amnet_core::config;
+pub use amnet_core::handlers;
 pub use amnet_core::{
     AmCounts, Backoff, Category, ConduitKind, Endpoint, EndpointConfig, Error, Handle, HandlerFn,
-    HandlerTable, Rank, Result, RmaPath, Source, Stats, Token, FIRST_CLIENT_HANDLER, MAX_ARGS,
+    HandlerTable, Layer, LayerHooks, Rank, Result, RmaPath, Source, Stats, Token,
+    FIRST_CLIENT_HANDLER, MAX_ARGS,
 };
-pub use amnet_smp::RankOutcome;
+pub use amnet_smp::{RankOutcome, ThreadExit};
 
 use amnet_core::config::vars;
 
