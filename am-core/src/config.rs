@@ -673,13 +673,17 @@ impl Source {
 
     /// Every variable a rank of the conduit named `conduit` reads, with its value in force and
     /// where it came from, one per line (what `AMNET_VERBOSE=1` prints), followed by any
-    /// `AMNET_*` variable of the environment that amnet does not know.
-    pub fn dump(&self, conduit: &str) -> String {
+    /// `AMNET_*` variable of the environment that amnet does not know. `resolved` gives the
+    /// value a default resolved to where the table's default depends on the job (`AMNET_SPIN`).
+    pub fn dump(&self, conduit: &str, resolved: &[(&Var, String)]) -> String {
         let mut s = String::new();
         for var in VARS.iter().filter(|v| v.scope.applies_to_rank(conduit)) {
             let (value, origin) = match self.raw(var) {
                 Some((v, o)) => (v, o.name()),
-                None => (strip_ticks(var.default), "default"),
+                None => match resolved.iter().find(|(r, _)| r.name == var.name) {
+                    Some((_, v)) => (v.clone(), "default"),
+                    None => (strip_ticks(var.default), "default"),
+                },
             };
             s += &format!("amnet config: {:<24} {value} ({origin})\n", var.name);
         }
@@ -799,7 +803,8 @@ mod tests {
     fn dump_lists_the_variables_of_a_rank() {
         let mut s = Source::env();
         s.set("AMNET_SPIN", "3").unwrap();
-        let d = s.dump("udp");
+        let d = s.dump("udp", &[(&vars::BOOT_TIMEOUT, "7".into())]);
+        assert!(d.contains("7 (default)"), "{d}");
         assert!(
             d.contains("AMNET_SPIN") && d.contains("3 (set in code)"),
             "{d}"

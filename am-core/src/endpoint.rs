@@ -523,7 +523,10 @@ impl Endpoint {
                 rma,
                 self.inner.cfg.spin
             );
-            text += &self.inner.source.dump(self.conduit_name());
+            text += &self.inner.source.dump(
+                self.conduit_name(),
+                &[(&vars::SPIN, self.inner.cfg.spin.to_string())],
+            );
             crate::diag::emit(&text);
         }
         Ok(())
