@@ -137,7 +137,7 @@ impl Proto {
                 Ok(Packet { frag: Some(f), .. }) => self.accept(src, &f, None),
                 _ => Err(RxError::Protocol {
                     src,
-                    what: "buffered datagram no longer decodes",
+                    what: "buffered datagram does not decode",
                 }),
             };
             result = result.and(r);
