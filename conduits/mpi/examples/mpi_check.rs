@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use amnet_core::{Endpoint, HandlerTable, Token};
+use amnet::{Endpoint, HandlerTable, Token};
 use amnet_mpi::mpi::topology::SimpleCommunicator;
 use amnet_mpi::mpi::traits::*;
 use amnet_mpi::MpiConduit;
@@ -90,7 +90,7 @@ impl State {
 
 fn handlers(st: &Arc<State>, size: u32) -> Result<HandlerTable, String> {
     let mut t = HandlerTable::new();
-    let e = |e: amnet_core::Error| e.to_string();
+    let e = |e: amnet::Error| e.to_string();
     let s = st.clone();
     t.register(
         H_SHORT,
@@ -194,7 +194,7 @@ fn seg_len(size: u32) -> usize {
 fn check(ep: &Endpoint, st: &State) -> Result<(), String> {
     let me = ep.rank();
     let n = ep.size();
-    let e = |e: amnet_core::Error| e.to_string();
+    let e = |e: amnet::Error| e.to_string();
 
     // Short with 0..=16 arguments, to every rank.
     for dest in 0..n {

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use amnet_core::{Endpoint, Handle, HandlerTable, RmaPath, Token};
+use amnet::{Endpoint, Handle, HandlerTable, RmaPath, Token};
 use amnet_mpi::MpiConduit;
 
 /// Request: check `[seed, size, offset]` landed in the local segment; replies `H_VERDICT`.
@@ -139,7 +139,7 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     /// Ask `next` whether the bytes of `seed` are at `off` in its segment now.
     fn ask(&self, seed: u32, size: usize, off: u64, what: &str) -> Result<(), String> {
-        let e = |e: amnet_core::Error| e.to_string();
+        let e = |e: amnet::Error| e.to_string();
         let before = self.st.verdicts.load(Ordering::Relaxed);
         let bad = self.st.bad.load(Ordering::Relaxed);
         let args = [
@@ -188,7 +188,7 @@ impl Ctx<'_> {
 
     fn one_size(&self, size: usize) -> Result<(), String> {
         let ep = self.ep;
-        let e = |e: amnet_core::Error| e.to_string();
+        let e = |e: amnet::Error| e.to_string();
         let (next, me) = (self.next, self.me);
 
         // Blocking put, an active message after it, a barrier, then a blocking get.
@@ -260,7 +260,7 @@ impl Ctx<'_> {
 }
 
 fn bench(ep: &Endpoint, iters: u32) -> Result<(), String> {
-    let e = |e: amnet_core::Error| e.to_string();
+    let e = |e: amnet::Error| e.to_string();
     ep.barrier().map_err(e)?;
     if ep.rank() == 0 && ep.size() > 1 {
         let mut buf = [7u8; 8];
