@@ -292,6 +292,15 @@ pub fn run_attached(
     Ok(sum)
 }
 
+/// Check the suite's own variables (`AMNET_STORM`, `AMNET_TEST_SEED`): a value they do not
+/// accept is `Error::Config` naming it.
+pub fn check_settings() -> Result<(), Error> {
+    let src = amnet::Source::env();
+    src.count(&amnet::config::vars::STORM)?;
+    src.count(&amnet::config::vars::TEST_SEED)?;
+    Ok(())
+}
+
 /// A process-wide counter for unique seeds.
 pub fn next_seed() -> u32 {
     static N: AtomicU64 = AtomicU64::new(1);

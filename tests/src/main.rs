@@ -39,6 +39,12 @@ fn main() {
             filter = Some(a);
         }
     }
+    // The suite's own settings are checked before the job starts: a bad value is a start-up
+    // failure (2), not a default used in silence.
+    if let Err(e) = amnet_testsuite::check_settings() {
+        eprintln!("amnet-testsuite: {e}");
+        std::process::exit(2);
+    }
     let ep = match amnet::init() {
         Ok(ep) => ep,
         Err(e) => {
@@ -63,11 +69,16 @@ fn main() {
                 "amnet-testsuite: rank {}: waiting for rank 0's verdict: {r:?}",
                 ep.rank()
             );
-            ep.exit(2);
+            ep.exit(1);
         }
+        // The suite could not finish (a rank failed mid-run): a failure of the run, not of its
+        // start.
         Err(e) => {
-            eprintln!("amnet-testsuite: rank {}: {e}", ep.rank());
-            ep.exit(2);
+            eprintln!(
+                "amnet-testsuite: rank {}: the suite could not finish: {e}",
+                ep.rank()
+            );
+            ep.exit(1);
         }
     }
 }

@@ -345,6 +345,27 @@ fn seg_off(o: u64) -> usize {
     o as usize
 }
 
+/// Whether segments of `lens` bytes fit in the `free` bytes of /dev/shm (when known): the sum
+/// is an `Error::Config` naming both figures when it does not fit, or when it overflows.
+fn check_shm_space(lens: &[usize], free: Option<u64>) -> Result<()> {
+    let total = lens
+        .iter()
+        .try_fold(0u64, |t, &l| t.checked_add(l as u64))
+        .ok_or_else(|| {
+            Error::Config(format!(
+                "the segments of the {} ranks ask for more than 2^64 bytes in all ({lens:?})",
+                lens.len()
+            ))
+        })?;
+    match free {
+        Some(free) if total > free => Err(Error::Config(format!(
+            "the segments ask for {total} bytes in all but /dev/shm has {free} bytes free: ask \
+             for smaller segments or enlarge /dev/shm"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn process_exit(code: i32) -> ! {
     use std::io::Write;
     let _ = std::io::stdout().flush();
@@ -443,6 +464,9 @@ impl SmpConduit {
         queues.push(own);
         ctl.boot_barrier(size, &boot, "start-up", &on_exit)?;
         unlink(&own_name);
+        // Every rank has opened the control block: its name can go, so that nothing of the
+        // job stays in /dev/shm if the launcher is killed (the launcher keeps its mapping).
+        unlink(&ctl_name(&job));
         Ok(Self::assemble(
             (rank, size, ctl),
             (out, out_large),
@@ -642,18 +666,10 @@ impl Conduit for SmpConduit {
         let mut shared = Vec::new();
         match &self.mode {
             Mode::Process { job, .. } => {
-                // Segments are sparse objects: one larger than the memory behind /dev/shm would
-                // attach fine and then kill the job with SIGBUS when touched. Every rank sees
-                // the same lengths here, so every rank reaches the same verdict.
-                let total: u64 = lens.iter().map(|&l| l as u64).sum();
-                if let Some(free) = crate::shm::shm_free_bytes() {
-                    if total > free {
-                        return Err(Error::Config(format!(
-                            "the segments ask for {total} bytes in all but /dev/shm has {free} \
-                             bytes free: ask for smaller segments or enlarge /dev/shm"
-                        )));
-                    }
-                }
+                // Every rank sees the same lengths here, so every rank reaches the same verdict
+                // before any creates its segment (each reserves its own at creation, which
+                // catches what another job takes meanwhile).
+                check_shm_space(lens, crate::shm::shm_free_bytes())?;
                 let own_name = seg_name(job, self.rank);
                 let own = if len > 0 {
                     Some(Region::create(&own_name, len)?)
@@ -861,5 +877,26 @@ impl Conduit for SmpConduit {
 
     fn is_process_mode(&self) -> bool {
         matches!(self.mode, Mode::Process { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_space_check_refuses_what_does_not_fit_and_sums_that_overflow() {
+        let gib = 1usize << 30;
+        assert!(check_shm_space(&[gib, gib], Some(3 << 30)).is_ok());
+        assert!(check_shm_space(&[gib, gib], None).is_ok());
+        let e = check_shm_space(&[gib, gib], Some(1 << 30)).unwrap_err();
+        assert!(matches!(e, Error::Config(_)), "{e}");
+        // Four ranks of 2^62 bytes each add up to 2^64: the sum overflows, and is refused
+        // whatever /dev/shm says.
+        let huge = [1usize << 62; 4];
+        for free in [None, Some(u64::MAX)] {
+            let e = check_shm_space(&huge, free).unwrap_err();
+            assert!(e.to_string().contains("2^64"), "{e}");
+        }
     }
 }

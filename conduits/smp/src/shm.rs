@@ -119,6 +119,19 @@ impl Region {
                 unlink(name);
                 return close(Err(e));
             }
+            // Reserve the memory now: a full /dev/shm is then this error, naming the object and
+            // its size, and never a SIGBUS when a page is first touched.
+            // SAFETY: fd is a shm object we created, `l` bytes long.
+            let rc = unsafe { libc::posix_fallocate(fd, 0, l) };
+            if rc != 0 {
+                let e = Error::os(
+                    "smp",
+                    format!("reserving {len} bytes of /dev/shm for {name}"),
+                    std::io::Error::from_raw_os_error(rc),
+                );
+                unlink(name);
+                return close(Err(e));
+            }
         } else if len == 0 {
             // SAFETY: zeroed stat buffer filled by fstat.
             let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -210,4 +223,71 @@ pub fn unlink_prefix(prefix: &str) -> usize {
         }
     }
     n
+}
+
+/// The process that made the job whose objects are named `/dev/shm/{name}`: job names are
+/// `amnet-PID-HEX` (`amnet-bench-PID-...` for the benchmark's own objects).
+fn owner_pid(name: &str) -> Option<i32> {
+    let rest = name.strip_prefix("amnet-")?;
+    let rest = rest.strip_prefix("bench-").unwrap_or(rest);
+    rest.split('-').next()?.parse().ok().filter(|&p| p > 0)
+}
+
+/// Remove every amnet object in /dev/shm whose owner process is gone: the objects of a job
+/// whose launcher was killed before it could clean up (SIGKILL leaves no time for it). A
+/// launcher calls this before it starts a job. Returns how many were removed.
+pub(crate) fn sweep_stale() -> usize {
+    let mut n = 0;
+    if let Ok(rd) = std::fs::read_dir("/dev/shm") {
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            let Some(pid) = owner_pid(&name) else {
+                continue;
+            };
+            // SAFETY: signal 0 sends nothing; it only asks whether the process exists.
+            let gone = unsafe { libc::kill(pid, 0) } != 0
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+            if gone {
+                unlink(&format!("/{name}"));
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_pids_are_read_from_job_names() {
+        assert_eq!(owner_pid("amnet-1234-5f3a-ctl"), Some(1234));
+        assert_eq!(owner_pid("amnet-77-ab-q3"), Some(77));
+        assert_eq!(owner_pid("amnet-bench-99-line"), Some(99));
+        assert_eq!(owner_pid("amnet-x-ctl"), None);
+        assert_eq!(owner_pid("other-12-ctl"), None);
+    }
+
+    #[test]
+    fn the_sweep_removes_objects_of_dead_owners_only() {
+        // A process that has ended: its pid names no process (until the kernel reuses it,
+        // which takes a full turn of the pid space).
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("run true");
+        let dead = child.id();
+        child.wait().expect("wait");
+        let stale = format!("/amnet-{dead}-5eed-ctl");
+        let live = format!("/amnet-{}-5eed-ctl", std::process::id());
+        let a = Region::create(&stale, 4096).expect("create the stale object");
+        let b = Region::create(&live, 4096).expect("create the live object");
+        drop((a, b));
+        sweep_stale();
+        let exists = |n: &str| std::path::Path::new("/dev/shm").join(&n[1..]).exists();
+        assert!(!exists(&stale), "{stale} survived the sweep");
+        assert!(exists(&live), "{live} of a live process was swept");
+        unlink(&live);
+    }
 }

@@ -17,8 +17,10 @@ pub struct SmpJob {
 }
 
 impl SmpJob {
-    /// Create the job's control block.
+    /// Create the job's control block, after removing what jobs whose launcher was killed
+    /// left in /dev/shm.
     pub fn new(ranks: u32) -> Result<SmpJob> {
+        crate::shm::sweep_stale();
         let name = new_job_name();
         let ctl = create_ctl(&name, ranks)?;
         Ok(SmpJob {

@@ -17,6 +17,8 @@
 //! | EXCH | rank → server | `round: u32`, blob |
 //! | EXCH_ALL | server → rank | `round: u32`, `n: u32`, `n` × (`len: u32`, blob) |
 //! | EXIT | both | `code: i32` |
+//! | FAIL | server → rank | UTF-8 reason: the server could not serve this rank (the connection
+//! closes after it) |
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -34,6 +36,7 @@ const TABLE: u8 = 2;
 const EXCH: u8 = 3;
 const EXCH_ALL: u8 = 4;
 const EXIT: u8 = 5;
+const FAIL: u8 = 6;
 /// No frame is larger (a blob exchange of a big job still fits easily).
 const MAX_FRAME: usize = 64 << 20;
 /// `exit_code` when no exit was requested.
@@ -150,6 +153,9 @@ impl ServerShared {
             };
             let r = self.frame(&mut s, &mut me, kind, &body);
             if let Err(e) = r {
+                // Tell the rank why its connection ends (this needs no new descriptor, so it
+                // gets through when the launcher ran out of them), and log it.
+                let _ = write_frame(&mut s, FAIL, e.to_string().as_bytes());
                 let mut st = self.lock();
                 st.errors.push(format!(
                     "rank {}: {e}",
@@ -421,9 +427,17 @@ impl BootClient {
         let exit = Arc::new(AtomicI64::new(NO_EXIT));
         // Wait for the table; an EXIT may come first.
         let (kind, body) = read_frame(&mut r).map_err(|e| {
-            boot_err(format!(
-                "waiting for the other ranks to join (timeout {timeout:?}, AMNET_BOOT_TIMEOUT): {e}"
-            ))
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                boot_err(format!(
+                    "the launcher's bootstrap service at {server} closed the connection before \
+                     every rank joined (the launcher's messages say why)"
+                ))
+            } else {
+                boot_err(format!(
+                    "waiting for the other ranks to join (timeout {timeout:?}, \
+                     AMNET_BOOT_TIMEOUT): {e}"
+                ))
+            }
         })?;
         let (job_key, table) = {
             match kind {
@@ -438,6 +452,12 @@ impl BootClient {
                     return Err(boot_err(format!(
                         "the job ended (code {code}) before it started"
                     )));
+                }
+                FAIL => {
+                    return Err(boot_err(format!(
+                        "the launcher's bootstrap service could not serve rank {rank}: {}",
+                        String::from_utf8_lossy(&body)
+                    )))
                 }
                 k => return Err(boot_err(format!("unexpected frame kind {k} before TABLE"))),
             }
@@ -643,6 +663,22 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(c.exit_requested(), Some(1));
+    }
+
+    #[test]
+    fn a_rank_the_server_cannot_serve_is_told_why() {
+        let srv = BootServer::start("127.0.0.1:0".parse().unwrap(), 2, 1).unwrap();
+        let e = BootClient::join(srv.addr(), 5, 1, Duration::from_secs(10)).unwrap_err();
+        let m = e.to_string();
+        assert!(
+            m.contains("could not serve rank 5") && m.contains("HELLO from rank 5"),
+            "{m}"
+        );
+        assert!(
+            srv.errors().iter().any(|x| x.contains("rank 5")),
+            "{:?}",
+            srv.errors()
+        );
     }
 
     #[test]

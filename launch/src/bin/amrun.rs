@@ -31,10 +31,12 @@ fn fail(msg: &str) -> ! {
 
 fn parse_secs(flag: &str, v: Option<String>) -> Duration {
     let v = v.unwrap_or_else(|| fail(&format!("{flag} needs a value")));
-    match v.parse::<f64>() {
-        Ok(s) if s.is_finite() && s > 0.0 => Duration::from_secs_f64(s),
+    // `try_from_secs_f64` refuses what a Duration cannot hold (1e300) instead of panicking.
+    match v.parse::<f64>().map(Duration::try_from_secs_f64) {
+        Ok(Ok(d)) if !d.is_zero() => d,
         _ => fail(&format!(
-            "{flag} {v:?}: expected a positive number of seconds"
+            "{flag} {v:?}: expected a positive number of seconds (at most {})",
+            Duration::MAX.as_secs()
         )),
     }
 }
@@ -63,6 +65,7 @@ fn main() {
         .unwrap_or_else(|e| fail(&e.to_string()));
     let mut timeout = None;
     let mut grace = Duration::from_secs(2);
+    let mut hosts: Option<String> = None;
     let program = loop {
         let Some(a) = args.next() else {
             fail("no program given")
@@ -90,8 +93,12 @@ fn main() {
             "--timeout" => timeout = Some(parse_secs("--timeout", args.next())),
             "--hosts" => {
                 let h = args.next().unwrap_or_else(|| fail("--hosts needs a list"));
-                // Set before any thread starts; the udp spawner reads it.
-                std::env::set_var("AMNET_UDP_HOSTS", h);
+                if h.split(',').all(|x| x.trim().is_empty()) {
+                    fail(&format!(
+                        "--hosts {h:?}: expected host names separated by commas"
+                    ));
+                }
+                hosts = Some(h);
             }
             "--grace" => grace = parse_secs("--grace", args.next()),
             s if s.starts_with('-') => fail(&format!("unknown option {s}")),
@@ -99,6 +106,15 @@ fn main() {
         }
     };
     let ranks = ranks.unwrap_or_else(|| fail("-n N is required"));
+    if let Some(h) = hosts {
+        if conduit != ConduitKind::Udp {
+            fail(&format!(
+                "--hosts applies to the udp conduit (--conduit udp), not to {conduit}"
+            ));
+        }
+        // Set before any thread starts; the udp job reads it.
+        std::env::set_var("AMNET_UDP_HOSTS", h);
+    }
     let opts = LaunchOptions {
         ranks,
         program: resolve(program),
