@@ -27,7 +27,7 @@
 //! block-cyclic layout with one block per rank (so each rank holds about `bytes / ranks`).
 
 use amnet::coll::builtin::builtin_index;
-use amnet::coll::{flags, Addr, Coll, ElemType, Layout, RedOp, Team};
+use amnet::coll::{flags, Addr, Coll, ElemType, Layout, RedOp};
 use amnet::Endpoint;
 
 use crate::measure::Samples;
@@ -177,7 +177,7 @@ fn shape(plan: &Plan, n: usize) -> (usize, usize) {
 /// One blocking collective of `op` at `n` bytes with `fl` (the IN/OUT bits and `SINGLE`).
 fn call(coll: &Coll, op: Op, n: usize, ranks: usize, l: &SegLayout, fl: u32) -> amnet::Result<()> {
     let (src, dst) = (Addr::seg(l.src as u64), Addr::seg(l.dst as u64));
-    let w = Team::WORLD;
+    let w = coll.world();
     match op {
         Op::Broadcast => coll.broadcast(w, dst, 0, src, n, fl),
         Op::Scatter => coll.scatter(w, dst, 0, src, n, fl),
@@ -258,7 +258,7 @@ pub(crate) fn run(ep: &Endpoint, plan: &Plan) -> Result<Vec<Row>, BenchError> {
     ep.write_local(l.mine as u64, &bytes)?;
     ep.barrier()?;
     coll.gather(
-        Team::WORLD,
+        coll.world(),
         0,
         Addr::seg(l.gathered as u64),
         Addr::seg(l.mine as u64),

@@ -8,16 +8,17 @@ use amnet_core::{Endpoint, Error, Layer, Rank, Result};
 use amnet_sync_modes::{CallShape, Mode};
 
 use crate::builtin::{self, Elem, Loc, RedOp, N_BUILTIN};
-use crate::engine::{Area, HandleRec, Shared, State};
+use crate::engine::{Area, HandleRec, Key, Shared, State, TeamSeq};
 use crate::plan::{area_elems, Kind, Spec};
-use crate::types::{Addr, CollHandle, FnEntry, Layout, Team};
+use crate::team::{Geo, Team};
+use crate::types::{Addr, CollHandle, FnEntry, Layout};
 
 /// A rank's (or, with images, an image thread's) handle on the collectives. Cheap to clone;
 /// clones share the rank's state and the calling image.
 #[derive(Clone)]
 pub struct Coll {
-    sh: Arc<Shared>,
-    image: u32,
+    pub(crate) sh: Arc<Shared>,
+    pub(crate) image: u32,
 }
 
 impl std::fmt::Debug for Coll {
@@ -39,7 +40,7 @@ struct InitSlot {
     joined: Mutex<Joined>,
 }
 
-fn usage(op: &'static str, detail: impl Into<String>) -> Error {
+pub(crate) fn usage(op: &'static str, detail: impl Into<String>) -> Error {
     Error::Usage {
         op,
         detail: detail.into(),
@@ -75,7 +76,7 @@ struct Entry {
 }
 
 /// The addresses of one call.
-enum Addrs<'a> {
+pub(crate) enum Addrs<'a> {
     One {
         src: Addr,
         dst: Addr,
@@ -87,12 +88,12 @@ enum Addrs<'a> {
 }
 
 #[derive(Clone, Copy)]
-enum AddrList<'a> {
+pub(crate) enum AddrList<'a> {
     One(Addr),
     List(&'a [Addr]),
 }
 
-struct Call<'a> {
+pub(crate) struct Call<'a> {
     op: &'static str,
     kind: Kind,
     root_image: Option<u32>,
@@ -104,7 +105,7 @@ struct Call<'a> {
 }
 
 #[derive(Clone, Copy)]
-enum Counts<'a> {
+pub(crate) enum Counts<'a> {
     Uniform(usize),
     PerPart(&'a [usize]),
     Matrix(&'a [usize]),
@@ -112,7 +113,7 @@ enum Counts<'a> {
 }
 
 #[derive(Clone, Copy)]
-struct Red {
+pub(crate) struct Red {
     es: usize,
     n: usize,
     src_lay: Layout,
@@ -222,18 +223,18 @@ impl Coll {
                     sh.clone()
                 }
                 None => {
+                    let world = Team::new(Geo::new(0, (0..size).collect(), ep.rank(), &images));
                     let sh = Arc::new(Shared {
                         ep: ep.clone(),
                         rank: ep.rank(),
                         size,
                         images: images.clone(),
                         img_first: img_first.clone(),
+                        world,
                         fns: table.clone(),
                         check: ep.config_source().flag(&vars::COLL_CHECK)?.unwrap_or(false),
                         hang: ep.config_source().seconds(&vars::HANG_TIMEOUT)?,
                         st: Mutex::new(State {
-                            next_seq: 1,
-                            at_calls: vec![0; images[me] as usize],
                             next_handle: 1,
                             ..State::default()
                         }),
@@ -317,6 +318,11 @@ impl Coll {
         &self.sh.ep
     }
 
+    /// The team of every rank of the job (id 0).
+    pub fn world(&self) -> &Team {
+        &self.sh.world
+    }
+
     /// Run handlers and move collectives in flight along.
     pub fn poll(&self) -> Result<()> {
         self.sh.ep.poll()?;
@@ -335,7 +341,35 @@ impl Coll {
         self.sh.images.iter().any(|&n| n > 1)
     }
 
-    fn start(&self, team: Team, c: Call<'_>) -> Result<CollHandle> {
+    /// The calling image's number in `geo`'s team (node-major within the team).
+    fn team_image(&self, geo: &Geo) -> u32 {
+        let local = self.image - self.sh.img_first[self.sh.rank as usize];
+        geo.img_first[geo.me as usize] + local
+    }
+
+    /// A collective may run on `team`: it is alive and this rank belongs to it.
+    pub(crate) fn check_team(&self, op: &'static str, team: &Team) -> Result<()> {
+        if !team.is_alive() {
+            return Err(usage(
+                op,
+                format!(
+                    "team {:#x} was destroyed; it cannot be used any more",
+                    team.id()
+                ),
+            ));
+        }
+        if team.geo().index.len() != self.sh.size as usize
+            || team.geo().members.get(team.rank() as usize) != Some(&self.sh.rank)
+        {
+            return Err(usage(
+                op,
+                format!("team {:#x} belongs to another job or rank", team.id()),
+            ));
+        }
+        Ok(())
+    }
+
+    fn start(&self, team: &Team, c: Call<'_>) -> Result<CollHandle> {
         let sh = &self.sh;
         if let Some(h) = sh.ep.current_handler() {
             return Err(Error::InHandler {
@@ -343,9 +377,8 @@ impl Coll {
                 handler: h,
             });
         }
-        if team != Team::WORLD {
-            return Err(usage(c.op, "only Team::WORLD exists"));
-        }
+        self.check_team(c.op, team)?;
+        let geo = team.geo().clone();
         if sh.ep.barrier_pending() {
             return Err(usage(
                 c.op,
@@ -365,20 +398,23 @@ impl Coll {
         .map_err(|e| usage(c.op, e.to_string()))?;
         let image_space = multi_address || mode.all_threads;
         let np = if image_space {
-            sh.nimages() as usize
+            geo.nimages() as usize
         } else {
-            sh.size as usize
+            geo.size() as usize
         };
         let root = match c.root_image {
             None => 0,
-            Some(r) if r >= sh.nimages() => {
+            Some(r) if r >= geo.nimages() => {
                 return Err(usage(
                     c.op,
-                    format!("root image {r} does not exist ({} images)", sh.nimages()),
+                    format!(
+                        "root image {r} does not exist (the team has {} images)",
+                        geo.nimages()
+                    ),
                 ))
             }
             Some(r) if image_space => r as usize,
-            Some(r) => sh.image_rank(r) as usize,
+            Some(r) => geo.image_trank(r) as usize,
         };
         let counts = match c.counts {
             Counts::Uniform(0) => {
@@ -440,7 +476,7 @@ impl Coll {
             func: red.func,
             arg: red.arg,
         });
-        let entries = self.entries(c.op, &c.addrs, &mode, image_space, np)?;
+        let entries = self.entries(&geo, c.op, &c.addrs, &mode, image_space, np)?;
         let mut areas = Vec::with_capacity(entries.len());
         for e in &entries {
             areas.push(self.resolve(c.op, &spec, &mode, *e)?);
@@ -448,54 +484,69 @@ impl Coll {
         // Sequence number, group, entry.
         let mut st = sh.lock();
         let local_img = (self.image - sh.img_first[sh.rank as usize]) as usize;
+        let local_images = sh.images[sh.rank as usize];
+        let ts = st.teams.entry(geo.id).or_insert_with(|| TeamSeq {
+            next_seq: 1,
+            at_calls: vec![0; local_images as usize],
+            ..TeamSeq::default()
+        });
         let seq = if mode.all_threads {
-            // The k-th ALL_THREADS call of every local image is the same collective: the first
-            // image to make it numbers it, the others join that number.
-            let local_images = sh.images[sh.rank as usize];
-            let k = st.at_calls[local_img];
-            st.at_calls[local_img] += 1;
-            let idx = usize::try_from(k - st.at_base).unwrap_or(usize::MAX);
-            let s = if let Some(e) = st.at_open.get_mut(idx) {
+            // The k-th ALL_THREADS call of every local image on the team is the same
+            // collective: the first image to make it numbers it, the others join that number.
+            let k = ts.at_calls[local_img];
+            ts.at_calls[local_img] += 1;
+            let idx = usize::try_from(k - ts.at_base).unwrap_or(usize::MAX);
+            let s = if let Some(e) = ts.at_open.get_mut(idx) {
                 e.1 += 1;
                 e.0
             } else {
-                let s = st.next_seq;
-                st.next_seq += 1;
-                st.at_open.push_back((s, 1));
+                let s = ts.next_seq;
+                ts.next_seq += 1;
+                ts.at_open.push_back((s, 1));
                 s
             };
-            while st.at_open.front().is_some_and(|e| e.1 >= local_images) {
-                st.at_open.pop_front();
-                st.at_base += 1;
+            while ts.at_open.front().is_some_and(|e| e.1 >= local_images) {
+                ts.at_open.pop_front();
+                ts.at_base += 1;
             }
             s
         } else {
             // A representative call stands for every local image (the client serializes it
-            // against every other initiation on the rank).
-            let s = st.next_seq;
-            st.next_seq += 1;
+            // against every other initiation on the team).
+            let s = ts.next_seq;
+            ts.next_seq += 1;
             s
         };
-        let key = if mode.all_threads {
+        let caller = if mode.all_threads {
             self.image
         } else {
             u32::MAX
         };
-        let group = *st.agg_open.get(&key).unwrap_or(&seq);
+        let group_seq = *ts.agg_open.get(&caller).unwrap_or(&seq);
         if mode.aggregate {
-            st.agg_open.insert(key, group);
+            ts.agg_open.insert(caller, group_seq);
         } else {
-            st.agg_open.remove(&key);
+            ts.agg_open.remove(&caller);
         }
-        let first_on_rank = st.ops.get(&seq).is_none_or(|o| o.spec.is_none());
+        if !mode.aggregate {
+            ts.unsynced += 1;
+        }
+        let key = Key { team: geo.id, seq };
+        let group = Key {
+            team: geo.id,
+            seq: group_seq,
+        };
+        let first_on_rank = st.ops.get(&key).is_none_or(|o| o.spec.is_none());
+        let team_image = self.team_image(&geo);
         let local_mismatch = sh.enter(
             &mut st,
-            seq,
+            &geo,
+            key,
             group,
             &spec,
             mode,
             image_space,
-            self.image,
+            team_image,
             &areas,
         );
         let handle = if mode.aggregate {
@@ -518,10 +569,10 @@ impl Coll {
         };
         drop(st);
         if sh.check && first_on_rank {
-            sh.send_signature(seq, &crate::engine::signature(&spec, &mode))?;
+            sh.send_signature(&geo, key, &crate::engine::signature(&spec, &mode))?;
         }
         if let Some(detail) = local_mismatch {
-            sh.send_mismatch(seq, &detail)?;
+            sh.send_mismatch(&geo, key, &detail)?;
         }
         // Poll too: a rank that initiates many collectives without syncing must still take
         // in its peers' data, or every one of them stays in flight (and `advance` revisits
@@ -601,15 +652,17 @@ impl Coll {
     /// The participants this call enters, with their addresses.
     fn entries(
         &self,
+        geo: &Geo,
         op: &'static str,
         addrs: &Addrs<'_>,
         mode: &Mode,
         image_space: bool,
         np: usize,
     ) -> Result<Vec<Entry>> {
-        let me = self.sh.rank as usize;
-        let first = self.sh.img_first[me] as usize;
-        let count = self.sh.images[me] as usize;
+        let me = geo.me as usize;
+        let first = geo.img_first[me] as usize;
+        let count = geo.images[me] as usize;
+        let my_image = self.team_image(geo) as usize;
         let single = mode.addressing == amnet_sync_modes::Addressing::Single;
         let pick = |l: AddrList<'_>, p: usize, local: usize, what: &str| -> Result<Addr> {
             match l {
@@ -637,7 +690,7 @@ impl Coll {
         };
         match addrs {
             Addrs::One { src, dst } => {
-                let p = if image_space { self.image as usize } else { me };
+                let p = if image_space { my_image } else { me };
                 Ok(vec![Entry {
                     p,
                     src: *src,
@@ -646,7 +699,7 @@ impl Coll {
             }
             Addrs::Many { src, dst } => {
                 let ps: Vec<usize> = if mode.all_threads {
-                    vec![self.image as usize]
+                    vec![my_image]
                 } else {
                     (first..first + count).collect()
                 };
@@ -823,18 +876,28 @@ impl Coll {
         }
         st.handles.remove(&h);
         st.unsynced = st.unsynced.saturating_sub(1);
+        if let Some(ts) = st.teams.get_mut(&gid.team) {
+            ts.unsynced = ts.unsynced.saturating_sub(1);
+        }
         let g = st.groups.get_mut(&gid).expect("checked above");
         g.handles = g.handles.saturating_sub(1);
-        let members = g.members.clone();
+        let members: Vec<Key> = g
+            .members
+            .iter()
+            .map(|&seq| Key {
+                team: gid.team,
+                seq,
+            })
+            .collect();
         let last = g.handles == 0;
         let err = members
             .iter()
-            .find_map(|s| st.ops.get(s).and_then(|o| o.error.clone()));
+            .find_map(|k| st.ops.get(k).and_then(|o| o.error.clone()));
         if last {
             st.groups.remove(&gid);
-            for s in members {
-                if st.ops.remove(&s).is_some_and(|o| o.error.is_some()) {
-                    st.failed.insert(s);
+            for k in members {
+                if st.ops.remove(&k).is_some_and(|o| o.error.is_some()) {
+                    st.failed.insert(k);
                 }
             }
         }
@@ -994,7 +1057,7 @@ impl Coll {
         self.wait("wait_sync_some", || self.finish_some(hs))
     }
 
-    fn run(&self, team: Team, mut c: Call<'_>, blocking: bool) -> Result<CollHandle> {
+    pub(crate) fn run(&self, team: &Team, mut c: Call<'_>, blocking: bool) -> Result<CollHandle> {
         c.blocking = blocking;
         let h = self.start(team, c)?;
         if blocking {
@@ -1011,14 +1074,14 @@ macro_rules! both {
             $(#[$doc])*
             /// Non-blocking: returns a handle to sync.
             #[allow(clippy::too_many_arguments)]
-            pub fn $nb(&self, team: Team, $($a: $t),*) -> Result<CollHandle> {
+            pub fn $nb(&self, team: &Team, $($a: $t),*) -> Result<CollHandle> {
                 let c: Call<'_> = $call;
                 self.run(team, c, false)
             }
             $(#[$doc])*
             /// Blocking.
             #[allow(clippy::too_many_arguments)]
-            pub fn $blk(&self, team: Team, $($a: $t),*) -> Result<()> {
+            pub fn $blk(&self, team: &Team, $($a: $t),*) -> Result<()> {
                 let c: Call<'_> = $call;
                 self.run(team, c, true).map(|_| ())
             }
@@ -1026,7 +1089,7 @@ macro_rules! both {
     };
 }
 
-fn call<'a>(
+pub(crate) fn call<'a>(
     op: &'static str,
     kind: Kind,
     root: Option<u32>,
@@ -1046,7 +1109,7 @@ fn call<'a>(
     }
 }
 
-fn one<'a>(src: Addr, dst: Addr) -> Addrs<'a> {
+pub(crate) fn one<'a>(src: Addr, dst: Addr) -> Addrs<'a> {
     Addrs::One { src, dst }
 }
 
@@ -1266,7 +1329,7 @@ impl Coll {
         let lay = Layout::block_cyclic(1, 0);
         let r = red(es, np, lay, lay, func, 0);
         let c = red_call(kind.name(), kind, root, one(s, d), r, flags);
-        self.run(Team::WORLD, c, true)?;
+        self.run(&self.sh.world.clone(), c, true)?;
         Ok(dst)
     }
 

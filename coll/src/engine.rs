@@ -17,6 +17,7 @@ use amnet_core::{Endpoint, Error, Layer, Rank, Result, Token};
 use amnet_sync_modes::{Dissemination, Merged, Mode};
 
 use crate::plan::Spec;
+use crate::team::Geo;
 use crate::types::FnEntry;
 
 // The layer's handlers, at the indices the core's table gives the collectives.
@@ -39,6 +40,14 @@ fn hi(v: u64) -> u32 {
 }
 fn join(l: u32, h: u32) -> u64 {
     u64::from(l) | (u64::from(h) << 32)
+}
+
+/// A collective's name on every member: its team's id and its number among that team's
+/// collectives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Key {
+    pub(crate) team: u64,
+    pub(crate) seq: u64,
 }
 
 /// A resolved local area: a pointer into this process and its length.
@@ -66,9 +75,11 @@ pub(crate) struct Part {
 
 /// One collective in flight on this rank.
 pub(crate) struct Op {
-    pub(crate) seq: u64,
+    pub(crate) key: Key,
+    /// Its team, once entered here (a message may arrive first).
+    pub(crate) geo: Option<Arc<Geo>>,
     /// The group (aggregate) it belongs to, once entered here.
-    group: Option<u64>,
+    group: Option<Key>,
     pub(crate) spec: Option<Arc<Spec>>,
     pub(crate) mode: Option<Mode>,
     /// The first participant this rank hosts, and the local participants.
@@ -78,7 +89,7 @@ pub(crate) struct Op {
     pub(crate) parts: Vec<Part>,
     /// Data that arrived for a participant whose destination is not open yet.
     early: Vec<(usize, usize, Vec<u8>)>,
-    /// Reductions: phase -> source rank -> packed stream.
+    /// Reductions: phase -> source team rank -> packed stream.
     pub(crate) stage: [Vec<Vec<u8>>; 2],
     pub(crate) stage_got: [usize; 2],
     /// Reductions: 0 = operands not sent, 1 = phase-0 sent, 2 = phase-1 sent, 3 = done.
@@ -86,7 +97,7 @@ pub(crate) struct Op {
     /// Prefix reductions: the operands of this rank's destination runs, kept between steps.
     pub(crate) xs: Vec<Vec<u8>>,
     working: bool,
-    /// Checked mode: signatures per rank.
+    /// Checked mode: signatures per team rank.
     sigs: Vec<Option<Vec<u8>>>,
     /// Checked mode: the image whose call gave this rank's signature.
     sig_image: u32,
@@ -96,9 +107,10 @@ pub(crate) struct Op {
 }
 
 impl Op {
-    fn new(seq: u64, size: usize) -> Op {
+    fn new(key: Key) -> Op {
         Op {
-            seq,
+            key,
+            geo: None,
             group: None,
             spec: None,
             mode: None,
@@ -106,12 +118,12 @@ impl Op {
             image_space: false,
             parts: Vec::new(),
             early: Vec::new(),
-            stage: [vec![Vec::new(); size], vec![Vec::new(); size]],
+            stage: [Vec::new(), Vec::new()],
             stage_got: [0, 0],
             rphase: 0,
             xs: Vec::new(),
             working: false,
-            sigs: vec![None; size],
+            sigs: Vec::new(),
             sig_image: 0,
             checked_ok: false,
             local_done: false,
@@ -126,6 +138,8 @@ impl Op {
 
 /// An aggregate (a single collective is a group of one).
 pub(crate) struct Group {
+    /// Its team, once a member entered here (a signal may arrive first).
+    pub(crate) geo: Option<Arc<Geo>>,
     pub(crate) members: Vec<u64>,
     pub(crate) closed: bool,
     merged: Merged,
@@ -134,68 +148,109 @@ pub(crate) struct Group {
     pub(crate) complete: bool,
     pub(crate) handles: usize,
     pub(crate) started: Instant,
+    /// Signals (which, round) that arrived before the team was known here.
+    early: Vec<(u32, u32)>,
 }
 
 impl Group {
-    fn new(rank: u32, size: u32) -> Group {
+    fn new() -> Group {
         Group {
+            geo: None,
             members: Vec::new(),
             closed: false,
             merged: Merged::default(),
-            entry: Dissemination::new(rank, size),
-            exit: Dissemination::new(rank, size),
+            entry: Dissemination::new(0, 1),
+            exit: Dissemination::new(0, 1),
             complete: false,
             handles: 0,
             started: Instant::now(),
+            early: Vec::new(),
+        }
+    }
+
+    /// The group's team is known: shape the signals and replay what arrived before.
+    fn set_geo(&mut self, geo: &Arc<Geo>) {
+        if self.geo.is_some() {
+            return;
+        }
+        self.entry = Dissemination::new(geo.me, geo.size());
+        self.exit = Dissemination::new(geo.me, geo.size());
+        self.geo = Some(geo.clone());
+        for (which, round) in std::mem::take(&mut self.early) {
+            self.arrive(which, round);
+        }
+    }
+
+    fn arrive(&mut self, which: u32, round: u32) {
+        if self.geo.is_none() && self.early.len() < 2 * 64 {
+            self.early.push((which, round));
+        } else if which == SIG_ENTRY {
+            self.entry.arrive(round);
+        } else {
+            self.exit.arrive(round);
         }
     }
 }
 
 /// A live handle.
 pub(crate) struct HandleRec {
-    pub(crate) group: u64,
+    pub(crate) group: Key,
     pub(crate) thread: std::thread::ThreadId,
 }
 
-/// Everything that changes, under one lock.
+/// The numbering of one team's collectives on this rank.
 #[derive(Default)]
-pub(crate) struct State {
-    pub(crate) ops: HashMap<u64, Op>,
-    pub(crate) groups: HashMap<u64, Group>,
-    pub(crate) handles: HashMap<u64, HandleRec>,
-    pub(crate) next_handle: u64,
+pub(crate) struct TeamSeq {
     /// Open aggregate per caller (image index, or u32::MAX for a representative thread).
     pub(crate) agg_open: HashMap<u32, u64>,
-    /// The next sequence number this rank hands out: every collective, whoever initiates it,
-    /// takes the next one when its first caller on this rank arrives.
+    /// The next sequence number this rank hands out on the team: every collective, whoever
+    /// initiates it, takes the next one when its first caller on this rank arrives.
     pub(crate) next_seq: u64,
     /// `ALL_THREADS` calls made so far, per local image.
     pub(crate) at_calls: Vec<u64>,
     /// `ALL_THREADS` collectives some local image initiated and not every one yet: (sequence
     /// number, images that joined), the first being the `at_base`-th such collective.
     pub(crate) at_open: std::collections::VecDeque<(u64, u32)>,
-    /// Ordinal of `at_open[0]` among this rank's `ALL_THREADS` collectives.
+    /// Ordinal of `at_open[0]` among this rank's `ALL_THREADS` collectives on the team.
     pub(crate) at_base: u64,
-    /// Collectives started and not yet synced on this rank (barrier rule).
+    /// Collectives started and not yet synced on the team here.
+    pub(crate) unsynced: usize,
+}
+
+/// Everything that changes, under one lock.
+#[derive(Default)]
+pub(crate) struct State {
+    pub(crate) ops: HashMap<Key, Op>,
+    pub(crate) groups: HashMap<Key, Group>,
+    pub(crate) handles: HashMap<u64, HandleRec>,
+    pub(crate) next_handle: u64,
+    /// Per team id: the numbering of its collectives.
+    pub(crate) teams: HashMap<u64, TeamSeq>,
+    /// Collectives started and not yet synced on this rank, on any team (barrier rule).
     pub(crate) unsynced: usize,
     /// The groups not complete yet: the only ones `collect` visits, so that its cost follows
     /// the work in flight rather than every handle not yet synced.
-    pub(crate) pending: std::collections::BTreeSet<u64>,
+    pub(crate) pending: std::collections::BTreeSet<Key>,
     /// The pending groups something happened to since `collect` last looked (an entry, data,
     /// a signal, a finished push or reduction step): the only ones it visits, so that a poll
     /// costs what changed, not what is in flight (65,535 collectives may be).
-    pub(crate) dirty: std::collections::BTreeSet<u64>,
+    pub(crate) dirty: std::collections::BTreeSet<Key>,
     /// Collectives that failed and are gone: a message for one that arrives late (a peer's
     /// signature or data sent before it learnt of the failure) is dropped, not kept forever.
-    pub(crate) failed: std::collections::HashSet<u64>,
+    pub(crate) failed: std::collections::HashSet<Key>,
 }
 
 impl State {
-    /// Note that `seq`'s group has something new to look at.
-    fn touch(&mut self, seq: u64) {
-        if let Some(g) = self.ops.get(&seq).and_then(|o| o.group) {
+    /// Note that `key`'s group has something new to look at.
+    fn touch(&mut self, key: Key) {
+        if let Some(g) = self.ops.get(&key).and_then(|o| o.group) {
             self.dirty.insert(g);
         }
+    }
+
+    /// Whether some caller left an aggregate open on some team.
+    pub(crate) fn aggregate_open(&self) -> bool {
+        self.teams.values().any(|t| !t.agg_open.is_empty())
     }
 }
 
@@ -207,23 +262,27 @@ pub(crate) struct Shared {
     /// Images per rank, and the first image of each rank (len size + 1).
     pub(crate) images: Vec<u32>,
     pub(crate) img_first: Vec<u32>,
+    /// The team of every rank.
+    pub(crate) world: crate::team::Team,
     pub(crate) fns: Vec<FnEntry>,
     pub(crate) check: bool,
     pub(crate) hang: Option<Duration>,
     pub(crate) st: Mutex<State>,
 }
 
-/// A message to send once the lock is released.
+/// A message to send once the lock is released. Destinations are job ranks; `from` is this
+/// rank's team rank.
 enum Out {
     Stage {
         to: Rank,
-        seq: u64,
+        from: u32,
+        key: Key,
         phase: u32,
         bytes: Arc<Vec<u8>>,
     },
     Sig {
         to: Rank,
-        group: u64,
+        group: Key,
         which: u32,
         round: u32,
     },
@@ -231,8 +290,8 @@ enum Out {
 
 /// Work that needs the lock released.
 enum Job {
-    Push { seq: u64, idx: usize },
-    Reduce { seq: u64 },
+    Push { key: Key, idx: usize },
+    Reduce { key: Key },
 }
 
 impl Shared {
@@ -250,19 +309,6 @@ impl Shared {
         #[allow(clippy::cast_possible_truncation)] // r <= size, a u32
         {
             (r - 1) as Rank
-        }
-    }
-
-    /// Owner rank of participant `p` of `spec` in the participant space of `image_space`.
-    pub(crate) fn owner(&self, image_space: bool, p: usize) -> Rank {
-        if image_space {
-            #[allow(clippy::cast_possible_truncation)] // p < nimages, a u32
-            self.image_rank(p as u32)
-        } else {
-            #[allow(clippy::cast_possible_truncation)] // p < size
-            {
-                p as Rank
-            }
         }
     }
 
@@ -291,13 +337,13 @@ impl Shared {
             .set_barrier_guard(Box::new(move || {
                 let s = me.upgrade()?;
                 let st = s.lock();
-                if st.unsynced > 0 || !st.agg_open.is_empty() {
+                if st.unsynced > 0 || st.aggregate_open() {
                     Some(format!(
                         "{} collective(s) are in flight on rank {} (initiated and not synced{}); \
                      sync every collective before a barrier",
                         st.unsynced,
                         s.rank,
-                        if st.agg_open.is_empty() {
+                        if !st.aggregate_open() {
                             ""
                         } else {
                             ", or an aggregate left open"
@@ -316,8 +362,9 @@ impl Shared {
     pub(crate) fn enter(
         &self,
         st: &mut State,
-        seq: u64,
-        group: u64,
+        geo: &Arc<Geo>,
+        key: Key,
+        group: Key,
         spec: &Arc<Spec>,
         mode: Mode,
         image_space: bool,
@@ -325,19 +372,23 @@ impl Shared {
         entries: &[(usize, crate::engine::Area, crate::engine::Area)],
     ) -> Option<String> {
         let mut mismatch = None;
-        let size = self.size as usize;
-        let op = st.ops.entry(seq).or_insert_with(|| Op::new(seq, size));
+        let seq = key.seq;
+        let me = geo.me as usize;
+        let op = st.ops.entry(key).or_insert_with(|| Op::new(key));
         op.group = Some(group);
         if op.spec.is_none() {
             op.spec = Some(spec.clone());
             op.mode = Some(mode);
+            op.geo = Some(geo.clone());
+            let n = geo.members.len();
+            for ph in &mut op.stage {
+                ph.resize(n.max(ph.len()), Vec::new());
+            }
+            op.sigs.resize(n.max(op.sigs.len()), None);
             let (first, count) = if image_space {
-                (
-                    self.img_first[self.rank as usize] as usize,
-                    self.images[self.rank as usize] as usize,
-                )
+                (geo.img_first[me] as usize, geo.images[me] as usize)
             } else {
-                (self.rank as usize, 1)
+                (me, 1)
             };
             op.first = first;
             op.image_space = image_space;
@@ -349,7 +400,7 @@ impl Shared {
                 .collect();
             if self.check {
                 let sig = signature(spec, &mode);
-                op.sigs[self.rank as usize] = Some(sig);
+                op.sigs[me] = Some(sig);
                 op.sig_image = image;
             } else {
                 op.checked_ok = true;
@@ -358,7 +409,7 @@ impl Shared {
             // Another image of this rank joins (ALL_THREADS): its arguments must agree with
             // the first caller's, which stand for the rank.
             let sig = signature(spec, &mode);
-            let base = op.sigs[self.rank as usize].as_deref().unwrap_or(&[]);
+            let base = op.sigs[me].as_deref().unwrap_or(&[]);
             if let Some(d) = first_diff(base, &sig) {
                 let detail = format!(
                     "collective #{seq}: image {image} passed {} = {} but image {} (rank {}) \
@@ -383,10 +434,8 @@ impl Shared {
             st.pending.insert(group);
         }
         st.dirty.insert(group);
-        let g = st
-            .groups
-            .entry(group)
-            .or_insert_with(|| Group::new(self.rank, self.size));
+        let g = st.groups.entry(group).or_insert_with(Group::new);
+        g.set_geo(geo);
         if !g.members.contains(&seq) {
             g.members.push(seq);
             g.merged.add(&mode);
@@ -413,8 +462,8 @@ impl Shared {
             self.send_all(outs)?;
             for j in jobs {
                 match j {
-                    Job::Push { seq, idx } => self.push(seq, idx)?,
-                    Job::Reduce { seq } => self.reduce_step(seq)?,
+                    Job::Push { key, idx } => self.push(key, idx)?,
+                    Job::Reduce { key } => self.reduce_step(key)?,
                 }
             }
         }
@@ -429,7 +478,14 @@ impl Shared {
                     which,
                     round,
                 } => {
-                    let args = [lo(group), hi(group), which, round];
+                    let args = [
+                        lo(group.seq),
+                        hi(group.seq),
+                        which,
+                        round,
+                        lo(group.team),
+                        hi(group.team),
+                    ];
                     if to == self.rank {
                         self.sig_arrived(group, which, round);
                     } else {
@@ -438,10 +494,11 @@ impl Shared {
                 }
                 Out::Stage {
                     to,
-                    seq,
+                    from,
+                    key,
                     phase,
                     bytes,
-                } => self.send_stage(to, seq, phase, &bytes)?,
+                } => self.send_stage(to, from, key, phase, &bytes)?,
             }
         }
         Ok(())
@@ -454,7 +511,7 @@ impl Shared {
     fn send_data(
         &self,
         to: Rank,
-        seq: u64,
+        key: Key,
         part: usize,
         off: usize,
         src: usize,
@@ -466,7 +523,7 @@ impl Shared {
         // this send returns.
         let bytes = unsafe { std::slice::from_raw_parts(src as *const u8, len) };
         if to == self.rank {
-            self.deliver(seq, part, off, bytes);
+            self.deliver(key, part, off, bytes);
             return Ok(());
         }
         let chunk = self.chunk();
@@ -475,7 +532,15 @@ impl Shared {
             let n = chunk.min(len - done);
             let o = (off + done) as u64;
             #[allow(clippy::cast_possible_truncation)] // participants fit in u32
-            let args = [lo(seq), hi(seq), part as u32, lo(o), hi(o)];
+            let args = [
+                lo(key.seq),
+                hi(key.seq),
+                part as u32,
+                lo(o),
+                hi(o),
+                lo(key.team),
+                hi(key.team),
+            ];
             self.ep
                 .layer(Layer::Coll)
                 .request(to, H_DATA, &args, &bytes[done..done + n])?;
@@ -486,13 +551,13 @@ impl Shared {
         }
     }
 
-    fn send_stage(&self, to: Rank, seq: u64, phase: u32, bytes: &[u8]) -> Result<()> {
+    fn send_stage(&self, to: Rank, from: u32, key: Key, phase: u32, bytes: &[u8]) -> Result<()> {
         if bytes.is_empty() {
             // Receivers count bytes, and know how many each rank sends.
             return Ok(());
         }
         if to == self.rank {
-            self.stage_arrived(self.rank, seq, phase, 0, bytes);
+            self.stage_arrived(from, key, phase, 0, bytes);
             return Ok(());
         }
         let chunk = self.chunk();
@@ -500,7 +565,16 @@ impl Shared {
         loop {
             let n = chunk.min(bytes.len() - done);
             let o = done as u64;
-            let args = [lo(seq), hi(seq), phase, lo(o), hi(o)];
+            let args = [
+                lo(key.seq),
+                hi(key.seq),
+                phase,
+                lo(o),
+                hi(o),
+                lo(key.team),
+                hi(key.team),
+                from,
+            ];
             self.ep
                 .layer(Layer::Coll)
                 .request(to, H_STAGE, &args, &bytes[done..done + n])?;
@@ -512,13 +586,12 @@ impl Shared {
     }
 
     /// Data for local participant `part` at `off` of its destination.
-    pub(crate) fn deliver(&self, seq: u64, part: usize, off: usize, bytes: &[u8]) {
+    pub(crate) fn deliver(&self, key: Key, part: usize, off: usize, bytes: &[u8]) {
         let mut st = self.lock();
-        if st.failed.contains(&seq) {
+        if st.failed.contains(&key) {
             return;
         }
-        let size = self.size as usize;
-        let op = st.ops.entry(seq).or_insert_with(|| Op::new(seq, size));
+        let op = st.ops.entry(key).or_insert_with(|| Op::new(key));
         let idx = part.checked_sub(op.first);
         let open = op.spec.is_some() && idx.is_some_and(|i| i < op.parts.len() && op.parts[i].open);
         if !open {
@@ -527,41 +600,44 @@ impl Shared {
         }
         let i = idx.unwrap_or(0);
         write_into(op, i, off, bytes);
-        st.touch(seq);
+        st.touch(key);
     }
 
-    fn stage_arrived(&self, src: Rank, seq: u64, phase: u32, off: usize, bytes: &[u8]) {
+    /// Part of the stream that team rank `src` sends in `phase` of reduction `key`.
+    fn stage_arrived(&self, src: u32, key: Key, phase: u32, off: usize, bytes: &[u8]) {
         let mut st = self.lock();
-        if st.failed.contains(&seq) {
+        if st.failed.contains(&key) {
             return;
         }
-        let size = self.size as usize;
-        let op = st.ops.entry(seq).or_insert_with(|| Op::new(seq, size));
+        let op = st.ops.entry(key).or_insert_with(|| Op::new(key));
         let ph = (phase & 1) as usize;
-        let buf = &mut op.stage[ph][src as usize];
+        let src = src as usize;
+        // A team has at most as many ranks as the job: anything else is a corrupt message.
+        if src >= self.size as usize {
+            return;
+        }
+        if op.stage[ph].len() <= src {
+            op.stage[ph].resize(src + 1, Vec::new());
+        }
+        let buf = &mut op.stage[ph][src];
         if buf.len() < off + bytes.len() {
             buf.resize(off + bytes.len(), 0);
         }
         buf[off..off + bytes.len()].copy_from_slice(bytes);
         op.stage_got[ph] += bytes.len();
-        st.touch(seq);
+        st.touch(key);
     }
 
-    fn sig_arrived(&self, group: u64, which: u32, round: u32) {
+    fn sig_arrived(&self, group: Key, which: u32, round: u32) {
         let mut st = self.lock();
         if !st.groups.contains_key(&group) {
             st.pending.insert(group);
         }
         st.dirty.insert(group);
-        let g = st
-            .groups
+        st.groups
             .entry(group)
-            .or_insert_with(|| Group::new(self.rank, self.size));
-        if which == SIG_ENTRY {
-            g.entry.arrive(round);
-        } else {
-            g.exit.arrive(round);
-        }
+            .or_insert_with(Group::new)
+            .arrive(which, round);
     }
 
     /// Under the lock: what can happen now.
@@ -583,28 +659,38 @@ impl Shared {
             if g.complete || g.members.is_empty() {
                 continue;
             }
-            let members = g.members.clone();
+            let Some(geo) = g.geo.clone() else {
+                continue;
+            };
+            let members: Vec<Key> = g
+                .members
+                .iter()
+                .map(|&seq| Key {
+                    team: gid.team,
+                    seq,
+                })
+                .collect();
             let closed = g.closed;
             let merged = g.merged;
             // Entry signal: once the group is closed and every member fully entered.
             let all_entered = members
                 .iter()
-                .all(|s| st.ops.get(s).is_some_and(Op::all_entered));
-            let checked = members.iter().all(|s| {
+                .all(|k| st.ops.get(k).is_some_and(Op::all_entered));
+            let checked = members.iter().all(|k| {
                 st.ops
-                    .get(s)
+                    .get(k)
                     .is_some_and(|o| o.checked_ok || o.error.is_some())
             });
             let g = st.groups.get_mut(&gid).expect("group present");
             if merged.entry && closed && all_entered && checked && !g.entry.started() {
                 g.entry.start();
             }
-            signal_sends(&mut g.entry, gid, SIG_ENTRY, &mut outs);
+            signal_sends(&mut g.entry, &geo, gid, SIG_ENTRY, &mut outs);
             let entry_done = !merged.entry || g.entry.done();
             // Members: pushes, opening, reductions.
             let mut all_local = true;
-            for &seq in &members {
-                let Some(op) = st.ops.get_mut(&seq) else {
+            for &key in &members {
+                let Some(op) = st.ops.get_mut(&key) else {
                     all_local = false;
                     continue;
                 };
@@ -637,7 +723,7 @@ impl Shared {
                                 p.pushed = true;
                                 p.open = true;
                             } else {
-                                jobs.push(Job::Push { seq, idx: i });
+                                jobs.push(Job::Push { key, idx: i });
                             }
                         }
                     }
@@ -645,10 +731,10 @@ impl Shared {
                         && !op.working
                         && op.all_entered()
                         && op.rphase < 3
-                        && reduction_ready(op, &spec, self)
+                        && reduction_ready(op, &spec)
                     {
                         op.working = true;
-                        jobs.push(Job::Reduce { seq });
+                        jobs.push(Job::Reduce { key });
                     }
                 }
                 if !op.local_done {
@@ -670,7 +756,7 @@ impl Shared {
                 if merged.exit && !g.exit.started() {
                     g.exit.start();
                 }
-                signal_sends(&mut g.exit, gid, SIG_EXIT, &mut outs);
+                signal_sends(&mut g.exit, &geo, gid, SIG_EXIT, &mut outs);
                 if !merged.exit || g.exit.done() {
                     g.complete = true;
                     st.pending.remove(&gid);
@@ -680,25 +766,25 @@ impl Shared {
         (outs, jobs)
     }
 
-    /// Issue the sends of local participant `idx` of `seq`, then open its destination.
-    fn push(&self, seq: u64, idx: usize) -> Result<()> {
-        let (spec, src, first, image_space) = {
+    /// Issue the sends of local participant `idx` of `key`, then open its destination.
+    fn push(&self, key: Key, idx: usize) -> Result<()> {
+        let (spec, src, first, image_space, geo) = {
             let st = self.lock();
-            let Some(op) = st.ops.get(&seq) else {
+            let Some(op) = st.ops.get(&key) else {
                 return Ok(());
             };
-            let Some(spec) = op.spec.clone() else {
+            let (Some(spec), Some(geo)) = (op.spec.clone(), op.geo.clone()) else {
                 return Ok(());
             };
-            (spec, op.parts[idx].src, op.first, op.image_space)
+            (spec, op.parts[idx].src, op.first, op.image_space, geo)
         };
         let p = first + idx;
         for t in spec.transfers_from(p) {
-            let to = self.owner(image_space, t.to);
-            self.send_data(to, seq, t.to, t.dst_off, src.ptr + t.src_off, t.len)?;
+            let to = geo.world(geo.owner(image_space, t.to));
+            self.send_data(to, key, t.to, t.dst_off, src.ptr + t.src_off, t.len)?;
         }
         let mut st = self.lock();
-        if let Some(op) = st.ops.get_mut(&seq) {
+        if let Some(op) = st.ops.get_mut(&key) {
             let part = &mut op.parts[idx];
             part.pushing = false;
             part.pushed = true;
@@ -713,32 +799,35 @@ impl Shared {
                 }
             }
         }
-        st.touch(seq);
+        st.touch(key);
         Ok(())
     }
 
     /// Run the next step of a reduction (outside the lock).
-    fn reduce_step(&self, seq: u64) -> Result<()> {
-        let r = crate::reduce::step(self, seq);
+    fn reduce_step(&self, key: Key) -> Result<()> {
+        let r = crate::reduce::step(self, key);
         let mut st = self.lock();
-        st.touch(seq);
-        if let Some(op) = st.ops.get_mut(&seq) {
+        st.touch(key);
+        if let Some(op) = st.ops.get_mut(&key) {
             op.working = false;
-            match r {
-                Ok(outs) => {
+            let geo = op.geo.clone();
+            match (r, geo) {
+                (Ok(outs), Some(geo)) => {
                     drop(st);
                     self.send_all(
                         outs.into_iter()
                             .map(|(to, phase, bytes)| Out::Stage {
-                                to,
-                                seq,
+                                to: geo.world(to),
+                                from: geo.me,
+                                key,
                                 phase,
                                 bytes,
                             })
                             .collect(),
                     )?;
                 }
-                Err(e) => {
+                (Ok(_), None) => {}
+                (Err(e), _) => {
                     op.error = Some(e);
                     op.rphase = 3;
                 }
@@ -747,46 +836,55 @@ impl Shared {
         Ok(())
     }
 
-    /// Checked mode: a signature arrived.
-    fn check_arrived(&self, src: Rank, seq: u64, sig: &[u8]) {
+    /// Checked mode: team rank `src`'s signature arrived.
+    fn check_arrived(&self, src: u32, key: Key, sig: &[u8]) {
         let mut st = self.lock();
-        if st.failed.contains(&seq) {
+        if st.failed.contains(&key) || src >= self.size {
             return;
         }
-        let size = self.size as usize;
-        let op = st.ops.entry(seq).or_insert_with(|| Op::new(seq, size));
-        op.sigs[src as usize] = Some(sig.to_vec());
-        st.touch(seq);
+        let op = st.ops.entry(key).or_insert_with(|| Op::new(key));
+        let src = src as usize;
+        if op.sigs.len() <= src {
+            op.sigs.resize(src + 1, None);
+        }
+        op.sigs[src] = Some(sig.to_vec());
+        st.touch(key);
     }
 
     /// Checked mode: a rank found that two of its images disagree (`detail`); the
     /// collective fails everywhere.
-    fn mismatch_arrived(&self, seq: u64, detail: &[u8]) {
+    fn mismatch_arrived(&self, key: Key, detail: &[u8]) {
         let mut st = self.lock();
-        if st.failed.contains(&seq) {
+        if st.failed.contains(&key) {
             return;
         }
-        let size = self.size as usize;
-        let op = st.ops.entry(seq).or_insert_with(|| Op::new(seq, size));
+        let op = st.ops.entry(key).or_insert_with(|| Op::new(key));
         if op.error.is_none() {
             op.error = Some(Error::Mismatch {
                 what: "collective arguments (AMNET_COLL_CHECK)",
                 detail: String::from_utf8_lossy(detail).into_owned(),
             });
         }
-        st.touch(seq);
+        st.touch(key);
     }
 
-    /// Checked mode: tell every other rank that two images of this one disagree on `seq`.
-    pub(crate) fn send_mismatch(&self, seq: u64, detail: &str) -> Result<()> {
+    /// Checked mode: tell every other member that two images of this rank disagree on `key`.
+    pub(crate) fn send_mismatch(&self, geo: &Geo, key: Key, detail: &str) -> Result<()> {
         let text = detail.as_bytes();
         let text = &text[..text.len().min(self.ep.max_medium())];
-        for r in 0..self.size {
-            if r != self.rank {
+        for t in 0..geo.size() {
+            if t != geo.me {
                 self.ep.layer(Layer::Coll).request(
-                    r,
+                    geo.world(t),
                     H_CHECK,
-                    &[lo(seq), hi(seq), CHECK_MISMATCH],
+                    &[
+                        lo(key.seq),
+                        hi(key.seq),
+                        CHECK_MISMATCH,
+                        lo(key.team),
+                        hi(key.team),
+                        geo.me,
+                    ],
                     text,
                 )?;
             }
@@ -798,42 +896,52 @@ impl Shared {
     pub(crate) fn check_signatures(&self, st: &mut State) {
         // Only members of groups something happened to: a signature arriving or an entry
         // marks its group.
-        let seqs: Vec<u64> = st
+        let keys: Vec<Key> = st
             .dirty
             .iter()
-            .filter_map(|g| st.groups.get(g))
-            .flat_map(|g| g.members.iter().copied())
+            .filter_map(|g| st.groups.get(g).map(|gr| (g.team, gr)))
+            .flat_map(|(team, g)| g.members.iter().map(move |&seq| Key { team, seq }))
             .collect();
-        for seq in seqs {
-            let Some(op) = st.ops.get_mut(&seq) else {
+        for key in keys {
+            let Some(op) = st.ops.get_mut(&key) else {
                 continue;
             };
             if op.checked_ok || op.error.is_some() || op.spec.is_none() {
                 continue;
             }
-            if op.sigs.iter().any(Option::is_none) {
+            let Some(geo) = op.geo.clone() else {
+                continue;
+            };
+            if op.sigs.len() < geo.members.len() || op.sigs.iter().any(Option::is_none) {
                 continue;
             }
-            match compare_signatures(&op.sigs) {
+            match compare_signatures(&op.sigs, &geo) {
                 None => op.checked_ok = true,
                 Some(detail) => {
                     op.error = Some(Error::Mismatch {
                         what: "collective arguments (AMNET_COLL_CHECK)",
-                        detail: format!("collective #{}: {detail}", op.seq),
+                        detail: format!("{}: {detail}", describe(key)),
                     })
                 }
             }
         }
     }
 
-    /// Checked mode: the signature of a newly entered op goes to every other rank.
-    pub(crate) fn send_signature(&self, seq: u64, sig: &[u8]) -> Result<()> {
-        for r in 0..self.size {
-            if r != self.rank {
+    /// Checked mode: the signature of a newly entered op goes to every other member.
+    pub(crate) fn send_signature(&self, geo: &Geo, key: Key, sig: &[u8]) -> Result<()> {
+        for t in 0..geo.size() {
+            if t != geo.me {
                 self.ep.layer(Layer::Coll).request(
-                    r,
+                    geo.world(t),
                     H_CHECK,
-                    &[lo(seq), hi(seq), CHECK_SIGNATURE],
+                    &[
+                        lo(key.seq),
+                        hi(key.seq),
+                        CHECK_SIGNATURE,
+                        lo(key.team),
+                        hi(key.team),
+                        geo.me,
+                    ],
                     sig,
                 )?;
             }
@@ -845,24 +953,34 @@ impl Shared {
     pub(crate) fn report(&self) -> String {
         let st = self.lock();
         let mut lines = Vec::new();
-        let mut gids: Vec<&u64> = st.groups.keys().collect();
+        let mut gids: Vec<&Key> = st.groups.keys().collect();
         gids.sort();
         for gid in gids {
             let g = &st.groups[gid];
             if g.complete {
                 continue;
             }
+            let who = |t: u32| {
+                g.geo
+                    .as_ref()
+                    .map_or(format!("rank {t}"), |geo| geo.name(t))
+            };
             let mut what = Vec::new();
             if g.merged.entry && !g.entry.done() {
                 match g.entry.waiting_for() {
                     Some((k, from)) => {
-                        what.push(format!("entry signal round {k} from rank {from}"))
+                        what.push(format!("entry signal round {k} from {}", who(from)))
                     }
                     None => what.push("every local participant to enter (entry signal)".into()),
                 }
             }
             for s in &g.members {
-                let Some(op) = st.ops.get(s) else { continue };
+                let Some(op) = st.ops.get(&Key {
+                    team: gid.team,
+                    seq: *s,
+                }) else {
+                    continue;
+                };
                 let name = op.spec.as_ref().map_or("?", |s| s.kind.name());
                 if !op.checked_ok && op.error.is_none() {
                     let missing: Vec<usize> = op
@@ -872,7 +990,7 @@ impl Shared {
                         .filter(|(_, s)| s.is_none())
                         .map(|(r, _)| r)
                         .collect();
-                    what.push(format!("{name} #{s}: signatures of ranks {missing:?}"));
+                    what.push(format!("{name} #{s}: signatures of team ranks {missing:?}"));
                 }
                 for (i, p) in op.parts.iter().enumerate() {
                     let pi = op.first + i;
@@ -894,11 +1012,13 @@ impl Shared {
             }
             if g.merged.exit && g.exit.started() && !g.exit.done() {
                 if let Some((k, from)) = g.exit.waiting_for() {
-                    what.push(format!("exit signal round {k} from rank {from}"));
+                    what.push(format!("exit signal round {k} from {}", who(from)));
                 }
             }
             lines.push(format!(
-                "  group #{gid} ({} member(s), {:.1} s old) waits for: {}",
+                "  {} group #{} ({} member(s), {:.1} s old) waits for: {}",
+                team_name(gid.team),
+                gid.seq,
                 g.members.len(),
                 g.started.elapsed().as_secs_f64(),
                 if what.is_empty() {
@@ -920,14 +1040,32 @@ impl Shared {
     }
 }
 
-/// Queue the signals `d` may send now for `group`.
-fn signal_sends(d: &mut Dissemination, group: u64, which: u32, outs: &mut Vec<Out>) {
+/// Queue the signals `d` may send now for `group` (peers are team ranks of `geo`).
+fn signal_sends(d: &mut Dissemination, geo: &Geo, group: Key, which: u32, outs: &mut Vec<Out>) {
     outs.extend(d.sends().into_iter().map(|(to, round)| Out::Sig {
-        to,
+        to: geo.world(to),
         group,
         which,
         round,
     }));
+}
+
+/// "team 0x.." for messages, "world" for the world team.
+pub(crate) fn team_name(team: u64) -> String {
+    if team == 0 {
+        "world".into()
+    } else {
+        format!("team {team:#x}")
+    }
+}
+
+/// "collective #N" on the world team, "collective #N of team 0x.." otherwise.
+pub(crate) fn describe(key: Key) -> String {
+    if key.team == 0 {
+        format!("collective #{}", key.seq)
+    } else {
+        format!("collective #{} of {}", key.seq, team_name(key.team))
+    }
 }
 
 fn write_into(op: &mut Op, i: usize, off: usize, bytes: &[u8]) {
@@ -937,10 +1075,10 @@ fn write_into(op: &mut Op, i: usize, off: usize, bytes: &[u8]) {
         op.error = Some(Error::Usage {
             op: "collective",
             detail: format!(
-                "collective #{}: a peer sent {} bytes at offset {off} for participant {}, whose \
+                "{}: a peer sent {} bytes at offset {off} for participant {}, whose \
                  destination holds {} bytes: the ranks disagree on the sizes (run with \
                  AMNET_COLL_CHECK=1 to find which)",
-                op.seq,
+                describe(op.key),
                 bytes.len(),
                 op.first + i,
                 part.dst.len
@@ -962,41 +1100,59 @@ fn write_into(op: &mut Op, i: usize, off: usize, bytes: &[u8]) {
     part.got += bytes.len();
 }
 
-fn reduction_ready(op: &Op, spec: &Spec, s: &Shared) -> bool {
-    crate::reduce::ready(op, spec, s)
+fn reduction_ready(op: &Op, spec: &Spec) -> bool {
+    crate::reduce::ready(op, spec)
 }
 
 // ----- handlers ------------------------------------------------------------------------
 
-fn on_data(s: &Shared, _tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
-    let [sl, sh, part, ol, oh, ..] = *args else {
-        return;
-    };
-    s.deliver(join(sl, sh), part as usize, addr(join(ol, oh)), payload);
+fn key(sl: u32, sh: u32, tl: u32, th: u32) -> Key {
+    Key {
+        team: join(tl, th),
+        seq: join(sl, sh),
+    }
 }
 
-fn on_stage(s: &Shared, tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
-    let [sl, sh, phase, ol, oh, ..] = *args else {
+fn on_data(s: &Shared, _tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
+    let [sl, sh, part, ol, oh, tl, th, ..] = *args else {
         return;
     };
-    s.stage_arrived(tok.src(), join(sl, sh), phase, addr(join(ol, oh)), payload);
+    s.deliver(
+        key(sl, sh, tl, th),
+        part as usize,
+        addr(join(ol, oh)),
+        payload,
+    );
+}
+
+fn on_stage(s: &Shared, _tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
+    let [sl, sh, phase, ol, oh, tl, th, from, ..] = *args else {
+        return;
+    };
+    s.stage_arrived(
+        from,
+        key(sl, sh, tl, th),
+        phase,
+        addr(join(ol, oh)),
+        payload,
+    );
 }
 
 fn on_sig(s: &Shared, _tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
-    let [gl, gh, which, round, ..] = *args else {
+    let [gl, gh, which, round, tl, th, ..] = *args else {
         return;
     };
-    s.sig_arrived(join(gl, gh), which, round);
+    s.sig_arrived(key(gl, gh, tl, th), which, round);
 }
 
-fn on_check(s: &Shared, tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
-    let [sl, sh, kind, ..] = *args else {
+fn on_check(s: &Shared, _tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
+    let [sl, sh, kind, tl, th, from, ..] = *args else {
         return;
     };
     if kind == CHECK_MISMATCH {
-        s.mismatch_arrived(join(sl, sh), payload);
+        s.mismatch_arrived(key(sl, sh, tl, th), payload);
     } else {
-        s.check_arrived(tok.src(), join(sl, sh), payload);
+        s.check_arrived(from, key(sl, sh, tl, th), payload);
     }
 }
 
@@ -1109,16 +1265,19 @@ fn first_diff(a: &[u8], b: &[u8]) -> Option<(&'static str, String, String)> {
     Some(("signature length", a.len().to_string(), b.len().to_string()))
 }
 
-/// None when every rank's signature equals rank 0's; else which ranks differ in what.
-fn compare_signatures(sigs: &[Option<Vec<u8>>]) -> Option<String> {
+/// None when every member's signature equals team rank 0's; else which members differ in what.
+fn compare_signatures(sigs: &[Option<Vec<u8>>], geo: &Geo) -> Option<String> {
     let base = sigs[0].as_deref().unwrap_or(&[]);
     let diffs: Vec<String> = sigs
         .iter()
         .enumerate()
         .skip(1)
         .filter_map(|(r, s)| {
-            first_diff(base, s.as_deref().unwrap_or(&[]))
-                .map(|(name, a, b)| format!("rank {r} passed {name} = {b} but rank 0 passed {a}"))
+            first_diff(base, s.as_deref().unwrap_or(&[])).map(|(name, a, b)| {
+                #[allow(clippy::cast_possible_truncation)] // team ranks fit in u32
+                let who = geo.name(r as u32);
+                format!("{who} passed {name} = {b} but {} passed {a}", geo.name(0))
+            })
         })
         .collect();
     if diffs.is_empty() {

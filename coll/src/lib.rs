@@ -5,14 +5,14 @@
 //! registered function table with built-in reductions.
 //!
 //! ```no_run
-//! use amnet::coll::{flags, Addr, Coll, RedOp, Team};
+//! use amnet::coll::{flags, Addr, Coll, RedOp};
 //! use amnet::Endpoint;
 //!
 //! /// On an attached endpoint: rank 0's 8 bytes at segment offset 0 go to offset 64 of every
 //! /// rank's segment, then every rank gets the sum of the rank numbers.
 //! fn example(ep: &Endpoint) -> amnet::Result<u64> {
 //!     let coll = Coll::init(ep, None, 0, &[])?;
-//!     coll.broadcast(Team::WORLD, Addr::seg(64), 0, Addr::seg(0), 8, flags::ALLSYNC | flags::SINGLE)?;
+//!     coll.broadcast(coll.world(), Addr::seg(64), 0, Addr::seg(0), 8, flags::ALLSYNC | flags::SINGLE)?;
 //!     coll.reduce_to_all_typed(RedOp::Sum, u64::from(ep.rank()), flags::ALLSYNC)
 //! }
 //! ```
@@ -21,12 +21,15 @@
 
 mod api;
 pub mod builtin;
+mod create;
 mod engine;
 mod plan;
 mod reduce;
+mod team;
 mod types;
 
 pub use amnet_sync_modes::{flags, InSync, Mode, OutSync};
 pub use api::Coll;
 pub use builtin::{Elem, ElemType, Loc, RedOp};
-pub use types::{fn_flags, Addr, CollHandle, FnEntry, Layout, ReduceFn, Team};
+pub use team::Team;
+pub use types::{fn_flags, Addr, CollHandle, FnEntry, Layout, ReduceFn};

@@ -13,19 +13,23 @@
 
 use std::sync::Arc;
 
-use amnet_core::{Error, Rank, Result};
+use amnet_core::{Error, Result};
 
-use crate::engine::{Area, Op, Shared};
+use crate::engine::{Area, Key, Op, Shared};
 use crate::plan::{runs, Kind, Spec};
+use crate::team::Geo;
 use crate::types::Layout;
 
-/// One step's output: (destination rank, phase, packed stream).
-pub(crate) type StageOut = Vec<(Rank, u32, Arc<Vec<u8>>)>;
+/// A team rank (every rank number of this module is one: streams, owners, destinations).
+type TRank = u32;
 
-/// Bytes of phase `ph` that rank `me` expects.
-fn expected(s: &Shared, op: &Op, spec: &Spec, ph: usize) -> usize {
-    let me = s.rank;
-    let owner = |p: usize| s.owner(op.image_space, p);
+/// One step's output: (destination team rank, phase, packed stream).
+pub(crate) type StageOut = Vec<(TRank, u32, Arc<Vec<u8>>)>;
+
+/// Bytes of phase `ph` that this rank expects.
+fn expected(geo: &Geo, op: &Op, spec: &Spec, ph: usize) -> usize {
+    let me = geo.me;
+    let owner = |p: usize| geo.owner(op.image_space, p);
     match (spec.kind, ph) {
         (Kind::Reduce, 0) if owner(spec.root) == me => {
             runs(spec.src_lay, spec.n, spec.np).len() * spec.es
@@ -47,17 +51,20 @@ fn expected(s: &Shared, op: &Op, spec: &Spec, ph: usize) -> usize {
 }
 
 /// Whether the next step of `op` can run.
-pub(crate) fn ready(op: &Op, spec: &Spec, s: &Shared) -> bool {
+pub(crate) fn ready(op: &Op, spec: &Spec) -> bool {
+    let Some(geo) = op.geo.as_deref() else {
+        return false;
+    };
     match op.rphase {
         0 => true,
-        1 => op.stage_got[0] >= expected(s, op, spec, 0),
-        2 => op.stage_got[1] >= expected(s, op, spec, 1),
+        1 => op.stage_got[0] >= expected(geo, op, spec, 0),
+        2 => op.stage_got[1] >= expected(geo, op, spec, 1),
         _ => false,
     }
 }
 
-struct Ctx<'a> {
-    s: &'a Shared,
+struct Ctx {
+    geo: Arc<Geo>,
     spec: Arc<Spec>,
     image_space: bool,
     first: usize,
@@ -67,9 +74,9 @@ struct Ctx<'a> {
     fflags: u32,
 }
 
-impl Ctx<'_> {
-    fn owner(&self, p: usize) -> Rank {
-        self.s.owner(self.image_space, p)
+impl Ctx {
+    fn owner(&self, p: usize) -> TRank {
+        self.geo.owner(self.image_space, p)
     }
 
     fn local(&self, p: usize) -> Option<usize> {
@@ -152,15 +159,15 @@ impl Ctx<'_> {
     }
 }
 
-/// Run the next step of reduction `seq`; returns the streams to send.
-pub(crate) fn step(s: &Shared, seq: u64) -> Result<StageOut> {
+/// Run the next step of reduction `key`; returns the streams to send.
+pub(crate) fn step(s: &Shared, key: Key) -> Result<StageOut> {
     // Take what the step needs under the lock.
     let (ctx, phase, stage, xs) = {
         let mut st = s.lock();
-        let Some(op) = st.ops.get_mut(&seq) else {
+        let Some(op) = st.ops.get_mut(&key) else {
             return Ok(Vec::new());
         };
-        let Some(spec) = op.spec.clone() else {
+        let (Some(spec), Some(geo)) = (op.spec.clone(), op.geo.clone()) else {
             return Ok(Vec::new());
         };
         let Some(entry) = s.fns.get(spec.func) else {
@@ -180,7 +187,7 @@ pub(crate) fn step(s: &Shared, seq: u64) -> Result<StageOut> {
             _ => Vec::new(),
         };
         let ctx = Ctx {
-            s,
+            geo,
             image_space: op.image_space,
             first: op.first,
             src: op.parts.iter().map(|p| p.src).collect(),
@@ -197,18 +204,18 @@ pub(crate) fn step(s: &Shared, seq: u64) -> Result<StageOut> {
         _ => (phase2(&ctx, &stage, &xs)?, 3, Vec::new()),
     };
     let mut st = s.lock();
-    if let Some(op) = st.ops.get_mut(&seq) {
+    if let Some(op) = st.ops.get_mut(&key) {
         op.rphase = next;
         op.xs = xs;
     }
     Ok(outs)
 }
 
-fn phase0(c: &Ctx<'_>) -> StageOut {
+fn phase0(c: &Ctx) -> StageOut {
     let spec = &c.spec;
     let es = spec.es;
-    let me = c.s.rank;
-    let size = c.s.size;
+    let me = c.geo.me;
+    let size = c.geo.size();
     match spec.kind {
         Kind::Reduce | Kind::ReduceAll => {
             let mut stream = Vec::new();
@@ -245,15 +252,15 @@ fn phase0(c: &Ctx<'_>) -> StageOut {
                 .enumerate()
                 .map(|(to, v)| {
                     #[allow(clippy::cast_possible_truncation)] // to < size
-                    (to as Rank, 0, Arc::new(v))
+                    (to as TRank, 0, Arc::new(v))
                 })
                 .collect()
         }
     }
 }
 
-/// The rank holding each element `k` under `lay`.
-fn owner_by_k(c: &Ctx<'_>, lay: Layout) -> Vec<Rank> {
+/// The team rank holding each element `k` under `lay`.
+fn owner_by_k(c: &Ctx, lay: Layout) -> Vec<TRank> {
     let mut v = vec![0; c.spec.n];
     for r in runs(lay, c.spec.n, c.spec.np) {
         v[r.k0..r.k0 + r.len].fill(c.owner(r.part));
@@ -275,7 +282,7 @@ impl<'a> Streams<'a> {
         }
     }
 
-    fn next(&mut self, from: Rank, es: usize) -> Result<&'a [u8]> {
+    fn next(&mut self, from: TRank, es: usize) -> Result<&'a [u8]> {
         let f = from as usize;
         let a = self.at[f];
         let b = self.bufs.get(f).and_then(|v| v.get(a..a + es));
@@ -287,7 +294,7 @@ impl<'a> Streams<'a> {
             None => Err(Error::Usage {
                 op: "reduction",
                 detail: format!(
-                    "rank {from} sent fewer operands than the layout implies: the ranks \
+                    "team rank {from} sent fewer operands than the layout implies: the ranks \
                      disagree on the arguments (run with AMNET_COLL_CHECK=1 to find which)"
                 ),
             }),
@@ -297,10 +304,10 @@ impl<'a> Streams<'a> {
 
 type Phase1 = (StageOut, u8, Vec<Vec<u8>>);
 
-fn phase1(c: &Ctx<'_>, stage: &[Vec<u8>]) -> Result<Phase1> {
+fn phase1(c: &Ctx, stage: &[Vec<u8>]) -> Result<Phase1> {
     let spec = &c.spec;
     let es = spec.es;
-    let me = c.s.rank;
+    let me = c.geo.me;
     match spec.kind {
         Kind::Reduce if c.owner(spec.root) != me => Ok((Vec::new(), 3, Vec::new())),
         Kind::Reduce | Kind::ReduceAll => {
@@ -340,16 +347,18 @@ fn phase1(c: &Ctx<'_>, stage: &[Vec<u8>]) -> Result<Phase1> {
                 xs.push(x);
             }
             let partials = Arc::new(partials);
-            let outs = (0..c.s.size).map(|to| (to, 1, partials.clone())).collect();
+            let outs = (0..c.geo.size())
+                .map(|to| (to, 1, partials.clone()))
+                .collect();
             Ok((outs, 2, xs))
         }
     }
 }
 
-fn phase2(c: &Ctx<'_>, stage: &[Vec<u8>], xs: &[Vec<u8>]) -> Result<StageOut> {
+fn phase2(c: &Ctx, stage: &[Vec<u8>], xs: &[Vec<u8>]) -> Result<StageOut> {
     let spec = &c.spec;
     let es = spec.es;
-    let me = c.s.rank;
+    let me = c.geo.me;
     let mut st = Streams::new(stage);
     let mut carry: Option<Vec<u8>> = None;
     let mut mine = xs.iter();

@@ -1,4 +1,4 @@
-//! The value types of the collective API: addresses, teams, handles, layouts and the
+//! The value types of the collective API: addresses, handles, layouts and the
 //! function table.
 
 use std::sync::Arc;
@@ -35,15 +35,6 @@ impl Addr {
     pub unsafe fn ptr(p: *mut u8) -> Addr {
         Addr::Ptr(p as usize)
     }
-}
-
-/// A team of images. Only the team of every image exists today.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Team(pub(crate) u32);
-
-impl Team {
-    /// Every image of the job.
-    pub const WORLD: Team = Team(0);
 }
 
 /// The handle of a non-blocking collective (or of an aggregate). Belongs to the thread that

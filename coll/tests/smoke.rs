@@ -2,7 +2,7 @@
 //! Smoke tests of the collectives in thread mode (the conduit test suite has the full
 //! property tests as multi-process jobs).
 
-use amnet_coll::{flags, Addr, Coll, Layout, RedOp, Team};
+use amnet_coll::{flags, Addr, Coll, Layout, RedOp};
 use amnet_core::{Endpoint, HandlerTable};
 
 const SEG: usize = 1 << 20;
@@ -41,7 +41,7 @@ fn data_movement_every_mode() {
                 ep.write_local(0, &src).unwrap();
                 // broadcast from the last rank
                 let root = (p - 1) as u32;
-                coll.broadcast(Team::WORLD, Addr::seg(65536), root, Addr::seg(0), nb, f)
+                coll.broadcast(coll.world(), Addr::seg(65536), root, Addr::seg(0), nb, f)
                     .unwrap();
                 let mut got = vec![0u8; nb];
                 ep.read_local(65536, &mut got).unwrap();
@@ -49,7 +49,7 @@ fn data_movement_every_mode() {
                 assert_eq!(got, want, "broadcast rank {me} mode {m}");
                 ep.barrier().unwrap();
                 // gather_all: block i from rank i (its first nb bytes)
-                coll.gather_all(Team::WORLD, Addr::seg(131072), Addr::seg(0), nb, f)
+                coll.gather_all(coll.world(), Addr::seg(131072), Addr::seg(0), nb, f)
                     .unwrap();
                 let mut got = vec![0u8; nb * p];
                 ep.read_local(131072, &mut got).unwrap();
@@ -63,7 +63,7 @@ fn data_movement_every_mode() {
                 }
                 ep.barrier().unwrap();
                 // exchange: block j of rank i -> block i of rank j
-                coll.exchange(Team::WORLD, Addr::seg(262144), Addr::seg(0), nb, f)
+                coll.exchange(coll.world(), Addr::seg(262144), Addr::seg(0), nb, f)
                     .unwrap();
                 let mut got = vec![0u8; nb * p];
                 ep.read_local(262144, &mut got).unwrap();
@@ -127,7 +127,7 @@ fn block_cyclic_prefix_with_reblocking() {
         ep.write_local(4096, &[0u8; 512]).unwrap();
         let func = amnet_coll::builtin::builtin_index(RedOp::Sum, amnet_coll::ElemType::U64);
         coll.prefix_reduce(
-            Team::WORLD,
+            coll.world(),
             Addr::seg(4096),
             Layout::block_cyclic(dblk, doff),
             Addr::seg(0),

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use amnet::coll::{Addr, Coll, CollHandle, RedOp, Team};
+use amnet::coll::{Addr, Coll, CollHandle, RedOp};
 use amnet::sync_modes::flags as f;
 use amnet::{Error, Token};
 
@@ -33,6 +33,13 @@ pub fn tests() -> Vec<Test> {
         t("coll_rules", rules, 30),
         t("coll_rule_in_handler", rule_in_handler, 30),
         t("coll_in_place_scatter", in_place_scatter, 30),
+        t("coll_team_structure", crate::coll_teams::structure, 60),
+        t("coll_team_property", crate::coll_teams::property, 180),
+        t(
+            "coll_team_concurrent_threads",
+            crate::coll_teams::concurrent,
+            60,
+        ),
         // A measurement of a real job (it takes minutes in thread mode with a debug build).
         Test {
             process_only: true,
@@ -82,6 +89,7 @@ fn prop(c: &Ctx<'_>, base: u64, n: usize, forms: &[Form]) -> Verdict {
         &Caller {
             ep: c.ep,
             coll: co,
+            team: co.world(),
             w: &w,
             seed,
         },
@@ -151,9 +159,9 @@ fn in_place_scatter(c: &Ctx<'_>) -> Verdict {
             let fl = f::IN_MYSYNC | f::OUT_MYSYNC | f::LOCAL;
             let what = if v { "scatter_v" } else { "scatter" };
             let res = if v {
-                co.scatter_v(Team::WORLD, dst, r, Addr::Seg(SM_SRC), &counts, fl)
+                co.scatter_v(co.world(), dst, r, Addr::Seg(SM_SRC), &counts, fl)
             } else {
-                co.scatter(Team::WORLD, dst, r, Addr::Seg(SM_SRC), 300, fl)
+                co.scatter(co.world(), dst, r, Addr::Seg(SM_SRC), 300, fl)
             };
             ck(what, res)?;
             let at: usize = counts[..me].iter().sum();
@@ -214,15 +222,12 @@ fn in_allsync(c: &Ctx<'_>) -> Verdict {
         let fl = f::IN_ALLSYNC | f::OUT_MYSYNC | f::SINGLE;
         let (d, s) = (Addr::Seg(SM_DST), Addr::Seg(SM_SRC));
         match round {
-            0 => ck("broadcast", co.broadcast(Team::WORLD, d, 0, s, 64, fl))?,
+            0 => ck("broadcast", co.broadcast(co.world(), d, 0, s, 64, fl))?,
             1 => {
-                let h = ck(
-                    "broadcast_nb",
-                    co.broadcast_nb(Team::WORLD, d, 0, s, 64, fl),
-                )?;
+                let h = ck("broadcast_nb", co.broadcast_nb(co.world(), d, 0, s, 64, fl))?;
                 ck("wait_sync", co.wait_sync(h))?;
             }
-            _ => ck("gather_all", co.gather_all(Team::WORLD, d, s, 64, fl))?,
+            _ => ck("gather_all", co.gather_all(co.world(), d, s, 64, fl))?,
         }
         let mut got = vec![0u8; 64];
         ck("read", c.ep.read_local(SM_DST, &mut got))?;
@@ -256,7 +261,7 @@ fn out_allsync(c: &Ctx<'_>) -> Verdict {
         let fl = ins | f::OUT_ALLSYNC | f::SINGLE;
         let h = ck(
             "gather_all_nb",
-            co.gather_all_nb(Team::WORLD, Addr::Seg(SM_DST), Addr::Seg(SM_SRC), nb, fl),
+            co.gather_all_nb(co.world(), Addr::Seg(SM_DST), Addr::Seg(SM_SRC), nb, fl),
         )?;
         ck("wait_sync", co.wait_sync(h))?;
         let mut want = Vec::new();
@@ -302,7 +307,7 @@ fn count_broadcasts(
         let d = Addr::Seg(SM_DST + 64 * i as u64);
         let h = ck(
             "broadcast_nb",
-            co.broadcast_nb(Team::WORLD, d, 0, Addr::Seg(SM_SRC), 8, fl | f::SINGLE | a),
+            co.broadcast_nb(co.world(), d, 0, Addr::Seg(SM_SRC), 8, fl | f::SINGLE | a),
         )?;
         hs.push(h);
     }
@@ -355,7 +360,7 @@ fn still_works(c: &Ctx<'_>, co: &Coll, what: &str) -> Verdict {
     }
     ck("write", c.ep.write_local(SM_DST, &[0u8; 40]))?;
     co.broadcast(
-        Team::WORLD,
+        co.world(),
         Addr::Seg(SM_DST),
         0,
         Addr::Seg(SM_SRC),
@@ -399,7 +404,7 @@ fn notify_refused(c: &Ctx<'_>, what: &str) -> Verdict {
 
 fn rules(c: &Ctx<'_>) -> Verdict {
     let co = coll(c)?;
-    let t = Team::WORLD;
+    let t = co.world();
     let (d, s) = (Addr::Seg(SM_DST), Addr::Seg(SM_SRC));
     let p = c.size() as usize;
     still_works(c, co, "nothing")?;
@@ -560,7 +565,7 @@ pub fn in_handler(st: &State, tok: &mut Token<'_>) {
         None => out.push("no Coll on this rank".to_string()),
         Some(co) => {
             let r = co.broadcast(
-                Team::WORLD,
+                co.world(),
                 Addr::Seg(SM_DST),
                 0,
                 Addr::Seg(SM_SRC),
@@ -571,7 +576,7 @@ pub fn in_handler(st: &State, tok: &mut Token<'_>) {
                 out.push(format!("broadcast in a handler: {r:?}"));
             }
             let r = co.broadcast_nb(
-                Team::WORLD,
+                co.world(),
                 Addr::Seg(SM_DST),
                 0,
                 Addr::Seg(SM_SRC),
@@ -628,7 +633,7 @@ fn outstanding(c: &Ctx<'_>) -> Verdict {
         for i in 0..n {
             let h = co
                 .broadcast_nb(
-                    Team::WORLD,
+                    co.world(),
                     Addr::Seg(SM_DST + i as u64),
                     0,
                     Addr::Seg(SM_SRC + i as u64),

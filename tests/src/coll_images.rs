@@ -4,7 +4,7 @@
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use amnet::coll::{Addr, Coll, RedOp, Team};
+use amnet::coll::{Addr, Coll, RedOp};
 use amnet::sync_modes::flags as f;
 use amnet::{Endpoint, Error};
 use amnet_launch::LaunchOptions;
@@ -95,7 +95,7 @@ pub fn main_images(seed: u64) -> i32 {
                     // LOCAL single-address without ALL_THREADS is refused with several images.
                     if w.multi() {
                         let r = co.broadcast(
-                            Team::WORLD,
+                            co.world(),
                             Addr::Seg(0),
                             0,
                             Addr::Seg(64),
@@ -113,6 +113,7 @@ pub fn main_images(seed: u64) -> i32 {
                 let caller = Caller {
                     ep: &ep,
                     coll: &co,
+                    team: co.world(),
                     w,
                     seed,
                 };
@@ -200,7 +201,7 @@ fn mixed_callers(ep: &Endpoint, co: &Coll, w: &World, me: usize, li: usize) -> V
         let fl = f::IN_MYSYNC | f::OUT_MYSYNC;
         hs.push(
             co.gather_all_nb(
-                Team::WORLD,
+                co.world(),
                 Addr::Seg(dst(k)),
                 Addr::Seg(src(k)),
                 8,
@@ -211,7 +212,7 @@ fn mixed_callers(ep: &Endpoint, co: &Coll, w: &World, me: usize, li: usize) -> V
         if li == 0 {
             hs.push(
                 co.broadcast_nb(
-                    Team::WORLD,
+                    co.world(),
                     Addr::Seg(MIX + 1024 + 8 * k),
                     0,
                     Addr::Seg(MIX + 8 * k),
@@ -270,7 +271,7 @@ pub fn check_mismatch(ep: &Endpoint) -> Result<(), String> {
     if ep.rank() == 0 {
         ep.write_local(0, &[7u8; 8]).map_err(|e| e.to_string())?;
     }
-    co.broadcast(Team::WORLD, Addr::Seg(64), 0, Addr::Seg(0), 8, fl)
+    co.broadcast(co.world(), Addr::Seg(64), 0, Addr::Seg(0), 8, fl)
         .map_err(|e| format!("a matching broadcast in checked mode: {e}"))?;
     let mut got = [0u8; 8];
     ep.read_local(64, &mut got).map_err(|e| e.to_string())?;
@@ -279,7 +280,7 @@ pub fn check_mismatch(ep: &Endpoint) -> Result<(), String> {
         ep.exit(1);
     }
     let root = u32::from(ep.rank() == 1);
-    match co.broadcast(Team::WORLD, Addr::Seg(64), root, Addr::Seg(0), 8, fl) {
+    match co.broadcast(co.world(), Addr::Seg(64), root, Addr::Seg(0), 8, fl) {
         Err(Error::Mismatch { detail, .. })
             if detail.contains("rank 1") && detail.contains("root") =>
         {
@@ -326,7 +327,7 @@ pub fn check_image_mismatch(ep: &Endpoint) -> Result<(), String> {
                 };
                 let fl = f::ALLSYNC | f::LOCAL | f::ALL_THREADS;
                 let dst = Addr::Seg(64 + 64 * u64::from(li));
-                if let Err(e) = co.broadcast(Team::WORLD, dst, 0, Addr::Seg(0), 8, fl) {
+                if let Err(e) = co.broadcast(co.world(), dst, 0, Addr::Seg(0), 8, fl) {
                     return report(format!("a matching ALL_THREADS broadcast: {e}"));
                 }
                 let n = if img == 1 { 16 } else { 8 };
@@ -340,7 +341,7 @@ pub fn check_image_mismatch(ep: &Endpoint) -> Result<(), String> {
                     if late {
                         std::thread::sleep(Duration::from_millis(100));
                     }
-                    match co.broadcast(Team::WORLD, dst, 0, Addr::Seg(0), n, fl) {
+                    match co.broadcast(co.world(), dst, 0, Addr::Seg(0), n, fl) {
                         Err(Error::Mismatch { detail, .. })
                             if detail.contains("bytes in all") && detail.contains("16") => {}
                         other => report(format!(
@@ -350,7 +351,7 @@ pub fn check_image_mismatch(ep: &Endpoint) -> Result<(), String> {
                     }
                 }
                 // After the failures the ranks still agree on the numbering.
-                if let Err(e) = co.broadcast(Team::WORLD, dst, 0, Addr::Seg(0), 8, fl) {
+                if let Err(e) = co.broadcast(co.world(), dst, 0, Addr::Seg(0), 8, fl) {
                     report(format!("a matching broadcast after the failed ones: {e}"));
                 }
             });
@@ -373,7 +374,7 @@ pub fn hang_report(ep: &Endpoint) -> Result<(), String> {
     }
     let t0 = Instant::now();
     let r = co.broadcast(
-        Team::WORLD,
+        co.world(),
         Addr::Seg(64),
         0,
         Addr::Seg(0),

@@ -410,6 +410,8 @@ pub struct Caller<'a> {
     pub ep: &'a Endpoint,
     /// The calling image's Coll.
     pub coll: &'a Coll,
+    /// The team the calls run on (`w` describes it: its ranks' images, in team order).
+    pub team: &'a Team,
     /// Layout.
     pub w: &'a World,
     /// Seed of the sequence.
@@ -450,7 +452,7 @@ fn lay(l: OLay) -> Layout {
 
 impl Caller<'_> {
     fn rank(&self) -> usize {
-        self.ep.rank() as usize
+        self.team.rank() as usize
     }
 
     /// Participants this caller enters for `c`.
@@ -577,7 +579,7 @@ impl Caller<'_> {
             root_dst = dsts[0];
         }
         let co = self.coll;
-        let t = Team::WORLD;
+        let t = self.team;
         let nb = d.counts.first().copied().unwrap_or(0);
         let es = d.func.es();
         let fi = fn_index(d.func);

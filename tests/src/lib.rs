@@ -23,6 +23,7 @@ pub mod coll;
 pub mod coll_images;
 pub mod coll_oracle;
 pub mod coll_prop;
+pub mod coll_teams;
 pub mod pattern;
 pub mod rma;
 pub mod rules;

@@ -1,0 +1,223 @@
+//! Team creation and destruction: `split`, `split_strided`, `split_2d`, `create`, `destroy`,
+//! and the team barrier.
+//!
+//! Every creation call is collective over the parent team: every rank of the parent makes it
+//! (one thread per rank; in an image job the client serializes it like any representative
+//! call), in the same order as its other creation calls and collectives on the parent. Only
+//! `split` communicates (one gather of every member's color and key); the others compute the
+//! new team from their single-valued arguments. A new team is usable at once: a member may
+//! send to it before another has finished creating it, and the message waits under the
+//! team's id.
+
+use std::collections::HashSet;
+
+use amnet_core::{Error, Result};
+use amnet_sync_modes::flags::{IN_ALLSYNC, IN_MYSYNC, OUT_MYSYNC, OUT_NOSYNC, SINGLE};
+
+use crate::api::{call, one, usage, Coll, Counts};
+use crate::plan::Kind;
+use crate::team::{child_id, grid, strided, Geo, Team};
+use crate::types::Addr;
+
+impl Coll {
+    /// A new team from the parent's ranks `parent_ranks` (in new-team order), or `None` when
+    /// this rank is not among them.
+    fn child(&self, parent: &Team, id: u64, parent_ranks: &[u32]) -> Option<Team> {
+        let pg = parent.geo();
+        if !parent_ranks.contains(&pg.me) {
+            return None;
+        }
+        let members = parent_ranks.iter().map(|&p| pg.world(p)).collect();
+        Some(Team::new(Geo::new(
+            id,
+            members,
+            self.sh.rank,
+            &self.sh.images,
+        )))
+    }
+
+    fn creation_rules(&self, op: &'static str, parent: &Team) -> Result<u64> {
+        if let Some(h) = self.sh.ep.current_handler() {
+            return Err(Error::InHandler { op, handler: h });
+        }
+        self.check_team(op, parent)?;
+        Ok(parent.next_creation())
+    }
+
+    /// Split `parent` MPI-style: the ranks that pass the same `color` form a team, numbered by
+    /// `key` (ties by their parent rank); a rank passing `None` joins no team and gets `None`.
+    /// Collective over `parent`: one gather of every rank's color and key.
+    pub fn split(&self, parent: &Team, color: Option<u32>, key: i32) -> Result<Option<Team>> {
+        const OP: &str = "team split";
+        let ordinal = self.creation_rules(OP, parent)?;
+        if color == Some(u32::MAX) {
+            return Err(usage(
+                OP,
+                "color u32::MAX is reserved (pass None for no team)",
+            ));
+        }
+        let n = parent.size() as usize;
+        let mut mine = [0u8; 8];
+        mine[..4].copy_from_slice(&color.unwrap_or(u32::MAX).to_le_bytes());
+        mine[4..].copy_from_slice(&key.to_le_bytes());
+        let mut all = vec![0u8; 8 * n];
+        // SAFETY: both buffers live on this frame for the whole blocking call, which returns
+        // only once the gather completed on this rank: nothing writes them later.
+        let (src, dst) = unsafe { (Addr::ptr(mine.as_mut_ptr()), Addr::ptr(all.as_mut_ptr())) };
+        let c = call(
+            OP,
+            Kind::GatherAll,
+            None,
+            Counts::Uniform(8),
+            one(src, dst),
+            IN_MYSYNC | OUT_MYSYNC | SINGLE,
+        );
+        self.run(parent, c, true)?;
+        let Some(color) = color else {
+            return Ok(None);
+        };
+        let mut same: Vec<(i32, u32)> = (0..n)
+            .filter_map(|p| {
+                let e = &all[8 * p..8 * p + 8];
+                let c = u32::from_le_bytes(e[..4].try_into().unwrap_or([0xff; 4]));
+                let k = i32::from_le_bytes(e[4..].try_into().unwrap_or([0; 4]));
+                #[allow(clippy::cast_possible_truncation)] // p < parent size, a u32
+                (c == color).then_some((k, p as u32))
+            })
+            .collect();
+        same.sort_unstable();
+        let ranks: Vec<u32> = same.into_iter().map(|(_, p)| p).collect();
+        Ok(self.child(
+            parent,
+            child_id(parent.id(), ordinal, u64::from(color)),
+            &ranks,
+        ))
+    }
+
+    /// The team of parent ranks `start + stride * i` for `i` in `0..size` (OpenSHMEM's
+    /// `team_split_strided`): a negative stride reverses the order, stride 0 needs size 1. An
+    /// invalid triplet is the same [`Error::Usage`] on every rank of the parent; a rank that
+    /// is not in the new team gets `None`. Collective over `parent`, with no communication.
+    pub fn split_strided(
+        &self,
+        parent: &Team,
+        start: i64,
+        stride: i64,
+        size: i64,
+    ) -> Result<Option<Team>> {
+        const OP: &str = "team split_strided";
+        let ordinal = self.creation_rules(OP, parent)?;
+        let ranks = strided(parent.size(), start, stride, size).map_err(|e| usage(OP, e))?;
+        Ok(self.child(parent, child_id(parent.id(), ordinal, 0), &ranks))
+    }
+
+    /// Split `parent` into the rows and columns of a grid `xrange` wide (OpenSHMEM's
+    /// `team_split_2d`): parent rank `p` is at `(p % xrange, p / xrange)`; returns this rank's
+    /// row (its number there is its x) and column (its number there is its y). The last row may
+    /// be incomplete; an `xrange` larger than the parent acts as the parent's size. Collective
+    /// over `parent`, with no communication.
+    pub fn split_2d(&self, parent: &Team, xrange: u32) -> Result<(Team, Team)> {
+        const OP: &str = "team split_2d";
+        let ordinal = self.creation_rules(OP, parent)?;
+        if xrange == 0 {
+            return Err(usage(OP, "xrange is 0; it must be positive"));
+        }
+        let (_, (y, row), (x, col)) = grid(parent.size(), xrange, parent.rank());
+        let row_team = self.child(
+            parent,
+            child_id(parent.id(), ordinal, 2 * u64::from(y)),
+            &row,
+        );
+        let col_team = self.child(
+            parent,
+            child_id(parent.id(), ordinal, 2 * u64::from(x) + 1),
+            &col,
+        );
+        match (row_team, col_team) {
+            (Some(r), Some(c)) => Ok((r, c)),
+            _ => Err(usage(OP, "this rank is missing from its own row or column")),
+        }
+    }
+
+    /// The team of the parent ranks listed in `members`, in that order. Every rank of the
+    /// parent passes the same list (ranks not in it get `None`); a rank out of range or listed
+    /// twice is an [`Error::Usage`] on every rank. Collective over `parent`, with no
+    /// communication.
+    pub fn create(&self, parent: &Team, members: &[u32]) -> Result<Option<Team>> {
+        const OP: &str = "team create";
+        let ordinal = self.creation_rules(OP, parent)?;
+        if members.is_empty() {
+            return Err(usage(
+                OP,
+                "members is empty; a team has at least one member",
+            ));
+        }
+        let mut seen = HashSet::new();
+        for &m in members {
+            if m >= parent.size() {
+                return Err(usage(
+                    OP,
+                    format!(
+                        "member {m} is not a rank of the parent (0..{})",
+                        parent.size()
+                    ),
+                ));
+            }
+            if !seen.insert(m) {
+                return Err(usage(OP, format!("member {m} is listed twice")));
+            }
+        }
+        Ok(self.child(parent, child_id(parent.id(), ordinal, 0), members))
+    }
+
+    /// Wait until every member of `team` has called `barrier` on it. Collective over `team`
+    /// (one thread per rank), matched in order with its other collectives.
+    pub fn barrier(&self, team: &Team) -> Result<()> {
+        const OP: &str = "team barrier";
+        self.check_team(OP, team)?;
+        let mut b = [0u8; 1];
+        // SAFETY: `b` lives on this frame for the whole blocking call, which returns only
+        // once the collective completed on this rank.
+        let p = unsafe { Addr::ptr(b.as_mut_ptr()) };
+        let c = call(
+            OP,
+            Kind::Broadcast,
+            Some(0),
+            Counts::Uniform(1),
+            one(p, p),
+            IN_ALLSYNC | OUT_NOSYNC | SINGLE,
+        );
+        self.run(team, c, true).map(|_| ())
+    }
+
+    /// Destroy `team`: collective over its members (a barrier on it), after which every use of
+    /// it is an error. Every collective this rank started on it must be synced first. The world
+    /// team cannot be destroyed.
+    pub fn destroy(&self, team: &Team) -> Result<()> {
+        const OP: &str = "team destroy";
+        if team.id() == 0 {
+            return Err(usage(OP, "the world team cannot be destroyed"));
+        }
+        self.check_team(OP, team)?;
+        {
+            let st = self.sh.lock();
+            let ts = st.teams.get(&team.id());
+            if ts.is_some_and(|t| t.unsynced > 0 || !t.agg_open.is_empty()) {
+                return Err(usage(
+                    OP,
+                    format!(
+                        "{} collective(s) on team {:#x} are not synced here; sync them first",
+                        ts.map_or(0, |t| t.unsynced),
+                        team.id()
+                    ),
+                ));
+            }
+        }
+        self.barrier(team)?;
+        team.0
+            .alive
+            .store(false, std::sync::atomic::Ordering::Release);
+        self.sh.lock().teams.remove(&team.id());
+        Ok(())
+    }
+}
