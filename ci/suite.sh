@@ -14,6 +14,13 @@ for n in 3 7; do
     echo "== amrun -n $n amnet-testsuite coll"
     target/release/amrun -n "$n" --timeout 300 target/release/amnet-testsuite coll
 done
+# The scheduled algorithms preferred wherever they apply (the selector's default picks them
+# only where its cost model says they are faster).
+for n in 3 8; do
+    echo "== amrun -n $n amnet-testsuite coll, scheduled algorithms preferred"
+    AMNET_COLL_TUNE='broadcast:-:binomial?;reduce_to_all:-:recursive_doubling?' \
+        target/release/amrun -n "$n" --timeout 300 target/release/amnet-testsuite coll
+done
 for n in 2 4 8; do
     echo "== amrun --conduit udp -n $n amnet-testsuite"
     target/release/amrun --conduit udp -n "$n" --timeout 900 target/release/amnet-testsuite

@@ -282,6 +282,15 @@ pub mod vars {
         meaning: "seconds: a collective wait without progress that long prints what is in \
                   flight and returns `Error::Hang`",
     };
+    /// `AMNET_COLL_TUNE`.
+    pub const COLL_TUNE: Var = Var {
+        name: "AMNET_COLL_TUNE",
+        scope: Scope::Coll,
+        kind: Kind::Text,
+        default: "unset",
+        meaning: "forced algorithm choices, `OP:SIZES:ALGORITHM[:PARAM=VALUE,...]` separated by \
+                  `;` (e.g. `broadcast:0-4K:binomial`); see spec/coll.md",
+    };
     /// `AMNET_SMP_JOB`.
     pub const SMP_JOB: Var = Var {
         name: "AMNET_SMP_JOB",
@@ -470,6 +479,7 @@ pub const VARS: &[&Var] = &[
     &vars::BOOT_TIMEOUT,
     &vars::COLL_CHECK,
     &vars::HANG_TIMEOUT,
+    &vars::COLL_TUNE,
     &vars::SMP_JOB,
     &vars::UDP_BOOT,
     &vars::UDP_BIND,

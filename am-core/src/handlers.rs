@@ -27,6 +27,8 @@ pub const COLL_STAGE: u8 = 41;
 pub const COLL_SIG: u8 = 42;
 /// The collectives' call signature (checked mode).
 pub const COLL_CHECK: u8 = 43;
+/// The collectives' message of a scheduled algorithm.
+pub const COLL_SCHED: u8 = 44;
 
 /// The first index clients may use.
 pub const FIRST_CLIENT: u8 = 128;
@@ -46,7 +48,7 @@ impl Layer {
     /// The handler indices the layer owns.
     pub const fn indices(self) -> RangeInclusive<u8> {
         match self {
-            Layer::Coll => COLL_DATA..=COLL_CHECK,
+            Layer::Coll => COLL_DATA..=COLL_SCHED,
         }
     }
 
@@ -83,6 +85,7 @@ pub const LIBRARY: &[(u8, &str)] = &[
     (COLL_STAGE, "collectives: reduction stream"),
     (COLL_SIG, "collectives: entry/exit signal"),
     (COLL_CHECK, "collectives: checked-mode signature"),
+    (COLL_SCHED, "collectives: message of a scheduled algorithm"),
 ];
 
 #[cfg(test)]

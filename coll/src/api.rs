@@ -10,6 +10,7 @@ use amnet_sync_modes::{CallShape, Mode};
 use crate::builtin::{self, Elem, Loc, RedOp, N_BUILTIN};
 use crate::engine::{Area, HandleRec, Key, Shared, State, TeamSeq};
 use crate::plan::{area_elems, Kind, Spec};
+use crate::select::{CallInfo, Imp};
 use crate::team::{Geo, Team};
 use crate::types::{Addr, CollHandle, FnEntry, Layout};
 
@@ -233,6 +234,10 @@ impl Coll {
                         world,
                         fns: table.clone(),
                         check: ep.config_source().flag(&vars::COLL_CHECK)?.unwrap_or(false),
+                        selector: crate::select::Selector::new(
+                            ep.config_source(),
+                            ep.conduit_name(),
+                        )?,
                         hang: ep.config_source().seconds(&vars::HANG_TIMEOUT)?,
                         st: Mutex::new(State {
                             next_handle: 1,
@@ -339,6 +344,85 @@ impl Coll {
 
     fn multi_image(&self) -> bool {
         self.sh.images.iter().any(|&n| n > 1)
+    }
+
+    /// The characteristic bits of a call (the team's and the call's; see `select`).
+    fn call_mask(
+        &self,
+        geo: &Geo,
+        c: &Call<'_>,
+        mode: &Mode,
+        image_space: bool,
+        red: &Red,
+        entries: &[Entry],
+    ) -> u64 {
+        use crate::select::bits::*;
+        let mut m = 0;
+        let size = geo.size();
+        if size == 1 {
+            m |= ONE_RANK;
+        }
+        if size.is_power_of_two() {
+            m |= POW2;
+        }
+        if geo.images.windows(2).all(|w| w[0] == w[1]) {
+            m |= UNIFORM_IMAGES;
+        }
+        if geo.images.iter().any(|&n| n > 1) {
+            m |= MULTI_IMAGE;
+        }
+        if self.sh.ep.conduit_name() == "smp" {
+            m |= DIRECT_SEGMENTS;
+        }
+        if image_space {
+            m |= IMAGE_SPACE;
+        }
+        if matches!(c.counts, Counts::PerPart(_) | Counts::Matrix(_)) {
+            m |= V_FORM;
+        }
+        if entries
+            .iter()
+            .any(|e| e.src == Addr::InPlace || e.dst == Addr::InPlace)
+        {
+            m |= IN_PLACE;
+        }
+        if c.red.is_some() {
+            let flags = self.sh.fns.get(red.func).map_or(0, |f| f.flags);
+            if flags & crate::types::fn_flags::NONCOMM == 0 {
+                m |= COMMUTATIVE;
+            }
+            if red.func < N_BUILTIN {
+                m |= BUILTIN_FN;
+            }
+            let np = if image_space {
+                geo.nimages()
+            } else {
+                geo.size()
+            } as usize;
+            let rs = crate::plan::runs(red.src_lay, red.n, np);
+            let mut has = vec![false; np];
+            for r in &rs {
+                if let Some(h) = has.get_mut(r.part) {
+                    *h = true;
+                }
+            }
+            if has.iter().all(|&h| h) {
+                m |= ALL_CONTRIBUTE;
+            }
+            if m & COMMUTATIVE != 0 || rs.windows(2).all(|w| w[0].part < w[1].part) {
+                m |= ORDER_SAFE;
+            }
+        }
+        if mode.aggregate {
+            m |= AGGREGATED;
+        }
+        if mode.input == amnet_sync_modes::InSync::All {
+            m |= IN_ALL;
+        }
+        if mode.output == amnet_sync_modes::OutSync::All {
+            m |= OUT_ALL;
+        }
+        m
     }
 
     /// The calling image's number in `geo`'s team (node-major within the team).
@@ -464,6 +548,21 @@ impl Coll {
         if c.red.is_some() {
             self.check_red(c.op, &red, np)?;
         }
+        let entries = self.entries(&geo, c.op, &c.addrs, &mode, image_space, np)?;
+        let info = CallInfo {
+            kind: c.kind,
+            mask: self.call_mask(&geo, &c, &mode, image_space, &red, &entries),
+            bytes: match c.kind {
+                Kind::Broadcast
+                | Kind::Scatter
+                | Kind::Gather
+                | Kind::GatherAll
+                | Kind::Exchange => counts.iter().copied().max().unwrap_or(0),
+                _ => red.es.saturating_mul(red.n),
+            },
+            ranks: geo.size(),
+        };
+        let alg = sh.selector.choose(&info)?;
         let spec = Arc::new(Spec {
             kind: c.kind,
             np,
@@ -475,12 +574,16 @@ impl Coll {
             dst_lay: red.dst_lay,
             func: red.func,
             arg: red.arg,
+            alg: alg.name,
         });
-        let entries = self.entries(&geo, c.op, &c.addrs, &mode, image_space, np)?;
         let mut areas = Vec::with_capacity(entries.len());
         for e in &entries {
             areas.push(self.resolve(c.op, &spec, &mode, *e)?);
         }
+        let sched = match alg.imp {
+            Imp::Flat => None,
+            Imp::Sched => Some(crate::algs::generate(alg, &spec, geo.me, &areas)?),
+        };
         // Sequence number, group, entry.
         let mut st = sh.lock();
         let local_img = (self.image - sh.img_first[sh.rank as usize]) as usize;
@@ -548,6 +651,7 @@ impl Coll {
             image_space,
             team_image,
             &areas,
+            sched,
         );
         let handle = if mode.aggregate {
             None

@@ -17,12 +17,14 @@ use amnet_core::{Endpoint, Error, Layer, Rank, Result, Token};
 use amnet_sync_modes::{Dissemination, Merged, Mode};
 
 use crate::plan::Spec;
+use crate::sched::{Buf, Mem, Range, Sched};
 use crate::team::Geo;
 use crate::types::FnEntry;
 
 // The layer's handlers, at the indices the core's table gives the collectives.
 use amnet_core::handlers::{
-    COLL_CHECK as H_CHECK, COLL_DATA as H_DATA, COLL_SIG as H_SIG, COLL_STAGE as H_STAGE,
+    COLL_CHECK as H_CHECK, COLL_DATA as H_DATA, COLL_SCHED as H_SCHED, COLL_SIG as H_SIG,
+    COLL_STAGE as H_STAGE,
 };
 /// `H_CHECK` kind: the payload is the sender's signature.
 const CHECK_SIGNATURE: u32 = 0;
@@ -104,6 +106,35 @@ pub(crate) struct Op {
     pub(crate) checked_ok: bool,
     pub(crate) local_done: bool,
     pub(crate) error: Option<Error>,
+    /// A scheduled algorithm's state (None: the flat algorithm).
+    pub(crate) sched: Option<SchedState>,
+    /// Messages of a scheduled algorithm by (sender's team rank, tag): (bytes, bytes arrived).
+    /// They may come before this rank entered, or before the round that takes them.
+    sched_in: HashMap<(u32, u32), (Vec<u8>, usize)>,
+}
+
+/// Where a scheduled collective stands on this rank.
+pub(crate) struct SchedState {
+    pub(crate) sched: Arc<Sched>,
+    /// The round running (== rounds.len(): the final steps are next).
+    round: usize,
+    /// The round's local steps and sends are done; it waits for its receives.
+    started: bool,
+    done: bool,
+    tmp: Vec<u8>,
+}
+
+impl SchedState {
+    pub(crate) fn new(sched: Sched) -> SchedState {
+        let tmp = vec![0u8; sched.tmp];
+        SchedState {
+            sched: Arc::new(sched),
+            round: 0,
+            started: false,
+            done: false,
+            tmp,
+        }
+    }
 }
 
 impl Op {
@@ -128,7 +159,29 @@ impl Op {
             checked_ok: false,
             local_done: false,
             error: None,
+            sched: None,
+            sched_in: HashMap::new(),
         }
+    }
+
+    /// A scheduled op can take its next step now: start a round, apply a round's receives
+    /// (all arrived), or run the final steps.
+    fn sched_ready(&self) -> bool {
+        let Some(ss) = &self.sched else {
+            return false;
+        };
+        if ss.done {
+            return false;
+        }
+        let Some(r) = ss.sched.rounds.get(ss.round) else {
+            return true;
+        };
+        !ss.started
+            || r.recvs.iter().all(|rv| {
+                self.sched_in
+                    .get(&(rv.from, rv.tag))
+                    .is_some_and(|(_, got)| *got >= rv.into.len)
+            })
     }
 
     fn all_entered(&self) -> bool {
@@ -267,6 +320,7 @@ pub(crate) struct Shared {
     pub(crate) fns: Vec<FnEntry>,
     pub(crate) check: bool,
     pub(crate) hang: Option<Duration>,
+    pub(crate) selector: crate::select::Selector,
     pub(crate) st: Mutex<State>,
 }
 
@@ -292,6 +346,7 @@ enum Out {
 enum Job {
     Push { key: Key, idx: usize },
     Reduce { key: Key },
+    Sched { key: Key },
 }
 
 impl Shared {
@@ -321,6 +376,7 @@ impl Shared {
             (H_STAGE, on_stage),
             (H_SIG, on_sig),
             (H_CHECK, on_check),
+            (H_SCHED, on_sched),
         ] {
             let me = Arc::downgrade(self);
             self.ep
@@ -370,6 +426,7 @@ impl Shared {
         image_space: bool,
         image: u32,
         entries: &[(usize, crate::engine::Area, crate::engine::Area)],
+        sched: Option<Sched>,
     ) -> Option<String> {
         let mut mismatch = None;
         let seq = key.seq;
@@ -380,6 +437,7 @@ impl Shared {
             op.spec = Some(spec.clone());
             op.mode = Some(mode);
             op.geo = Some(geo.clone());
+            op.sched = sched.map(SchedState::new);
             let n = geo.members.len();
             for ph in &mut op.stage {
                 ph.resize(n.max(ph.len()), Vec::new());
@@ -464,6 +522,7 @@ impl Shared {
                 match j {
                     Job::Push { key, idx } => self.push(key, idx)?,
                     Job::Reduce { key } => self.reduce_step(key)?,
+                    Job::Sched { key } => self.sched_run(key)?,
                 }
             }
         }
@@ -712,6 +771,15 @@ impl Shared {
                 }
                 let may_move = op.checked_ok && (!mode.needs_entry_signal() || entry_done);
                 let spec = op.spec.clone().expect("entered op has a spec");
+                if op.sched.is_some() {
+                    if may_move && op.all_entered() && !op.working && op.sched_ready() {
+                        op.working = true;
+                        jobs.push(Job::Sched { key });
+                    }
+                    op.local_done = op.sched.as_ref().is_some_and(|ss| ss.done);
+                    all_local &= op.local_done;
+                    continue;
+                }
                 if may_move {
                     for (i, p) in op.parts.iter_mut().enumerate() {
                         if p.entered && !p.pushed && !p.pushing {
@@ -801,6 +869,174 @@ impl Shared {
         }
         st.touch(key);
         Ok(())
+    }
+
+    /// Run a scheduled collective as far as it can go now (outside the lock; one job per op at
+    /// a time, which `working` ensures). Sends and local steps run without the lock; received
+    /// messages are taken out under it.
+    fn sched_run(&self, key: Key) -> Result<()> {
+        loop {
+            let step = {
+                let mut st = self.lock();
+                let Some(op) = st.ops.get_mut(&key) else {
+                    return Ok(());
+                };
+                let fe = op.spec.as_ref().and_then(|s| {
+                    self.fns
+                        .get(s.func)
+                        .map(|e| (e.f.clone(), e.flags, s.es, s.arg))
+                });
+                let (Some(geo), Some(part)) = (op.geo.clone(), op.parts.first()) else {
+                    op.working = false;
+                    return Ok(());
+                };
+                let (src, dst) = (part.src, part.dst);
+                let ready = op.sched_ready();
+                let Some(ss) = op.sched.as_mut() else {
+                    op.working = false;
+                    return Ok(());
+                };
+                if ss.done || !ready {
+                    op.working = false;
+                    st.touch(key);
+                    return Ok(());
+                }
+                let sched = ss.sched.clone();
+                let tmp = std::mem::take(&mut ss.tmp);
+                let what = if ss.round == sched.rounds.len() {
+                    SchedStep::Finish
+                } else if !ss.started {
+                    SchedStep::Start(ss.round)
+                } else {
+                    let r = ss.round;
+                    let inputs: Vec<Vec<u8>> = sched.rounds[r]
+                        .recvs
+                        .iter()
+                        .map(|rv| {
+                            op.sched_in
+                                .remove(&(rv.from, rv.tag))
+                                .map(|(b, _)| b)
+                                .unwrap_or_default()
+                        })
+                        .collect();
+                    SchedStep::Apply(r, inputs)
+                };
+                (sched, tmp, what, geo, src, dst, fe)
+            };
+            let (sched, tmp, what, geo, src, dst, fe) = step;
+            let mut mem = RawMem { src, dst, tmp };
+            let combine = FnCombine(fe);
+            let r: Result<()> = (|| {
+                match &what {
+                    SchedStep::Finish => {
+                        for l in &sched.post {
+                            crate::sched::local(&mut mem, l, &combine).map_err(sched_err)?;
+                        }
+                    }
+                    SchedStep::Start(r) => {
+                        let round = &sched.rounds[*r];
+                        for l in &round.pre {
+                            crate::sched::local(&mut mem, l, &combine).map_err(sched_err)?;
+                        }
+                        for snd in &round.sends {
+                            let bytes = mem.read(snd.from).map_err(sched_err)?;
+                            self.send_sched(&geo, key, snd.to, snd.tag, &bytes)?;
+                        }
+                    }
+                    SchedStep::Apply(r, inputs) => {
+                        for (rv, m) in sched.rounds[*r].recvs.iter().zip(inputs) {
+                            crate::sched::apply(&mut mem, rv, m, &combine).map_err(sched_err)?;
+                        }
+                    }
+                }
+                Ok(())
+            })();
+            let mut st = self.lock();
+            st.touch(key);
+            let Some(op) = st.ops.get_mut(&key) else {
+                return Ok(());
+            };
+            if let Some(ss) = op.sched.as_mut() {
+                ss.tmp = mem.tmp;
+                match what {
+                    SchedStep::Finish => ss.done = true,
+                    SchedStep::Start(_) => ss.started = true,
+                    SchedStep::Apply(..) => {
+                        ss.round += 1;
+                        ss.started = false;
+                    }
+                }
+                if let Err(e) = r {
+                    ss.done = true;
+                    op.working = false;
+                    if op.error.is_none() {
+                        op.error = Some(e);
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// A scheduled algorithm's message to team rank `to`, in chunks of at most `max_medium`.
+    fn send_sched(&self, geo: &Geo, key: Key, to: u32, tag: u32, bytes: &[u8]) -> Result<()> {
+        let total = u32::try_from(bytes.len()).map_err(|_| Error::Usage {
+            op: "collective",
+            detail: format!("a scheduled message of {} bytes exceeds 4 GiB", bytes.len()),
+        })?;
+        if to == geo.me {
+            self.sched_arrived(key, geo.me, tag, 0, bytes.len(), bytes);
+            return Ok(());
+        }
+        let dest = geo.world(to);
+        let chunk = self.chunk();
+        let mut done = 0;
+        loop {
+            let n = chunk.min(bytes.len() - done);
+            let o = done as u64;
+            let args = [
+                lo(key.seq),
+                hi(key.seq),
+                tag,
+                lo(o),
+                hi(o),
+                lo(key.team),
+                hi(key.team),
+                geo.me,
+                total,
+            ];
+            self.ep
+                .layer(Layer::Coll)
+                .request(dest, H_SCHED, &args, &bytes[done..done + n])?;
+            done += n;
+            if done >= bytes.len() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Part of a scheduled message from team rank `from`: `bytes` at `off` of `total`.
+    fn sched_arrived(&self, key: Key, from: u32, tag: u32, off: usize, total: usize, bytes: &[u8]) {
+        let mut st = self.lock();
+        if st.failed.contains(&key) || from >= self.size {
+            return;
+        }
+        let op = st.ops.entry(key).or_insert_with(|| Op::new(key));
+        let e = op
+            .sched_in
+            .entry((from, tag))
+            .or_insert_with(|| (vec![0u8; total], 0));
+        if e.0.len() < total {
+            e.0.resize(total, 0);
+        }
+        if let Some(d) = off
+            .checked_add(bytes.len())
+            .and_then(|end| e.0.get_mut(off..end))
+        {
+            d.copy_from_slice(bytes);
+            e.1 += bytes.len();
+        }
+        st.touch(key);
     }
 
     /// Run the next step of a reduction (outside the lock).
@@ -1156,6 +1392,149 @@ fn on_check(s: &Shared, _tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
     }
 }
 
+fn on_sched(s: &Shared, _tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
+    let [sl, sh, tag, ol, oh, tl, th, from, total, ..] = *args else {
+        return;
+    };
+    s.sched_arrived(
+        key(sl, sh, tl, th),
+        from,
+        tag,
+        addr(join(ol, oh)),
+        total as usize,
+        payload,
+    );
+}
+
+/// A table function as a schedule's combination: elementwise calls with one left and one right
+/// operand, or one call that folds a run of elements (as the flat reductions do).
+struct FnCombine(Option<(Arc<crate::types::ReduceFn>, u32, usize, u32)>);
+
+impl crate::sched::Combine for FnCombine {
+    fn combine(&self, out: &mut [u8], a: &[u8], b: &[u8]) {
+        let Some((f, flags, es, arg)) = &self.0 else {
+            return;
+        };
+        let es = (*es).max(1);
+        let fl = flags & crate::types::fn_flags::NONCOMM;
+        for i in 0..out.len() / es {
+            let r = i * es..(i + 1) * es;
+            f(
+                &mut out[r.clone()],
+                1,
+                &a[r.clone()],
+                1,
+                &b[r],
+                es,
+                fl,
+                *arg,
+            );
+        }
+    }
+
+    fn fold(&self, out: &mut [u8], xs: &[u8]) {
+        let Some((f, flags, es, arg)) = &self.0 else {
+            return;
+        };
+        let es = (*es).max(1);
+        let m = xs.len() / es;
+        if m <= 1 {
+            let n = out.len().min(xs.len());
+            out[..n].copy_from_slice(&xs[..n]);
+            return;
+        }
+        let fl = flags & crate::types::fn_flags::NONCOMM;
+        f(
+            out,
+            1,
+            &xs[..(m - 1) * es],
+            m - 1,
+            &xs[(m - 1) * es..m * es],
+            es,
+            fl,
+            *arg,
+        );
+    }
+}
+
+/// What one pass of [`Shared::sched_run`] does.
+enum SchedStep {
+    Start(usize),
+    Apply(usize, Vec<Vec<u8>>),
+    Finish,
+}
+
+fn sched_err(detail: String) -> Error {
+    Error::Usage {
+        op: "collective",
+        detail: format!("scheduled algorithm: {detail}"),
+    }
+}
+
+/// A scheduled collective's areas: the participant's source and destination (client memory,
+/// resolved at entry) and the schedule's scratch buffer.
+struct RawMem {
+    src: Area,
+    dst: Area,
+    tmp: Vec<u8>,
+}
+
+impl RawMem {
+    /// The address of client range `r` (source or destination), checked against its area.
+    fn client(&self, r: Range) -> Result<usize, String> {
+        let a = if r.buf == Buf::Src {
+            self.src
+        } else {
+            self.dst
+        };
+        match r.off.checked_add(r.len) {
+            Some(end) if end <= a.len => Ok(a.ptr + r.off),
+            _ => Err(format!("{r:?} is outside its area of {} bytes", a.len)),
+        }
+    }
+}
+
+impl Mem for RawMem {
+    fn read(&self, r: Range) -> Result<Vec<u8>, String> {
+        if r.buf == Buf::Tmp {
+            return r
+                .off
+                .checked_add(r.len)
+                .and_then(|e| self.tmp.get(r.off..e))
+                .map(<[u8]>::to_vec)
+                .ok_or_else(|| format!("{r:?} is outside the {} scratch bytes", self.tmp.len()));
+        }
+        let p = self.client(r)?;
+        let mut v = vec![0u8; r.len];
+        // SAFETY: `client` checked the range against the participant's source or destination,
+        // resolved and bounds-checked at entry and kept valid and untouched by the client
+        // until the collective is synced (bulk contract); `v` is a fresh allocation.
+        unsafe { std::ptr::copy_nonoverlapping(p as *const u8, v.as_mut_ptr(), r.len) };
+        Ok(v)
+    }
+
+    fn write(&mut self, r: Range, bytes: &[u8]) -> Result<(), String> {
+        if bytes.len() != r.len {
+            return Err(format!("{} bytes for {r:?}", bytes.len()));
+        }
+        if r.buf == Buf::Tmp {
+            let n = self.tmp.len();
+            r.off
+                .checked_add(r.len)
+                .and_then(|e| self.tmp.get_mut(r.off..e))
+                .ok_or_else(|| format!("{r:?} is outside the {n} scratch bytes"))?
+                .copy_from_slice(bytes);
+            return Ok(());
+        }
+        let p = self.client(r)?;
+        // SAFETY: as in `read`, for writes: a destination is writable by the collective, and a
+        // source a schedule writes is an in-place source inside the destination; `bytes` is a
+        // separate buffer (a message, or a copy made by `read`).
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p as *mut u8, r.len) };
+        Ok(())
+    }
+}
+
 fn addr(v: u64) -> usize {
     usize::try_from(v).unwrap_or(usize::MAX)
 }
@@ -1187,6 +1566,12 @@ pub(crate) fn signature(spec: &Spec, mode: &Mode) -> Vec<u8> {
     put(spec.counts.iter().map(|&c| c as u64).sum());
     put(spec.counts.len() as u64);
     put(h.0);
+    // The algorithm the selector chose: every rank must run the same one.
+    let mut h = Fnv::new();
+    for b in spec.alg.bytes() {
+        h.add(u64::from(b));
+    }
+    put(h.0);
     v
 }
 
@@ -1205,7 +1590,7 @@ impl Fnv {
     }
 }
 
-const FIELDS: [&str; 15] = [
+const FIELDS: [&str; 16] = [
     "operation",
     "root",
     "participants",
@@ -1221,6 +1606,7 @@ const FIELDS: [&str; 15] = [
     "bytes in all",
     "number of sizes",
     "sizes (hash)",
+    "algorithm (hash)",
 ];
 
 fn field(sig: &[u8], i: usize) -> Option<u64> {

@@ -19,12 +19,15 @@
 //!
 //! See `spec/coll.md` for the full semantics.
 
+mod algs;
 mod api;
 pub mod builtin;
 mod create;
 mod engine;
 mod plan;
 mod reduce;
+mod sched;
+mod select;
 mod team;
 mod types;
 

@@ -19,6 +19,19 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
+    /// Every operation, in code order.
+    pub(crate) const ALL: [Kind; 9] = [
+        Kind::Broadcast,
+        Kind::Scatter,
+        Kind::Gather,
+        Kind::GatherAll,
+        Kind::Exchange,
+        Kind::Reduce,
+        Kind::ReduceAll,
+        Kind::Prefix,
+        Kind::ExclusivePrefix,
+    ];
+
     pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::Broadcast => "broadcast",
@@ -63,6 +76,8 @@ pub(crate) struct Spec {
     pub(crate) dst_lay: Layout,
     pub(crate) func: usize,
     pub(crate) arg: u32,
+    /// The algorithm the selector chose (`select::ALGS`).
+    pub(crate) alg: &'static str,
 }
 
 /// One block to move: from the source participant's area at `src_off` to participant `to`'s
@@ -300,6 +315,7 @@ mod tests {
             dst_lay: Layout::indefinite(0),
             func: 0,
             arg: 0,
+            alg: "flat",
         };
         let t = spec.transfers_from(1);
         assert_eq!(

@@ -1,0 +1,461 @@
+//! Algorithm selection by bit masks (the PAMI scheme): a team's static characteristics are
+//! computed once as bits when it is made, each call ORs in its own, and every algorithm
+//! registers the bits it requires and forbids. Among the admissible algorithms the choice is:
+//! a forced choice of `AMNET_COLL_TUNE` > the measured tuning table > the cost model. Every
+//! input is the same on every rank of the team, so every rank picks the same algorithm (checked
+//! mode compares the choice too).
+//!
+//! `AMNET_COLL_TUNE` is a list of `OP:SIZES:ALGORITHM[:PARAM=VALUE,...]` separated by `;`,
+//! where `SIZES` is `A-B`, `A-` or `-B` in bytes with `K`/`M`/`G` suffixes (both ends
+//! included): `broadcast:0-4K:binomial;reduce_to_all:4K-:flat`. A forced algorithm that is not
+//! admissible for a call is an error naming what it requires or forbids; `ALGORITHM?` only
+//! prefers it: calls it does not admit are selected as usual.
+
+use amnet_core::config::vars;
+use amnet_core::{Error, Result};
+
+use crate::plan::Kind;
+
+/// The bits of a call's characteristics.
+pub(crate) mod bits {
+    /// The team has one rank.
+    pub(crate) const ONE_RANK: u64 = 1 << 0;
+    /// The team's size is a power of two.
+    pub(crate) const POW2: u64 = 1 << 1;
+    /// Every rank of the team hosts the same number of images.
+    pub(crate) const UNIFORM_IMAGES: u64 = 1 << 2;
+    /// Some rank of the team hosts several images.
+    pub(crate) const MULTI_IMAGE: u64 = 1 << 3;
+    /// The conduit maps every peer's segment (shared memory).
+    pub(crate) const DIRECT_SEGMENTS: u64 = 1 << 4;
+    /// The call's participants are images (an `m` form or `ALL_THREADS`).
+    pub(crate) const IMAGE_SPACE: u64 = 1 << 8;
+    /// A variable-size (`v`) form.
+    pub(crate) const V_FORM: u64 = 1 << 9;
+    /// An in-place form.
+    pub(crate) const IN_PLACE: u64 = 1 << 10;
+    /// The reduction function is commutative (no `NONCOMM`).
+    pub(crate) const COMMUTATIVE: u64 = 1 << 11;
+    /// The reduction function is a built-in.
+    pub(crate) const BUILTIN_FN: u64 = 1 << 12;
+    /// An aggregate member.
+    pub(crate) const AGGREGATED: u64 = 1 << 13;
+    /// IN_ALLSYNC.
+    pub(crate) const IN_ALL: u64 = 1 << 14;
+    /// OUT_ALLSYNC.
+    pub(crate) const OUT_ALL: u64 = 1 << 15;
+    /// Reductions: every participant holds at least one element.
+    pub(crate) const ALL_CONTRIBUTE: u64 = 1 << 16;
+    /// Reductions: partials of consecutive participants may be combined in participant order
+    /// (the function is commutative, or each participant's elements are one run of the
+    /// array, in participant order).
+    pub(crate) const ORDER_SAFE: u64 = 1 << 17;
+    /// The names, for errors and traces.
+    pub(crate) const NAMES: [(u64, &str); 15] = [
+        (ONE_RANK, "one rank"),
+        (POW2, "a power-of-two team"),
+        (UNIFORM_IMAGES, "uniform images"),
+        (MULTI_IMAGE, "several images on a rank"),
+        (DIRECT_SEGMENTS, "directly mapped segments"),
+        (IMAGE_SPACE, "image participants (m form or ALL_THREADS)"),
+        (V_FORM, "a v form"),
+        (IN_PLACE, "an in-place form"),
+        (COMMUTATIVE, "a commutative function"),
+        (BUILTIN_FN, "a built-in function"),
+        (AGGREGATED, "aggregation"),
+        (IN_ALL, "IN_ALLSYNC"),
+        (OUT_ALL, "OUT_ALLSYNC"),
+        (ALL_CONTRIBUTE, "elements on every participant"),
+        (ORDER_SAFE, "partials combinable in participant order"),
+    ];
+
+    /// The names of the bits set in `m`.
+    pub(crate) fn names(m: u64) -> String {
+        let v: Vec<&str> = NAMES
+            .iter()
+            .filter(|(b, _)| m & b != 0)
+            .map(|(_, n)| *n)
+            .collect();
+        v.join(", ")
+    }
+}
+
+/// How an algorithm runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Imp {
+    /// The flat engine: every participant sends its blocks straight to their owners.
+    Flat,
+    /// A schedule from a generator (`algs/`).
+    Sched,
+}
+
+/// A call as the selector and the cost model see it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CallInfo {
+    pub(crate) kind: Kind,
+    /// Characteristic bits (team and call).
+    pub(crate) mask: u64,
+    /// Bytes per participant's block (the whole payload of a broadcast).
+    pub(crate) bytes: usize,
+    /// Ranks of the team.
+    pub(crate) ranks: u32,
+}
+
+/// The cost model's constants: α seconds per message, β seconds per byte.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Model {
+    pub(crate) alpha: f64,
+    pub(crate) beta: f64,
+}
+
+impl Model {
+    /// Constants for the conduit named `conduit` (shared memory is cheap per message).
+    pub(crate) fn for_conduit(conduit: &str) -> Model {
+        match conduit {
+            "smp" => Model {
+                alpha: 0.3e-6,
+                beta: 0.1e-9,
+            },
+            "mpi" => Model {
+                alpha: 0.6e-6,
+                beta: 0.2e-9,
+            },
+            _ => Model {
+                alpha: 6e-6,
+                beta: 0.5e-9,
+            },
+        }
+    }
+}
+
+/// A registered algorithm.
+#[derive(Debug)]
+pub(crate) struct Alg {
+    pub(crate) name: &'static str,
+    pub(crate) kind: Kind,
+    pub(crate) imp: Imp,
+    /// Bits a call must have.
+    pub(crate) requires: u64,
+    /// Bits a call must not have.
+    pub(crate) forbids: u64,
+    /// Estimated seconds for a call.
+    pub(crate) cost: fn(&Model, &CallInfo) -> f64,
+}
+
+fn log2_ceil(n: u32) -> f64 {
+    f64::from(32 - n.saturating_sub(1).leading_zeros())
+}
+
+#[allow(clippy::cast_precision_loss)] // byte counts far below 2^52
+fn bytes(c: &CallInfo) -> f64 {
+    c.bytes as f64
+}
+
+/// Every algorithm, by operation; the first of each operation is its fallback (the flat
+/// engine admits every call).
+pub(crate) static ALGS: &[Alg] = &[
+    Alg {
+        name: "flat",
+        kind: Kind::Broadcast,
+        imp: Imp::Flat,
+        requires: 0,
+        forbids: 0,
+        // The root sends every copy itself.
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
+    },
+    Alg {
+        name: "binomial",
+        kind: Kind::Broadcast,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE | bits::V_FORM,
+        cost: |m, c| log2_ceil(c.ranks) * (m.alpha + m.beta * bytes(c)),
+    },
+    Alg {
+        name: "flat",
+        kind: Kind::ReduceAll,
+        imp: Imp::Flat,
+        requires: 0,
+        forbids: 0,
+        // Every rank sends its partials to every rank, and combines all of them.
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c),
+    },
+    Alg {
+        name: "recursive_doubling",
+        kind: Kind::ReduceAll,
+        imp: Imp::Sched,
+        requires: bits::ALL_CONTRIBUTE | bits::ORDER_SAFE,
+        forbids: bits::IMAGE_SPACE,
+        cost: |m, c| (log2_ceil(c.ranks) + 1.0) * m.alpha + m.beta * bytes(c),
+    },
+];
+
+/// The flat algorithm of every other operation.
+static FLAT: Alg = Alg {
+    name: "flat",
+    kind: Kind::Broadcast,
+    imp: Imp::Flat,
+    requires: 0,
+    forbids: 0,
+    cost: |_, _| 0.0,
+};
+
+/// The algorithms of `kind`, fallback first.
+fn of(kind: Kind) -> impl Iterator<Item = &'static Alg> {
+    let own = ALGS.iter().filter(move |a| a.kind == kind);
+    let fallback = (!ALGS.iter().any(|a| a.kind == kind)).then_some(&FLAT);
+    fallback.into_iter().chain(own)
+}
+
+/// Why `a` does not admit a call with `mask`, if it does not.
+fn inadmissible(a: &Alg, mask: u64) -> Option<String> {
+    let missing = a.requires & !mask;
+    let forbidden = a.forbids & mask;
+    if missing != 0 {
+        Some(format!("it requires {}", bits::names(missing)))
+    } else if forbidden != 0 {
+        Some(format!("it does not take {}", bits::names(forbidden)))
+    } else {
+        None
+    }
+}
+
+/// One forced choice of `AMNET_COLL_TUNE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Forced {
+    pub(crate) kind: Kind,
+    pub(crate) min: usize,
+    pub(crate) max: usize,
+    pub(crate) alg: &'static str,
+    /// `ALGORITHM?`: used where it is admissible, else ignored.
+    pub(crate) prefer: bool,
+    pub(crate) params: Vec<(String, u64)>,
+}
+
+fn size(v: &str) -> Option<usize> {
+    let v = v.trim();
+    let (num, mul) = match v.char_indices().last()? {
+        (i, 'K' | 'k') => (&v[..i], 1usize << 10),
+        (i, 'M' | 'm') => (&v[..i], 1 << 20),
+        (i, 'G' | 'g') => (&v[..i], 1 << 30),
+        _ => (v, 1),
+    };
+    num.parse::<usize>().ok()?.checked_mul(mul)
+}
+
+fn kind_named(name: &str) -> Option<Kind> {
+    Kind::ALL.into_iter().find(|k| k.name() == name)
+}
+
+/// Parse `AMNET_COLL_TUNE`'s value.
+pub(crate) fn parse_tune(text: &str) -> std::result::Result<Vec<Forced>, String> {
+    let mut out = Vec::new();
+    for item in text.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        let fields: Vec<&str> = item.split(':').map(str::trim).collect();
+        if fields.len() < 3 || fields.len() > 4 {
+            return Err(format!(
+                "{item:?}: expected OP:SIZES:ALGORITHM[:PARAM=VALUE,...]"
+            ));
+        }
+        let kind = kind_named(fields[0])
+            .ok_or_else(|| format!("{item:?}: no operation {:?}", fields[0]))?;
+        let (lo, hi) = fields[1]
+            .split_once('-')
+            .ok_or_else(|| format!("{item:?}: sizes {:?} are not A-B", fields[1]))?;
+        let min = if lo.is_empty() { Some(0) } else { size(lo) };
+        let max = if hi.is_empty() {
+            Some(usize::MAX)
+        } else {
+            size(hi)
+        };
+        let (Some(min), Some(max)) = (min, max) else {
+            return Err(format!(
+                "{item:?}: sizes {:?} are not byte counts",
+                fields[1]
+            ));
+        };
+        let (name, prefer) = match fields[2].strip_suffix('?') {
+            Some(n) => (n, true),
+            None => (fields[2], false),
+        };
+        let alg = of(kind)
+            .find(|a| a.name == name)
+            .map(|a| a.name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = of(kind).map(|a| a.name).collect();
+                format!(
+                    "{item:?}: {} has no algorithm {name:?} (it has {})",
+                    kind.name(),
+                    names.join(", ")
+                )
+            })?;
+        let mut params = Vec::new();
+        if let Some(p) = fields.get(3) {
+            for kv in p.split(',').filter(|s| !s.is_empty()) {
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or_else(|| format!("{item:?}: parameter {kv:?} is not NAME=VALUE"))?;
+                let v = v
+                    .trim()
+                    .parse::<u64>()
+                    .map_err(|_| format!("{item:?}: parameter {kv:?} is not a whole number"))?;
+                params.push((k.trim().to_string(), v));
+            }
+        }
+        out.push(Forced {
+            kind,
+            min,
+            max,
+            alg,
+            prefer,
+            params,
+        });
+    }
+    Ok(out)
+}
+
+/// The selector of one rank: the forced choices and the cost model.
+#[derive(Debug)]
+pub(crate) struct Selector {
+    pub(crate) forced: Vec<Forced>,
+    pub(crate) model: Model,
+}
+
+impl Selector {
+    /// From the endpoint's configuration (`AMNET_COLL_TUNE`) and conduit.
+    pub(crate) fn new(src: &amnet_core::Source, conduit: &str) -> Result<Selector> {
+        let forced = match src.text(&vars::COLL_TUNE) {
+            None => Vec::new(),
+            Some(t) => {
+                parse_tune(&t).map_err(|e| Error::Config(format!("AMNET_COLL_TUNE={t:?}: {e}")))?
+            }
+        };
+        Ok(Selector {
+            forced,
+            model: Model::for_conduit(conduit),
+        })
+    }
+
+    /// The algorithm for `c`: a forced one (an error names why it does not apply), else the
+    /// cheapest admissible by the cost model (ties go to the earlier registered).
+    pub(crate) fn choose(&self, c: &CallInfo) -> Result<&'static Alg> {
+        if let Some(f) = self
+            .forced
+            .iter()
+            .find(|f| f.kind == c.kind && (f.min..=f.max).contains(&c.bytes))
+        {
+            let a = of(c.kind)
+                .find(|a| a.name == f.alg)
+                .ok_or_else(|| Error::Config(format!("no algorithm {}", f.alg)))?;
+            match inadmissible(a, c.mask) {
+                None => return Ok(a),
+                Some(_) if f.prefer => {}
+                Some(why) => {
+                    return Err(Error::Usage {
+                        op: c.kind.name(),
+                        detail: format!(
+                            "AMNET_COLL_TUNE forces {} for {} bytes, but {why} and this call has \
+                         {}",
+                            a.name,
+                            c.bytes,
+                            bits::names(c.mask)
+                        ),
+                    })
+                }
+            }
+        }
+        let mut best: Option<(&'static Alg, f64)> = None;
+        for a in of(c.kind) {
+            if inadmissible(a, c.mask).is_some() {
+                continue;
+            }
+            let cost = (a.cost)(&self.model, c);
+            if best.is_none_or(|(_, b)| cost < b) {
+                best = Some((a, cost));
+            }
+        }
+        Ok(best.map_or(&FLAT, |(a, _)| a))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tune_grammar() {
+        let v = parse_tune("broadcast:0-4K:binomial; broadcast:4K-:flat?:radix=4").unwrap();
+        assert_eq!(v.len(), 2);
+        assert!(!v[0].prefer && v[1].prefer);
+        assert_eq!((v[0].min, v[0].max, v[0].alg), (0, 4096, "binomial"));
+        assert_eq!((v[1].min, v[1].max), (4096, usize::MAX));
+        assert_eq!(v[1].params, vec![("radix".to_string(), 4)]);
+        for bad in [
+            "broadcast:0-4K",
+            "broadcats:0-4K:flat",
+            "broadcast:4K:flat",
+            "broadcast:0-4Q:flat",
+            "broadcast:0-:nosuch",
+            "broadcast:0-:flat:radix",
+        ] {
+            assert!(parse_tune(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_rank_makes_the_same_choice_for_random_masks() {
+        let sel = Selector {
+            forced: Vec::new(),
+            model: Model::for_conduit("smp"),
+        };
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            #[allow(clippy::cast_possible_truncation)] // small ranges
+            let c = CallInfo {
+                kind: Kind::ALL[(x % 9) as usize],
+                mask: x >> 8,
+                bytes: (x >> 20) as usize % (1 << 22),
+                ranks: (x >> 40) as u32 % 64 + 1,
+            };
+            // Two selectors (two ranks) agree, and the choice admits the call.
+            let a = sel.choose(&c).unwrap();
+            let b = Selector {
+                forced: Vec::new(),
+                model: Model::for_conduit("smp"),
+            }
+            .choose(&c)
+            .unwrap();
+            assert_eq!(a.name, b.name);
+            assert!(inadmissible(a, c.mask).is_none(), "{} for {c:?}", a.name);
+        }
+    }
+
+    #[test]
+    fn a_forced_choice_that_does_not_apply_is_an_error_saying_why() {
+        let sel = Selector {
+            forced: parse_tune("broadcast:-:binomial").unwrap(),
+            model: Model::for_conduit("smp"),
+        };
+        let c = CallInfo {
+            kind: Kind::Broadcast,
+            mask: bits::IMAGE_SPACE,
+            bytes: 8,
+            ranks: 4,
+        };
+        let e = sel.choose(&c).unwrap_err().to_string();
+        assert!(
+            e.contains("binomial") && e.contains("image participants"),
+            "{e}"
+        );
+        let soft = Selector {
+            forced: parse_tune("broadcast:-:binomial?").unwrap(),
+            model: Model::for_conduit("smp"),
+        };
+        assert_eq!(soft.choose(&c).unwrap().name, "flat");
+        let plain = CallInfo { mask: 0, ..c };
+        assert_eq!(soft.choose(&plain).unwrap().name, "binomial");
+    }
+}
