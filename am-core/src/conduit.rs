@@ -169,6 +169,11 @@ pub trait Conduit: Send + Sync + 'static {
     fn oversubscribed(&self) -> bool {
         false
     }
+    /// Ranks of the job on this host (for the idle policy when each rank runs several
+    /// polling threads; see `Endpoint::declare_threads`). The default is the job size.
+    fn local_ranks(&self) -> u32 {
+        self.size()
+    }
     /// True while a peer drives work on this rank that completes only inside this rank's polls
     /// and runs no handler here (one-sided operations that the transport progresses at the
     /// target). While this holds, an idle wait spins again when its spin is over, as after a

@@ -28,6 +28,9 @@ pub struct EndpointConfig {
     /// Idle polls a wait spins before it starts yielding (`AMNET_SPIN`, default 2000, or 16
     /// when the host is oversubscribed).
     pub spin: u32,
+    /// `AMNET_SPIN` was given (in code or the environment): the spin stays as given when the
+    /// rank declares more polling threads (`Endpoint::declare_threads`).
+    pub spin_given: bool,
     /// More ranks run on this host than it has cores (`Conduit::oversubscribed`).
     pub oversubscribed: bool,
 }
@@ -36,14 +39,14 @@ impl EndpointConfig {
     /// Resolve the core's settings from `src`; `oversubscribed` as the conduit reports it.
     pub fn resolve(src: &Source, oversubscribed: bool) -> Result<Self> {
         let rma_native = src.choice(&vars::RMA)? != Some("am");
-        let spin = src
-            .count_u32(&vars::SPIN)?
-            .unwrap_or(if oversubscribed { 16 } else { 2000 });
+        let given = src.count_u32(&vars::SPIN)?;
+        let spin = given.unwrap_or(if oversubscribed { 16 } else { 2000 });
         Ok(EndpointConfig {
             rma_native,
             stats_at_exit: src.flag(&vars::STATS)?.unwrap_or(false),
             verbose: src.flag(&vars::VERBOSE)?.unwrap_or(false),
             spin,
+            spin_given: given.is_some(),
             oversubscribed,
         })
     }
@@ -160,6 +163,10 @@ pub(crate) struct Inner {
     pub(crate) layer: crate::layer::LayerSlots,
     /// The conduit's exit word ([`Conduit::exit_word`]), or null.
     exit_word: ExitWord,
+    /// Polling threads per rank, as declared (`declare_threads`).
+    threads: std::sync::atomic::AtomicU32,
+    /// This host's cores.
+    cores: u32,
 }
 
 /// The address of a conduit's exit word, read after every poll.
@@ -360,6 +367,9 @@ impl Endpoint {
             stats_printed: AtomicBool::new(false),
             layer: crate::layer::LayerSlots::new(),
             exit_word,
+            threads: std::sync::atomic::AtomicU32::new(1),
+            cores: std::thread::available_parallelism()
+                .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
         });
         if inner.conduit.is_process_mode() {
             install_exit_hook(&inner);
@@ -404,9 +414,32 @@ impl Endpoint {
 
     /// A fresh idle back-off with this endpoint's settings (spec/core.md §5), for layers with
     /// wait loops of their own: `reset` after progress, `snooze(|| ep.keep_awake())` after an
-    /// idle poll.
+    /// idle poll. A host is oversubscribed when its ranks, times the polling threads each
+    /// declared ([`Endpoint::declare_threads`]), outnumber its cores.
     pub fn backoff(&self) -> Backoff {
-        Backoff::new(self.inner.cfg.spin, !self.inner.cfg.oversubscribed)
+        let cfg = &self.inner.cfg;
+        let threads = self.inner.threads.load(Ordering::Relaxed);
+        if threads <= 1 {
+            return Backoff::new(cfg.spin, !cfg.oversubscribed);
+        }
+        let over = cfg.oversubscribed
+            || u64::from(self.inner.conduit.local_ranks()) * u64::from(threads)
+                > u64::from(self.inner.cores);
+        let spin = if over && !cfg.spin_given {
+            16
+        } else {
+            cfg.spin
+        };
+        Backoff::new(spin, !over)
+    }
+
+    /// Declare that `threads` threads of this rank wait in amnet calls at once (image threads
+    /// of the collectives, say): the idle policy then counts them when it decides whether the
+    /// host is oversubscribed (spec/core.md §5). At least 1; the largest declaration wins.
+    pub fn declare_threads(&self, threads: u32) {
+        self.inner
+            .threads
+            .fetch_max(threads.max(1), Ordering::Relaxed);
     }
 
     /// Largest Medium payload.
@@ -815,6 +848,9 @@ impl Endpoint {
             if let Some(code) = inner.conduit.exit_requested() {
                 self.finish(code);
             }
+        }
+        if n > 0 && inner.layer.has_progress() {
+            inner.layer.run_progress();
         }
         Ok((n, met))
     }

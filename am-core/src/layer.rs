@@ -12,6 +12,8 @@
 //! take them.
 
 use std::any::Any;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::conduit::{Category, OutMsg, MAX_ARGS};
@@ -23,16 +25,27 @@ use crate::{Endpoint, Error, Rank, Result};
 /// A barrier guard: returns why a barrier may not start now, or None.
 pub type BarrierGuard = dyn Fn() -> Option<String> + Send + Sync;
 
+/// A layer's progress function, run after a poll that delivered messages.
+pub type Progress = dyn Fn() + Send + Sync;
+
 /// One layer's hooks in one endpoint.
 struct Slot {
     handlers: Vec<OnceLock<Box<HandlerFn>>>,
     barrier_guard: OnceLock<Box<BarrierGuard>>,
+    progress: OnceLock<Box<Progress>>,
     state: OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
 /// Per-endpoint state of every layer's hooks.
 pub(crate) struct LayerSlots {
     slots: Vec<Slot>,
+    /// Some layer installed a progress function (read on every poll that delivered).
+    has_progress: AtomicBool,
+}
+
+thread_local! {
+    /// A progress function is running on this thread (they do not nest).
+    static IN_PROGRESS: Cell<bool> = const { Cell::new(false) };
 }
 
 impl LayerSlots {
@@ -43,9 +56,39 @@ impl LayerSlots {
                 .map(|l| Slot {
                     handlers: l.indices().map(|_| OnceLock::new()).collect(),
                     barrier_guard: OnceLock::new(),
+                    progress: OnceLock::new(),
                     state: OnceLock::new(),
                 })
                 .collect(),
+            has_progress: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether some layer has a progress function.
+    #[inline]
+    pub(crate) fn has_progress(&self) -> bool {
+        self.has_progress.load(Ordering::Relaxed)
+    }
+
+    /// Run every layer's progress function, unless this thread runs a handler or a progress
+    /// function already (a progress function may send, and a send may poll).
+    #[cold]
+    pub(crate) fn run_progress(&self) {
+        if crate::endpoint::current_handler() != 0 || IN_PROGRESS.with(Cell::get) {
+            return;
+        }
+        struct Reset;
+        impl Drop for Reset {
+            fn drop(&mut self) {
+                IN_PROGRESS.with(|c| c.set(false));
+            }
+        }
+        IN_PROGRESS.with(|c| c.set(true));
+        let _reset = Reset;
+        for s in &self.slots {
+            if let Some(p) = s.progress.get() {
+                p();
+            }
         }
     }
 
@@ -203,6 +246,27 @@ impl LayerHooks<'_> {
                     self.layer.name()
                 ),
             })
+    }
+
+    /// Install the layer's progress function (once per layer): the core runs it after every
+    /// poll that delivered messages, on the polling thread, outside handler context and never
+    /// nested in itself, so that a layer moves its operations along while the client waits in
+    /// any amnet call that polls (`wait_until`, a barrier, a put). It must be cheap when it has
+    /// nothing to do; it may send.
+    pub fn set_progress(&self, f: Box<Progress>) -> Result<()> {
+        self.slot().progress.set(f).map_err(|_| Error::Usage {
+            op: "set_progress",
+            detail: format!(
+                "the {} layer's progress function is installed",
+                self.layer.name()
+            ),
+        })?;
+        self.ep
+            .inner
+            .layer
+            .has_progress
+            .store(true, Ordering::Release);
+        Ok(())
     }
 
     /// The layer's per-endpoint state (set once; shared by every thread and clone of this

@@ -192,6 +192,8 @@ impl Coll {
                 ),
             ));
         }
+        // Every image thread of the rank polls: the idle policy counts them.
+        ep.declare_threads(images[me]);
         let mut table = builtin::builtin_table();
         table.extend(fns.iter().cloned());
         let slot_any = ep
@@ -243,6 +245,7 @@ impl Coll {
                             next_handle: 1,
                             ..State::default()
                         }),
+                        work: std::sync::atomic::AtomicBool::new(false),
                     });
                     sh.install()?;
                     *g = Some(sh.clone());

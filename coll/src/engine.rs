@@ -322,6 +322,9 @@ pub(crate) struct Shared {
     pub(crate) hang: Option<Duration>,
     pub(crate) selector: crate::select::Selector,
     pub(crate) st: Mutex<State>,
+    /// A message arrived since the progress function last looked: the core's progress hook
+    /// runs `advance` only then.
+    pub(crate) work: std::sync::atomic::AtomicBool,
 }
 
 /// A message to send once the lock is released. Destinations are job ranks; `from` is this
@@ -408,7 +411,17 @@ impl Shared {
                 } else {
                     None
                 }
-            }))
+            }))?;
+        // Collectives move along inside any amnet call that polls, not only inside coll calls.
+        let me = Arc::downgrade(self);
+        self.ep.layer(Layer::Coll).set_progress(Box::new(move || {
+            if let Some(s) = me.upgrade() {
+                if s.work.swap(false, std::sync::atomic::Ordering::AcqRel) {
+                    // An error stays with its collective and surfaces at its sync.
+                    let _ = s.advance();
+                }
+            }
+        }))
     }
 
     /// Record an entry (see `api`) by the thread of `image`: creates the op and its group on
@@ -660,6 +673,7 @@ impl Shared {
         let i = idx.unwrap_or(0);
         write_into(op, i, off, bytes);
         st.touch(key);
+        self.work.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Part of the stream that team rank `src` sends in `phase` of reduction `key`.
@@ -685,6 +699,7 @@ impl Shared {
         buf[off..off + bytes.len()].copy_from_slice(bytes);
         op.stage_got[ph] += bytes.len();
         st.touch(key);
+        self.work.store(true, std::sync::atomic::Ordering::Release);
     }
 
     fn sig_arrived(&self, group: Key, which: u32, round: u32) {
@@ -697,6 +712,7 @@ impl Shared {
             .entry(group)
             .or_insert_with(Group::new)
             .arrive(which, round);
+        self.work.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Under the lock: what can happen now.
@@ -1037,6 +1053,7 @@ impl Shared {
             e.1 += bytes.len();
         }
         st.touch(key);
+        self.work.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Run the next step of a reduction (outside the lock).
@@ -1085,6 +1102,7 @@ impl Shared {
         }
         op.sigs[src] = Some(sig.to_vec());
         st.touch(key);
+        self.work.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Checked mode: a rank found that two of its images disagree (`detail`); the
@@ -1102,6 +1120,7 @@ impl Shared {
             });
         }
         st.touch(key);
+        self.work.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Checked mode: tell every other member that two images of this rank disagree on `key`.

@@ -33,6 +33,10 @@ pub fn tests() -> Vec<Test> {
         t("coll_rules", rules, 30),
         t("coll_rule_in_handler", rule_in_handler, 30),
         t("coll_in_place_scatter", in_place_scatter, 30),
+        Test {
+            min_ranks: 3,
+            ..t("coll_progress_in_core_waits", progress_in_core_waits, 60)
+        },
         t("coll_team_structure", crate::coll_teams::structure, 60),
         t("coll_team_property", crate::coll_teams::property, 180),
         t(
@@ -690,4 +694,62 @@ fn outstanding(c: &Ctx<'_>) -> Verdict {
     // collectives go is a benchmark figure (it depends on the conduit, the network and the
     // load), not a pass/fail criterion.
     Ok(())
+}
+
+/// Collectives move along while a rank waits in the core (`Endpoint::wait_until`), not only in
+/// coll calls: in a binomial broadcast from rank 0, every rank with children waits in
+/// `wait_until` for a message from each leaf, sent once the leaf's broadcast completed, and
+/// syncs its own handle only then. The leaves complete only if the waiting ranks forward.
+/// (With the flat algorithm selected, nothing needs forwarding and the test passes too.)
+fn progress_in_core_waits(c: &Ctx<'_>) -> Verdict {
+    use crate::state::H_COUNT;
+    let co = coll(c)?;
+    let (me, n) = (c.rank(), c.size());
+    // Binomial shape from root 0: rank v has children iff its lowest set bit (np's next power
+    // of two for the root) is above 1 and v + 1 exists.
+    let low = |v: u32| {
+        if v == 0 {
+            n.next_power_of_two()
+        } else {
+            v & v.wrapping_neg()
+        }
+    };
+    let has_children = |v: u32| low(v) > 1 && v + 1 < n;
+    let leaves: Vec<u32> = (1..n).filter(|&v| !has_children(v)).collect();
+    ck("write_local", c.ep.write_local(SM_SRC, &[0xa5; 64]))?;
+    if me == 0 {
+        // The others are in `wait_until` (or their sync) before any data leaves the root.
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let h = ck(
+        "broadcast_nb",
+        co.broadcast_nb(
+            co.world(),
+            Addr::Seg(SM_DST),
+            0,
+            Addr::Seg(SM_SRC),
+            64,
+            f::NOSYNC | f::SINGLE,
+        ),
+    )?;
+    if has_children(me) {
+        let want = leaves.len() as u64;
+        ck(
+            "wait_until the leaves are done",
+            c.ep.wait_until(|| c.st.hits.load(Ordering::Acquire) >= want),
+        )?;
+        ck("wait_sync", co.wait_sync(h))?;
+    } else {
+        ck("wait_sync", co.wait_sync(h))?;
+        if me != 0 {
+            for v in (0..n).filter(|&v| has_children(v)) {
+                ck("done message", c.ep.request_short(v, H_COUNT, &[me]))?;
+            }
+        }
+    }
+    let mut b = [0u8; 64];
+    ck("read_local", c.ep.read_local(SM_DST, &mut b))?;
+    ensure(b == [0xa5; 64], || {
+        "the broadcast's bytes did not arrive".into()
+    })
 }

@@ -114,6 +114,8 @@ struct Engine {
     exit_comm: Comm,
     level: Threading,
     oversubscribed: bool,
+    /// Ranks of the job on this node.
+    pub(super) local_ranks: u32,
     settings: Settings,
     threshold: u32,
     peers: Box<[Peer]>,
@@ -226,6 +228,10 @@ impl Conduit for MpiConduit {
     }
     fn oversubscribed(&self) -> bool {
         self.eng.oversubscribed
+    }
+
+    fn local_ranks(&self) -> u32 {
+        self.eng.local_ranks
     }
 
     fn keep_awake(&self) -> bool {

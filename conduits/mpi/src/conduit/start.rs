@@ -171,6 +171,7 @@ impl MpiConduit {
             exit_comm,
             level,
             oversubscribed: local > cores,
+            local_ranks: local,
             threshold: (credits / 2).max(1),
             peers: (0..size).map(|_| Peer::new(credits)).collect(),
             tx: Mutex::new(Tx {
