@@ -187,7 +187,7 @@ fn call(coll: &Coll, op: Op, n: usize, ranks: usize, l: &SegLayout, fl: u32) -> 
         Op::ReduceToAll | Op::Prefix => {
             let count = n / 8;
             let lay = Layout::block_cyclic(count.div_ceil(ranks).max(1), 0);
-            let func = builtin_index(RedOp::Sum, ElemType::U64);
+            let func = builtin_index(RedOp::Sum, ElemType::U64).unwrap_or(0);
             if op == Op::ReduceToAll {
                 coll.reduce_to_all(w, dst, src, lay, 8, count, func, 0, fl)
             } else {

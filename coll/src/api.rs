@@ -721,15 +721,6 @@ impl Coll {
         };
         if r.func < N_BUILTIN {
             let (o, t) = builtin::decode(r.func);
-            if !builtin::builtin_supported(o, t) {
-                return Err(usage(
-                    op,
-                    format!(
-                        "built-in function {} is not defined",
-                        builtin::describe(r.func).unwrap_or_default()
-                    ),
-                ));
-            }
             let want = builtin::builtin_elem_size(o, t);
             if r.es != want {
                 return Err(usage(
@@ -1415,7 +1406,12 @@ impl Coll {
         value: T,
         sync: u32,
     ) -> Result<T> {
-        let func = builtin::builtin_index(op, ty);
+        let func = builtin::builtin_index(op, ty).ok_or_else(|| {
+            usage(
+                "typed reduction",
+                format!("{op:?} is not defined for {ty:?}"),
+            )
+        })?;
         let es = std::mem::size_of::<T>();
         let flags = self.typed_flags(sync);
         let np = if self.multi_image() {

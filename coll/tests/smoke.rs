@@ -125,7 +125,8 @@ fn block_cyclic_prefix_with_reblocking() {
         let bytes: Vec<u8> = src.iter().flat_map(|v| v.to_ne_bytes()).collect();
         ep.write_local(0, &bytes).unwrap();
         ep.write_local(4096, &[0u8; 512]).unwrap();
-        let func = amnet_coll::builtin::builtin_index(RedOp::Sum, amnet_coll::ElemType::U64);
+        let func = amnet_coll::builtin::builtin_index(RedOp::Sum, amnet_coll::ElemType::U64)
+            .expect("sum:u64 exists");
         coll.prefix_reduce(
             coll.world(),
             Addr::seg(4096),

@@ -99,7 +99,7 @@ pub fn fn_table() -> Vec<FnEntry> {
 /// The function-table index of `f`.
 pub fn fn_index(f: OFn) -> usize {
     match f {
-        OFn::SumU64 => builtin::builtin_index(RedOp::Sum, ElemType::U64),
+        OFn::SumU64 => builtin::builtin_index(RedOp::Sum, ElemType::U64).unwrap_or(0),
         OFn::Affine => builtin::N_BUILTIN,
     }
 }
