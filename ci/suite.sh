@@ -20,6 +20,8 @@ for n in 3 8; do
     echo "== amrun -n $n amnet-testsuite coll, scheduled algorithms preferred"
     AMNET_COLL_TUNE='broadcast:-:binomial?;reduce_to_all:-:recursive_doubling?' \
         target/release/amrun -n "$n" --timeout 300 target/release/amnet-testsuite coll
+    AMNET_COLL_TUNE='broadcast:-:knomial?:radix=3' \
+        target/release/amrun -n "$n" --timeout 300 target/release/amnet-testsuite coll
 done
 for n in 2 4 8; do
     echo "== amrun --conduit udp -n $n amnet-testsuite"

@@ -565,7 +565,8 @@ impl Coll {
             },
             ranks: geo.size(),
         };
-        let alg = sh.selector.choose(&info)?;
+        let choice = sh.selector.choose(&info)?;
+        let alg = choice.alg;
         let spec = Arc::new(Spec {
             kind: c.kind,
             np,
@@ -578,6 +579,7 @@ impl Coll {
             func: red.func,
             arg: red.arg,
             alg: alg.name,
+            params: choice.params,
         });
         let mut areas = Vec::with_capacity(entries.len());
         for e in &entries {

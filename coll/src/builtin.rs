@@ -244,9 +244,7 @@ pub fn builtin_elem_size(op: RedOp, ty: ElemType) -> usize {
 
 /// The operator and type of built-in entry `index` (`index < N_BUILTIN`).
 pub(crate) fn decode(index: usize) -> (RedOp, ElemType) {
-    builtins()
-        .nth(index)
-        .unwrap_or((RedOp::Sum, ElemType::I32))
+    builtins().nth(index).unwrap_or((RedOp::Sum, ElemType::I32))
 }
 
 /// The name of built-in entry `index`, as `"op:type"` (e.g. `"sum:f64"`, `"minloc:i32"`);

@@ -1590,6 +1590,12 @@ pub(crate) fn signature(spec: &Spec, mode: &Mode) -> Vec<u8> {
     for b in spec.alg.bytes() {
         h.add(u64::from(b));
     }
+    for (k, v) in &spec.params {
+        for b in k.bytes() {
+            h.add(u64::from(b));
+        }
+        h.add(*v);
+    }
     put(h.0);
     v
 }
@@ -1625,7 +1631,7 @@ const FIELDS: [&str; 16] = [
     "bytes in all",
     "number of sizes",
     "sizes (hash)",
-    "algorithm (hash)",
+    "algorithm and parameters (hash)",
 ];
 
 fn field(sig: &[u8], i: usize) -> Option<u64> {

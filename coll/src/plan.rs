@@ -76,8 +76,16 @@ pub(crate) struct Spec {
     pub(crate) dst_lay: Layout,
     pub(crate) func: usize,
     pub(crate) arg: u32,
-    /// The algorithm the selector chose (`select::ALGS`).
+    /// The algorithm the selector chose (`select::ALGS`), and its parameters.
     pub(crate) alg: &'static str,
+    pub(crate) params: Vec<(String, u64)>,
+}
+
+impl Spec {
+    /// The algorithm parameter `name`, if `AMNET_COLL_TUNE` gave one.
+    pub(crate) fn param(&self, name: &str) -> Option<u64> {
+        self.params.iter().find(|(k, _)| k == name).map(|(_, v)| *v)
+    }
 }
 
 /// One block to move: from the source participant's area at `src_off` to participant `to`'s
@@ -316,6 +324,7 @@ mod tests {
             func: 0,
             arg: 0,
             alg: "flat",
+            params: Vec::new(),
         };
         let t = spec.transfers_from(1);
         assert_eq!(

@@ -172,6 +172,17 @@ pub(crate) static ALGS: &[Alg] = &[
         cost: |m, c| log2_ceil(c.ranks) * (m.alpha + m.beta * bytes(c)),
     },
     Alg {
+        name: "knomial",
+        kind: Kind::Broadcast,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE | bits::V_FORM,
+        // Radix 4 (the default): up to 3 sends one after the other per level, ⌈log4 np⌉
+        // levels. Where a transport overlaps a rank's sends this underestimates the tree; the
+        // tuning table then says so.
+        cost: |m, c| (log2_ceil(c.ranks) / 2.0).ceil() * 3.0 * (m.alpha + m.beta * bytes(c)),
+    },
+    Alg {
         name: "flat",
         kind: Kind::ReduceAll,
         imp: Imp::Flat,
@@ -336,9 +347,10 @@ impl Selector {
         })
     }
 
-    /// The algorithm for `c`: a forced one (an error names why it does not apply), else the
-    /// cheapest admissible by the cost model (ties go to the earlier registered).
-    pub(crate) fn choose(&self, c: &CallInfo) -> Result<&'static Alg> {
+    /// The algorithm for `c` and its parameters: a forced one with the parameters given (an
+    /// error names why it does not apply), else the cheapest admissible by the cost model
+    /// (ties go to the earlier registered) with its default parameters.
+    pub(crate) fn choose(&self, c: &CallInfo) -> Result<Choice> {
         if let Some(f) = self
             .forced
             .iter()
@@ -348,7 +360,12 @@ impl Selector {
                 .find(|a| a.name == f.alg)
                 .ok_or_else(|| Error::Config(format!("no algorithm {}", f.alg)))?;
             match inadmissible(a, c.mask) {
-                None => return Ok(a),
+                None => {
+                    return Ok(Choice {
+                        alg: a,
+                        params: f.params.clone(),
+                    })
+                }
                 Some(_) if f.prefer => {}
                 Some(why) => {
                     return Err(Error::Usage {
@@ -374,8 +391,19 @@ impl Selector {
                 best = Some((a, cost));
             }
         }
-        Ok(best.map_or(&FLAT, |(a, _)| a))
+        Ok(Choice {
+            alg: best.map_or(&FLAT, |(a, _)| a),
+            params: Vec::new(),
+        })
     }
+}
+
+/// The selector's answer for one call.
+#[derive(Debug, Clone)]
+pub(crate) struct Choice {
+    pub(crate) alg: &'static Alg,
+    /// Parameters given by `AMNET_COLL_TUNE` (generators take their defaults for the rest).
+    pub(crate) params: Vec<(String, u64)>,
 }
 
 #[cfg(test)]
@@ -421,13 +449,14 @@ mod tests {
                 ranks: (x >> 40) as u32 % 64 + 1,
             };
             // Two selectors (two ranks) agree, and the choice admits the call.
-            let a = sel.choose(&c).unwrap();
+            let a = sel.choose(&c).unwrap().alg;
             let b = Selector {
                 forced: Vec::new(),
                 model: Model::for_conduit("smp"),
             }
             .choose(&c)
-            .unwrap();
+            .unwrap()
+            .alg;
             assert_eq!(a.name, b.name);
             assert!(inadmissible(a, c.mask).is_none(), "{} for {c:?}", a.name);
         }
@@ -454,8 +483,8 @@ mod tests {
             forced: parse_tune("broadcast:-:binomial?").unwrap(),
             model: Model::for_conduit("smp"),
         };
-        assert_eq!(soft.choose(&c).unwrap().name, "flat");
+        assert_eq!(soft.choose(&c).unwrap().alg.name, "flat");
         let plain = CallInfo { mask: 0, ..c };
-        assert_eq!(soft.choose(&plain).unwrap().name, "binomial");
+        assert_eq!(soft.choose(&plain).unwrap().alg.name, "binomial");
     }
 }

@@ -2,6 +2,8 @@
 //!
 //! - binomial tree: the root sends to ranks at relative distances np/2, np/4, ..., each rank
 //!   forwards to its own subtree once it has the data: ⌈log₂ np⌉ rounds, np − 1 messages.
+//! - k-nomial tree (radix k ≥ 2): the same in base k: a rank sends to up to k − 1 children per
+//!   level, ⌈log_k np⌉ levels; radix 2 is the binomial tree.
 
 use crate::sched::{Apply, Buf, Local, Range, Recv, Round, Sched, Send};
 
@@ -31,11 +33,67 @@ fn binomial(v: u32, np: u32) -> (Option<u32>, Vec<u32>) {
     (parent, children)
 }
 
+/// The k-nomial tree's parent and children of relative rank `v` (largest subtrees first).
+fn knomial(v: u32, np: u32, k: u32) -> (Option<u32>, Vec<u32>) {
+    let k = u64::from(k.max(2));
+    let (v, n) = (u64::from(v), u64::from(np));
+    // The lowest base-k digit of v that is not 0 names the parent; the root has none.
+    let mut mask = 1u64;
+    let mut parent = None;
+    while mask < n {
+        let digit = (v / mask) % k;
+        if digit != 0 {
+            parent = Some(v - digit * mask);
+            break;
+        }
+        mask *= k;
+    }
+    let mut children = Vec::new();
+    let mut m = mask / k;
+    while m > 0 {
+        for j in (1..k).rev() {
+            let c = v + j * m;
+            if c < n {
+                children.push(c);
+            }
+        }
+        m /= k;
+    }
+    let narrow = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
+    (
+        parent.map(narrow),
+        children.into_iter().map(narrow).collect(),
+    )
+}
+
 /// Binomial-tree broadcast of `len` bytes from `root` among `np` ranks; `src_is_dst` when the
 /// root's source is its destination (in place).
 pub(crate) fn binomial_tree(np: u32, me: u32, root: u32, len: usize, src_is_dst: bool) -> Sched {
     let v = relative(me, root, np);
-    let (parent, children) = binomial(v, np);
+    tree(np, root, len, src_is_dst, binomial(v, np))
+}
+
+/// k-nomial-tree broadcast (radix `k`, at least 2).
+pub(crate) fn knomial_tree(
+    np: u32,
+    me: u32,
+    root: u32,
+    len: usize,
+    src_is_dst: bool,
+    k: u32,
+) -> Sched {
+    let v = relative(me, root, np);
+    tree(np, root, len, src_is_dst, knomial(v, np, k))
+}
+
+/// The schedule of a rank with `(parent, children)` (relative ranks) in a broadcast tree.
+fn tree(
+    np: u32,
+    root: u32,
+    len: usize,
+    src_is_dst: bool,
+    (parent, children): (Option<u32>, Vec<u32>),
+) -> Sched {
     let dst = Range::new(Buf::Dst, 0, len);
     let mut rounds = Vec::new();
     let mut pre = Vec::new();
@@ -101,6 +159,36 @@ mod tests {
                     let depth = scheds.iter().map(|s| s.rounds.len()).max().unwrap_or(0);
                     let log = (32 - np.saturating_sub(1).leading_zeros()) as usize;
                     assert!(depth <= log + 1, "np {np}: {depth} rounds");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn knomial_reaches_every_rank_and_radix_two_is_binomial() {
+        for np in 1..=30u32 {
+            for k in [2u32, 3, 4, 7] {
+                for root in [0, np - 1] {
+                    let len = 24;
+                    let scheds: Vec<Sched> = (0..np)
+                        .map(|me| knomial_tree(np, me, root, len, false, k))
+                        .collect();
+                    let want = pattern(root as usize, 2, len);
+                    let mut areas: Vec<(Vec<u8>, Vec<u8>)> = (0..np as usize)
+                        .map(|t| (pattern(t, 2, len), vec![0u8; len]))
+                        .collect();
+                    let sent = run(&scheds, &mut areas, u64::from(np * 7 + k));
+                    assert_eq!(sent, np as usize - 1, "np {np} k {k}");
+                    assert!(areas.iter().all(|(_, d)| d == &want), "np {np} k {k}");
+                    if k == 2 {
+                        for me in 0..np {
+                            assert_eq!(
+                                scheds[me as usize],
+                                binomial_tree(np, me, root, len, false),
+                                "np {np} rank {me}"
+                            );
+                        }
+                    }
                 }
             }
         }

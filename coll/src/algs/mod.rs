@@ -29,6 +29,14 @@ pub(crate) fn generate(
         (Kind::Broadcast, "binomial") => {
             Ok(bcast::binomial_tree(np, me, root, spec.counts[0], in_place))
         }
+        (Kind::Broadcast, "knomial") => Ok(bcast::knomial_tree(
+            np,
+            me,
+            root,
+            spec.counts[0],
+            in_place,
+            u32::try_from(spec.param("radix").unwrap_or(4)).unwrap_or(4),
+        )),
         (Kind::ReduceAll, "recursive_doubling") => {
             let es = spec.es;
             let runs: Vec<(usize, usize)> = crate::plan::runs(spec.src_lay, spec.n, spec.np)
