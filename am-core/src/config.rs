@@ -291,6 +291,24 @@ pub mod vars {
         meaning: "forced algorithm choices, `OP:SIZES:ALGORITHM[:PARAM=VALUE,...]` separated by \
                   `;` (e.g. `broadcast:0-4K:binomial`); see spec/coll.md",
     };
+    /// `AMNET_COLL_TUNING`.
+    pub const COLL_TUNING: Var = Var {
+        name: "AMNET_COLL_TUNING",
+        scope: Scope::Coll,
+        kind: Kind::Text,
+        default: "unset",
+        meaning: "a tuning table (as `amnet-tune` writes it): the measured best algorithm per \
+                  operation, team size and call size",
+    };
+    /// `AMNET_COLL_TRACE`.
+    pub const COLL_TRACE: Var = Var {
+        name: "AMNET_COLL_TRACE",
+        scope: Scope::Coll,
+        kind: Kind::Flag,
+        default: "`0`",
+        meaning: "`1`: team rank 0 of every team prints the team's selection table when the \
+                  team is made",
+    };
     /// `AMNET_SMP_JOB`.
     pub const SMP_JOB: Var = Var {
         name: "AMNET_SMP_JOB",
@@ -480,6 +498,8 @@ pub const VARS: &[&Var] = &[
     &vars::COLL_CHECK,
     &vars::HANG_TIMEOUT,
     &vars::COLL_TUNE,
+    &vars::COLL_TUNING,
+    &vars::COLL_TRACE,
     &vars::SMP_JOB,
     &vars::UDP_BOOT,
     &vars::UDP_BIND,

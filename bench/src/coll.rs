@@ -20,6 +20,12 @@
 //! oversubscribed ranks, so the suite keeps the library's barrier (bench/RESULTS.md, "What was
 //! tried and not kept").
 //!
+//! `--alg all` measures, per operation and size, every algorithm in turn
+//! (`IN_ALLSYNC|OUT_ALLSYNC`, forced through `Coll::tune`; an algorithm that does not admit
+//! the call is skipped on every rank alike), then the one the selector picks. `--team split2`
+//! runs everything on the job's two halves (even and odd ranks) at the same time, each on its
+//! own team; rank 0 reports its half.
+//!
 //! Sizes: `bytes` is the block each participant contributes or receives: the broadcast
 //! payload, the per-participant block of scatter/gather/gather_all/exchange (the root's
 //! scatter source and gather destination, every rank's gather_all destination and exchange
@@ -27,8 +33,8 @@
 //! block-cyclic layout with one block per rank (so each rank holds about `bytes / ranks`).
 
 use amnet::coll::builtin::builtin_index;
-use amnet::coll::{flags, Addr, Coll, ElemType, Layout, RedOp};
-use amnet::Endpoint;
+use amnet::coll::{flags, Addr, Coll, ElemType, Layout, RedOp, Team};
+use amnet::{Endpoint, Error};
 
 use crate::measure::Samples;
 use crate::report::Row;
@@ -145,9 +151,13 @@ struct SegLayout {
 /// Figures per point and rank: mean, median, p99 (ns), requests per call.
 const FIGS: usize = 4;
 
+/// Points per (operation, size) at most: the nine modes, or every algorithm and the selected
+/// one.
+const POINTS_PER_SIZE: usize = 16;
+
 fn layout(max: usize, ranks: usize) -> SegLayout {
     let area = (max * ranks).next_multiple_of(4096);
-    let points = Op::ALL.len() * sizes(max).len() * 9;
+    let points = Op::ALL.len() * sizes(max).len() * POINTS_PER_SIZE;
     let results = (points * FIGS * 8).next_multiple_of(64);
     SegLayout {
         src: 0,
@@ -174,10 +184,18 @@ fn shape(plan: &Plan, n: usize) -> (usize, usize) {
     ((iters / 10).max(2), iters)
 }
 
-/// One blocking collective of `op` at `n` bytes with `fl` (the IN/OUT bits and `SINGLE`).
-fn call(coll: &Coll, op: Op, n: usize, ranks: usize, l: &SegLayout, fl: u32) -> amnet::Result<()> {
+/// One blocking collective of `op` at `n` bytes with `fl` (the IN/OUT bits and `SINGLE`) on
+/// team `w` of `ranks` ranks.
+fn call(
+    coll: &Coll,
+    w: &Team,
+    op: Op,
+    n: usize,
+    ranks: usize,
+    l: &SegLayout,
+    fl: u32,
+) -> amnet::Result<()> {
     let (src, dst) = (Addr::seg(l.src as u64), Addr::seg(l.dst as u64));
-    let w = coll.world();
     match op {
         Op::Broadcast => coll.broadcast(w, dst, 0, src, n, fl),
         Op::Scatter => coll.scatter(w, dst, 0, src, n, fl),
@@ -202,12 +220,34 @@ fn requests(ep: &Endpoint) -> u64 {
     ep.stats().requests_sent.messages()
 }
 
-/// Collective: measure every op, size and mode. Returns the rows on rank 0.
+/// The `&'static` name of algorithm `name` of `op` (names come from `Coll::algorithms`).
+fn alg_name(op: Op, name: &str) -> &'static str {
+    Coll::algorithms(op.name())
+        .unwrap_or_default()
+        .into_iter()
+        .find(|a| *a == name)
+        .unwrap_or("?")
+}
+
+/// Whether `e` is the refusal of a forced algorithm that does not admit the call.
+fn not_admitted(e: &Error) -> bool {
+    matches!(e, Error::Usage { detail, .. } if detail.contains("AMNET_COLL_TUNE forces"))
+}
+
+/// Collective: measure every op, size and mode (or algorithm). Returns the rows on rank 0.
 pub(crate) fn run(ep: &Endpoint, plan: &Plan) -> Result<Vec<Row>, BenchError> {
     let coll = Coll::init(ep, None, 0, &[])?;
-    let ranks = ep.size() as usize;
+    let team = if plan.split2 {
+        let me = ep.rank();
+        let key = i32::try_from(me).unwrap_or(0);
+        coll.split(coll.world(), Some(me % 2), key)?
+            .ok_or(BenchError::Usage("no half team".into()))?
+    } else {
+        coll.world().clone()
+    };
+    let ranks = team.size() as usize;
     let max = plan.max_bytes.min(MAX_BYTES);
-    let l = layout(max, ranks);
+    let l = layout(max, ep.size() as usize);
     // Small u64 values, so that sums and scans stay far from overflow.
     let src: Vec<u8> = (0..max * ranks / 8)
         .flat_map(|i| (i as u64 % 251 + 1).to_ne_bytes())
@@ -227,33 +267,57 @@ pub(crate) fn run(ep: &Endpoint, plan: &Plan) -> Result<Vec<Row>, BenchError> {
     let sizes = sizes(max);
     let mut figs: Vec<f64> = Vec::with_capacity(Op::ALL.len() * sizes.len() * 9 * FIGS);
     let mut points = Vec::new();
+    // Time one point: warm-up, then timed calls, each after a barrier.
+    let mut point = |op: Op, n: usize, fl: u32, label: &'static str, alg: &'static str| {
+        let (warmup, iters) = shape(plan, n);
+        for _ in 0..warmup {
+            ep.barrier()?;
+            call(&coll, &team, op, n, ranks, &l, fl)?;
+        }
+        let mut ns = Vec::with_capacity(iters);
+        let before = requests(ep);
+        for _ in 0..iters {
+            ep.barrier()?;
+            let t = std::time::Instant::now();
+            call(&coll, &team, op, n, ranks, &l, fl)?;
+            ns.push(t.elapsed().as_nanos() as f64);
+        }
+        let sent = (requests(ep) - before) as f64 - per_barrier * iters as f64;
+        let mean = ns.iter().sum::<f64>() / iters as f64;
+        let s = Samples::from_ns(ns);
+        figs.extend([mean, s.p50(), s.p99(), sent / iters as f64]);
+        points.push((op, n, label, alg, iters));
+        Ok::<(), BenchError>(())
+    };
     for op in Op::ALL {
         for &n in &sizes {
-            let (warmup, iters) = shape(plan, n);
-            for &(mode, label) in &modes {
-                let fl = mode | flags::SINGLE;
-                for _ in 0..warmup {
-                    ep.barrier()?;
-                    call(&coll, op, n, ranks, &l, fl)?;
+            if !plan.alg_all {
+                for &(mode, label) in &modes {
+                    let fl = mode | flags::SINGLE;
+                    let alg = alg_name(op, &coll.selected(&team, op.name(), n, mode)?);
+                    point(op, n, fl, label, alg)?;
                 }
-                let mut ns = Vec::with_capacity(iters);
-                let before = requests(ep);
-                for _ in 0..iters {
-                    ep.barrier()?;
-                    let t = std::time::Instant::now();
-                    call(&coll, op, n, ranks, &l, fl)?;
-                    ns.push(t.elapsed().as_nanos() as f64);
-                }
-                let sent = (requests(ep) - before) as f64 - per_barrier * iters as f64;
-                let mean = ns.iter().sum::<f64>() / iters as f64;
-                let s = Samples::from_ns(ns);
-                figs.extend([mean, s.p50(), s.p99(), sent / iters as f64]);
-                points.push((op, n, label, iters));
+                continue;
             }
+            let fl = flags::ALLSYNC | flags::SINGLE;
+            for name in Coll::algorithms(op.name()).unwrap_or_default() {
+                coll.tune(&format!("{}:-:{name}", op.name()))?;
+                // Every rank gets the same answer: a refusal skips the algorithm everywhere.
+                ep.barrier()?;
+                match call(&coll, &team, op, n, ranks, &l, fl) {
+                    Err(e) if not_admitted(&e) => continue,
+                    r => r?,
+                }
+                point(op, n, fl, REFERENCE_SYNC, name)?;
+            }
+            coll.tune("")?;
+            let alg = alg_name(op, &coll.selected(&team, op.name(), n, flags::ALLSYNC)?);
+            point(op, n, fl, "selected", alg)?;
         }
     }
+    coll.tune("")?;
 
-    // Every rank's figures to rank 0.
+    // Every rank's figures to rank 0 (the whole job: with split2 rank 0 reports its half).
     let bytes: Vec<u8> = figs.iter().flat_map(|v| v.to_ne_bytes()).collect();
     ep.write_local(l.mine as u64, &bytes)?;
     ep.barrier()?;
@@ -269,7 +333,8 @@ pub(crate) fn run(ep: &Endpoint, plan: &Plan) -> Result<Vec<Row>, BenchError> {
     if ep.rank() != 0 {
         return Ok(Vec::new());
     }
-    let mut all = vec![0u8; l.results * ranks];
+    let all_ranks = ep.size() as usize;
+    let mut all = vec![0u8; l.results * all_ranks];
     ep.read_local(l.gathered as u64, &mut all)?;
     let fig = |rank: usize, point: usize, k: usize| {
         let at = rank * l.results + (point * FIGS + k) * 8;
@@ -277,19 +342,29 @@ pub(crate) fn run(ep: &Endpoint, plan: &Plan) -> Result<Vec<Row>, BenchError> {
         b.copy_from_slice(&all[at..at + 8]);
         f64::from_ne_bytes(b)
     };
-    let rf = ranks as f64;
+    // The job ranks of rank 0's team.
+    let mine: Vec<usize> = team.members().iter().map(|&r| r as usize).collect();
+    let rf = mine.len() as f64;
     Ok(points
         .iter()
         .enumerate()
-        .map(|(p, &(op, n, label, iters))| {
-            let means: Vec<f64> = (0..ranks).map(|r| fig(r, p, 0)).collect();
+        .map(|(p, &(op, n, label, alg, iters))| {
+            let means: Vec<f64> = mine.iter().map(|&r| fig(r, p, 0)).collect();
             let avg = means.iter().sum::<f64>() / rf;
-            let p50 = (0..ranks).map(|r| fig(r, p, 1)).sum::<f64>() / rf;
-            let p99 = (0..ranks).map(|r| fig(r, p, 2)).fold(0.0, f64::max);
-            let msgs = (0..ranks).map(|r| fig(r, p, 3)).sum::<f64>();
+            let p50 = mine.iter().map(|&r| fig(r, p, 1)).sum::<f64>() / rf;
+            let p99 = mine.iter().map(|&r| fig(r, p, 2)).fold(0.0, f64::max);
+            let msgs = mine.iter().map(|&r| fig(r, p, 3)).sum::<f64>();
             let min = means.iter().copied().fold(f64::INFINITY, f64::min);
             let max = means.iter().copied().fold(0.0, f64::max);
-            Row::collective(op.name(), n, label, [avg, p50, p99, min, max], msgs, iters)
+            Row::collective(
+                op.name(),
+                n,
+                label,
+                alg,
+                [avg, p50, p99, min, max],
+                msgs,
+                iters,
+            )
         })
         .collect())
 }
@@ -315,6 +390,8 @@ mod tests {
             iters: 20_000,
             max_bytes: 1 << 20,
             network: false,
+            alg_all: false,
+            split2: false,
         };
         assert_eq!(shape(&p, 8), (20, 200));
         assert_eq!(shape(&p, 64 << 10), (2, 20));

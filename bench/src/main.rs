@@ -57,6 +57,11 @@ the udp targets replace the smp ones.
                   calls per point up to 4 KiB, fewer above (at least 20)
   --max-bytes N   largest size of the bandwidth sweeps (default 4M; K/M suffixes
                   allowed); coll stops at 1M or at N, whichever is smaller
+  --alg all       coll: every algorithm of each operation in turn (IN_ALLSYNC|OUT_ALLSYNC,
+                  forced through Coll::tune; those that do not admit the call skipped),
+                  then the selected one, instead of the nine sync modes
+  --team T        coll: `world` (default) or `split2`, the two halves of the job (even
+                  and odd ranks) each running the suite on its own team at the same time
   -h, --help      this text
 
 On conduits other than smp, where every remote operation is a network round trip of
@@ -112,6 +117,10 @@ pub(crate) struct Plan {
     /// The conduit reaches its peers through a network stack (every conduit but smp): each
     /// remote operation costs microseconds, so the plan times fewer of them.
     pub(crate) network: bool,
+    /// coll: every algorithm in turn (`--alg all`).
+    pub(crate) alg_all: bool,
+    /// coll: the two halves of the job each on its own team (`--team split2`).
+    pub(crate) split2: bool,
 }
 
 impl Plan {
@@ -221,6 +230,8 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
     let mut json = false;
     let mut iters = 20_000usize;
     let mut max_bytes = 4usize << 20;
+    let mut alg_all = false;
+    let mut split2 = false;
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -240,6 +251,15 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
                     _ => return Err(format!("--max-bytes {v:?}: expected a size of at least 8")),
                 };
             }
+            "--alg" => match it.next().as_deref() {
+                Some("all") => alg_all = true,
+                other => return Err(format!("--alg {other:?}: expected all")),
+            },
+            "--team" => match it.next().as_deref() {
+                Some("world") => split2 = false,
+                Some("split2") => split2 = true,
+                other => return Err(format!("--team {other:?}: expected world or split2")),
+            },
             s if suite.is_none() && !s.starts_with('-') => {
                 suite = Some(match s {
                     "am" => Suite::Am,
@@ -261,6 +281,8 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
             iters,
             max_bytes,
             network: false,
+            alg_all,
+            split2,
         },
     }))
 }
@@ -441,6 +463,8 @@ mod tests {
             iters: 20_000,
             max_bytes: 4 << 20,
             network: false,
+            alg_all: false,
+            split2: false,
         };
         let s = p.sizes(p.max_bytes);
         assert_eq!(s.first(), Some(&8));

@@ -45,8 +45,11 @@ pub(crate) struct Row {
 /// count.
 #[derive(Debug, Clone)]
 pub(crate) struct CollFigs {
-    /// The IN/OUT sync mode, e.g. `IN_ALLSYNC|OUT_ALLSYNC`.
+    /// The IN/OUT sync mode, e.g. `IN_ALLSYNC|OUT_ALLSYNC` (`selected`: the selector's pick
+    /// among the algorithms measured before it, in `IN_ALLSYNC|OUT_ALLSYNC`).
     pub(crate) sync: &'static str,
+    /// The algorithm that ran.
+    pub(crate) alg: &'static str,
     /// Average over ranks of the per-rank mean latency, nanoseconds.
     pub(crate) avg_ns: f64,
     /// Smallest per-rank mean, nanoseconds.
@@ -103,6 +106,7 @@ impl Row {
         op: &'static str,
         bytes: usize,
         sync: &'static str,
+        alg: &'static str,
         t: [f64; 5],
         msgs: f64,
         samples: usize,
@@ -123,6 +127,7 @@ impl Row {
             per_sample: 1,
             coll: Some(CollFigs {
                 sync,
+                alg,
                 avg_ns,
                 min_ns,
                 max_ns,
@@ -205,9 +210,10 @@ fn coll_table(out: &mut String, rows: &[&Row]) {
     use std::fmt::Write;
     let _ = writeln!(
         out,
-        "{:<9} {:<23} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7} {:>8} {:>7}",
+        "{:<9} {:<23} {:<20} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7} {:>8} {:>7}",
         "# bytes",
         "sync",
+        "algorithm",
         "avg us",
         "min us",
         "max us",
@@ -222,9 +228,10 @@ fn coll_table(out: &mut String, rows: &[&Row]) {
         let ratio = r.ratio.map_or("-".to_string(), |x| format!("{x:.3}"));
         let _ = writeln!(
             out,
-            "{:<9} {:<23} {:>11.2} {:>11.2} {:>11.2} {:>11.2} {:>11.2} {:>7} {:>8.1} {:>7}",
+            "{:<9} {:<23} {:<20} {:>11.2} {:>11.2} {:>11.2} {:>11.2} {:>11.2} {:>7} {:>8.1} {:>7}",
             r.bytes,
             c.sync,
+            c.alg,
             c.avg_ns / 1e3,
             c.min_ns / 1e3,
             c.max_ns / 1e3,
@@ -239,7 +246,8 @@ fn coll_table(out: &mut String, rows: &[&Row]) {
         out,
         "# avg: mean over ranks of each rank's mean call time; min/max: extreme per-rank \
          means; p50: mean of the per-rank medians; p99: largest per-rank p99; ratio: avg over \
-         IN_ALLSYNC|OUT_ALLSYNC at this size; msgs: AM requests per call, all ranks"
+         IN_ALLSYNC|OUT_ALLSYNC at this size (with --alg all: over the first algorithm, \
+         flat); msgs: AM requests per call, all ranks"
     );
 }
 
@@ -747,6 +755,7 @@ impl Report {
                 }
                 if let Some(c) = &r.coll {
                     o["sync"] = Value::from(c.sync);
+                    o["algorithm"] = Value::from(c.alg);
                     o["avg_us"] = us(c.avg_ns);
                     o["min_us"] = us(c.min_ns);
                     o["max_us"] = us(c.max_ns);

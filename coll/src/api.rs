@@ -241,6 +241,7 @@ impl Coll {
                             ep.conduit_name(),
                         )?,
                         hang: ep.config_source().seconds(&vars::HANG_TIMEOUT)?,
+                        trace: ep.config_source().flag(&vars::COLL_TRACE)?.unwrap_or(false),
                         st: Mutex::new(State {
                             next_handle: 1,
                             ..State::default()
@@ -286,10 +287,14 @@ impl Coll {
             }
             std::thread::sleep(Duration::from_micros(200));
         }
-        Ok(Coll {
+        let coll = Coll {
             sh,
             image: my_image,
-        })
+        };
+        if local == 0 {
+            coll.trace_team(coll.world());
+        }
+        Ok(coll)
     }
 
     /// The calling image.
@@ -331,6 +336,88 @@ impl Coll {
         &self.sh.world
     }
 
+    /// The algorithms of the operation named `op` (`"broadcast"`, `"reduce_to_all"`, ...), the
+    /// fallback (`flat`) first; `None` for an unknown operation.
+    pub fn algorithms(op: &str) -> Option<Vec<&'static str>> {
+        crate::select::algorithms(op)
+    }
+
+    /// Replace this rank's forced algorithm choices, in the grammar of `AMNET_COLL_TUNE` (an
+    /// empty text clears them). Every rank must make the same call at the same point of its
+    /// sequence of collectives (between two collectives on every team), or ranks would choose
+    /// differently; checked mode (`AMNET_COLL_CHECK=1`) reports a disagreement.
+    pub fn tune(&self, text: &str) -> Result<()> {
+        self.sh
+            .selector
+            .set_forced(text)
+            .map_err(|e| usage("tune", e))
+    }
+
+    /// The algorithm a single-address call of operation `op` with `bytes` per block and the
+    /// sync flags `flags` would get on `team` (for a reduction: a commutative built-in on
+    /// one element per rank).
+    pub fn selected(&self, team: &Team, op: &str, bytes: usize, flags: u32) -> Result<String> {
+        let kind = Kind::ALL
+            .into_iter()
+            .find(|k| k.name() == op)
+            .ok_or_else(|| usage("selected", format!("no operation {op:?}")))?;
+        let mode = Mode::parse(
+            flags | amnet_sync_modes::flags::SINGLE,
+            CallShape {
+                blocking: true,
+                multi_address: false,
+                multi_image: self.multi_image(),
+            },
+        )
+        .map_err(|e| usage("selected", e.to_string()))?;
+        let mut mask = self.team_bits(team.geo());
+        if kind.is_reduction() {
+            use crate::select::bits::*;
+            mask |= COMMUTATIVE | BUILTIN_FN | ALL_CONTRIBUTE | ORDER_SAFE;
+        }
+        if mode.input == amnet_sync_modes::InSync::All {
+            mask |= crate::select::bits::IN_ALL;
+        }
+        if mode.output == amnet_sync_modes::OutSync::All {
+            mask |= crate::select::bits::OUT_ALL;
+        }
+        let info = CallInfo {
+            kind,
+            mask,
+            bytes,
+            ranks: team.size(),
+        };
+        Ok(self.sh.selector.choose(&info)?.alg.name.to_string())
+    }
+
+    /// With `AMNET_COLL_TRACE=1`, team rank 0 prints `team`'s selection table: the algorithm
+    /// a plain `ALLSYNC` call of each operation gets at a few sizes.
+    pub(crate) fn trace_team(&self, team: &Team) {
+        if !self.sh.trace || team.rank() != 0 {
+            return;
+        }
+        let sizes = [8usize, 4 << 10, 64 << 10, 1 << 20];
+        let mut text = format!(
+            "amnet coll: team {:#x} ({} ranks, {} images) selects:\n",
+            team.id(),
+            team.size(),
+            team.images()
+        );
+        for k in Kind::ALL {
+            let picks: Vec<String> = sizes
+                .iter()
+                .map(|&b| {
+                    let a = self
+                        .selected(team, k.name(), b, amnet_sync_modes::flags::ALLSYNC)
+                        .unwrap_or_else(|e| format!("({e})"));
+                    format!("{b} B: {a}")
+                })
+                .collect();
+            text += &format!("amnet coll:   {:<24} {}\n", k.name(), picks.join(", "));
+        }
+        amnet_core::diag::emit(&text);
+    }
+
     /// Run handlers and move collectives in flight along.
     pub fn poll(&self) -> Result<()> {
         self.sh.ep.poll()?;
@@ -349,16 +436,8 @@ impl Coll {
         self.sh.images.iter().any(|&n| n > 1)
     }
 
-    /// The characteristic bits of a call (the team's and the call's; see `select`).
-    fn call_mask(
-        &self,
-        geo: &Geo,
-        c: &Call<'_>,
-        mode: &Mode,
-        image_space: bool,
-        red: &Red,
-        entries: &[Entry],
-    ) -> u64 {
+    /// The bits of a team's own characteristics (see `select`).
+    fn team_bits(&self, geo: &Geo) -> u64 {
         use crate::select::bits::*;
         let mut m = 0;
         let size = geo.size();
@@ -377,6 +456,21 @@ impl Coll {
         if self.sh.ep.conduit_name() == "smp" {
             m |= DIRECT_SEGMENTS;
         }
+        m
+    }
+
+    /// The characteristic bits of a call (the team's and the call's; see `select`).
+    fn call_mask(
+        &self,
+        geo: &Geo,
+        c: &Call<'_>,
+        mode: &Mode,
+        image_space: bool,
+        red: &Red,
+        entries: &[Entry],
+    ) -> u64 {
+        use crate::select::bits::*;
+        let mut m = self.team_bits(geo);
         if image_space {
             m |= IMAGE_SPACE;
         }

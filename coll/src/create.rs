@@ -28,12 +28,9 @@ impl Coll {
             return None;
         }
         let members = parent_ranks.iter().map(|&p| pg.world(p)).collect();
-        Some(Team::new(Geo::new(
-            id,
-            members,
-            self.sh.rank,
-            &self.sh.images,
-        )))
+        let team = Team::new(Geo::new(id, members, self.sh.rank, &self.sh.images));
+        self.trace_team(&team);
+        Some(team)
     }
 
     fn creation_rules(&self, op: &'static str, parent: &Team) -> Result<u64> {

@@ -320,6 +320,8 @@ pub(crate) struct Shared {
     pub(crate) fns: Vec<FnEntry>,
     pub(crate) check: bool,
     pub(crate) hang: Option<Duration>,
+    /// `AMNET_COLL_TRACE`: print each team's selection table when it is made.
+    pub(crate) trace: bool,
     pub(crate) selector: crate::select::Selector,
     pub(crate) st: Mutex<State>,
     /// A message arrived since the progress function last looked: the core's progress hook

@@ -325,15 +325,68 @@ pub(crate) fn parse_tune(text: &str) -> std::result::Result<Vec<Forced>, String>
     Ok(out)
 }
 
-/// The selector of one rank: the forced choices and the cost model.
+/// One line of a tuning table: for `kind` on teams of `ranks` and calls of `bytes`, the
+/// measured best algorithm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Tuned {
+    pub(crate) kind: Kind,
+    pub(crate) ranks: (u32, u32),
+    pub(crate) bytes: (usize, usize),
+    pub(crate) alg: &'static str,
+}
+
+/// Parse a tuning table (what `amnet-tune` writes, `AMNET_COLL_TUNING` names): one entry per
+/// line, `OP RANKS BYTES ALGORITHM`, with `RANKS` and `BYTES` as `A-B` ranges (open ends
+/// allowed, `K`/`M`/`G` suffixes for bytes); `#` starts a comment.
+pub(crate) fn parse_table(text: &str) -> std::result::Result<Vec<Tuned>, String> {
+    let mut out = Vec::new();
+    for (no, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let at = |what: &str| format!("line {}: {what} in {line:?}", no + 1);
+        if w.len() != 4 {
+            return Err(at("expected OP RANKS BYTES ALGORITHM"));
+        }
+        let kind = kind_named(w[0]).ok_or_else(|| at("an unknown operation"))?;
+        let range = |v: &str, f: &dyn Fn(&str) -> Option<usize>| -> Option<(usize, usize)> {
+            let (a, b) = v.split_once('-')?;
+            let a = if a.is_empty() { Some(0) } else { f(a) }?;
+            let b = if b.is_empty() { Some(usize::MAX) } else { f(b) }?;
+            Some((a, b))
+        };
+        let ranks = range(w[1], &|x| x.parse().ok()).ok_or_else(|| at("bad ranks"))?;
+        let bytes = range(w[2], &size).ok_or_else(|| at("bad bytes"))?;
+        let alg = of(kind)
+            .find(|a| a.name == w[3])
+            .map(|a| a.name)
+            .ok_or_else(|| at("an unknown algorithm"))?;
+        let narrow = |x: usize| u32::try_from(x).unwrap_or(u32::MAX);
+        out.push(Tuned {
+            kind,
+            ranks: (narrow(ranks.0), narrow(ranks.1)),
+            bytes,
+            alg,
+        });
+    }
+    Ok(out)
+}
+
+/// The selector of one rank: the forced choices, the tuning table and the cost model.
 #[derive(Debug)]
 pub(crate) struct Selector {
-    pub(crate) forced: Vec<Forced>,
+    /// `AMNET_COLL_TUNE`, or what `Coll::tune` set since.
+    pub(crate) forced: std::sync::RwLock<Vec<Forced>>,
+    /// `AMNET_COLL_TUNING`'s table.
+    pub(crate) table: Vec<Tuned>,
     pub(crate) model: Model,
 }
 
 impl Selector {
-    /// From the endpoint's configuration (`AMNET_COLL_TUNE`) and conduit.
+    /// From the endpoint's configuration (`AMNET_COLL_TUNE`, `AMNET_COLL_TUNING`) and
+    /// conduit.
     pub(crate) fn new(src: &amnet_core::Source, conduit: &str) -> Result<Selector> {
         let forced = match src.text(&vars::COLL_TUNE) {
             None => Vec::new(),
@@ -341,18 +394,37 @@ impl Selector {
                 parse_tune(&t).map_err(|e| Error::Config(format!("AMNET_COLL_TUNE={t:?}: {e}")))?
             }
         };
+        let table = match src.text(&vars::COLL_TUNING) {
+            None => Vec::new(),
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    Error::Config(format!("AMNET_COLL_TUNING={path:?}: cannot read it: {e}"))
+                })?;
+                parse_table(&text)
+                    .map_err(|e| Error::Config(format!("AMNET_COLL_TUNING={path:?}: {e}")))?
+            }
+        };
         Ok(Selector {
-            forced,
+            forced: std::sync::RwLock::new(forced),
+            table,
             model: Model::for_conduit(conduit),
         })
     }
 
+    /// Replace the forced choices (the grammar of `AMNET_COLL_TUNE`; empty clears them).
+    pub(crate) fn set_forced(&self, text: &str) -> std::result::Result<(), String> {
+        let v = parse_tune(text)?;
+        *self.forced.write().unwrap_or_else(|e| e.into_inner()) = v;
+        Ok(())
+    }
+
     /// The algorithm for `c` and its parameters: a forced one with the parameters given (an
-    /// error names why it does not apply), else the cheapest admissible by the cost model
-    /// (ties go to the earlier registered) with its default parameters.
+    /// error names why it does not apply), else the tuning table's (where it admits the
+    /// call), else the cheapest admissible by the cost model (ties go to the earlier
+    /// registered) with its default parameters.
     pub(crate) fn choose(&self, c: &CallInfo) -> Result<Choice> {
-        if let Some(f) = self
-            .forced
+        let forced = self.forced.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = forced
             .iter()
             .find(|f| f.kind == c.kind && (f.min..=f.max).contains(&c.bytes))
         {
@@ -372,7 +444,7 @@ impl Selector {
                         op: c.kind.name(),
                         detail: format!(
                             "AMNET_COLL_TUNE forces {} for {} bytes, but {why} and this call has \
-                         {}",
+                             {}",
                             a.name,
                             c.bytes,
                             bits::names(c.mask)
@@ -380,6 +452,19 @@ impl Selector {
                     })
                 }
             }
+        }
+        drop(forced);
+        let tuned = self.table.iter().find_map(|t| {
+            let fits = t.kind == c.kind
+                && (t.ranks.0..=t.ranks.1).contains(&c.ranks)
+                && (t.bytes.0..=t.bytes.1).contains(&c.bytes);
+            of(c.kind).find(|a| fits && a.name == t.alg && inadmissible(a, c.mask).is_none())
+        });
+        if let Some(a) = tuned {
+            return Ok(Choice {
+                alg: a,
+                params: Vec::new(),
+            });
         }
         let mut best: Option<(&'static Alg, f64)> = None;
         for a in of(c.kind) {
@@ -396,6 +481,12 @@ impl Selector {
             params: Vec::new(),
         })
     }
+}
+
+/// The names of the algorithms of the operation named `op` (fallback first), or `None` for
+/// an unknown operation.
+pub(crate) fn algorithms(op: &str) -> Option<Vec<&'static str>> {
+    kind_named(op).map(|k| of(k).map(|a| a.name).collect())
 }
 
 /// The selector's answer for one call.
@@ -433,7 +524,8 @@ mod tests {
     #[test]
     fn every_rank_makes_the_same_choice_for_random_masks() {
         let sel = Selector {
-            forced: Vec::new(),
+            forced: Default::default(),
+            table: Vec::new(),
             model: Model::for_conduit("smp"),
         };
         let mut x = 0x1234_5678_9abc_def0u64;
@@ -451,7 +543,8 @@ mod tests {
             // Two selectors (two ranks) agree, and the choice admits the call.
             let a = sel.choose(&c).unwrap().alg;
             let b = Selector {
-                forced: Vec::new(),
+                forced: Default::default(),
+                table: Vec::new(),
                 model: Model::for_conduit("smp"),
             }
             .choose(&c)
@@ -463,9 +556,45 @@ mod tests {
     }
 
     #[test]
+    fn tuning_tables() {
+        let t = parse_table(
+            "# measured\nbroadcast 2-4 0-4K binomial\nbroadcast 5- 64K- knomial # big\n",
+        )
+        .unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!((t[1].ranks, t[1].bytes.0), ((5, u32::MAX), 65536));
+        let sel = Selector {
+            forced: Default::default(),
+            table: t,
+            model: Model::for_conduit("udp"),
+        };
+        let c = CallInfo {
+            kind: Kind::Broadcast,
+            mask: 0,
+            bytes: 100_000,
+            ranks: 8,
+        };
+        assert_eq!(sel.choose(&c).unwrap().alg.name, "knomial");
+        // Where the table's algorithm does not admit the call, the model chooses.
+        let imgs = CallInfo {
+            mask: bits::IMAGE_SPACE,
+            ..c
+        };
+        assert_eq!(sel.choose(&imgs).unwrap().alg.name, "flat");
+        for bad in [
+            "broadcast 2-4 0-4K",
+            "bcast 1- 0- flat",
+            "broadcast x- 0- flat",
+        ] {
+            assert!(parse_table(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn a_forced_choice_that_does_not_apply_is_an_error_saying_why() {
         let sel = Selector {
-            forced: parse_tune("broadcast:-:binomial").unwrap(),
+            forced: parse_tune("broadcast:-:binomial").unwrap().into(),
+            table: Vec::new(),
             model: Model::for_conduit("smp"),
         };
         let c = CallInfo {
@@ -480,7 +609,8 @@ mod tests {
             "{e}"
         );
         let soft = Selector {
-            forced: parse_tune("broadcast:-:binomial?").unwrap(),
+            forced: parse_tune("broadcast:-:binomial?").unwrap().into(),
+            table: Vec::new(),
             model: Model::for_conduit("smp"),
         };
         assert_eq!(soft.choose(&c).unwrap().alg.name, "flat");
