@@ -690,6 +690,7 @@ impl Coll {
         let ts = st.teams.entry(geo.id).or_insert_with(|| TeamSeq {
             next_seq: 1,
             at_calls: vec![0; local_images as usize],
+            geo: Some(geo.clone()),
             ..TeamSeq::default()
         });
         let seq = if mode.all_threads {
@@ -740,6 +741,13 @@ impl Coll {
         };
         let first_on_rank = st.ops.get(&key).is_none_or(|o| o.spec.is_none());
         let team_image = self.team_image(&geo);
+        // Checked mode: the agreed arguments, then how many collectives this rank numbered on
+        // each of its other teams (the ordering rule).
+        let sig = (sh.check && first_on_rank).then(|| {
+            let mut v = crate::engine::signature(&spec, &mode);
+            v.extend(st.order_vector(geo.id));
+            v
+        });
         let local_mismatch = sh.enter(
             &mut st,
             &geo,
@@ -751,6 +759,7 @@ impl Coll {
             team_image,
             &areas,
             sched,
+            sig.clone(),
         );
         let handle = if mode.aggregate {
             None
@@ -771,8 +780,8 @@ impl Coll {
             Some(h)
         };
         drop(st);
-        if sh.check && first_on_rank {
-            sh.send_signature(&geo, key, &crate::engine::signature(&spec, &mode))?;
+        if let Some(sig) = sig {
+            sh.send_signature(&geo, key, &sig)?;
         }
         if let Some(detail) = local_mismatch {
             sh.send_mismatch(&geo, key, &detail)?;

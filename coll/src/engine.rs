@@ -268,6 +268,8 @@ pub(crate) struct TeamSeq {
     pub(crate) at_base: u64,
     /// Collectives started and not yet synced on the team here.
     pub(crate) unsynced: usize,
+    /// The team (checked mode reads its members).
+    pub(crate) geo: Option<Arc<Geo>>,
 }
 
 /// Everything that changes, under one lock.
@@ -304,6 +306,20 @@ impl State {
     /// Whether some caller left an aggregate open on some team.
     pub(crate) fn aggregate_open(&self) -> bool {
         self.teams.values().any(|t| !t.agg_open.is_empty())
+    }
+
+    /// Checked mode: how many collectives this rank has numbered on each team but `team`, as
+    /// (team id, count) pairs of little-endian u64 (the order part of a signature).
+    pub(crate) fn order_vector(&self, team: u64) -> Vec<u8> {
+        let mut ids: Vec<(&u64, &TeamSeq)> =
+            self.teams.iter().filter(|(id, _)| **id != team).collect();
+        ids.sort_by_key(|(id, _)| **id);
+        let mut v = Vec::with_capacity(16 * ids.len());
+        for (id, t) in ids {
+            v.extend_from_slice(&id.to_le_bytes());
+            v.extend_from_slice(&t.next_seq.saturating_sub(1).to_le_bytes());
+        }
+        v
     }
 }
 
@@ -442,6 +458,7 @@ impl Shared {
         image: u32,
         entries: &[(usize, crate::engine::Area, crate::engine::Area)],
         sched: Option<Sched>,
+        sig: Option<Vec<u8>>,
     ) -> Option<String> {
         let mut mismatch = None;
         let seq = key.seq;
@@ -472,8 +489,7 @@ impl Shared {
                 })
                 .collect();
             if self.check {
-                let sig = signature(spec, &mode);
-                op.sigs[me] = Some(sig);
+                op.sigs[me] = sig;
                 op.sig_image = image;
             } else {
                 op.checked_ok = true;
@@ -483,7 +499,7 @@ impl Shared {
             // the first caller's, which stand for the rank.
             let sig = signature(spec, &mode);
             let base = op.sigs[me].as_deref().unwrap_or(&[]);
-            if let Some(d) = first_diff(base, &sig) {
+            if let Some(d) = first_diff(fixed(base), &sig) {
                 let detail = format!(
                     "collective #{seq}: image {image} passed {} = {} but image {} (rank {}) \
                      passed {}",
@@ -1172,11 +1188,21 @@ impl Shared {
             if op.sigs.len() < geo.members.len() || op.sigs.iter().any(Option::is_none) {
                 continue;
             }
-            match compare_signatures(&op.sigs, &geo) {
-                None => op.checked_ok = true,
-                Some(detail) => {
+            let order = order_violation(&op.sigs, &geo, &st.teams, key);
+            let Some(op) = st.ops.get_mut(&key) else {
+                continue;
+            };
+            match (compare_signatures(&op.sigs, &geo), order) {
+                (None, None) => op.checked_ok = true,
+                (Some(detail), _) => {
                     op.error = Some(Error::Mismatch {
                         what: "collective arguments (AMNET_COLL_CHECK)",
+                        detail: format!("{}: {detail}", describe(key)),
+                    })
+                }
+                (None, Some(detail)) => {
+                    op.error = Some(Error::Mismatch {
+                        what: "the order of collectives on teams (AMNET_COLL_CHECK)",
                         detail: format!("{}: {detail}", describe(key)),
                     })
                 }
@@ -1678,15 +1704,72 @@ fn first_diff(a: &[u8], b: &[u8]) -> Option<(&'static str, String, String)> {
     Some(("signature length", a.len().to_string(), b.len().to_string()))
 }
 
+/// The agreed arguments of a signature (without its order part).
+fn fixed(sig: &[u8]) -> &[u8] {
+    &sig[..sig.len().min(FIELDS.len() * 8)]
+}
+
+/// The order part of a signature: (team id, collectives numbered on it) pairs.
+fn order_part(sig: &[u8]) -> Vec<(u64, u64)> {
+    sig.get(FIELDS.len() * 8..)
+        .unwrap_or(&[])
+        .chunks_exact(16)
+        .map(|c| {
+            let w = |i: usize| u64::from_le_bytes(c[i..i + 8].try_into().unwrap_or([0; 8]));
+            (w(0), w(8))
+        })
+        .collect()
+}
+
+/// Checked mode: two members of this collective's team that share another team this rank
+/// knows, and numbered a different count of that team's collectives before this one, broke
+/// the ordering rule (spec/coll.md §3a). Names them and the teams.
+fn order_violation(
+    sigs: &[Option<Vec<u8>>],
+    geo: &Geo,
+    teams: &HashMap<u64, TeamSeq>,
+    key: Key,
+) -> Option<String> {
+    let mine = order_part(sigs.get(geo.me as usize)?.as_deref()?);
+    for (t, s) in sigs.iter().enumerate() {
+        let theirs = order_part(s.as_deref().unwrap_or(&[]));
+        #[allow(clippy::cast_possible_truncation)] // team ranks fit in u32
+        let r = geo.world(t as u32);
+        for &(id, count) in &mine {
+            let Some(other) = teams.get(&id).and_then(|ts| ts.geo.as_ref()) else {
+                continue;
+            };
+            if other.trank(r).is_none() {
+                continue;
+            }
+            let their = theirs.iter().find(|(i, _)| *i == id).map_or(0, |p| p.1);
+            if their != count {
+                return Some(format!(
+                    "rank {} and rank {r} start the collectives of {} and {} in different \
+                     orders: before this one, rank {} had started {count} on {} and rank {r} \
+                     {their} (ranks in two teams must start those teams' collectives in the \
+                     same order)",
+                    geo.world(geo.me),
+                    team_name(key.team),
+                    team_name(id),
+                    geo.world(geo.me),
+                    team_name(id)
+                ));
+            }
+        }
+    }
+    None
+}
+
 /// None when every member's signature equals team rank 0's; else which members differ in what.
 fn compare_signatures(sigs: &[Option<Vec<u8>>], geo: &Geo) -> Option<String> {
-    let base = sigs[0].as_deref().unwrap_or(&[]);
+    let base = fixed(sigs[0].as_deref().unwrap_or(&[]));
     let diffs: Vec<String> = sigs
         .iter()
         .enumerate()
         .skip(1)
         .filter_map(|(r, s)| {
-            first_diff(base, s.as_deref().unwrap_or(&[])).map(|(name, a, b)| {
+            first_diff(base, fixed(s.as_deref().unwrap_or(&[]))).map(|(name, a, b)| {
                 #[allow(clippy::cast_possible_truncation)] // team ranks fit in u32
                 let who = geo.name(r as u32);
                 format!("{who} passed {name} = {b} but {} passed {a}", geo.name(0))

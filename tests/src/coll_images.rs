@@ -298,6 +298,55 @@ pub fn check_mismatch(ep: &Endpoint) -> Result<(), String> {
     }
 }
 
+/// AMNET_COLL_CHECK=1 and the ordering rule: ranks 0 and 1 form two teams of the same ranks;
+/// rank 0 starts a broadcast on the first, then on the second, rank 1 the other way round
+/// (non-blocking, so nothing deadlocks). Checked mode must fail the second team's broadcast on
+/// both ranks with an error naming both ranks and both teams; a matching pair then works.
+pub fn check_team_order(ep: &Endpoint) -> Result<(), String> {
+    let co = attach_coll(ep)?;
+    let me = ep.rank();
+    let a = co
+        .create(co.world(), &[0, 1])
+        .map_err(|e| e.to_string())?
+        .ok_or("no team a")?;
+    let b = co
+        .create(co.world(), &[1, 0])
+        .map_err(|e| e.to_string())?
+        .ok_or("no team b")?;
+    let fl = f::NOSYNC | f::SINGLE;
+    let bc = |t: &amnet::coll::Team, at: u64| {
+        co.broadcast_nb(t, Addr::Seg(at + 8), 0, Addr::Seg(at), 8, fl)
+    };
+    // A non-blocking start may complete (and fail) at once: its result is the op's.
+    let sync = |h: amnet::Result<amnet::coll::CollHandle>| h.and_then(|h| co.wait_sync(h));
+    let (ha, hb) = if me == 0 {
+        let ha = bc(&a, 0);
+        (ha, bc(&b, 64))
+    } else {
+        let hb = bc(&b, 64);
+        (bc(&a, 0), hb)
+    };
+    let ra = sync(ha);
+    let rb = sync(hb);
+    let named = |r: &amnet::Result<()>| {
+        matches!(r, Err(Error::Mismatch { what, detail })
+            if what.contains("order") && detail.contains("rank 0") && detail.contains("rank 1")
+                && detail.contains(&format!("{:#x}", a.id()))
+                && detail.contains(&format!("{:#x}", b.id())))
+    };
+    if !(named(&ra) || named(&rb)) {
+        eprintln!("rank {me}: the crossed order gave {ra:?} and {rb:?}");
+        ep.exit(1);
+    }
+    // The same order on both ranks works.
+    let ha = bc(&a, 0);
+    let hb = bc(&b, 64);
+    sync(ha).map_err(|e| format!("team a in order: {e}"))?;
+    sync(hb).map_err(|e| format!("team b in order: {e}"))?;
+    std::thread::sleep(Duration::from_millis(300));
+    ep.exit(0)
+}
+
 /// AMNET_COLL_CHECK=1 with two images per rank: a correct ALL_THREADS broadcast works, then
 /// (twice, in two call orders) image 1 (rank 0) passes 16 bytes where every other image passes
 /// 8: every image of every rank must get a Mismatch naming the size, also an image that calls

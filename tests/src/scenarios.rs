@@ -218,6 +218,16 @@ pub fn scenarios() -> Vec<Scenario> {
             only_conduit: None,
         },
         Scenario {
+            name: "coll_checked_team_order",
+            ranks: 2,
+            codes: &[0],
+            log: None,
+            timeout: T,
+            env: &[("AMNET_COLL_CHECK", "1")],
+            body: crate::coll_images::check_team_order,
+            only_conduit: None,
+        },
+        Scenario {
             name: "coll_hang_watchdog_report",
             ranks: 3,
             codes: &[42],
