@@ -122,12 +122,18 @@ fn measure(
     }
     let mean = total / iters as f64;
     // The slowest member's mean, on every member.
-    let mut src = mean.to_le_bytes();
-    let mut all = vec![0u8; 8 * team.size() as usize];
-    // SAFETY: both buffers live across the blocking call, which completes the gather here.
-    let (s, d) = unsafe { (Addr::ptr(src.as_mut_ptr()), Addr::ptr(all.as_mut_ptr())) };
-    coll.gather_all(team, d, s, 8, flags::ALLSYNC | flags::SINGLE)?;
-    Ok(Some(all.chunks(8).fold(0.0, |m, c| {
+    // [this rank's mean | every member's], on the heap for the whole collective.
+    let mut buf = vec![0u8; 8 * (team.size() as usize + 1)];
+    buf[..8].copy_from_slice(&mean.to_le_bytes());
+    let (s, d) = (buf.as_mut_ptr(), buf[8..].as_mut_ptr());
+    // SAFETY: both ranges lie in `buf`, dropped only after the blocking gather returned Ok (it
+    // completed here) and leaked when it failed (it may still be in flight).
+    let (s, d) = unsafe { (Addr::ptr(s), Addr::ptr(d)) };
+    if let Err(e) = coll.gather_all(team, d, s, 8, flags::ALLSYNC | flags::SINGLE) {
+        std::mem::forget(buf);
+        return Err(e);
+    }
+    Ok(Some(buf[8..].chunks(8).fold(0.0, |m, c| {
         m.max(f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
     })))
 }

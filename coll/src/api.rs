@@ -68,6 +68,34 @@ fn init_hash(images: &[u32], fns: &[FnEntry]) -> u32 {
     h
 }
 
+/// Buffers a blocking collective reads and writes, for the library's own calls: freed once the
+/// call succeeded (the collective completed on this rank), leaked when it failed, since a
+/// collective whose wait failed (a hang reported by the watchdog, a failed peer) may still be
+/// in flight and write them later.
+pub(crate) struct InFlight<T>(Option<Vec<T>>);
+
+impl<T> InFlight<T> {
+    pub(crate) fn new(v: Vec<T>) -> Self {
+        InFlight(Some(v))
+    }
+
+    pub(crate) fn get_mut(&mut self) -> &mut Vec<T> {
+        self.0.get_or_insert_with(Vec::new)
+    }
+
+    /// The buffers back when `r` is Ok; leaked, and `r`'s error returned, otherwise.
+    pub(crate) fn finish<R>(mut self, r: Result<R>) -> Result<Vec<T>> {
+        let v = self.0.take().unwrap_or_default();
+        match r {
+            Ok(_) => Ok(v),
+            Err(e) => {
+                std::mem::forget(v);
+                Err(e)
+            }
+        }
+    }
+}
+
 /// One participant's addresses as passed.
 #[derive(Clone, Copy)]
 struct Entry {
@@ -1032,6 +1060,7 @@ impl Coll {
                 })
             }
             Addr::Ptr(p) => {
+                let p = p.addr();
                 if p == 0 {
                     return Err(usage(op, format!("the {what} address is null")));
                 }
@@ -1524,21 +1553,20 @@ impl Coll {
         } else {
             self.sh.size as usize
         };
-        let mut src = value;
-        let mut dst = value;
-        // SAFETY: both live on this stack frame for the whole blocking call, which returns
-        // only once the collective completed on this rank (so nothing writes them later).
-        let (s, d) = unsafe {
-            (
-                Addr::ptr((&mut src as *mut T).cast()),
-                Addr::ptr((&mut dst as *mut T).cast()),
-            )
+        let mut bufs = InFlight::new(vec![value, value]);
+        let (s, d) = {
+            let v = bufs.get_mut();
+            (v.as_mut_ptr(), v[1..].as_mut_ptr())
         };
+        // SAFETY: both elements live on the heap in `bufs`, which outlives the collective:
+        // freed once the blocking call returned Ok (the collective completed here, nothing
+        // writes them later), leaked when it failed (it may still be in flight).
+        let (s, d) = unsafe { (Addr::ptr(s.cast()), Addr::ptr(d.cast())) };
         let lay = Layout::block_cyclic(1, 0);
         let r = red(es, np, lay, lay, func, 0);
         let c = red_call(kind.name(), kind, root, one(s, d), r, flags);
-        self.run(&self.sh.world.clone(), c, true)?;
-        Ok(dst)
+        let r = self.run(&self.sh.world.clone(), c, true);
+        Ok(bufs.finish(r)?[1])
     }
 
     /// Every participant contributes `value`; every participant gets the reduction (in

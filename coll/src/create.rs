@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use amnet_core::{Error, Result};
 use amnet_sync_modes::flags::{IN_ALLSYNC, IN_MYSYNC, OUT_MYSYNC, OUT_NOSYNC, SINGLE};
 
-use crate::api::{call, one, usage, Coll, Counts};
+use crate::api::{call, one, usage, Coll, Counts, InFlight};
 use crate::plan::Kind;
 use crate::team::{child_id, grid, strided, Geo, Team};
 use crate::types::Addr;
@@ -54,13 +54,15 @@ impl Coll {
             ));
         }
         let n = parent.size() as usize;
-        let mut mine = [0u8; 8];
-        mine[..4].copy_from_slice(&color.unwrap_or(u32::MAX).to_le_bytes());
-        mine[4..].copy_from_slice(&key.to_le_bytes());
-        let mut all = vec![0u8; 8 * n];
-        // SAFETY: both buffers live on this frame for the whole blocking call, which returns
-        // only once the gather completed on this rank: nothing writes them later.
-        let (src, dst) = unsafe { (Addr::ptr(mine.as_mut_ptr()), Addr::ptr(all.as_mut_ptr())) };
+        // [this rank's color and key | every rank's], on the heap for the whole collective.
+        let mut bufs = InFlight::new(vec![0u8; 8 * (n + 1)]);
+        let v = bufs.get_mut();
+        v[..4].copy_from_slice(&color.unwrap_or(u32::MAX).to_le_bytes());
+        v[4..8].copy_from_slice(&key.to_le_bytes());
+        let (mine, every) = (v.as_mut_ptr(), v[8..].as_mut_ptr());
+        // SAFETY: both ranges lie in `bufs`, which is freed only after the blocking call
+        // returned Ok (the gather completed here) and leaked when it failed.
+        let (src, dst) = unsafe { (Addr::ptr(mine), Addr::ptr(every)) };
         let c = call(
             OP,
             Kind::GatherAll,
@@ -69,7 +71,9 @@ impl Coll {
             one(src, dst),
             IN_MYSYNC | OUT_MYSYNC | SINGLE,
         );
-        self.run(parent, c, true)?;
+        let r = self.run(parent, c, true);
+        let v = bufs.finish(r)?;
+        let all = &v[8..];
         let Some(color) = color else {
             return Ok(None);
         };
@@ -172,10 +176,10 @@ impl Coll {
     pub fn barrier(&self, team: &Team) -> Result<()> {
         const OP: &str = "team barrier";
         self.check_team(OP, team)?;
-        let mut b = [0u8; 1];
-        // SAFETY: `b` lives on this frame for the whole blocking call, which returns only
-        // once the collective completed on this rank.
-        let p = unsafe { Addr::ptr(b.as_mut_ptr()) };
+        let mut b = InFlight::new(vec![0u8; 1]);
+        // SAFETY: the byte lives in `b`, freed only after the blocking call returned Ok (the
+        // collective completed here) and leaked when it failed.
+        let p = unsafe { Addr::ptr(b.get_mut().as_mut_ptr()) };
         let c = call(
             OP,
             Kind::Broadcast,
@@ -184,7 +188,8 @@ impl Coll {
             one(p, p),
             IN_ALLSYNC | OUT_NOSYNC | SINGLE,
         );
-        self.run(team, c, true).map(|_| ())
+        let r = self.run(team, c, true);
+        b.finish(r).map(|_| ())
     }
 
     /// Destroy `team`: collective over its members (a barrier on it), after which every use of

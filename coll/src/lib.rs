@@ -35,4 +35,4 @@ pub use amnet_sync_modes::{flags, InSync, Mode, OutSync};
 pub use api::Coll;
 pub use builtin::{Elem, ElemType, Loc, RedOp};
 pub use team::Team;
-pub use types::{fn_flags, Addr, CollHandle, FnEntry, Layout, ReduceFn};
+pub use types::{fn_flags, Addr, CollHandle, FnEntry, Layout, RawPtr, ReduceFn};

@@ -7,7 +7,9 @@ use std::sync::Arc;
 ///
 /// `Seg(offset)` is an offset into the segment of the rank that owns the participant: the
 /// same value means the same place on every rank, so it is the natural single-valued address.
-/// `Ptr` is a raw pointer into the calling process (made with the unsafe [`Addr::ptr`]).
+/// `Ptr` is a raw pointer into the calling process, made only with the unsafe [`Addr::ptr`]
+/// (its [`RawPtr`] has no safe constructor, so safe code cannot point a collective at memory
+/// it does not own).
 /// `InPlace` (sources only) takes the data from the destination, per operation (see the
 /// spec).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -15,7 +17,7 @@ pub enum Addr {
     /// An offset into the owning rank's segment.
     Seg(u64),
     /// A pointer into the owning process's memory.
-    Ptr(usize),
+    Ptr(RawPtr),
     /// The source is the destination (in-place forms).
     InPlace,
 }
@@ -33,7 +35,18 @@ impl Addr {
     ///   collective addresses through it, from the initiation until its sync succeeds on this
     ///   rank, and the caller does not access those bytes in between (bulk semantics).
     pub unsafe fn ptr(p: *mut u8) -> Addr {
-        Addr::Ptr(p as usize)
+        Addr::Ptr(RawPtr(p as usize))
+    }
+}
+
+/// An address in this process that a caller of the unsafe [`Addr::ptr`] vouched for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RawPtr(usize);
+
+impl RawPtr {
+    /// The address.
+    pub fn addr(self) -> usize {
+        self.0
     }
 }
 

@@ -12,15 +12,18 @@ use crate::{ck, ensure, Ctx, Verdict};
 
 /// Gather one u64 from every member of `team` (in team order).
 fn gather_u64(co: &Coll, team: &Team, v: u64) -> Result<Vec<u64>, String> {
-    let mut src = v.to_le_bytes();
-    let mut dst = vec![0u8; 8 * team.size() as usize];
-    // SAFETY: both buffers live across the blocking call, which completes the gather here.
-    let (s, d) = unsafe { (Addr::ptr(src.as_mut_ptr()), Addr::ptr(dst.as_mut_ptr())) };
-    ck(
-        "gather_all on a team",
-        co.gather_all(team, d, s, 8, f::IN_MYSYNC | f::OUT_MYSYNC | f::SINGLE),
-    )?;
-    Ok(dst
+    // [this rank's value | every member's], on the heap for the whole collective.
+    let mut buf = vec![0u8; 8 * (team.size() as usize + 1)];
+    buf[..8].copy_from_slice(&v.to_le_bytes());
+    let (s, d) = (buf.as_mut_ptr(), buf[8..].as_mut_ptr());
+    // SAFETY: both ranges lie in `buf`, dropped only after the blocking gather returned Ok (it
+    // completed here) and leaked when it failed (it may still be in flight).
+    let (s, d) = unsafe { (Addr::ptr(s), Addr::ptr(d)) };
+    if let Err(e) = co.gather_all(team, d, s, 8, f::IN_MYSYNC | f::OUT_MYSYNC | f::SINGLE) {
+        std::mem::forget(buf);
+        return Err(format!("gather_all on a team: {e}"));
+    }
+    Ok(buf[8..]
         .chunks(8)
         .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
         .collect())
