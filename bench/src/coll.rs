@@ -26,6 +26,17 @@
 //! runs everything on the job's two halves (even and odd ranks) at the same time, each on its
 //! own team; rank 0 reports its half.
 //!
+//! With the mpi feature on the mpi conduit, MPI's own collectives run in the same job on a
+//! duplicate of the job's communicator (split like the team under `--team split2`): at each
+//! operation and size the reference point (`IN_ALLSYNC|OUT_ALLSYNC`, or the selected
+//! algorithm under `--alg all`) alternates call by call with the MPI counterpart, each after
+//! a barrier of its own library, and the report gives every amnet row's ratio to MPI
+//! (`vs peer`). The counterparts: `MPI_Bcast`, `MPI_Scatter`, `MPI_Gather`, `MPI_Allgather`,
+//! `MPI_Alltoall`; for the array reductions, what an MPI program writes for the same result:
+//! the sum of the rank's own elements and an `MPI_Allreduce` of one u64 (reduce_to_all), the
+//! rank's local inclusive scan, an `MPI_Exscan` of its total and the carry added to each
+//! element (prefix_reduce).
+//!
 //! Sizes: `bytes` is the block each participant contributes or receives: the broadcast
 //! payload, the per-participant block of scatter/gather/gather_all/exchange (the root's
 //! scatter source and gather destination, every rank's gather_all destination and exchange
@@ -39,6 +50,17 @@ use amnet::{Endpoint, Error};
 use crate::measure::Samples;
 use crate::report::Row;
 use crate::{BenchError, Plan};
+
+/// Another library's collectives, timed call by call against amnet's reference point.
+pub(crate) trait Peer {
+    /// The name of the counterpart of the operation named `op` (`"broadcast"`, ...), if the
+    /// peer has one.
+    fn counterpart(&self, op: &str) -> Option<&'static str>;
+    /// A barrier of the peer over the team's ranks (outside the timed region).
+    fn barrier(&mut self) -> Result<(), BenchError>;
+    /// One call of `op`'s counterpart at `n` bytes (the suite's meaning of `bytes`).
+    fn call(&mut self, op: &str, n: usize) -> Result<(), BenchError>;
+}
 
 /// The collectives the suite measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,7 +174,7 @@ struct SegLayout {
 const FIGS: usize = 4;
 
 /// Points per (operation, size) at most: the nine modes, or every algorithm and the selected
-/// one.
+/// one, and the peer's counterpart.
 const POINTS_PER_SIZE: usize = 16;
 
 fn layout(max: usize, ranks: usize) -> SegLayout {
@@ -234,8 +256,27 @@ fn not_admitted(e: &Error) -> bool {
     matches!(e, Error::Usage { detail, .. } if detail.contains("AMNET_COLL_TUNE forces"))
 }
 
+/// The sync label of a peer's rows.
+pub(crate) const PEER_SYNC: &str = "peer";
+
+/// The peer and the name of `op`'s counterpart, if there is a peer with one.
+fn pair<'a>(
+    peer: &'a mut Option<&mut dyn Peer>,
+    op: Op,
+) -> Option<(&'a mut dyn Peer, &'static str)> {
+    let p = peer.as_deref_mut()?;
+    let name = p.counterpart(op.name())?;
+    Some((p, name))
+}
+
 /// Collective: measure every op, size and mode (or algorithm). Returns the rows on rank 0.
-pub(crate) fn run(ep: &Endpoint, plan: &Plan) -> Result<Vec<Row>, BenchError> {
+///
+/// `peer`, when given, is timed against the reference point of each operation and size.
+pub(crate) fn run(
+    ep: &Endpoint,
+    plan: &Plan,
+    mut peer: Option<&mut dyn Peer>,
+) -> Result<Vec<Row>, BenchError> {
     let coll = Coll::init(ep, None, 0, &[])?;
     let team = if plan.split2 {
         let me = ep.rank();
@@ -268,25 +309,51 @@ pub(crate) fn run(ep: &Endpoint, plan: &Plan) -> Result<Vec<Row>, BenchError> {
     let mut figs: Vec<f64> = Vec::with_capacity(Op::ALL.len() * sizes.len() * 9 * FIGS);
     let mut points = Vec::new();
     // Time one point: warm-up, then timed calls, each after a barrier.
-    let mut point = |op: Op, n: usize, fl: u32, label: &'static str, alg: &'static str| {
+    // Time one point: warm-up, then timed calls, each after a barrier. With `paired`, the
+    // peer's counterpart alternates with the amnet call and makes a second point.
+    let mut point = |op: Op,
+                     n: usize,
+                     fl: u32,
+                     label: &'static str,
+                     alg: &'static str,
+                     paired: Option<(&mut dyn Peer, &'static str)>| {
         let (warmup, iters) = shape(plan, n);
+        let mut paired = paired;
         for _ in 0..warmup {
             ep.barrier()?;
             call(&coll, &team, op, n, ranks, &l, fl)?;
+            if let Some((p, _)) = paired.as_mut() {
+                p.barrier()?;
+                p.call(op.name(), n)?;
+            }
         }
         let mut ns = Vec::with_capacity(iters);
+        let mut peer_ns = Vec::with_capacity(if paired.is_some() { iters } else { 0 });
+        // The peer's calls and barriers send no AM requests.
         let before = requests(ep);
         for _ in 0..iters {
             ep.barrier()?;
             let t = std::time::Instant::now();
             call(&coll, &team, op, n, ranks, &l, fl)?;
             ns.push(t.elapsed().as_nanos() as f64);
+            if let Some((p, _)) = paired.as_mut() {
+                p.barrier()?;
+                let t = std::time::Instant::now();
+                p.call(op.name(), n)?;
+                peer_ns.push(t.elapsed().as_nanos() as f64);
+            }
         }
         let sent = (requests(ep) - before) as f64 - per_barrier * iters as f64;
         let mean = ns.iter().sum::<f64>() / iters as f64;
         let s = Samples::from_ns(ns);
         figs.extend([mean, s.p50(), s.p99(), sent / iters as f64]);
         points.push((op, n, label, alg, iters));
+        if let Some((_, name)) = paired {
+            let mean = peer_ns.iter().sum::<f64>() / iters as f64;
+            let s = Samples::from_ns(peer_ns);
+            figs.extend([mean, s.p50(), s.p99(), f64::NAN]);
+            points.push((op, n, PEER_SYNC, name, iters));
+        }
         Ok::<(), BenchError>(())
     };
     for op in Op::ALL {
@@ -295,7 +362,12 @@ pub(crate) fn run(ep: &Endpoint, plan: &Plan) -> Result<Vec<Row>, BenchError> {
                 for &(mode, label) in &modes {
                     let fl = mode | flags::SINGLE;
                     let alg = alg_name(op, &coll.selected(&team, op.name(), n, mode)?);
-                    point(op, n, fl, label, alg)?;
+                    let paired = if label == REFERENCE_SYNC {
+                        pair(&mut peer, op)
+                    } else {
+                        None
+                    };
+                    point(op, n, fl, label, alg, paired)?;
                 }
                 continue;
             }
@@ -308,11 +380,12 @@ pub(crate) fn run(ep: &Endpoint, plan: &Plan) -> Result<Vec<Row>, BenchError> {
                     Err(e) if not_admitted(&e) => continue,
                     r => r?,
                 }
-                point(op, n, fl, REFERENCE_SYNC, name)?;
+                point(op, n, fl, REFERENCE_SYNC, name, None)?;
             }
             coll.tune("")?;
             let alg = alg_name(op, &coll.selected(&team, op.name(), n, flags::ALLSYNC)?);
-            point(op, n, fl, "selected", alg)?;
+            let paired = pair(&mut peer, op);
+            point(op, n, fl, "selected", alg, paired)?;
         }
     }
     coll.tune("")?;

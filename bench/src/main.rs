@@ -386,7 +386,20 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
         report.extend(barrier::run(&ep, plan)?);
     }
     if opts.suite == Suite::Coll {
-        report.extend(coll::run(&ep, plan)?);
+        #[cfg(feature = "mpi")]
+        let mut mpi_peer = if ep.conduit_name() == "mpi" {
+            let max = plan.max_bytes.min(coll::MAX_BYTES);
+            Some(rawmpi::MpiColl::new(&ep, plan.split2, max)?)
+        } else {
+            None
+        };
+        #[allow(unused_mut)]
+        let mut peer: Option<&mut dyn coll::Peer> = None;
+        #[cfg(feature = "mpi")]
+        if let Some(p) = mpi_peer.as_mut() {
+            peer = Some(p);
+        }
+        report.extend(coll::run(&ep, plan, peer)?);
     }
 
     if me == 0 {

@@ -10,13 +10,16 @@
 //! - `raw_mpi_barrier`: `MPI_Barrier` over every rank.
 //!
 //! Every rank takes part in the collectives; ranks other than 0 and 1 only wait.
+//!
+//! [`MpiColl`] is the `coll` suite's peer: MPI's collectives on a communicator of their own,
+//! timed call by call against amnet's (see `coll`).
 
 use std::ffi::c_void;
 use std::time::Instant;
 
 use amnet::Endpoint;
 use amnet_mpi::mpi::ffi;
-use amnet_mpi::mpi::topology::SimpleCommunicator;
+use amnet_mpi::mpi::topology::{Color, SimpleCommunicator};
 use amnet_mpi::mpi::traits::{AsRaw, Communicator, CommunicatorCollectives, Destination, Source};
 
 use crate::measure::Samples;
@@ -162,4 +165,146 @@ pub(crate) fn run(ep: &Endpoint, plan: &Plan, sizes: &[usize]) -> Result<Vec<Row
         rows.push(Row::latency("floor", "raw_mpi_barrier", 0, &s, 1));
     }
     Ok(rows)
+}
+
+/// MPI's collectives over a duplicate of `MPI_COMM_WORLD` (or its even or odd half), with
+/// buffers for the largest size the `coll` suite measures.
+pub(crate) struct MpiColl {
+    comm: SimpleCommunicator,
+    ranks: usize,
+    rank: usize,
+    src: Vec<u8>,
+    dst: Vec<u8>,
+    /// The rank's elements of the array reductions and its scan results.
+    elems: Vec<u64>,
+    scan: Vec<u64>,
+}
+
+/// Converts a byte or element count to MPI's `int`.
+fn count(n: usize) -> Result<i32, BenchError> {
+    i32::try_from(n).map_err(|_| BenchError::Usage(format!("{n} exceeds MPI's int count")))
+}
+
+impl MpiColl {
+    /// Collective over the job: the peer for a `coll` run on the whole job, or with `split2`
+    /// on the half (even or odd ranks) this rank belongs to; `max` is the largest size.
+    pub(crate) fn new(ep: &Endpoint, split2: bool, max: usize) -> Result<MpiColl, BenchError> {
+        let world = SimpleCommunicator::world();
+        let me = ep.rank();
+        let comm = if split2 {
+            let key = i32::try_from(me).unwrap_or(0);
+            world
+                .split_by_color_with_key(Color::with_value(i32::from(me % 2 == 1)), key)
+                .ok_or(BenchError::Usage("MPI_Comm_split gave no half".into()))?
+        } else {
+            world.duplicate()
+        };
+        let ranks = usize::try_from(comm.size()).unwrap_or(1);
+        let rank = usize::try_from(comm.rank()).unwrap_or(0);
+        let src = crate::pattern(max * ranks);
+        let dst = vec![0u8; max * ranks];
+        Ok(MpiColl {
+            comm,
+            ranks,
+            rank,
+            src,
+            dst,
+            elems: Vec::new(),
+            scan: Vec::new(),
+        })
+    }
+
+    /// This rank's elements of a `count`-element u64 array in the suite's block-cyclic
+    /// layout with one block per rank: small values, as on the amnet side.
+    fn my_elems(&mut self, count: usize) {
+        let b = count.div_ceil(self.ranks).max(1);
+        let lo = (self.rank * b).min(count);
+        let hi = ((self.rank + 1) * b).min(count);
+        if self.elems.len() != hi - lo || self.elems.first() != Some(&(lo as u64 % 251 + 1)) {
+            self.elems = (lo..hi).map(|i| i as u64 % 251 + 1).collect();
+            self.scan = vec![0; hi - lo];
+        }
+    }
+}
+
+impl crate::coll::Peer for MpiColl {
+    fn counterpart(&self, op: &str) -> Option<&'static str> {
+        Some(match op {
+            "broadcast" => "MPI_Bcast",
+            "scatter" => "MPI_Scatter",
+            "gather" => "MPI_Gather",
+            "gather_all" => "MPI_Allgather",
+            "exchange" => "MPI_Alltoall",
+            "reduce_to_all" => "local+MPI_Allreduce",
+            "prefix_reduce" => "local+MPI_Exscan",
+            _ => return None,
+        })
+    }
+
+    fn barrier(&mut self) -> Result<(), BenchError> {
+        self.comm.barrier();
+        Ok(())
+    }
+
+    fn call(&mut self, op: &str, n: usize) -> Result<(), BenchError> {
+        let c = self.comm.as_raw();
+        let byte = || {
+            // SAFETY: reading an immutable handle exported by the rsmpi shim.
+            unsafe { ffi::RSMPI_UINT8_T }
+        };
+        let cnt = count(n)?;
+        if self.src.len() < n * self.ranks {
+            return Err(BenchError::Usage(format!(
+                "{n} bytes exceeds the MPI buffers"
+            )));
+        }
+        let (src, dst) = (
+            self.src.as_ptr().cast::<c_void>(),
+            self.dst.as_mut_ptr().cast::<c_void>(),
+        );
+        let b = byte();
+        // SAFETY: the buffers hold `n * ranks` bytes (checked above), the counts describe at
+        // most that many, and each call completes before the buffers change.
+        let data = |f: &str| unsafe {
+            match f {
+                "broadcast" => Some(ffi::MPI_Bcast(dst, cnt, b, 0, c)),
+                "scatter" => Some(ffi::MPI_Scatter(src, cnt, b, dst, cnt, b, 0, c)),
+                "gather" => Some(ffi::MPI_Gather(src, cnt, b, dst, cnt, b, 0, c)),
+                "gather_all" => Some(ffi::MPI_Allgather(src, cnt, b, dst, cnt, b, c)),
+                "exchange" => Some(ffi::MPI_Alltoall(src, cnt, b, dst, cnt, b, c)),
+                _ => None,
+            }
+        };
+        let rc = match op {
+            "broadcast" | "scatter" | "gather" | "gather_all" | "exchange" => data(op).unwrap_or(0),
+            "reduce_to_all" | "prefix_reduce" => {
+                self.my_elems(n / 8);
+                let mine = self.elems.iter().fold(0u64, |a, &v| a.wrapping_add(v));
+                let mut total = 0u64;
+                let sum = std::hint::black_box(mine);
+                let (u64t, op_sum) = {
+                    // SAFETY: reading immutable handles exported by the rsmpi shim.
+                    unsafe { (ffi::RSMPI_UINT64_T, ffi::RSMPI_SUM) }
+                };
+                let tp = (&mut total as *mut u64).cast::<c_void>();
+                let sp = (&sum as *const u64).cast::<c_void>();
+                if op == "reduce_to_all" {
+                    // SAFETY: one u64 in, one out, both live across the call.
+                    unsafe { ffi::MPI_Allreduce(sp, tp, 1, u64t, op_sum, c) }
+                } else {
+                    // SAFETY: as above; MPI_Exscan leaves rank 0's `total` alone (it stays 0).
+                    let rc = unsafe { ffi::MPI_Exscan(sp, tp, 1, u64t, op_sum, c) };
+                    let mut carry = if self.rank == 0 { 0 } else { total };
+                    for (d, &v) in self.scan.iter_mut().zip(&self.elems) {
+                        carry = carry.wrapping_add(v);
+                        *d = carry;
+                    }
+                    std::hint::black_box(&self.scan);
+                    rc
+                }
+            }
+            _ => return Err(BenchError::Usage(format!("no MPI counterpart of {op}"))),
+        };
+        mpi_err("MPI collective", rc)
+    }
 }

@@ -56,8 +56,11 @@ pub(crate) struct CollFigs {
     pub(crate) min_ns: f64,
     /// Largest per-rank mean, nanoseconds.
     pub(crate) max_ns: f64,
-    /// AM requests sent per call, summed over ranks.
+    /// AM requests sent per call, summed over ranks (NaN for a peer's rows).
     pub(crate) msgs: f64,
+    /// The average latency over the peer's counterpart's at the same operation and size
+    /// (MPI's, with the mpi feature on the mpi conduit), if one was measured.
+    pub(crate) vs_peer: Option<f64>,
 }
 
 /// The p50 of samples of `per_sample` operations each: interpolated within the clock's step
@@ -132,6 +135,7 @@ impl Row {
                 min_ns,
                 max_ns,
                 msgs,
+                vs_peer: None,
             }),
         }
     }
@@ -208,7 +212,10 @@ fn fmt_val(v: f64, unit: &str) -> String {
 /// The table of one collective: a line per size and sync mode.
 fn coll_table(out: &mut String, rows: &[&Row]) {
     use std::fmt::Write;
-    let _ = writeln!(
+    let peer = rows
+        .iter()
+        .any(|r| r.coll.as_ref().is_some_and(|c| c.vs_peer.is_some()));
+    let _ = write!(
         out,
         "{:<9} {:<23} {:<20} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7} {:>8} {:>7}",
         "# bytes",
@@ -223,12 +230,18 @@ fn coll_table(out: &mut String, rows: &[&Row]) {
         "msgs",
         "iters"
     );
+    let _ = writeln!(out, "{}", if peer { "  vs peer" } else { "" });
     for r in rows {
         let Some(c) = &r.coll else { continue };
         let ratio = r.ratio.map_or("-".to_string(), |x| format!("{x:.3}"));
-        let _ = writeln!(
+        let msgs = if c.msgs.is_nan() {
+            "-".to_string()
+        } else {
+            format!("{:.1}", c.msgs)
+        };
+        let _ = write!(
             out,
-            "{:<9} {:<23} {:<20} {:>11.2} {:>11.2} {:>11.2} {:>11.2} {:>11.2} {:>7} {:>8.1} {:>7}",
+            "{:<9} {:<23} {:<20} {:>11.2} {:>11.2} {:>11.2} {:>11.2} {:>11.2} {:>7} {:>8} {:>7}",
             r.bytes,
             c.sync,
             c.alg,
@@ -238,16 +251,28 @@ fn coll_table(out: &mut String, rows: &[&Row]) {
             r.p50_ns / 1e3,
             r.p99_ns / 1e3,
             ratio,
-            c.msgs,
+            msgs,
             r.samples
         );
+        let vs = match (peer, c.vs_peer) {
+            (false, _) => String::new(),
+            (true, None) => format!("{:>9}", "-"),
+            (true, Some(x)) => format!("{x:>9.3}"),
+        };
+        let _ = writeln!(out, "{vs}");
     }
     let _ = writeln!(
         out,
         "# avg: mean over ranks of each rank's mean call time; min/max: extreme per-rank \
          means; p50: mean of the per-rank medians; p99: largest per-rank p99; ratio: avg over \
          IN_ALLSYNC|OUT_ALLSYNC at this size (with --alg all: over the first algorithm, \
-         flat); msgs: AM requests per call, all ranks"
+         flat); msgs: AM requests per call, all ranks{}",
+        if peer {
+            "; vs peer: avg over the peer's (sync `peer`) at this size, timed call by call \
+             with the reference row"
+        } else {
+            ""
+        }
     );
 }
 
@@ -302,6 +327,7 @@ impl Report {
     /// 8-byte put/get latencies against the raw UDP ping-pong, bandwidths against raw UDP
     /// streaming at the same size.
     pub(crate) fn compute_ratios(&mut self) {
+        self.compute_coll_ratios();
         if self.udp() {
             self.compute_udp_ratios();
             return;
@@ -318,22 +344,8 @@ impl Report {
             .filter(|r| r.op == "memcpy_bw")
             .filter_map(|r| r.mb_s.map(|m| (r.bytes, m)))
             .collect();
-        // Collectives: the average latency over IN_ALLSYNC|OUT_ALLSYNC at the same op and
-        // size.
-        let coll_ref: Vec<(&'static str, usize, f64)> = self
-            .rows
-            .iter()
-            .filter_map(|r| {
-                let c = r.coll.as_ref()?;
-                (c.sync == crate::coll::REFERENCE_SYNC).then_some((r.op, r.bytes, c.avg_ns))
-            })
-            .collect();
         for r in &mut self.rows {
-            if let Some(c) = &r.coll {
-                r.ratio = coll_ref
-                    .iter()
-                    .find(|(op, b, _)| *op == r.op && *b == r.bytes)
-                    .map(|&(_, _, a)| c.avg_ns / a);
+            if r.coll.is_some() {
                 continue;
             }
             r.ratio = match r.op {
@@ -348,6 +360,35 @@ impl Report {
                 }
                 _ => None,
             };
+        }
+    }
+
+    /// Collectives: the average latency over IN_ALLSYNC|OUT_ALLSYNC (the first row of that
+    /// label: under `--alg all` the first algorithm) at the same op and size, and over the
+    /// peer's counterpart where one was measured.
+    fn compute_coll_ratios(&mut self) {
+        let by_label = |rows: &[Row], label: &str| -> Vec<(&'static str, usize, f64)> {
+            rows.iter()
+                .filter_map(|r| {
+                    let c = r.coll.as_ref()?;
+                    (c.sync == label).then_some((r.op, r.bytes, c.avg_ns))
+                })
+                .collect()
+        };
+        let reference = by_label(&self.rows, crate::coll::REFERENCE_SYNC);
+        let peer = by_label(&self.rows, crate::coll::PEER_SYNC);
+        let at = |v: &[(&'static str, usize, f64)], op: &str, bytes: usize| {
+            v.iter()
+                .find(|(o, b, _)| *o == op && *b == bytes)
+                .map(|&(_, _, a)| a)
+        };
+        for r in &mut self.rows {
+            let (op, bytes) = (r.op, r.bytes);
+            let Some(c) = r.coll.as_mut() else { continue };
+            r.ratio = at(&reference, op, bytes).map(|a| c.avg_ns / a);
+            if c.sync != crate::coll::PEER_SYNC {
+                c.vs_peer = at(&peer, op, bytes).map(|a| c.avg_ns / a);
+            }
         }
     }
 
@@ -759,7 +800,12 @@ impl Report {
                     o["avg_us"] = us(c.avg_ns);
                     o["min_us"] = us(c.min_ns);
                     o["max_us"] = us(c.max_ns);
-                    o["msgs"] = Value::from(round(c.msgs, 2));
+                    if !c.msgs.is_nan() {
+                        o["msgs"] = Value::from(round(c.msgs, 2));
+                    }
+                    if let Some(x) = c.vs_peer {
+                        o["vs_peer"] = Value::from(round(x, 4));
+                    }
                 }
                 o.to_string()
             })
