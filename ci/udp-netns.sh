@@ -2,8 +2,8 @@
 # The udp conduit across two hosts: two network namespaces joined by a veth pair stand for two
 # machines on one Ethernet segment. The launcher runs in the first, ranks are spread over both
 # ("remote" start through AMNET_SSH="ip netns exec"), and the conduit test suite runs as one
-# job, then again with loss, duplication and reordering. Skipped, with the reason, only where
-# namespaces or a veth pair cannot be created.
+# job, then again with loss, duplication and reordering, without and with authenticated
+# datagrams. Skipped, with the reason, only where namespaces or a veth pair cannot be created.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 trap 'echo "udp-netns: FAILED at line $LINENO: $BASH_COMMAND (exit code $?)" >&2' ERR
@@ -62,6 +62,9 @@ run
 # Loss, duplication and reordering come from the conduit's own fault injection at the socket
 # edge, the same on every kernel (tc netem is missing from many).
 run AMNET_UDP_LOSS=0.1 AMNET_UDP_DUP=0.05 AMNET_UDP_REORDER=0.1
+# Authenticated datagrams: the secret reaches every rank on the standard input of the
+# "remote" start, never on its command line.
+run AMNET_UDP_AUTH=1 AMNET_UDP_LOSS=0.1 AMNET_UDP_DUP=0.05 AMNET_UDP_REORDER=0.1
 # The ranks in the second namespace must really have talked over the link.
 rx=$($SUDO ip netns exec "$B" cat "/sys/class/net/$VB/statistics/rx_bytes")
 tx=$($SUDO ip netns exec "$B" cat "/sys/class/net/$VB/statistics/tx_bytes")

@@ -116,6 +116,10 @@ pub enum Kind {
     SocketAddr,
     /// A number in hexadecimal, at most 64 bits.
     Hex,
+    /// A 128-bit secret as 32 hexadecimal digits. Its value is never shown: the configuration
+    /// dump prints `(set)`, errors leave it out, and the launcher never puts it on a command
+    /// line.
+    Secret,
     /// Any text (a name, a path, a list, a command line).
     Text,
 }
@@ -136,8 +140,14 @@ impl Kind {
             Kind::Ip => "an IP address".into(),
             Kind::SocketAddr => "IP:PORT".into(),
             Kind::Hex => "a hexadecimal number".into(),
+            Kind::Secret => "32 hexadecimal digits (128 bits)".into(),
             Kind::Text => "text".into(),
         }
+    }
+
+    /// True for a kind whose values must not be shown ([`Kind::Secret`]).
+    pub fn is_secret(self) -> bool {
+        matches!(self, Kind::Secret)
     }
 
     /// Whether `value` (not empty) is acceptable.
@@ -153,6 +163,7 @@ impl Kind {
             Kind::Ip => value.parse::<IpAddr>().is_ok(),
             Kind::SocketAddr => value.parse::<SocketAddr>().is_ok(),
             Kind::Hex => u64::from_str_radix(value, 16).is_ok(),
+            Kind::Secret => parse_secret(value).is_some(),
             Kind::Text => true,
         }
     }
@@ -164,6 +175,25 @@ fn parse_flag(v: &str) -> Option<bool> {
         "1" | "yes" | "true" => Some(true),
         _ => None,
     }
+}
+
+fn parse_secret(v: &str) -> Option<[u8; 16]> {
+    let digits = v.as_bytes();
+    if digits.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (o, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
+        let hi = char::from(pair[0]).to_digit(16)?;
+        let lo = char::from(pair[1]).to_digit(16)?;
+        *o = u8::try_from((hi << 4) | lo).ok()?;
+    }
+    Some(out)
+}
+
+/// `secret` as the 32 lower-case hexadecimal digits a [`Kind::Secret`] variable takes.
+pub fn secret_hex(secret: &[u8; 16]) -> String {
+    secret.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn parse_seconds(v: &str) -> Option<Duration> {
@@ -350,6 +380,27 @@ pub mod vars {
         default: "65000",
         meaning: "udp: the largest datagram a rank sends, in bytes",
     };
+    /// `AMNET_UDP_AUTH`.
+    pub const UDP_AUTH: Var = Var {
+        name: "AMNET_UDP_AUTH",
+        scope: UDP,
+        kind: Kind::Flag,
+        default: "`0`",
+        meaning: "udp: `1`: every datagram carries a 128-bit SipHash-2-4 tag keyed with the \
+                  job's secret; a datagram whose tag does not verify is dropped and counted \
+                  (`auth_failures`); every rank of a job must agree",
+    };
+    /// `AMNET_UDP_SECRET`.
+    pub const UDP_SECRET: Var = Var {
+        name: "AMNET_UDP_SECRET",
+        scope: UDP,
+        kind: Kind::Secret,
+        default: "set by `amrun`",
+        meaning: "udp: the job's secret, fresh per job, which keys the datagram tags and the \
+                  bootstrap connection; reaches local ranks in their environment and remote \
+                  ones on the standard input of the remote-start command, never on a command \
+                  line",
+    };
     /// `AMNET_UDP_LOSS`.
     pub const UDP_LOSS: Var = Var {
         name: "AMNET_UDP_LOSS",
@@ -374,6 +425,16 @@ pub mod vars {
         default: "0",
         meaning: "udp: probability of holding back each outgoing datagram behind the next \
                   (tests)",
+    };
+    /// `AMNET_UDP_FORGE`.
+    pub const UDP_FORGE: Var = Var {
+        name: "AMNET_UDP_FORGE",
+        scope: UDP,
+        kind: Kind::Probability,
+        default: "0",
+        meaning: "udp: probability of sending, ahead of each outgoing DATA datagram with a \
+                  payload, a forged copy with the payload's last byte changed and a wrong tag \
+                  or none (tests)",
     };
     /// `AMNET_UDP_HOSTS`.
     pub const UDP_HOSTS: Var = Var {
@@ -505,9 +566,12 @@ pub const VARS: &[&Var] = &[
     &vars::UDP_BIND,
     &vars::UDP_PEER_TIMEOUT,
     &vars::UDP_MTU,
+    &vars::UDP_AUTH,
+    &vars::UDP_SECRET,
     &vars::UDP_LOSS,
     &vars::UDP_DUP,
     &vars::UDP_REORDER,
+    &vars::UDP_FORGE,
     &vars::UDP_HOSTS,
     &vars::SSH,
     &vars::UDP_BOOT_ADDR,
@@ -528,8 +592,16 @@ pub fn lookup(name: &str) -> Option<&'static Var> {
     VARS.iter().copied().find(|v| v.name == name)
 }
 
-/// The error for a value `var` does not accept.
+/// The error for a value `var` does not accept (a secret's value is left out).
 pub fn invalid(var: &Var, value: &str) -> Error {
+    if var.kind.is_secret() {
+        return Error::Config(format!(
+            "{} (its value is not shown, {} characters): expected {}",
+            var.name,
+            value.chars().count(),
+            var.kind.expected()
+        ));
+    }
     Error::Config(format!(
         "{}={value:?}: expected {}",
         var.name,
@@ -561,9 +633,21 @@ impl Origin {
 /// returns `Ok(None)` for a variable that is unset or empty (the caller applies the default),
 /// the parsed value when it is acceptable, and [`Error::Config`] naming the variable, the value
 /// and the expected form otherwise.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Source {
     set: BTreeMap<&'static str, String>,
+}
+
+impl fmt::Debug for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = self.set.iter().map(|(k, v)| {
+            let secret = lookup(k).is_some_and(|var| var.kind.is_secret());
+            (*k, if secret { "(set)" } else { v.as_str() })
+        });
+        f.debug_struct("Source")
+            .field("set", &BTreeMap::from_iter(shown))
+            .finish()
+    }
 }
 
 impl Source {
@@ -680,6 +764,11 @@ impl Source {
         self.parsed(var, |v| v.parse().ok())
     }
 
+    /// A [`Kind::Secret`] variable: its 16 bytes.
+    pub fn secret(&self, var: &Var) -> Result<Option<[u8; 16]>> {
+        self.parsed(var, parse_secret)
+    }
+
     /// A [`Kind::Hex`] variable.
     pub fn hex(&self, var: &Var) -> Result<Option<u64>> {
         self.parsed(var, |v| u64::from_str_radix(v, 16).ok())
@@ -709,6 +798,7 @@ impl Source {
         let mut s = String::new();
         for var in VARS.iter().filter(|v| v.scope.applies_to_rank(conduit)) {
             let (value, origin) = match self.raw(var) {
+                Some((_, o)) if var.kind.is_secret() => ("(set)".to_string(), o.name()),
                 Some((v, o)) => (v, o.name()),
                 None => match resolved.iter().find(|(r, _)| r.name == var.name) {
                     Some((_, v)) => (v.clone(), "default"),
@@ -842,5 +932,38 @@ mod tests {
         assert!(d.contains("AMNET_UDP_MTU"), "{d}");
         assert!(!d.contains("AMNET_MPI_CREDITS"), "{d}");
         assert!(!d.contains("AMNET_STORM"), "{d}");
+    }
+
+    #[test]
+    fn secrets_parse_and_are_never_shown() {
+        let hex = "00112233445566778899aabbccddeeff";
+        let mut s = Source::env();
+        s.set("AMNET_UDP_SECRET", hex).unwrap();
+        let want: [u8; 16] = std::array::from_fn(|i| u8::try_from(i * 0x11).unwrap());
+        assert_eq!(s.secret(&vars::UDP_SECRET).unwrap(), Some(want));
+        assert_eq!(secret_hex(&want), hex);
+        let d = s.dump("udp", &[]);
+        assert!(!d.contains(hex) && !d.contains("8899aa"), "{d}");
+        assert!(
+            d.lines()
+                .any(|l| l.contains("AMNET_UDP_SECRET") && l.contains("(set) (set in code)")),
+            "{d}"
+        );
+        let dbg = format!("{s:?}");
+        assert!(!dbg.contains(hex) && dbg.contains("(set)"), "{dbg}");
+        for bad in [&hex[1..], "00112233445566778899aabbccddeefg", "lots"] {
+            let e = Source::env()
+                .set("AMNET_UDP_SECRET", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("AMNET_UDP_SECRET") && e.contains("32 hexadecimal digits"),
+                "{e}"
+            );
+            assert!(!e.contains(bad), "{e}");
+        }
+        let mut s = Source::env();
+        s.set("AMNET_UDP_AUTH", "yes").unwrap();
+        assert_eq!(s.flag(&vars::UDP_AUTH).unwrap(), Some(true));
     }
 }

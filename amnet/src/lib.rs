@@ -165,6 +165,12 @@ impl Builder {
         self.with(&vars::HANG_TIMEOUT, secs(limit))
     }
 
+    /// udp: tag every datagram with the job's secret and drop those whose tag does not verify
+    /// (`AMNET_UDP_AUTH`). Every rank of the job must agree.
+    pub fn udp_auth(self, on: bool) -> Self {
+        self.with(&vars::UDP_AUTH, flag(on))
+    }
+
     /// Any other variable of [`config::VARS`] by name, for conduit tuning
     /// (`.var("AMNET_UDP_MTU", "9000")`). An empty value means the default whatever the
     /// environment says; an unknown name or a value the variable does not accept makes `init`
@@ -207,7 +213,7 @@ impl Builder {
         let src = self.source;
         let conduit: Box<dyn amnet_core::Conduit> = match kind {
             ConduitKind::Smp => Box::new(amnet_smp::SmpConduit::new(&src)?),
-            ConduitKind::Udp => Box::new(amnet_udp::UdpConduit::from_env()?),
+            ConduitKind::Udp => Box::new(amnet_udp::UdpConduit::new(&src)?),
             #[cfg(feature = "mpi")]
             ConduitKind::Mpi => Box::new(amnet_mpi::MpiConduit::new(&src)?),
             other => return Err(Error::Config(format!("conduit {other} is not built in"))),

@@ -84,6 +84,26 @@ fn builder_settings_win_over_the_environment() {
     assert!(m.contains("AMNET_SPIN=\"-3\""), "{m}");
     std::env::remove_var("AMNET_SPIN");
 
+    // udp settings made in code reach the udp conduit: authentication, whose tag takes 16
+    // bytes of each datagram, with an MTU too small for it.
+    let b = Builder::new().udp_auth(true);
+    assert_eq!(
+        b.source()
+            .unwrap()
+            .flag(&amnet::config::vars::UDP_AUTH)
+            .unwrap(),
+        Some(true)
+    );
+    let m = config_error(
+        b.conduit(ConduitKind::Udp)
+            .var("AMNET_UDP_MTU", "520")
+            .init(),
+    );
+    assert!(
+        m.contains("AMNET_UDP_MTU=520 with AMNET_UDP_AUTH=1") && m.contains("528"),
+        "{m}"
+    );
+
     // A conduit this build lacks.
     if !amnet::CONDUITS.contains(&ConduitKind::Mpi) {
         let m = config_error(Builder::new().conduit(ConduitKind::Mpi).init());

@@ -13,36 +13,74 @@
 //!
 //! Children get `PR_SET_PDEATHSIG` so that they die with the launcher.
 
-use std::process::{Child, Command};
+use std::io::Write;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
+use amnet_core::config::lookup;
 use amnet_core::job::JobBackend;
 use amnet_core::{ConduitKind, Result};
 
-/// The command that starts `rank`: here, or through the backend's remote prefix.
-fn rank_command(backend: &dyn JobBackend, opts: &LaunchOptions, r: u32) -> Command {
+/// The shell script that reads the secrets `names` from standard input, one a line, into
+/// its environment and then runs its arguments: what a remote rank is started through, so
+/// that no secret is ever on a command line (visible in `ps` on either host).
+fn secret_reader(names: &[&str]) -> String {
+    let mut script = String::new();
+    for n in names {
+        script += &format!("read -r {n} && export {n} && ");
+    }
+    script + "exec \"$@\""
+}
+
+/// The command that starts `rank`: here, or through the backend's remote prefix; with the
+/// bytes to write to its standard input (the secrets of a remote rank), if any.
+fn rank_command(
+    backend: &dyn JobBackend,
+    opts: &LaunchOptions,
+    r: u32,
+) -> (Command, Option<Vec<u8>>) {
     let mut env: Vec<(String, String)> = vec![
         ("AMNET_RANK".into(), r.to_string()),
         ("AMNET_SIZE".into(), opts.ranks.to_string()),
         ("AMNET_CONDUIT".into(), opts.conduit.name().into()),
     ];
     env.extend(backend.rank_env(r));
+    // Only names the configuration table lists as secrets, which are plain words.
+    let secrets: Vec<(String, String)> = backend
+        .rank_secrets(r)
+        .into_iter()
+        .filter(|(k, _)| lookup(k).is_some_and(|v| v.kind.is_secret()))
+        .collect();
     match backend.remote_prefix(r).filter(|p| !p.is_empty()) {
         None => {
             let mut cmd = Command::new(&opts.program);
             cmd.args(&opts.args);
-            for (k, v) in env {
+            for (k, v) in env.into_iter().chain(secrets) {
                 cmd.env(k, v);
             }
-            cmd
+            (cmd, None)
         }
         Some(prefix) => {
-            let mut words = vec!["env".to_string()];
-            // The launcher's own AMNET_* settings (fault injection, tuning) travel along;
-            // the rank's variables come last and win.
+            let mut words = Vec::new();
+            let mut input = None;
+            if !secrets.is_empty() {
+                let names: Vec<&str> = secrets.iter().map(|(k, _)| k.as_str()).collect();
+                words.extend(["sh".into(), "-c".into(), secret_reader(&names)]);
+                words.push("amnet-rank".into());
+                input = Some(
+                    secrets
+                        .iter()
+                        .flat_map(|(_, v)| format!("{v}\n").into_bytes())
+                        .collect(),
+                );
+            }
+            words.push("env".to_string());
+            // The launcher's own AMNET_* settings (fault injection, tuning) travel along, but
+            // no secret; the rank's variables come last and win.
             for (k, v) in std::env::vars() {
-                if k.starts_with("AMNET_") && !env.iter().any(|(e, _)| *e == k) {
+                let secret = lookup(&k).is_some_and(|var| var.kind.is_secret());
+                if k.starts_with("AMNET_") && !secret && !env.iter().any(|(e, _)| *e == k) {
                     words.push(format!("{k}={v}"));
                 }
             }
@@ -64,7 +102,10 @@ fn rank_command(backend: &dyn JobBackend, opts: &LaunchOptions, r: u32) -> Comma
                     cmd.arg(w);
                 }
             }
-            cmd
+            if input.is_some() {
+                cmd.stdin(Stdio::piped());
+            }
+            (cmd, input)
         }
     }
 }
@@ -182,7 +223,7 @@ fn supervise_inner(
 ) -> Result<i32> {
     let mut ranks: Vec<Rank> = Vec::with_capacity(opts.ranks as usize);
     for r in 0..opts.ranks {
-        let mut cmd = rank_command(backend, opts, r);
+        let (mut cmd, input) = rank_command(backend, opts, r);
         use std::os::unix::process::CommandExt;
         // SAFETY: prctl is async-signal-safe; the closure allocates nothing.
         unsafe {
@@ -192,7 +233,13 @@ fn supervise_inner(
             });
         }
         match cmd.spawn() {
-            Ok(c) => {
+            Ok(mut c) => {
+                if let (Some(bytes), Some(mut stdin)) = (input, c.stdin.take()) {
+                    // A few dozen bytes: the pipe takes them without blocking. A rank that
+                    // is already gone is reported by the loop below; closing the pipe ends
+                    // the rank's standard input.
+                    let _ = stdin.write_all(&bytes);
+                }
                 let pid = i32::try_from(c.id()).unwrap_or(-1);
                 ranks.push(Rank {
                     child: Some(c),
@@ -322,4 +369,108 @@ fn supervise_inner(
         .or(first_failure)
         .or(flag)
         .unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "0123456789abcdef0123456789abcdef";
+
+    struct Fake {
+        remote: bool,
+    }
+
+    impl JobBackend for Fake {
+        fn rank_env(&self, _rank: u32) -> Vec<(String, String)> {
+            vec![("AMNET_UDP_BOOT".into(), "192.0.2.1:7".into())]
+        }
+        fn rank_secrets(&self, _rank: u32) -> Vec<(String, String)> {
+            vec![("AMNET_UDP_SECRET".into(), SECRET.into())]
+        }
+        fn exit_flag(&self) -> Option<(i32, Option<u32>)> {
+            None
+        }
+        fn publish_exit(&self, _code: i32) {}
+        fn cleanup(&mut self) {}
+        fn remote_prefix(&self, _rank: u32) -> Option<Vec<String>> {
+            self.remote.then(|| {
+                vec![
+                    "/usr/bin/ssh".into(),
+                    "-o".into(),
+                    "x=y".into(),
+                    "h1".into(),
+                ]
+            })
+        }
+    }
+
+    fn opts() -> LaunchOptions {
+        LaunchOptions {
+            conduit: ConduitKind::Udp,
+            args: vec!["--flag".into()],
+            ..LaunchOptions::new(2, "/opt/prog")
+        }
+    }
+
+    /// A remote rank's command line (what `ps` shows on either host) holds no secret: the
+    /// secret goes to the command's standard input, which a wrapper reads into its
+    /// environment; the rest of the rank's variables are on the command line as before.
+    #[test]
+    fn the_remote_command_line_carries_no_secret() {
+        let (cmd, input) = rank_command(&Fake { remote: true }, &opts(), 1);
+        let line: Vec<String> = std::iter::once(cmd.get_program())
+            .chain(cmd.get_args())
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let all = line.join(" ");
+        assert!(!all.contains(SECRET), "{all}");
+        assert_eq!(input.as_deref(), Some(format!("{SECRET}\n").as_bytes()));
+        assert_eq!(line[..4], ["/usr/bin/ssh", "-o", "x=y", "h1"]);
+        assert_eq!(
+            line[4..8],
+            [
+                "'sh'",
+                "'-c'",
+                "'read -r AMNET_UDP_SECRET && export AMNET_UDP_SECRET && exec \"$@\"'",
+                "'amnet-rank'"
+            ]
+        );
+        assert_eq!(line[8], "'env'");
+        for want in [
+            "'AMNET_RANK=1'",
+            "'AMNET_UDP_BOOT=192.0.2.1:7'",
+            "'/opt/prog'",
+            "'--flag'",
+        ] {
+            assert!(line.contains(&want.to_string()), "{want} in {all}");
+        }
+        assert!(cmd.get_envs().all(|(k, _)| k != "AMNET_UDP_SECRET"));
+    }
+
+    /// A local rank gets the secret in its environment, and nothing on its standard input.
+    #[test]
+    fn a_local_rank_gets_the_secret_in_its_environment() {
+        let (cmd, input) = rank_command(&Fake { remote: false }, &opts(), 0);
+        assert!(input.is_none());
+        let all: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(all, ["--flag"]);
+        let env: Vec<(String, String)> = cmd
+            .get_envs()
+            .filter_map(|(k, v)| Some((k.to_str()?.into(), v?.to_str()?.into())))
+            .collect();
+        assert!(env.contains(&("AMNET_UDP_SECRET".into(), SECRET.into())));
+        assert!(env.contains(&("AMNET_RANK".into(), "0".into())));
+    }
+
+    #[test]
+    fn the_secret_reader_reads_each_name() {
+        assert_eq!(
+            secret_reader(&["A", "B"]),
+            "read -r A && export A && read -r B && export B && exec \"$@\""
+        );
+    }
 }

@@ -3,6 +3,7 @@
 //! Rank 0 of the suite starts the nested job, checks its exit code, that it ended in bounded
 //! time, what the launcher reported, and that it left nothing in /dev/shm.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -245,6 +246,26 @@ pub fn scenarios() -> Vec<Scenario> {
             timeout: T,
             env: &[("AMNET_UDP_PEER_TIMEOUT", "1")],
             body: udp_peer_timeout,
+            only_conduit: Some("udp"),
+        },
+        Scenario {
+            name: "udp-forged-datagrams",
+            ranks: 2,
+            codes: &[0],
+            log: None,
+            timeout: T,
+            env: &[("AMNET_UDP_AUTH", "1"), ("AMNET_UDP_FORGE", "0.25")],
+            body: udp_forged_datagrams,
+            only_conduit: Some("udp"),
+        },
+        Scenario {
+            name: "udp-forged-datagrams-unauthenticated",
+            ranks: 2,
+            codes: &[0],
+            log: None,
+            timeout: T,
+            env: &[("AMNET_UDP_AUTH", "0"), ("AMNET_UDP_FORGE", "0.25")],
+            body: udp_forged_datagrams,
             only_conduit: Some("udp"),
         },
     ]
@@ -547,6 +568,76 @@ fn udp_peer_timeout(ep: &Endpoint) -> Result<(), String> {
             ep.exit(1)
         }
     }
+}
+
+/// udp with `AMNET_UDP_FORGE=0.25`: ahead of a quarter of the DATA datagrams with a payload
+/// goes a forgery, as a host on the path could send it: the real job key, a valid header and
+/// sequence number, the payload's last byte changed, and a wrong tag or none. Both ranks
+/// exchange checked Mediums of 1 B to 60 KB and put and get back 512 KiB (a put's chunks
+/// leave from the caller's memory). With `AMNET_UDP_AUTH=1` every forgery must fail its tag
+/// (counted in `auth_failures`) and the traffic must arrive intact; without, forgeries must
+/// get through (the genuine datagram is then dropped as a duplicate): what the tag stops.
+fn udp_forged_datagrams(ep: &Endpoint) -> Result<(), String> {
+    const N: u32 = 300;
+    const BLOCK: usize = 512 << 10;
+    let e = |e: Error| e.to_string();
+    let st = attach(ep)?;
+    let auth = ep
+        .config_source()
+        .flag(&amnet::config::vars::UDP_AUTH)
+        .map_err(e)?
+        .unwrap_or(false);
+    let me = ep.rank();
+    let peer = 1 - me;
+    for i in 0..N {
+        let seed = (me << 20) | i;
+        let len = 1 + (i as usize * 7919) % 60_000;
+        ep.request_medium(
+            peer,
+            H_CHECK,
+            &crate::pattern::args(seed, 3),
+            &crate::pattern::bytes(seed, len),
+        )
+        .map_err(e)?;
+    }
+    ep.wait_until(|| st.acks.load(Ordering::SeqCst) >= u64::from(N))
+        .map_err(e)?;
+    // Each rank puts its block into the peer's segment, then reads it back.
+    let seed = 0xf0_0000 | me;
+    let block = crate::pattern::bytes(seed, BLOCK);
+    let at = u64::from(me) * BLOCK as u64;
+    ep.put(peer, at, &block).map_err(e)?;
+    ep.barrier().map_err(e)?;
+    let mut back = vec![0u8; BLOCK];
+    ep.get(peer, at, &mut back).map_err(e)?;
+    ep.barrier().map_err(e)?;
+    let block_bad = crate::pattern::first_bad(seed, &back);
+    let bad = crate::state::lock(&st.errors).len() + usize::from(block_bad.is_some());
+    let cs = ep.conduit_stats();
+    let get = |k: &str| cs.iter().find(|(n, _)| *n == k).map_or(0, |&(_, v)| v);
+    let (failed, forged) = (get("auth_failures"), get("injected_forged"));
+    let verdict = if auth {
+        if bad > 0 || failed == 0 || forged == 0 {
+            Err(format!(
+                "with AMNET_UDP_AUTH=1: {bad} corrupted message(s) or block(s) (must be 0; \
+                 first bad byte of the block read back: {block_bad:?}; handlers: {:?}), \
+                 {failed} auth_failures and {forged} forgeries sent (must be more than 0)",
+                st.handler_verdict()
+            ))
+        } else {
+            Ok(())
+        }
+    } else if bad == 0 || failed != 0 {
+        Err(format!(
+            "without AMNET_UDP_AUTH: {bad} corrupted message(s) or block(s) (forgeries should \
+             get through) and {failed} auth_failures (must be 0); {forged} forgeries sent"
+        ))
+    } else {
+        Ok(())
+    };
+    // Both ranks are done with each other's segments before either leaves.
+    ep.barrier().map_err(e)?;
+    verdict
 }
 
 fn hang(ep: &Endpoint) -> Result<(), String> {

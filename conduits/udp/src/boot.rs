@@ -8,12 +8,20 @@
 //! that calls `exit(code)` tells the server, which tells every rank; a rank whose connection
 //! drops (the launcher died) leaves too. Nothing here is on the message path.
 //!
-//! Frames on the connection: `len: u32 LE` (kind and body), `kind: u8`, body.
+//! Frames on the connection: `len: u32 LE` (kind, body and tag), `kind: u8`, body, and with
+//! the job's secret a 16-byte tag (`crate::auth`, the bootstrap key):
+//! `SipHash-2-4-128(key, dir: u8, rank: u32 LE, n: u64 LE, kind: u8, body)`, where `dir` is
+//! 1 towards the server and 2 towards the rank, `rank` the rank at the connection's other end
+//! (its HELLO names it) and `n` the frame's number in its direction on this connection, from
+//! 0. A tag thus binds a frame to its job, connection, direction and place in the stream: a
+//! frame cannot be forged, changed, replayed, reordered or moved to another rank's
+//! connection. The launcher's server always has the secret and refuses a connection whose
+//! first frame does not verify; a server without one (tests) takes untagged frames.
 //!
 //! | kind | direction | body |
 //! |---|---|---|
-//! | HELLO | rank → server | `rank: u32`, UTF-8 socket address of the rank's UDP socket |
-//! | TABLE | server → rank | `job_key: u64`, `n: u32`, `n` × (`len: u16`, UTF-8 address) |
+//! | HELLO | rank → server | `rank: u32`, `auth: u8` (1: the rank tags datagrams), UTF-8 socket address of the rank's UDP socket |
+//! | TABLE | server → rank | `job_key: u64`, `n: u32`, `n` × (`auth: u8`, `len: u16`, UTF-8 address) |
 //! | EXCH | rank → server | `round: u32`, blob |
 //! | EXCH_ALL | server → rank | `round: u32`, `n: u32`, `n` × (`len: u32`, blob) |
 //! | EXIT | both | `code: i32` |
@@ -31,6 +39,8 @@ use std::time::{Duration, Instant};
 
 use amnet_core::{Error, Result};
 
+use crate::auth::{Mac, Secret, TAG_LEN};
+
 const HELLO: u8 = 1;
 const TABLE: u8 = 2;
 const EXCH: u8 = 3;
@@ -46,14 +56,104 @@ fn boot_err(msg: impl Into<String>) -> Error {
     Error::conduit("udp", format!("bootstrap: {}", msg.into()))
 }
 
-fn write_frame(s: &mut TcpStream, kind: u8, body: &[u8]) -> std::io::Result<()> {
-    let len = u32::try_from(body.len() + 1)
+/// Direction of frames towards the server.
+const TO_SERVER: u8 = 1;
+/// Direction of frames towards a rank.
+const TO_RANK: u8 = 2;
+
+fn write_frame(
+    s: &mut TcpStream,
+    kind: u8,
+    body: &[u8],
+    tag: Option<&[u8; TAG_LEN]>,
+) -> std::io::Result<()> {
+    let tag: &[u8] = tag.map_or(&[], |t| t);
+    let len = u32::try_from(body.len() + tag.len() + 1)
         .map_err(|_| std::io::Error::other("bootstrap frame too large"))?;
-    let mut v = Vec::with_capacity(body.len() + 5);
+    let mut v = Vec::with_capacity(body.len() + tag.len() + 5);
     v.extend_from_slice(&len.to_le_bytes());
     v.push(kind);
     v.extend_from_slice(body);
+    v.extend_from_slice(tag);
     s.write_all(&v)
+}
+
+/// What a frame's tag covers before its body: frame number `n` in direction `dir` on the
+/// connection of `rank`, of `kind`.
+fn frame_prefix(dir: u8, rank: u32, n: u64, kind: u8) -> [u8; 14] {
+    let mut p = [0u8; 14];
+    p[0] = dir;
+    p[1..5].copy_from_slice(&rank.to_le_bytes());
+    p[5..13].copy_from_slice(&n.to_le_bytes());
+    p[13] = kind;
+    p
+}
+
+/// The sending half of a connection: with a MAC, its frames carry the tags of `dir` and
+/// `rank`, numbered from 0.
+#[derive(Debug)]
+struct Sender {
+    s: TcpStream,
+    mac: Option<Mac>,
+    dir: u8,
+    rank: u32,
+    sent: u64,
+}
+
+impl Sender {
+    fn send(&mut self, kind: u8, body: &[u8]) -> std::io::Result<()> {
+        let p = frame_prefix(self.dir, self.rank, self.sent, kind);
+        let tag = self.mac.map(|m| m.tag(&[&p, body]));
+        self.sent += 1;
+        write_frame(&mut self.s, kind, body, tag.as_ref())
+    }
+}
+
+/// The receiving half of a connection: with a MAC, each frame's tag must be that of `dir`,
+/// the rank at the other end and the frame's number; a frame that fails is an
+/// `InvalidData` error.
+struct Checker {
+    mac: Option<Mac>,
+    dir: u8,
+    /// The rank at the other end; for the server, unknown until the HELLO that names it.
+    rank: Option<u32>,
+    got: u64,
+}
+
+impl Checker {
+    fn read(&mut self, s: &mut TcpStream) -> std::io::Result<(u8, Vec<u8>)> {
+        let (kind, mut body) = read_frame(s)?;
+        let Some(mac) = &self.mac else {
+            return Ok((kind, body));
+        };
+        let refuse = |what: &str| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "{what} (a peer without the job's AMNET_UDP_SECRET, or a changed frame); \
+                     connection dropped"
+                ),
+            )
+        };
+        let Some((_, tag)) = body.split_last_chunk::<TAG_LEN>() else {
+            return Err(refuse("a frame too short for its tag"));
+        };
+        let tag = *tag;
+        body.truncate(body.len() - TAG_LEN);
+        // A rank's first frame is its HELLO, which names it; the tag then proves the name.
+        let rank = match (self.rank, body.first_chunk::<4>()) {
+            (Some(r), _) => r,
+            (None, Some(r)) if kind == HELLO => u32::from_le_bytes(*r),
+            (None, _) => return Err(refuse("a first frame that is no HELLO")),
+        };
+        let p = frame_prefix(self.dir, rank, self.got, kind);
+        if !mac.verify(&[&p, &body], &tag) {
+            return Err(refuse("a frame whose tag does not verify"));
+        }
+        self.rank = Some(rank);
+        self.got += 1;
+        Ok((kind, body))
+    }
 }
 
 fn read_frame(s: &mut TcpStream) -> std::io::Result<(u8, Vec<u8>)> {
@@ -107,8 +207,9 @@ fn utf8(b: &[u8]) -> std::io::Result<String> {
 
 #[derive(Default)]
 struct ServerState {
-    conns: Vec<Option<TcpStream>>,
-    addrs: Vec<Option<String>>,
+    conns: Vec<Option<Sender>>,
+    /// Each rank's announcement: whether it tags datagrams, and its UDP endpoint.
+    addrs: Vec<Option<(bool, String)>>,
     rounds: HashMap<u32, Vec<Option<Vec<u8>>>>,
     exit: Option<(i32, Option<u32>)>,
     /// Connection problems (a rank that sent nonsense), for the launcher's log.
@@ -118,6 +219,8 @@ struct ServerState {
 struct ServerShared {
     ranks: u32,
     job_key: u64,
+    /// The bootstrap MAC of the job's secret: every frame both ways is tagged.
+    mac: Option<Mac>,
     st: Mutex<ServerState>,
     stop: AtomicBool,
 }
@@ -130,7 +233,7 @@ impl ServerShared {
     fn broadcast(st: &mut ServerState, kind: u8, body: &[u8]) {
         for c in st.conns.iter_mut().flatten() {
             // A rank that is gone cannot be told; the supervisor sees it die.
-            let _ = write_frame(c, kind, body);
+            let _ = c.send(kind, body);
         }
     }
 
@@ -146,17 +249,45 @@ impl ServerShared {
     /// Serve one rank's connection until it closes.
     fn serve(&self, mut s: TcpStream) {
         let mut me: Option<u32> = None;
+        let mut rx = Checker {
+            mac: self.mac,
+            dir: TO_SERVER,
+            rank: None,
+            got: 0,
+        };
         loop {
-            let (kind, body) = match read_frame(&mut s) {
+            let (kind, body) = match rx.read(&mut s) {
                 Ok(f) => f,
-                Err(_) => return,
+                Err(e) => {
+                    if e.kind() == std::io::ErrorKind::InvalidData {
+                        let who = me.map_or("a connection".to_string(), |r| format!("rank {r}"));
+                        self.lock().errors.push(format!("{who}: {e}"));
+                    }
+                    return;
+                }
             };
             let r = self.frame(&mut s, &mut me, kind, &body);
             if let Err(e) = r {
                 // Tell the rank why its connection ends (this needs no new descriptor, so it
-                // gets through when the launcher ran out of them), and log it.
-                let _ = write_frame(&mut s, FAIL, e.to_string().as_bytes());
+                // gets through when the launcher ran out of them), and log it. The FAIL frame
+                // carries the tag of the rank's next frame; a connection whose HELLO did not
+                // verify gets it untagged (and refuses it).
                 let mut st = self.lock();
+                let why = e.to_string();
+                let fail = |c: &mut Sender| c.send(FAIL, why.as_bytes());
+                let sent = match rx.rank.and_then(|r| st.conns.get_mut(r as usize)?.as_mut()) {
+                    Some(c) => fail(c),
+                    None => s.try_clone().and_then(|t| {
+                        fail(&mut Sender {
+                            s: t,
+                            mac: self.mac.filter(|_| rx.rank.is_some()),
+                            dir: TO_RANK,
+                            rank: rx.rank.unwrap_or(0),
+                            sent: 0,
+                        })
+                    }),
+                };
+                let _ = sent;
                 st.errors.push(format!(
                     "rank {}: {e}",
                     me.map_or("?".to_string(), |r| r.to_string())
@@ -177,6 +308,7 @@ impl ServerShared {
         match kind {
             HELLO => {
                 let rank = b.u32()?;
+                let auth = b.take(1)?[0] != 0;
                 let addr = utf8(b.0)?;
                 if rank >= self.ranks {
                     return Err(std::io::Error::other(format!(
@@ -191,14 +323,21 @@ impl ServerShared {
                     )));
                 }
                 *me = Some(rank);
-                st.addrs[rank as usize] = Some(addr);
-                st.conns[rank as usize] = Some(s.try_clone()?);
+                st.addrs[rank as usize] = Some((auth, addr));
+                st.conns[rank as usize] = Some(Sender {
+                    s: s.try_clone()?,
+                    mac: self.mac,
+                    dir: TO_RANK,
+                    rank,
+                    sent: 0,
+                });
                 if st.addrs.iter().all(Option::is_some) {
                     let mut t = Vec::new();
                     t.extend_from_slice(&self.job_key.to_le_bytes());
                     t.extend_from_slice(&self.ranks.to_le_bytes());
-                    for a in st.addrs.iter().flatten() {
+                    for (auth, a) in st.addrs.iter().flatten() {
                         let n = u16::try_from(a.len()).unwrap_or(0);
+                        t.push(u8::from(*auth));
                         t.extend_from_slice(&n.to_le_bytes());
                         t.extend_from_slice(&a.as_bytes()[..usize::from(n)]);
                     }
@@ -206,7 +345,9 @@ impl ServerShared {
                 }
                 // A rank that joins after the job already ended learns it at once.
                 if let Some((code, _)) = st.exit {
-                    let _ = write_frame(s, EXIT, &code.to_le_bytes());
+                    if let Some(c) = st.conns[rank as usize].as_mut() {
+                        let _ = c.send(EXIT, &code.to_le_bytes());
+                    }
                 }
                 Ok(())
             }
@@ -260,8 +401,15 @@ impl std::fmt::Debug for BootServer {
 }
 
 impl BootServer {
-    /// Listen on `bind` (port 0 picks one) for a job of `ranks` ranks with `job_key`.
-    pub fn start(bind: SocketAddr, ranks: u32, job_key: u64) -> Result<BootServer> {
+    /// Listen on `bind` (port 0 picks one) for a job of `ranks` ranks with `job_key`. With
+    /// `secret`, every frame both ways is tagged with it, and a connection whose frames do not
+    /// verify is dropped (and reported by [`BootServer::errors`]).
+    pub fn start(
+        bind: SocketAddr,
+        ranks: u32,
+        job_key: u64,
+        secret: Option<&Secret>,
+    ) -> Result<BootServer> {
         let l = TcpListener::bind(bind)
             .map_err(|e| boot_err(format!("cannot listen on {bind}: {e}")))?;
         let addr = l
@@ -270,6 +418,7 @@ impl BootServer {
         let shared = Arc::new(ServerShared {
             ranks,
             job_key,
+            mac: secret.map(Mac::bootstrap),
             st: Mutex::new(ServerState {
                 conns: (0..ranks).map(|_| None).collect(),
                 addrs: vec![None; ranks as usize],
@@ -327,7 +476,7 @@ impl BootServer {
         {
             let mut st = self.shared.lock();
             for c in st.conns.iter_mut().flatten() {
-                let _ = c.shutdown(Shutdown::Both);
+                let _ = c.s.shutdown(Shutdown::Both);
             }
         }
         // Wake the accept loop with a connection of our own.
@@ -354,7 +503,7 @@ type Answers = Receiver<(u32, Vec<Vec<u8>>)>;
 /// A rank's connection to the bootstrap server.
 #[derive(Debug)]
 pub struct BootClient {
-    w: Mutex<TcpStream>,
+    w: Mutex<Sender>,
     exit: Arc<AtomicI64>,
     /// The server has told this rank that the job ends (so it knows of the exit).
     exit_heard: Arc<AtomicBool>,
@@ -363,6 +512,8 @@ pub struct BootClient {
     pub job_key: u64,
     /// Every rank's UDP endpoint, in rank order.
     pub table: Vec<SocketAddr>,
+    /// Whether each rank tags its datagrams (`AMNET_UDP_AUTH`), in rank order.
+    pub auth: Vec<bool>,
     /// The address of this end of the connection: the interface that reaches the launcher,
     /// which is the one peers should use too.
     pub local_ip: std::net::IpAddr,
@@ -385,17 +536,20 @@ pub fn route_ip(server: SocketAddr) -> Result<std::net::IpAddr> {
 }
 
 impl BootClient {
-    /// Connect to `server` as `rank`, announce `udp` (this rank's UDP endpoint; an unspecified
-    /// IP is replaced by the connection's local IP), and wait up to `timeout` for every
-    /// rank's endpoint.
+    /// Connect to `server` as `rank`, announce `udp_port` (this rank's UDP port, at the
+    /// connection's local IP) and whether it tags datagrams (`auth`), and wait up to
+    /// `timeout` for every rank's endpoint. With `secret` every frame both ways is tagged
+    /// with it: the server must know it too.
     pub fn join(
         server: SocketAddr,
         rank: u32,
         udp_port: u16,
         timeout: Duration,
+        secret: Option<&Secret>,
+        auth: bool,
     ) -> Result<BootClient> {
         let deadline = Instant::now() + timeout;
-        let mut s = loop {
+        let s = loop {
             match TcpStream::connect_timeout(&server, Duration::from_secs(2)) {
                 Ok(s) => break s,
                 Err(e) if Instant::now() >= deadline => {
@@ -412,12 +566,28 @@ impl BootClient {
             .map_err(|e| boot_err(format!("local_addr: {e}")))?
             .ip();
         let me = SocketAddr::new(local_ip, udp_port).to_string();
+        let mac = secret.map(Mac::bootstrap);
         let mut hello = rank.to_le_bytes().to_vec();
+        hello.push(u8::from(auth));
         hello.extend_from_slice(me.as_bytes());
-        write_frame(&mut s, HELLO, &hello).map_err(|e| boot_err(format!("HELLO: {e}")))?;
         let mut r = s
             .try_clone()
             .map_err(|e| boot_err(format!("try_clone: {e}")))?;
+        let mut w = Sender {
+            s,
+            mac,
+            dir: TO_SERVER,
+            rank,
+            sent: 0,
+        };
+        w.send(HELLO, &hello)
+            .map_err(|e| boot_err(format!("HELLO: {e}")))?;
+        let mut rx = Checker {
+            mac,
+            dir: TO_RANK,
+            rank: Some(rank),
+            got: 0,
+        };
         r.set_read_timeout(Some(
             deadline
                 .saturating_duration_since(Instant::now())
@@ -426,20 +596,19 @@ impl BootClient {
         .map_err(|e| boot_err(format!("set_read_timeout: {e}")))?;
         let exit = Arc::new(AtomicI64::new(NO_EXIT));
         // Wait for the table; an EXIT may come first.
-        let (kind, body) = read_frame(&mut r).map_err(|e| {
+        let (kind, body) = rx.read(&mut r).map_err(|e| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                boot_err(format!(
+                return boot_err(format!(
                     "the launcher's bootstrap service at {server} closed the connection before \
-                     every rank joined (the launcher's messages say why)"
-                ))
-            } else {
-                boot_err(format!(
-                    "waiting for the other ranks to join (timeout {timeout:?}, \
-                     AMNET_BOOT_TIMEOUT): {e}"
-                ))
+                     every rank joined (the launcher's messages say why; it drops a rank whose \
+                     frames do not carry the job's AMNET_UDP_SECRET)"
+                ));
             }
+            boot_err(format!(
+                "waiting for the other ranks to join (timeout {timeout:?}, AMNET_BOOT_TIMEOUT): {e}"
+            ))
         })?;
-        let (job_key, table) = {
+        let (job_key, table, auths) = {
             match kind {
                 TABLE => parse_table(&body).map_err(|e| boot_err(format!("TABLE: {e}")))?,
                 EXIT => {
@@ -464,14 +633,14 @@ impl BootClient {
         };
         r.set_read_timeout(None)
             .map_err(|e| boot_err(format!("set_read_timeout: {e}")))?;
-        let (tx, rx) = channel();
+        let (tx, answers) = channel();
         let ex = exit.clone();
         let exit_heard = Arc::new(AtomicBool::new(false));
         let heard = exit_heard.clone();
         std::thread::Builder::new()
             .name("amnet-udp-boot".into())
             .spawn(move || loop {
-                match read_frame(&mut r) {
+                match rx.read(&mut r) {
                     Ok((EXIT, body)) => {
                         let code = i32::from_le_bytes(
                             body.get(..4)
@@ -502,12 +671,13 @@ impl BootClient {
             })
             .map_err(|e| boot_err(format!("cannot start the reader thread: {e}")))?;
         Ok(BootClient {
-            w: Mutex::new(s),
+            w: Mutex::new(w),
             exit,
             exit_heard,
-            exch: Mutex::new((0, rx)),
+            exch: Mutex::new((0, answers)),
             job_key,
             table,
+            auth: auths,
             local_ip,
         })
     }
@@ -530,7 +700,7 @@ impl BootClient {
         );
         {
             let mut w = self.w.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = write_frame(&mut w, EXIT, &code.to_le_bytes());
+            let _ = w.send(EXIT, &code.to_le_bytes());
         }
         // The launcher must know before this process ends, or it reads the exit status as a
         // rank that died on its own: wait (briefly) for the server's echo.
@@ -551,7 +721,8 @@ impl BootClient {
             let mut body = round.to_le_bytes().to_vec();
             body.extend_from_slice(blob);
             let mut w = self.w.lock().unwrap_or_else(|e| e.into_inner());
-            write_frame(&mut w, EXCH, &body).map_err(|e| boot_err(format!("EXCH: {e}")))?;
+            w.send(EXCH, &body)
+                .map_err(|e| boot_err(format!("EXCH: {e}")))?;
         }
         loop {
             // The answer first: a job-wide exit that arrives right after it must not undo an
@@ -579,12 +750,17 @@ impl BootClient {
     }
 }
 
-fn parse_table(body: &[u8]) -> std::io::Result<(u64, Vec<SocketAddr>)> {
+/// A TABLE: the job key, every rank's endpoint and whether it tags datagrams.
+type Table = (u64, Vec<SocketAddr>, Vec<bool>);
+
+fn parse_table(body: &[u8]) -> std::io::Result<Table> {
     let mut b = Body(body);
     let key = b.u64()?;
     let n = b.u32()?;
     let mut v = Vec::with_capacity(n.min(1 << 16) as usize);
+    let mut auth = Vec::with_capacity(n.min(1 << 16) as usize);
     for _ in 0..n {
+        auth.push(b.take(1)?[0] != 0);
         let l = b.u16()?;
         let a = utf8(b.take(usize::from(l))?)?;
         v.push(
@@ -592,7 +768,7 @@ fn parse_table(body: &[u8]) -> std::io::Result<(u64, Vec<SocketAddr>)> {
                 .map_err(|_| std::io::Error::other(format!("bad address {a:?}")))?,
         );
     }
-    Ok((key, v))
+    Ok((key, v, auth))
 }
 
 fn parse_all(body: &[u8]) -> std::io::Result<(u32, Vec<Vec<u8>>)> {
@@ -613,7 +789,12 @@ mod tests {
 
     #[test]
     fn join_exchange_exit() {
-        let mut srv = BootServer::start("127.0.0.1:0".parse().unwrap(), 3, 0xabcd).unwrap();
+        join_exchange_exit_with(None);
+        join_exchange_exit_with(Some(&Secret([0x5c; 16])));
+    }
+
+    fn join_exchange_exit_with(secret: Option<&Secret>) {
+        let mut srv = BootServer::start("127.0.0.1:0".parse().unwrap(), 3, 0xabcd, secret).unwrap();
         let addr = srv.addr();
         let out: Vec<_> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..3u32)
@@ -624,11 +805,14 @@ mod tests {
                             r,
                             4000 + u16::try_from(r).unwrap(),
                             Duration::from_secs(10),
+                            secret,
+                            r == 2,
                         )
                         .unwrap();
                         assert_eq!(c.job_key, 0xabcd);
                         assert_eq!(c.table.len(), 3);
                         assert_eq!(c.table[2].port(), 4002);
+                        assert_eq!(c.auth, [false, false, true]);
                         let all = c.exchange(&[u8::try_from(r).unwrap(); 3], &|_| {}).unwrap();
                         assert_eq!(all, vec![vec![0u8; 3], vec![1u8; 3], vec![2u8; 3]]);
                         let all = c.exchange(&[], &|_| {}).unwrap();
@@ -649,13 +833,111 @@ mod tests {
         });
         assert_eq!(out, vec![Some(5); 3]);
         assert_eq!(srv.exit(), Some((5, Some(1))));
+        assert!(srv.errors().is_empty(), "{:?}", srv.errors());
         srv.stop();
+    }
+
+    /// A server with the job's secret drops a rank without it, or with another one, and says
+    /// so; a rank with the secret refuses a server without it.
+    #[test]
+    fn frames_without_the_secret_are_refused() {
+        let secret = Secret([7; 16]);
+        for theirs in [None, Some(Secret([8; 16]))] {
+            let srv =
+                BootServer::start("127.0.0.1:0".parse().unwrap(), 1, 1, Some(&secret)).unwrap();
+            let e = BootClient::join(
+                srv.addr(),
+                0,
+                1,
+                Duration::from_secs(5),
+                theirs.as_ref(),
+                true,
+            )
+            .unwrap_err();
+            assert!(e.to_string().contains("AMNET_UDP_SECRET"), "{e}");
+            let errs = srv.errors();
+            assert!(
+                errs.len() == 1 && errs[0].contains("connection dropped"),
+                "{errs:?}"
+            );
+        }
+        let srv = BootServer::start("127.0.0.1:0".parse().unwrap(), 1, 1, None).unwrap();
+        let e = BootClient::join(
+            srv.addr(),
+            0,
+            1,
+            Duration::from_secs(5),
+            Some(&secret),
+            true,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("AMNET_UDP_SECRET"), "{e}");
+    }
+
+    /// Frames that were tagged but changed, replayed or moved are refused.
+    #[test]
+    fn changed_replayed_or_moved_frames_are_refused() {
+        let secret = Secret([3; 16]);
+        let mac = Mac::bootstrap(&secret);
+        let frame = |rank: u32, n: u64, kind: u8, body: &[u8]| {
+            let tag = mac.tag(&[&frame_prefix(TO_SERVER, rank, n, kind), body]);
+            let mut v = Vec::new();
+            let len = u32::try_from(1 + body.len() + TAG_LEN).unwrap();
+            v.extend_from_slice(&len.to_le_bytes());
+            v.push(kind);
+            v.extend_from_slice(body);
+            v.extend_from_slice(&tag);
+            v
+        };
+        let hello = |rank: u32| {
+            let mut b = rank.to_le_bytes().to_vec();
+            b.push(0);
+            b.extend_from_slice(b"127.0.0.1:9");
+            b
+        };
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            // The HELLO of rank 1 with its rank changed to 0 afterwards.
+            ("changed", {
+                let mut f = frame(1, 0, HELLO, &hello(1));
+                f[5] = 0;
+                f
+            }),
+            // A valid HELLO, then an EXIT tagged as if it were the connection's first frame
+            // again (a replay of a frame from another place in the stream).
+            ("replayed", {
+                let mut f = frame(0, 0, HELLO, &hello(0));
+                f.extend(frame(0, 0, EXIT, &0i32.to_le_bytes()));
+                f
+            }),
+            // A valid HELLO of rank 0, then an EXIT tagged for rank 1's connection.
+            ("moved", {
+                let mut f = frame(0, 0, HELLO, &hello(0));
+                f.extend(frame(1, 1, EXIT, &0i32.to_le_bytes()));
+                f
+            }),
+        ];
+        for (what, bytes) in cases {
+            let srv =
+                BootServer::start("127.0.0.1:0".parse().unwrap(), 2, 1, Some(&secret)).unwrap();
+            let mut s = TcpStream::connect(srv.addr()).unwrap();
+            s.write_all(&bytes).unwrap();
+            let t0 = Instant::now();
+            while srv.errors().is_empty() && t0.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let errs = srv.errors();
+            assert!(
+                errs.len() == 1 && errs[0].contains("does not verify"),
+                "{what}: {errs:?}"
+            );
+            assert_eq!(srv.exit(), None, "{what}");
+        }
     }
 
     #[test]
     fn launcher_gone_means_exit() {
-        let mut srv = BootServer::start("127.0.0.1:0".parse().unwrap(), 1, 1).unwrap();
-        let c = BootClient::join(srv.addr(), 0, 1, Duration::from_secs(10)).unwrap();
+        let mut srv = BootServer::start("127.0.0.1:0".parse().unwrap(), 1, 1, None).unwrap();
+        let c = BootClient::join(srv.addr(), 0, 1, Duration::from_secs(10), None, false).unwrap();
         srv.stop();
         let t0 = Instant::now();
         while c.exit_requested().is_none() {
@@ -667,8 +949,16 @@ mod tests {
 
     #[test]
     fn a_rank_the_server_cannot_serve_is_told_why() {
-        let srv = BootServer::start("127.0.0.1:0".parse().unwrap(), 2, 1).unwrap();
-        let e = BootClient::join(srv.addr(), 5, 1, Duration::from_secs(10)).unwrap_err();
+        // With the secret the FAIL frame is tagged for the rank, which accepts it.
+        for secret in [None, Some(Secret([3; 16]))] {
+            told_why(secret.as_ref());
+        }
+    }
+
+    fn told_why(secret: Option<&Secret>) {
+        let srv = BootServer::start("127.0.0.1:0".parse().unwrap(), 2, 1, secret).unwrap();
+        let e =
+            BootClient::join(srv.addr(), 5, 1, Duration::from_secs(10), secret, false).unwrap_err();
         let m = e.to_string();
         assert!(
             m.contains("could not serve rank 5") && m.contains("HELLO from rank 5"),
@@ -683,8 +973,9 @@ mod tests {
 
     #[test]
     fn join_times_out_when_a_rank_is_missing() {
-        let srv = BootServer::start("127.0.0.1:0".parse().unwrap(), 2, 1).unwrap();
-        let e = BootClient::join(srv.addr(), 0, 1, Duration::from_millis(300)).unwrap_err();
+        let srv = BootServer::start("127.0.0.1:0".parse().unwrap(), 2, 1, None).unwrap();
+        let e = BootClient::join(srv.addr(), 0, 1, Duration::from_millis(300), None, false)
+            .unwrap_err();
         assert!(e.to_string().contains("waiting for the other ranks"), "{e}");
     }
 
@@ -695,7 +986,7 @@ mod tests {
             &[5, 0, 0, 0, 1, 9, 9, 9, 9],
             &[2, 0, 0, 0, 99, 1],
         ] {
-            let srv = BootServer::start("127.0.0.1:0".parse().unwrap(), 1, 1).unwrap();
+            let srv = BootServer::start("127.0.0.1:0".parse().unwrap(), 1, 1, None).unwrap();
             let mut s = TcpStream::connect(srv.addr()).unwrap();
             s.write_all(junk).unwrap();
             std::thread::sleep(Duration::from_millis(50));

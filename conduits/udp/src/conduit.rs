@@ -26,6 +26,9 @@
 //! clock afterwards; a poll reads the clock once, before it looks at the socket, to stamp what
 //! arrives; and a message that a lone datagram completes goes from the receive buffer to its
 //! handler without a queue ([`Proto::on_datagram_direct`]).
+//!
+//! With `AMNET_UDP_AUTH=1` the socket edge tags what the protocol sends and checks what it
+//! receives before the protocol sees it (`crate::auth`); the protocol never knows.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -35,6 +38,7 @@ use std::time::Instant;
 use amnet_core::config::Source;
 use amnet_core::{Category, Conduit, Error, InMsg, LocalSegment, OutMsg, Rank, Result};
 
+use crate::auth::{Mac, Secret};
 use crate::boot::BootClient;
 use crate::faults::Injector;
 use crate::proto::{Datagram, Delivery, Proto, SendError, Sent};
@@ -154,6 +158,8 @@ impl UdpConduit {
             cfg,
             bind_ip,
             boot_timeout,
+            auth,
+            secret,
         } = Settings::resolve(src)?;
         let sock = socket::bind(bind_ip)?;
         let port = sock
@@ -173,11 +179,27 @@ impl UdpConduit {
                         "AMNET_RANK={rank} is not below AMNET_SIZE={size}"
                     )));
                 }
-                let c = BootClient::join(server, rank, port, boot_timeout)?;
+                if auth && secret.is_none() {
+                    return Err(Error::Config(
+                        "AMNET_UDP_AUTH=1 needs the job's secret, AMNET_UDP_SECRET, which amrun \
+                         sets (start the job with amrun --conduit udp)"
+                            .into(),
+                    ));
+                }
+                let c = BootClient::join(server, rank, port, boot_timeout, secret.as_ref(), auth)?;
                 if c.table.len() != size as usize {
                     return Err(cerr(format!(
                         "the launcher knows {} ranks but AMNET_SIZE is {size}",
                         c.table.len()
+                    )));
+                }
+                if let Some(other) = c.auth.iter().position(|&a| a != auth) {
+                    let on = |a: bool| if a { "1" } else { "0" };
+                    return Err(Error::Config(format!(
+                        "rank {other} runs with AMNET_UDP_AUTH={} and rank {rank} with \
+                         AMNET_UDP_AUTH={}: every rank of a job must agree",
+                        on(!auth),
+                        on(auth)
                     )));
                 }
                 let peers = c.table.clone();
@@ -192,7 +214,15 @@ impl UdpConduit {
                 ))
             }
         };
-        let sock = Socket::new(sock, &peers, rank, size, bind_ip);
+        let mac = match (auth, secret) {
+            (false, _) => None,
+            (true, Some(s)) => Some(Mac::datagrams(&s)),
+            // A job of one rank sends no datagram; a key of its own keeps the rule simple.
+            (true, None) => Some(Mac::datagrams(
+                &Secret::random().map_err(|e| Error::os("udp", "getrandom", e))?,
+            )),
+        };
+        let sock = Socket::new(sock, &peers, rank, size, bind_ip, mac);
         let epoch = Instant::now();
         let proto =
             Proto::new(cfg, rank, size, key, 0).map_err(|e| Error::Config(format!("udp: {e}")))?;
@@ -723,9 +753,11 @@ impl Conduit for UdpConduit {
             ("heartbeats_sent", c.heartbeats_sent),
             ("decode_errors", c.decode_errors),
             ("foreign_datagrams", c.foreign_key),
+            ("auth_failures", e.auth_failures),
             ("injected_loss", e.injected_loss),
             ("injected_dup", e.injected_dup),
             ("injected_reorder", e.injected_reorder),
+            ("injected_forged", e.injected_forged),
             ("send_errors", e.send_errors),
         ]
     }

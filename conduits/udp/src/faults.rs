@@ -1,16 +1,23 @@
 //! Fault injection for tests: loss, duplication and reordering of outgoing datagrams, with
-//! the probabilities that `AMNET_UDP_LOSS`, `AMNET_UDP_DUP` and `AMNET_UDP_REORDER` give.
+//! the probabilities that `AMNET_UDP_LOSS`, `AMNET_UDP_DUP` and `AMNET_UDP_REORDER` give, and
+//! forged datagrams (`AMNET_UDP_FORGE`).
 //!
-//! Every datagram the conduit sends passes through [`Injector::put_on_wire`]; with all three
+//! Every datagram the conduit sends passes through [`Injector::put_on_wire`]; with all four
 //! probabilities zero (the default) it goes straight to the socket. Otherwise each datagram
 //! is dropped, held back to leave after the next one, or sent (and possibly sent twice), by
 //! a cheap random draw; what was injected is counted in the socket edge's counters, and the
-//! protocol above recovers from it like from the network's own faults.
+//! protocol above recovers from it like from the network's own faults. A forgery is what a
+//! host on the path could send: a copy of a DATA datagram with a payload, sent just ahead of
+//! it, with the real job key and a valid header but the payload's last byte changed, and the
+//! tag of the unchanged datagram or no tag. Without `AMNET_UDP_AUTH` the receiver takes the
+//! forgery and drops the genuine datagram as a duplicate; with it, the forgery fails its tag.
 
 use amnet_core::Rank;
 
+use crate::auth::Mac;
 use crate::proto::Datagram;
 use crate::socket::{EdgeCounters, Socket};
+use crate::wire;
 
 /// Loss, duplication and reordering applied to outgoing datagrams (`AMNET_UDP_LOSS`,
 /// `AMNET_UDP_DUP`, `AMNET_UDP_REORDER`), for tests.
@@ -23,12 +30,37 @@ pub(crate) struct Faults {
     /// The probability that a datagram is held back to leave after the next one (one at a
     /// time).
     pub(crate) reorder: f64,
+    /// The probability that a forged copy of a DATA datagram with a payload leaves ahead of
+    /// it.
+    pub(crate) forge: f64,
 }
 
 impl Faults {
     fn any(&self) -> bool {
-        self.loss > 0.0 || self.dup > 0.0 || self.reorder > 0.0
+        self.loss > 0.0 || self.dup > 0.0 || self.reorder > 0.0 || self.forge > 0.0
     }
+}
+
+/// A forged copy of `d`: its header as it is (the real job key, a valid sequence number), the
+/// last byte of its payload changed, and with `mac` the tag of the unchanged datagram when
+/// `nth` is even, none when odd. `None` for a datagram without payload (ACK, HEARTBEAT, a
+/// Short message).
+fn forgery(d: &Datagram<'_>, mac: Option<&Mac>, nth: u64) -> Option<Vec<u8>> {
+    let mut v = d.to_vec();
+    let has_payload = wire::decode(&v)
+        .ok()?
+        .frag
+        .is_some_and(|f| !f.chunk.is_empty());
+    if !has_payload {
+        return None;
+    }
+    *v.last_mut()? ^= 0x5a;
+    if let Some(mac) = mac {
+        if nth % 2 == 0 {
+            v.extend_from_slice(&mac.tag(&[d.bytes, d.tail]));
+        }
+    }
+    Some(v)
 }
 
 /// xorshift64*: cheap, and enough for fault injection.
@@ -84,6 +116,12 @@ impl Injector {
         let mut out: Vec<Datagram<'_>> = Vec::with_capacity(dgrams.len() * 2);
         let mut release = None;
         for d in dgrams {
+            if faults.forge > 0.0 && rng.unit() < faults.forge {
+                if let Some(f) = forgery(d, sock.mac(), edge.injected_forged) {
+                    sock.send_raw(d.dest, &f);
+                    edge.injected_forged += 1;
+                }
+            }
             if rng.unit() < faults.loss {
                 edge.injected_loss += 1;
                 continue;

@@ -12,8 +12,10 @@
 //! The socket edge sits on top of [`proto::Proto`] and only moves bytes: [`conduit`] holds the
 //! `Conduit` implementation and the clock, with its system calls (batched
 //! `sendmmsg`/`recvmmsg`, socket setup), fault injection, local segment and environment
-//! settings in private modules of their own.
+//! settings in private modules of their own. [`auth`] tags and checks datagrams (and the
+//! bootstrap connection's frames) with the job's secret when `AMNET_UDP_AUTH=1`.
 
+pub mod auth;
 pub mod boot;
 pub mod conduit;
 mod faults;

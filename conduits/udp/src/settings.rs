@@ -2,8 +2,9 @@
 //! (`amnet_core::config`: values set in code, then the environment): the job's shape from the
 //! launcher (`AMNET_RANK`, `AMNET_SIZE`, `AMNET_UDP_BOOT`), the address to bind
 //! (`AMNET_UDP_BIND`), the protocol's parameters (`AMNET_UDP_MTU`, `AMNET_UDP_PEER_TIMEOUT`),
-//! fault injection (`AMNET_UDP_LOSS`, `AMNET_UDP_DUP`, `AMNET_UDP_REORDER`) and
-//! `AMNET_BOOT_TIMEOUT`. A value a variable does not accept is `Error::Config` naming it.
+//! authentication (`AMNET_UDP_AUTH`, `AMNET_UDP_SECRET`), fault injection (`AMNET_UDP_LOSS`,
+//! `AMNET_UDP_DUP`, `AMNET_UDP_REORDER`, `AMNET_UDP_FORGE`) and `AMNET_BOOT_TIMEOUT`. A value a
+//! variable does not accept is `Error::Config` naming it.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -11,10 +12,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use amnet_core::config::{vars, Kind, Source};
-use amnet_core::Result;
+use amnet_core::{Error, Result};
 
+use crate::auth::{Secret, TAG_LEN};
 use crate::faults::Faults;
-use crate::proto::ProtoConfig;
+use crate::proto::{ProtoConfig, MIN_MTU};
 
 /// The settings of this rank.
 #[derive(Debug)]
@@ -33,6 +35,10 @@ pub(crate) struct Settings {
     pub(crate) bind_ip: IpAddr,
     /// `AMNET_BOOT_TIMEOUT`: how long joining the job may take.
     pub(crate) boot_timeout: Duration,
+    /// `AMNET_UDP_AUTH`: datagrams carry tags.
+    pub(crate) auth: bool,
+    /// `AMNET_UDP_SECRET`: the job's secret, from the launcher.
+    pub(crate) secret: Option<Secret>,
 }
 
 impl Settings {
@@ -42,7 +48,9 @@ impl Settings {
             loss: src.probability(&vars::UDP_LOSS)?.unwrap_or(0.0),
             dup: src.probability(&vars::UDP_DUP)?.unwrap_or(0.0),
             reorder: src.probability(&vars::UDP_REORDER)?.unwrap_or(0.0),
+            forge: src.probability(&vars::UDP_FORGE)?.unwrap_or(0.0),
         };
+        let auth = src.flag(&vars::UDP_AUTH)?.unwrap_or(false);
         let mut cfg = ProtoConfig::default();
         if let Some(t) = src.seconds(&vars::UDP_PEER_TIMEOUT)? {
             let us = u64::try_from(t.as_micros()).unwrap_or(u64::MAX);
@@ -51,6 +59,18 @@ impl Settings {
         }
         if let Some(m) = src.count_usize(&vars::UDP_MTU)? {
             cfg.mtu = m;
+        }
+        if auth {
+            // AMNET_UDP_MTU bounds the datagram on the wire, tag included.
+            if cfg.mtu < MIN_MTU + TAG_LEN {
+                return Err(Error::Config(format!(
+                    "AMNET_UDP_MTU={} with AMNET_UDP_AUTH=1: expected at least {} (the tag \
+                     takes {TAG_LEN} bytes of each datagram)",
+                    cfg.mtu,
+                    MIN_MTU + TAG_LEN
+                )));
+            }
+            cfg.mtu -= TAG_LEN;
         }
         Ok(Settings {
             rank: src.count_u32(&vars::RANK)?,
@@ -62,6 +82,8 @@ impl Settings {
                 .ip(&vars::UDP_BIND)?
                 .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST)),
             boot_timeout: src.boot_timeout()?,
+            auth,
+            secret: src.secret(&vars::UDP_SECRET)?.map(Secret),
         })
     }
 }

@@ -10,6 +10,13 @@
 //! several go out with one `sendmmsg` on the main socket. A look at the socket is one `recv`
 //! ([`Socket::recv_one`]) or rounds of `recvmmsg` into a ring of buffers built once
 //! ([`Socket::recv_batch`]).
+//!
+//! With `AMNET_UDP_AUTH=1` the socket edge tags every datagram it sends and checks the tag of
+//! every datagram it receives (`crate::auth`): a datagram leaves as its bytes, its payload
+//! chunk where it lies and its tag, gathered by `sendmsg`/`sendmmsg` (one system call as
+//! without), and a received datagram whose tag does not verify is dropped and counted
+//! (`auth_failures`) before anything decodes it. Without, each of these is one test of a
+//! setting on the path.
 
 use std::mem::MaybeUninit;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -17,6 +24,7 @@ use std::os::fd::AsRawFd;
 
 use amnet_core::{Rank, Result};
 
+use crate::auth::{Mac, TAG_LEN};
 use crate::proto::{Datagram, BATCH};
 use amnet_core::Error;
 
@@ -24,6 +32,10 @@ use amnet_core::Error;
 const RX_BATCH: usize = 32;
 /// `recvmmsg` calls per poll at most (fairness with the caller's own work).
 const RX_ROUNDS: usize = 8;
+/// With a MAC, datagrams taken per poll at most: checking a tag costs several times the
+/// datagram's copy, and the acks of what a poll took leave only once it is all taken in, so a
+/// poll takes fewer, lest a sender's retransmission timeout run out first.
+const RX_AUTH_BATCH: usize = 8;
 /// Room for any datagram.
 const RX_BUF: usize = 65536;
 /// The most peers that get a connected socket of their own for lone datagrams (beyond, every
@@ -37,7 +49,10 @@ pub(crate) struct EdgeCounters {
     pub(crate) injected_loss: u64,
     pub(crate) injected_dup: u64,
     pub(crate) injected_reorder: u64,
+    pub(crate) injected_forged: u64,
     pub(crate) rx_errors: u64,
+    /// Datagrams dropped because their tag did not verify (`AMNET_UDP_AUTH=1`).
+    pub(crate) auth_failures: u64,
 }
 
 /// The receive buffers and the `recvmmsg` headers that point into them, built once.
@@ -97,6 +112,9 @@ pub(crate) struct Socket {
     /// it up on every `sendto`); `None` for this rank, in jobs of more than
     /// [`CONNECTED_MAX`] peers, and where it could not be set up.
     conn: Vec<Option<UdpSocket>>,
+    /// With `AMNET_UDP_AUTH=1`, the datagram MAC: every datagram sent carries its tag, and
+    /// every datagram received must.
+    mac: Option<Mac>,
 }
 
 /// The main socket of a rank: a non-blocking UDP socket on `ip` (any port), with send and
@@ -118,13 +136,15 @@ pub(crate) fn bind(ip: IpAddr) -> Result<UdpSocket> {
 impl Socket {
     /// The sockets of rank `rank` in a job of `size` ranks whose main sockets are at `peers`:
     /// `sock`, this rank's main socket from [`bind`] on `ip`, and a connected socket per peer
-    /// where there are few enough peers and it can be set up.
+    /// where there are few enough peers and it can be set up; with `mac`, datagrams are tagged
+    /// and checked.
     pub(crate) fn new(
         sock: UdpSocket,
         peers: &[SocketAddr],
         rank: Rank,
         size: u32,
         ip: IpAddr,
+        mac: Option<Mac>,
     ) -> Socket {
         let addrs = peers
             .iter()
@@ -144,7 +164,17 @@ impl Socket {
         } else {
             Vec::new()
         };
-        Socket { sock, addrs, conn }
+        Socket {
+            sock,
+            addrs,
+            conn,
+            mac,
+        }
+    }
+
+    /// The datagram MAC in force, if any.
+    pub(crate) fn mac(&self) -> Option<&Mac> {
+        self.mac.as_ref()
     }
 
     /// The address of the main socket.
@@ -154,9 +184,13 @@ impl Socket {
 
     /// Send one datagram: with `send` (`sendmsg` when it has a tail) on the destination's
     /// connected socket, else with `sendto` (`sendmmsg` when it has a tail) on the main
-    /// socket. False when the socket buffer is full (offer it again later); a datagram the
-    /// kernel refuses is counted and dropped.
+    /// socket; with a MAC, with `sendmsg` of the datagram and its tag ([`Socket::send_tagged`]).
+    /// False when the socket buffer is full (offer it again later); a datagram the kernel
+    /// refuses is counted and dropped.
     pub(crate) fn send_one(&self, d: Datagram<'_>, edge: &mut EdgeCounters) -> bool {
+        if let Some(mac) = &self.mac {
+            return self.send_tagged(d, mac, edge);
+        }
         let conn = self.conn.get(d.dest as usize).and_then(Option::as_ref);
         if !d.tail.is_empty() {
             return match conn {
@@ -200,12 +234,12 @@ impl Socket {
     /// `sendmsg` of `d`'s bytes and tail on `fd`, a socket connected to `d.dest`; the answer
     /// as for [`Socket::send_one`].
     fn send_gathered(&self, fd: libc::c_int, d: Datagram<'_>, edge: &mut EdgeCounters) -> bool {
-        let mut iov = iovecs(&d);
+        let (mut iov, n) = iovecs(&d, None);
         // SAFETY: msghdr is plain old data; all-zero is a valid value (no name: the socket is
         // connected).
         let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
         m.msg_iov = iov.as_mut_ptr();
-        m.msg_iovlen = iov.len();
+        m.msg_iovlen = n;
         loop {
             // SAFETY: `m` points at `iov`, whose buffers (`d`'s bytes and tail) are live for
             // the call; the kernel only reads them.
@@ -214,6 +248,55 @@ impl Socket {
                 return taken;
             }
         }
+    }
+
+    /// [`Socket::send_one`] with a MAC: one `sendmsg` of `d`'s bytes, its tail and its tag,
+    /// on the destination's connected socket, else on the main socket addressed to it. The
+    /// tag is computed over the bytes and the tail where they lie.
+    #[inline(never)]
+    fn send_tagged(&self, d: Datagram<'_>, mac: &Mac, edge: &mut EdgeCounters) -> bool {
+        let tag = mac.tag(&[d.bytes, d.tail]);
+        let (mut iov, n) = iovecs(&d, Some(&tag));
+        // SAFETY: msghdr is plain old data; all-zero is a valid value.
+        let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+        m.msg_iov = iov.as_mut_ptr();
+        m.msg_iovlen = n;
+        let fd = match self.conn.get(d.dest as usize).and_then(Option::as_ref) {
+            Some(c) => c.as_raw_fd(),
+            None => {
+                let (addr, len) = &self.addrs[d.dest as usize];
+                m.msg_name = std::ptr::from_ref(addr).cast_mut().cast();
+                m.msg_namelen = *len;
+                self.sock.as_raw_fd()
+            }
+        };
+        loop {
+            // SAFETY: `m` points at `iov`, whose buffers (`d`'s bytes and tail, `tag`) are live
+            // for the call, and at an address of `self.addrs` or none; the kernel only reads
+            // them.
+            let r = unsafe { sys::sendmsg(fd, &m, libc::MSG_DONTWAIT) };
+            if let Some(taken) = send_outcome(r, edge) {
+                return taken;
+            }
+        }
+    }
+
+    /// Send `bytes` to `dest` as they are, untagged, on the main socket: the forgeries of
+    /// fault injection (`AMNET_UDP_FORGE`). What the kernel says is not counted.
+    pub(crate) fn send_raw(&self, dest: Rank, bytes: &[u8]) {
+        let (addr, len) = &self.addrs[dest as usize];
+        // SAFETY: `bytes` and `addr` are live for the call and the kernel only reads them;
+        // `len` is the length `sockaddr` wrote.
+        unsafe {
+            sys::sendto(
+                self.sock.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                0,
+                std::ptr::from_ref(addr).cast(),
+                *len,
+            )
+        };
     }
 
     /// Send a batch: one datagram with [`Socket::send_one`], more with one `sendmmsg`.
@@ -229,29 +312,35 @@ impl Socket {
     }
 
     /// [`Socket::send_batch`] with one `sendmmsg`, whatever the batch's length: each
-    /// datagram is gathered from its bytes and its tail (a payload chunk sent from where it
-    /// lies).
+    /// datagram is gathered from its bytes, its tail (a payload chunk sent from where it
+    /// lies) and, with a MAC, its tag.
     fn send_batch_now(&self, batch: &[Datagram<'_>], edge: &mut EdgeCounters) -> usize {
         let n = batch.len().min(BATCH);
-        let mut iovs = [const { MaybeUninit::<[libc::iovec; 2]>::uninit() }; BATCH];
+        let mut iovs = [const { MaybeUninit::<[libc::iovec; 3]>::uninit() }; BATCH];
         let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; BATCH];
+        let mut tags = [const { MaybeUninit::<[u8; TAG_LEN]>::uninit() }; BATCH];
         for (i, d) in batch.iter().take(n).enumerate() {
             let (addr, len) = &self.addrs[d.dest as usize];
-            let iov = iovs[i].write(iovecs(d));
+            let tag = self
+                .mac
+                .as_ref()
+                .map(|mac| &*tags[i].write(mac.tag(&[d.bytes, d.tail])));
+            let (v, used) = iovecs(d, tag);
+            let iov = iovs[i].write(v);
             // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
             let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
             m.msg_hdr.msg_name = std::ptr::from_ref(addr).cast_mut().cast();
             m.msg_hdr.msg_namelen = *len;
             m.msg_hdr.msg_iov = iov.as_mut_ptr();
-            m.msg_hdr.msg_iovlen = if d.tail.is_empty() { 1 } else { 2 };
+            m.msg_hdr.msg_iovlen = used;
             msgs[i].write(m);
         }
         let msgs = msgs.as_mut_ptr().cast::<libc::mmsghdr>();
         let mut done = 0usize;
         while done < n {
             // SAFETY: `msgs[..n]` were initialized above and point at addresses of `self.addrs`
-            // and iovecs of this frame, whose buffers (`batch`) outlive the call; the kernel
-            // only reads them (and writes `msg_len`).
+            // and iovecs of this frame, whose buffers (`batch`, the tags of this frame)
+            // outlive the call; the kernel only reads them (and writes `msg_len`).
             let r = unsafe {
                 libc::sendmmsg(
                     self.sock.as_raw_fd(),
@@ -281,8 +370,9 @@ impl Socket {
 
     /// One `recv` into the first buffer of `rx` ([`RxRing::first`]), the cheapest look at an
     /// empty socket (an empty `recvmmsg` costs half as much again). Returns the length of the
-    /// datagram it found; `None` when there was none or the call failed (counted in
-    /// `rx_errors`, unless it found the socket empty or was interrupted).
+    /// datagram it found (with a MAC, less its tag, which verified); `None` when there was none,
+    /// the call failed (counted in `rx_errors`, unless it found the socket empty or was
+    /// interrupted) or the datagram's tag did not verify (counted in `auth_failures`).
     pub(crate) fn recv_one(&self, rx: &mut RxRing, edge: &mut EdgeCounters) -> Option<usize> {
         let buf = &mut rx.bufs[0];
         // SAFETY: `buf` is a live buffer of `buf.len()` bytes, which the kernel fills.
@@ -300,12 +390,18 @@ impl Socket {
             }
             return None;
         };
-        Some(len.min(RX_BUF))
+        let len = len.min(RX_BUF);
+        match &self.mac {
+            None => Some(len),
+            Some(mac) => open(mac, &rx.bufs[0][..len], edge).map(<[u8]>::len),
+        }
     }
 
     /// Batches of up to [`RX_BATCH`] datagrams with `recvmmsg` into `rx`, until the socket is
-    /// empty (at most [`RX_ROUNDS`] calls), each datagram handed to `take` as it lies in its
-    /// buffer. Returns how many it took.
+    /// empty (at most [`RX_ROUNDS`] calls; with a MAC, one call of [`RX_AUTH_BATCH`]), each
+    /// datagram handed to `take` as it lies in its buffer (with a MAC, without its tag, once
+    /// the tag verified; a datagram whose tag does not is counted in `auth_failures` and
+    /// dropped). Returns how many it took.
     pub(crate) fn recv_batch(
         &self,
         rx: &mut RxRing,
@@ -313,15 +409,19 @@ impl Socket {
         mut take: impl FnMut(&[u8]),
     ) -> usize {
         let fd = self.sock.as_raw_fd();
+        let (batch, rounds) = match self.mac {
+            None => (RX_BATCH, RX_ROUNDS),
+            Some(_) => (RX_AUTH_BATCH, 1),
+        };
         let mut total = 0;
-        for _ in 0..RX_ROUNDS {
+        for _ in 0..rounds {
             // SAFETY: every header of `rx.msgs` points at an iovec of `rx._iovs` and through it
             // at a live buffer of `rx.bufs` of the stated length, which the kernel fills.
             let r = unsafe {
                 libc::recvmmsg(
                     fd,
                     rx.msgs.as_mut_ptr(),
-                    u32::try_from(RX_BATCH).unwrap_or(1),
+                    u32::try_from(batch).unwrap_or(1),
                     libc::MSG_DONTWAIT,
                     std::ptr::null_mut(),
                 )
@@ -335,10 +435,16 @@ impl Socket {
             let got = usize::try_from(r).unwrap_or(0);
             for (m, buf) in rx.msgs.iter().zip(&rx.bufs).take(got) {
                 let len = (m.msg_len as usize).min(RX_BUF);
-                take(&buf[..len]);
+                match &self.mac {
+                    None => take(&buf[..len]),
+                    Some(mac) => match open(mac, &buf[..len], edge) {
+                        Some(body) => take(body),
+                        None => continue,
+                    },
+                }
+                total += 1;
             }
-            total += got;
-            if got < RX_BATCH {
+            if got < batch {
                 break;
             }
         }
@@ -367,19 +473,37 @@ fn set_buf(fd: i32, opt: libc::c_int, bytes: libc::c_int) {
     }
 }
 
-/// The two buffers of `d` on the wire: its bytes, then its tail (empty but for a datagram
-/// whose payload chunk stays in the sender's memory).
-fn iovecs(d: &Datagram<'_>) -> [libc::iovec; 2] {
-    [
-        libc::iovec {
-            iov_base: d.bytes.as_ptr().cast_mut().cast(),
-            iov_len: d.bytes.len(),
-        },
-        libc::iovec {
-            iov_base: d.tail.as_ptr().cast_mut().cast(),
-            iov_len: d.tail.len(),
-        },
-    ]
+/// A received datagram without its tag when the tag verifies; else `None`, counted in
+/// `auth_failures`.
+#[inline]
+fn open<'a>(mac: &Mac, datagram: &'a [u8], edge: &mut EdgeCounters) -> Option<&'a [u8]> {
+    let body = mac.open(datagram);
+    if body.is_none() {
+        edge.auth_failures += 1;
+    }
+    body
+}
+
+/// An iovec of `b` (which the kernel only reads).
+fn iov(b: &[u8]) -> libc::iovec {
+    libc::iovec {
+        iov_base: b.as_ptr().cast_mut().cast(),
+        iov_len: b.len(),
+    }
+}
+
+/// The buffers of `d` on the wire and how many there are: its bytes, then its tail (empty and
+/// left out but for a datagram whose payload chunk stays in the sender's memory), then its
+/// `tag`, if any.
+fn iovecs(d: &Datagram<'_>, tag: Option<&[u8; TAG_LEN]>) -> ([libc::iovec; 3], usize) {
+    match tag {
+        None => {
+            let used = if d.tail.is_empty() { 1 } else { 2 };
+            ([iov(d.bytes), iov(d.tail), iov(&[])], used)
+        }
+        Some(t) if d.tail.is_empty() => ([iov(d.bytes), iov(t), iov(&[])], 2),
+        Some(t) => ([iov(d.bytes), iov(d.tail), iov(t)], 3),
+    }
 }
 
 /// What the result `r` of a one-datagram `send`, `sendto` or `sendmsg` means: `Some(true)`
@@ -527,6 +651,88 @@ fn sockaddr(a: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_t 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::Secret;
+
+    /// With a MAC, every way a datagram leaves (a lone one on a connected socket or on the
+    /// main socket, with a held tail or without, a batch) carries a tag that the receiver
+    /// checks and takes off, with `recv` and with `recvmmsg`; untagged and wrongly tagged
+    /// datagrams are dropped and counted in `auth_failures`.
+    #[test]
+    fn tagged_datagrams_pass_and_forged_ones_are_counted() {
+        let ip = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+        let mac = Mac::datagrams(&Secret([0x42; 16]));
+        let (a, b) = (bind(ip).unwrap(), bind(ip).unwrap());
+        let peers = [a.local_addr().unwrap(), b.local_addr().unwrap()];
+        let a2 = bind(ip).unwrap();
+        // A peer socket per destination, and (a job too large for them) none.
+        let tx = Socket::new(a, &peers, 0, 2, ip, Some(mac));
+        let tx_main = Socket::new(a2, &peers, 0, 100, ip, Some(mac));
+        assert!(tx.conn[1].is_some() && tx_main.conn.is_empty());
+        let rx_sock = Socket::new(b, &peers, 1, 2, ip, Some(mac));
+        let held = |bytes: &'static [u8], tail: &'static [u8]| Datagram {
+            dest: 1,
+            bytes,
+            tail,
+        };
+        let mut edge = EdgeCounters::default();
+        let mut rx = RxRing::new();
+        let mut rx_edge = EdgeCounters::default();
+        let wait = || std::thread::sleep(std::time::Duration::from_millis(30));
+        for round in 0..2 {
+            assert!(tx.send_one(Datagram::whole(1, b"lone"), &mut edge));
+            assert!(tx.send_one(held(b"head+", b"held tail"), &mut edge));
+            assert!(tx_main.send_one(Datagram::whole(1, b"main"), &mut edge));
+            assert!(tx_main.send_one(held(b"main+", b"tail"), &mut edge));
+            tx.send_raw(1, b"no tag at all, but long enough for one");
+            let mut wrong = b"a tag of other bytes".to_vec();
+            wrong.extend_from_slice(&mac.tag(&[b"other bytes"]));
+            tx.send_raw(1, &wrong);
+            let batch = [
+                Datagram::whole(1, b"one"),
+                held(b"two+", b"tail"),
+                Datagram::whole(1, b"three"),
+            ];
+            assert_eq!(tx.send_batch(&batch, &mut edge), 3);
+            wait();
+            let mut got: Vec<Vec<u8>> = Vec::new();
+            if round == 0 {
+                // Lone receives: a forged datagram is no datagram.
+                for _ in 0..9 {
+                    if let Some(len) = rx_sock.recv_one(&mut rx, &mut rx_edge) {
+                        got.push(rx.first(len).to_vec());
+                    }
+                }
+            } else {
+                // Batches of at most RX_AUTH_BATCH: more than one call for the nine.
+                let mut n = 0;
+                for _ in 0..3 {
+                    n += rx_sock.recv_batch(&mut rx, &mut rx_edge, |d| got.push(d.to_vec()));
+                }
+                assert_eq!(n, 7);
+            }
+            let want: [&[u8]; 7] = [
+                b"lone",
+                b"head+held tail",
+                b"main",
+                b"main+tail",
+                b"one",
+                b"two+tail",
+                b"three",
+            ];
+            assert_eq!(got, want, "round {round}");
+            assert_eq!(rx_edge.auth_failures, 2 * (round + 1));
+        }
+        assert_eq!(edge.send_errors, 0);
+        // A receiver without the MAC sees the tags as bytes of the datagram.
+        let plain = Socket::new(bind(ip).unwrap(), &peers, 1, 2, ip, None);
+        let to_plain = [peers[0], plain.local_addr().unwrap()];
+        let tx = Socket::new(bind(ip).unwrap(), &to_plain, 0, 2, ip, Some(mac));
+        assert!(tx.send_one(Datagram::whole(1, b"lone"), &mut edge));
+        wait();
+        let len = plain.recv_one(&mut rx, &mut rx_edge).unwrap();
+        assert_eq!(len, 4 + TAG_LEN);
+        assert_eq!(mac.open(rx.first(len)), Some(&b"lone"[..]));
+    }
 
     /// The plain system calls answer as glibc's wrappers do: the byte count, or -1 with
     /// `errno` set (EAGAIN on an empty non-blocking socket).
@@ -579,7 +785,7 @@ mod tests {
         assert_eq!(got, 5);
         assert_eq!(&buf[..5], msg);
         let (c, d) = (a.as_raw_fd(), Datagram::whole(0, b"gathered"));
-        let mut iov = iovecs(&d);
+        let (mut iov, _) = iovecs(&d, None);
         // SAFETY: msghdr is plain old data; all-zero is a valid value.
         let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
         m.msg_iov = iov.as_mut_ptr();

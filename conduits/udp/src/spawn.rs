@@ -2,13 +2,20 @@
 //! by `amrun --hosts`), on other hosts started through `AMNET_SSH`, and the job serves the
 //! bootstrap the ranks use to find each other (see [`crate::boot`]). The launcher
 //! (`amnet-launch`) starts and watches the ranks.
+//!
+//! Every job has a fresh secret ([`Secret::random`]) that keys the bootstrap connection's
+//! frames and, with `AMNET_UDP_AUTH=1`, the datagrams' tags. It reaches the ranks as
+//! `AMNET_UDP_SECRET` through [`JobBackend::rank_secrets`]: in the environment of a local
+//! rank, on the standard input of the remote-start command for a remote one, never on a
+//! command line.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 
-use amnet_core::config::{vars, Source};
+use amnet_core::config::{secret_hex, vars, Source};
 use amnet_core::job::JobBackend;
 use amnet_core::{Error, Result};
 
+use crate::auth::Secret;
 use crate::boot::{route_ip, BootServer};
 
 /// The default remote-start command (`AMNET_SSH` overrides it; the host name is appended).
@@ -23,6 +30,7 @@ pub struct UdpJob {
     /// Host of each rank; `None`: this host.
     hosts: Vec<Option<String>>,
     ssh: Vec<String>,
+    secret: Secret,
 }
 
 fn cfg(msg: impl Into<String>) -> Error {
@@ -94,6 +102,8 @@ impl UdpJob {
             .map(str::to_string)
             .collect();
         let job_key = new_job_key();
+        let secret = Secret::random()
+            .map_err(|e| cfg(format!("cannot draw the job's secret (getrandom): {e}")))?;
         let (bind, advertise) = match &remote {
             None => {
                 let b = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
@@ -122,7 +132,7 @@ impl UdpJob {
                 )
             }
         };
-        let server = BootServer::start(bind, ranks, job_key)?;
+        let server = BootServer::start(bind, ranks, job_key, Some(&secret))?;
         let boot = match advertise {
             None => server.addr(),
             Some(ip) => SocketAddr::new(ip, server.addr().port()),
@@ -132,6 +142,7 @@ impl UdpJob {
             boot,
             hosts,
             ssh,
+            secret,
         })
     }
 }
@@ -146,6 +157,9 @@ impl JobBackend for UdpJob {
         }
         let _ = rank;
         v
+    }
+    fn rank_secrets(&self, _rank: u32) -> Vec<(String, String)> {
+        vec![(vars::UDP_SECRET.name.into(), secret_hex(&self.secret.0))]
     }
     fn exit_flag(&self) -> Option<(i32, Option<u32>)> {
         self.server.exit()
