@@ -26,6 +26,11 @@
 //! runs everything on the job's two halves (even and odd ranks) at the same time, each on its
 //! own team; rank 0 reports its half.
 //!
+//! Team creation closes the suite: `team_split` splits the team into its even and odd ranks
+//! (one gather_all of colors and keys; the algorithm column names the gather_all the
+//! selector picks), `team_create` makes the team of its even ranks from a list (no
+//! messages); each call is timed alone and the new team destroyed after the clock stops.
+//!
 //! With the mpi feature on the mpi conduit, MPI's own collectives run in the same job on a
 //! duplicate of the job's communicator (split like the team under `--team split2`): at each
 //! operation and size the reference point (`IN_ALLSYNC|OUT_ALLSYNC`, or the selected
@@ -72,6 +77,10 @@ enum Op {
     Exchange,
     ReduceToAll,
     Prefix,
+    /// Team creation: `split` of the team into its even and odd ranks.
+    TeamSplit,
+    /// Team creation: `create` of the team's even ranks from an explicit list.
+    TeamCreate,
 }
 
 impl Op {
@@ -94,6 +103,8 @@ impl Op {
             Op::Exchange => "exchange",
             Op::ReduceToAll => "reduce_to_all",
             Op::Prefix => "prefix_reduce",
+            Op::TeamSplit => "team_split",
+            Op::TeamCreate => "team_create",
         }
     }
 }
@@ -170,6 +181,9 @@ struct SegLayout {
     results: usize,
 }
 
+/// Points of team creation (split, create).
+const TEAM_POINTS: usize = 2;
+
 /// Figures per point and rank: mean, median, p99 (ns), requests per call.
 const FIGS: usize = 4;
 
@@ -179,7 +193,7 @@ const POINTS_PER_SIZE: usize = 16;
 
 fn layout(max: usize, ranks: usize) -> SegLayout {
     let area = (max * ranks).next_multiple_of(4096);
-    let points = Op::ALL.len() * sizes(max).len() * POINTS_PER_SIZE;
+    let points = Op::ALL.len() * sizes(max).len() * POINTS_PER_SIZE + TEAM_POINTS;
     let results = (points * FIGS * 8).next_multiple_of(64);
     SegLayout {
         src: 0,
@@ -224,6 +238,10 @@ fn call(
         Op::Gather => coll.gather(w, 0, dst, src, n, fl),
         Op::GatherAll => coll.gather_all(w, dst, src, n, fl),
         Op::Exchange => coll.exchange(w, dst, src, n, fl),
+        Op::TeamSplit | Op::TeamCreate => Err(Error::Usage {
+            op: "amnet-bench coll",
+            detail: "team creation is timed by `team_point`".into(),
+        }),
         Op::ReduceToAll | Op::Prefix => {
             let count = n / 8;
             let lay = Layout::block_cyclic(count.div_ceil(ranks).max(1), 0);
@@ -389,6 +407,44 @@ pub(crate) fn run(
         }
     }
     coll.tune("")?;
+
+    // Team creation: each call timed alone (the new team's destruction, a barrier on it,
+    // after the clock stops), with the requests the creation itself sent.
+    for op in [Op::TeamSplit, Op::TeamCreate] {
+        let (warmup, iters) = shape(plan, 8);
+        let evens: Vec<u32> = (0..team.size()).step_by(2).collect();
+        let mut ns = Vec::with_capacity(iters);
+        let mut sent = 0;
+        for i in 0..warmup + iters {
+            ep.barrier()?;
+            let before = requests(ep);
+            let t = std::time::Instant::now();
+            let made = if op == Op::TeamSplit {
+                let key = i32::try_from(team.rank()).unwrap_or(0);
+                coll.split(&team, Some(team.rank() % 2), key)?
+            } else {
+                coll.create(&team, &evens)?
+            };
+            let took = t.elapsed().as_nanos() as f64;
+            if i >= warmup {
+                ns.push(took);
+                sent += requests(ep) - before;
+            }
+            if let Some(t) = made {
+                coll.destroy(&t)?;
+            }
+        }
+        let mean = ns.iter().sum::<f64>() / iters as f64;
+        let s = Samples::from_ns(ns);
+        figs.extend([mean, s.p50(), s.p99(), sent as f64 / iters as f64]);
+        let alg = if op == Op::TeamSplit {
+            let mode = flags::IN_MYSYNC | flags::OUT_MYSYNC;
+            alg_name(Op::GatherAll, &coll.selected(&team, "gather_all", 8, mode)?)
+        } else {
+            "-"
+        };
+        points.push((op, 0, "-", alg, iters));
+    }
 
     // Every rank's figures to rank 0 (the whole job: with split2 rank 0 reports its half).
     let bytes: Vec<u8> = figs.iter().flat_map(|v| v.to_ne_bytes()).collect();
