@@ -12,7 +12,9 @@
 use std::collections::HashSet;
 
 use amnet_core::{Error, Result};
-use amnet_sync_modes::flags::{IN_ALLSYNC, IN_MYSYNC, OUT_MYSYNC, OUT_NOSYNC, SINGLE};
+use amnet_sync_modes::flags::{
+    ALL_THREADS, IN_ALLSYNC, IN_MYSYNC, LOCAL, OUT_MYSYNC, OUT_NOSYNC, SINGLE,
+};
 
 use crate::api::{call, one, usage, Coll, Counts, InFlight};
 use crate::plan::Kind;
@@ -187,6 +189,32 @@ impl Coll {
             Counts::Uniform(1),
             one(p, p),
             IN_ALLSYNC | OUT_NOSYNC | SINGLE,
+        );
+        let r = self.run(team, c, true);
+        b.finish(r).map(|_| ())
+    }
+
+    /// Wait until every image thread of every member of `team` has called `barrier_images`
+    /// on it: the barrier of a job whose ranks host several images (a UPC `upc_barrier`).
+    /// Every image thread of every member calls it, matched in order with its other
+    /// `ALL_THREADS` collectives on the team; with one image per rank it is [`Coll::barrier`].
+    pub fn barrier_images(&self, team: &Team) -> Result<()> {
+        const OP: &str = "team barrier_images";
+        if self.sh.images.iter().all(|&n| n == 1) {
+            return self.barrier(team);
+        }
+        self.check_team(OP, team)?;
+        let mut b = InFlight::new(vec![0u8; 1]);
+        // SAFETY: the byte lives in `b`, freed only after the blocking call returned Ok (the
+        // collective completed here) and leaked when it failed.
+        let p = unsafe { Addr::ptr(b.get_mut().as_mut_ptr()) };
+        let c = call(
+            OP,
+            Kind::Broadcast,
+            Some(0),
+            Counts::Uniform(1),
+            one(p, p),
+            IN_ALLSYNC | OUT_NOSYNC | LOCAL | ALL_THREADS,
         );
         let r = self.run(team, c, true);
         b.finish(r).map(|_| ())

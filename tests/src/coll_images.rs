@@ -141,6 +141,9 @@ pub fn main_images(seed: u64) -> i32 {
                 if let Err(e) = mixed_callers(&ep, &co, w, me, li) {
                     fail(img, e);
                 }
+                if let Err(e) = image_barrier(&ep, &co, w, img, seed) {
+                    fail(img, e);
+                }
             });
         }
     });
@@ -247,6 +250,38 @@ fn mixed_callers(ep: &Endpoint, co: &Coll, w: &World, me: usize, li: usize) -> V
                     "mixed callers: gather_all #{k} on image {img}: block {j} holds {got}, \
                      expected {}",
                     j as u64 * 1000 + k
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where `image_barrier` keeps each image's round number, on rank 0.
+const ROUNDS_AT: u64 = MIX + 256 * 1024;
+
+/// `barrier_images` waits for every image thread of every rank: in each round every image
+/// puts its round number into its slot on rank 0 (some after a delay), meets the others in
+/// the barrier, and then reads every slot: none may be behind.
+fn image_barrier(ep: &Endpoint, co: &Coll, w: &World, img: usize, seed: u64) -> Verdict {
+    let ni = w.nimages();
+    let e = |what: &str, x: Error| format!("barrier_images: {what}: {x}");
+    for round in 1..=6u64 {
+        // A different image arrives late in each round.
+        if (seed + round) % ni as u64 == img as u64 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ep.put(0, ROUNDS_AT + 8 * img as u64, &round.to_le_bytes())
+            .map_err(|x| e("put", x))?;
+        co.barrier_images(co.world()).map_err(|x| e("barrier", x))?;
+        let mut v = vec![0u8; 8 * ni];
+        ep.get(0, ROUNDS_AT, &mut v).map_err(|x| e("get", x))?;
+        for (j, c) in v.chunks(8).enumerate() {
+            let got = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+            if got < round {
+                return Err(format!(
+                    "barrier_images round {round}: image {img} left the barrier while image \
+                     {j} was at round {got}"
                 ));
             }
         }
