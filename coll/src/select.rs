@@ -199,6 +199,163 @@ pub(crate) static ALGS: &[Alg] = &[
         forbids: bits::IMAGE_SPACE,
         cost: |m, c| (log2_ceil(c.ranks) + 1.0) * m.alpha + m.beta * bytes(c),
     },
+    // ----- data movement (generators in algs/data.rs and the modules it names) -----
+    Alg {
+        name: "scatter_allgather",
+        kind: Kind::Broadcast,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE | bits::V_FORM,
+        // A binomial scatter of np pieces, then recursive doubling (a power of two) or a ring.
+        cost: |m, c| {
+            let p = f64::from(c.ranks);
+            let l = log2_ceil(c.ranks);
+            let steps = if c.ranks.is_power_of_two() {
+                2.0 * l
+            } else {
+                l + p - 1.0
+            };
+            steps * m.alpha + 2.0 * (p - 1.0) / p * m.beta * bytes(c)
+        },
+    },
+    Alg {
+        name: "pipeline",
+        kind: Kind::Broadcast,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE | bits::V_FORM,
+        // A chain in chunks of 64 KiB (the default): np − 2 + ⌈n / chunk⌉ chunk steps.
+        cost: |m, c| {
+            let chunk = bytes(c).min(64.0 * 1024.0);
+            let k = (bytes(c) / 64.0 / 1024.0).ceil().max(1.0);
+            (f64::from(c.ranks.saturating_sub(1)) + k - 1.0) * (m.alpha + m.beta * chunk)
+        },
+    },
+    Alg {
+        name: "flat",
+        kind: Kind::Scatter,
+        imp: Imp::Flat,
+        requires: 0,
+        forbids: 0,
+        // The root sends every block itself.
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
+    },
+    Alg {
+        name: "binomial",
+        kind: Kind::Scatter,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE,
+        // The root's ⌈log₂ np⌉ messages carry np − 1 blocks in all.
+        cost: |m, c| {
+            log2_ceil(c.ranks) * m.alpha + f64::from(c.ranks.saturating_sub(1)) * m.beta * bytes(c)
+        },
+    },
+    Alg {
+        name: "flat",
+        kind: Kind::Gather,
+        imp: Imp::Flat,
+        requires: 0,
+        forbids: 0,
+        // The root receives every block.
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
+    },
+    Alg {
+        name: "binomial",
+        kind: Kind::Gather,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE,
+        cost: |m, c| {
+            log2_ceil(c.ranks) * m.alpha + f64::from(c.ranks.saturating_sub(1)) * m.beta * bytes(c)
+        },
+    },
+    Alg {
+        name: "flat",
+        kind: Kind::GatherAll,
+        imp: Imp::Flat,
+        requires: 0,
+        forbids: 0,
+        // Every rank sends its block to every other rank.
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
+    },
+    Alg {
+        name: "ring",
+        kind: Kind::GatherAll,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE,
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
+    },
+    Alg {
+        name: "recursive_doubling",
+        kind: Kind::GatherAll,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE,
+        // Other sizes add the pairing round and the two messages back, which carry nearly all.
+        cost: |m, c| {
+            let l = log2_ceil(c.ranks);
+            let rest = f64::from(c.ranks.saturating_sub(1)) * m.beta * bytes(c);
+            if c.ranks.is_power_of_two() {
+                l * m.alpha + rest
+            } else {
+                (l + 2.0) * m.alpha + 2.0 * rest
+            }
+        },
+    },
+    Alg {
+        name: "bruck",
+        kind: Kind::GatherAll,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE,
+        cost: |m, c| {
+            log2_ceil(c.ranks) * m.alpha + f64::from(c.ranks.saturating_sub(1)) * m.beta * bytes(c)
+        },
+    },
+    Alg {
+        name: "gather_broadcast",
+        kind: Kind::GatherAll,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE,
+        // A binomial gather, then ⌈log₂ np⌉ steps of the whole destination.
+        cost: |m, c| {
+            let l = log2_ceil(c.ranks);
+            let all = f64::from(c.ranks) * bytes(c);
+            2.0 * l * m.alpha + (all - bytes(c) + l * all) * m.beta
+        },
+    },
+    Alg {
+        name: "flat",
+        kind: Kind::Exchange,
+        imp: Imp::Flat,
+        requires: 0,
+        forbids: 0,
+        // Every rank sends np − 1 blocks.
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
+    },
+    Alg {
+        name: "pairwise",
+        kind: Kind::Exchange,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE,
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
+    },
+    Alg {
+        name: "bruck",
+        kind: Kind::Exchange,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE | bits::V_FORM,
+        // ⌈log₂ np⌉ messages of about np / 2 blocks each.
+        cost: |m, c| {
+            let l = log2_ceil(c.ranks);
+            l * m.alpha + l * f64::from(c.ranks.div_ceil(2)) * m.beta * bytes(c)
+        },
+    },
 ];
 
 /// The flat algorithm of every other operation.

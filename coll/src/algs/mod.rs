@@ -5,6 +5,13 @@
 
 pub(crate) mod allreduce;
 pub(crate) mod bcast;
+// Data movement: scatter-allgather and pipelined broadcast, binomial scatter and gather, the
+// gather_all and exchange algorithms (`data::generate` dispatches them).
+pub(crate) mod allgather;
+pub(crate) mod bcast_split;
+pub(crate) mod data;
+pub(crate) mod exchange;
+pub(crate) mod rooted;
 
 use amnet_core::{Error, Result};
 
@@ -25,6 +32,9 @@ pub(crate) fn generate(
     let root = u32::try_from(spec.root).unwrap_or(0);
     let (_, src, dst) = areas.first().copied().unwrap_or_default();
     let in_place = src.len > 0 && src.ptr == dst.ptr;
+    if let Some(s) = data::generate(spec, alg.name, me, src, dst) {
+        return Ok(s);
+    }
     match (spec.kind, alg.name) {
         (Kind::Broadcast, "binomial") => {
             Ok(bcast::binomial_tree(np, me, root, spec.counts[0], in_place))
