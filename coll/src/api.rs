@@ -412,8 +412,15 @@ impl Coll {
             if has.iter().all(|&h| h) {
                 m |= ALL_CONTRIBUTE;
             }
-            if m & COMMUTATIVE != 0 || rs.windows(2).all(|w| w[0].part < w[1].part) {
+            let in_order = rs.windows(2).all(|w| w[0].part < w[1].part);
+            if m & COMMUTATIVE != 0 || in_order {
                 m |= ORDER_SAFE;
+            }
+            if in_order {
+                m |= RUNS_IN_ORDER;
+            }
+            if crate::plan::runs(red.dst_lay, red.n, np) == rs {
+                m |= SAME_LAYOUT;
             }
         }
         if mode.aggregate {

@@ -1426,7 +1426,8 @@ fn on_sched(s: &Shared, _tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
 }
 
 /// A table function as a schedule's combination: elementwise calls with one left and one right
-/// operand, or one call that folds a run of elements (as the flat reductions do).
+/// operand, or one call that folds a run of elements or computes a run's prefixes after a
+/// carry (as the flat reductions do).
 struct FnCombine(Option<(Arc<crate::types::ReduceFn>, u32, usize, u32)>);
 
 impl crate::sched::Combine for FnCombine {
@@ -1473,6 +1474,20 @@ impl crate::sched::Combine for FnCombine {
             fl,
             *arg,
         );
+    }
+
+    fn scan(&self, out: &mut [u8], carry: Option<&[u8]>, xs: &[u8]) {
+        let Some((f, flags, es, arg)) = &self.0 else {
+            return;
+        };
+        let es = (*es).max(1);
+        let m = xs.len() / es;
+        if m == 0 {
+            return;
+        }
+        let (left, lc) = carry.map_or((&[][..], 0), |c| (c, 1));
+        let fl = flags & crate::types::fn_flags::NONCOMM;
+        f(out, m, left, lc, xs, es, fl, *arg);
     }
 }
 

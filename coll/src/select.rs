@@ -50,8 +50,13 @@ pub(crate) mod bits {
     /// (the function is commutative, or each participant's elements are one run of the
     /// array, in participant order).
     pub(crate) const ORDER_SAFE: u64 = 1 << 17;
+    /// Reductions: each participant's source elements are one run of the array and the runs
+    /// are in participant order (whatever the function; participants may hold none).
+    pub(crate) const RUNS_IN_ORDER: u64 = 1 << 18;
+    /// Reductions: the destination layout places every element where the source layout does.
+    pub(crate) const SAME_LAYOUT: u64 = 1 << 19;
     /// The names, for errors and traces.
-    pub(crate) const NAMES: [(u64, &str); 15] = [
+    pub(crate) const NAMES: [(u64, &str); 17] = [
         (ONE_RANK, "one rank"),
         (POW2, "a power-of-two team"),
         (UNIFORM_IMAGES, "uniform images"),
@@ -67,6 +72,11 @@ pub(crate) mod bits {
         (OUT_ALL, "OUT_ALLSYNC"),
         (ALL_CONTRIBUTE, "elements on every participant"),
         (ORDER_SAFE, "partials combinable in participant order"),
+        (
+            RUNS_IN_ORDER,
+            "one run per participant, in participant order",
+        ),
+        (SAME_LAYOUT, "equal source and destination layouts"),
     ];
 
     /// The names of the bits set in `m`.
@@ -198,6 +208,94 @@ pub(crate) static ALGS: &[Alg] = &[
         requires: bits::ALL_CONTRIBUTE | bits::ORDER_SAFE,
         forbids: bits::IMAGE_SPACE,
         cost: |m, c| (log2_ceil(c.ranks) + 1.0) * m.alpha + m.beta * bytes(c),
+    },
+    // The array reductions' trees and prefix schemes (algs/tree.rs, algs/prefix.rs): each
+    // rank folds its own elements; the messages carry one element.
+    Alg {
+        name: "flat",
+        kind: Kind::Reduce,
+        imp: Imp::Flat,
+        requires: 0,
+        forbids: 0,
+        // Every rank sends its partials to the root, which combines all of them.
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c),
+    },
+    Alg {
+        name: "binomial",
+        kind: Kind::Reduce,
+        imp: Imp::Sched,
+        requires: bits::ALL_CONTRIBUTE | bits::ORDER_SAFE,
+        forbids: bits::IMAGE_SPACE,
+        cost: |m, c| (log2_ceil(c.ranks) + 1.0) * m.alpha + m.beta * bytes(c),
+    },
+    Alg {
+        name: "knomial",
+        kind: Kind::Reduce,
+        imp: Imp::Sched,
+        requires: bits::ALL_CONTRIBUTE | bits::ORDER_SAFE,
+        forbids: bits::IMAGE_SPACE,
+        // Radix 4: up to 3 receives per level, ⌈log4 np⌉ levels, and the hand-over of the
+        // ranks before the root.
+        cost: |m, c| ((log2_ceil(c.ranks) / 2.0).ceil() * 3.0 + 1.0) * m.alpha + m.beta * bytes(c),
+    },
+    Alg {
+        name: "reduce_broadcast",
+        kind: Kind::ReduceAll,
+        imp: Imp::Sched,
+        requires: bits::ALL_CONTRIBUTE | bits::ORDER_SAFE,
+        forbids: bits::IMAGE_SPACE,
+        // Half the messages of recursive doubling, twice the rounds.
+        cost: |m, c| 2.0 * log2_ceil(c.ranks) * m.alpha + m.beta * bytes(c),
+    },
+    Alg {
+        name: "flat",
+        kind: Kind::Prefix,
+        imp: Imp::Flat,
+        requires: 0,
+        forbids: 0,
+        // Every rank sends its runs' partials to every rank.
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c),
+    },
+    Alg {
+        name: "dissemination",
+        kind: Kind::Prefix,
+        imp: Imp::Sched,
+        requires: bits::RUNS_IN_ORDER | bits::SAME_LAYOUT,
+        forbids: bits::IMAGE_SPACE,
+        cost: |m, c| log2_ceil(c.ranks) * m.alpha + m.beta * bytes(c),
+    },
+    Alg {
+        name: "chain",
+        kind: Kind::Prefix,
+        imp: Imp::Sched,
+        requires: bits::RUNS_IN_ORDER | bits::SAME_LAYOUT,
+        forbids: bits::IMAGE_SPACE,
+        // np − 1 hops; one message per rank.
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c),
+    },
+    Alg {
+        name: "flat",
+        kind: Kind::ExclusivePrefix,
+        imp: Imp::Flat,
+        requires: 0,
+        forbids: 0,
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c),
+    },
+    Alg {
+        name: "dissemination",
+        kind: Kind::ExclusivePrefix,
+        imp: Imp::Sched,
+        requires: bits::RUNS_IN_ORDER | bits::SAME_LAYOUT,
+        forbids: bits::IMAGE_SPACE,
+        cost: |m, c| log2_ceil(c.ranks) * m.alpha + m.beta * bytes(c),
+    },
+    Alg {
+        name: "chain",
+        kind: Kind::ExclusivePrefix,
+        imp: Imp::Sched,
+        requires: bits::RUNS_IN_ORDER | bits::SAME_LAYOUT,
+        forbids: bits::IMAGE_SPACE,
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c),
     },
 ];
 
@@ -443,7 +541,7 @@ mod tests {
             x ^= x << 17;
             #[allow(clippy::cast_possible_truncation)] // small ranges
             let c = CallInfo {
-                kind: Kind::ALL[(x % 9) as usize],
+                kind: Kind::ALL[(x % Kind::ALL.len() as u64) as usize],
                 mask: x >> 8,
                 bytes: (x >> 20) as usize % (1 << 22),
                 ranks: (x >> 40) as u32 % 64 + 1,

@@ -512,7 +512,10 @@ impl Caller<'_> {
         if c.seg_assert {
             flags |= f::SRC_IN_SEGMENT | f::DST_IN_SEGMENT;
         }
-        let in_place_for = |p: usize| d.in_place && !(d.kind == OKind::Gather && p != d.root);
+        // Rooted operations with one destination read in place only at the root.
+        let in_place_for = |p: usize| {
+            d.in_place && !(matches!(d.kind, OKind::Gather | OKind::Reduce) && p != d.root)
+        };
         // Addresses of my participants.
         let src_of = |m: &mut Mine| -> Addr {
             if in_place_for(m.p) {

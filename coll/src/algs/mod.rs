@@ -5,6 +5,9 @@
 
 pub(crate) mod allreduce;
 pub(crate) mod bcast;
+pub(crate) mod prefix;
+pub(crate) mod red;
+pub(crate) mod tree;
 
 use amnet_core::{Error, Result};
 
@@ -46,6 +49,7 @@ pub(crate) fn generate(
                 .collect();
             Ok(allreduce::recursive_doubling(np, me, es, &runs))
         }
+        (k, name) if k.is_reduction() => red::generate(k, name, spec, me),
         (k, name) => Err(Error::Usage {
             op: k.name(),
             detail: format!("algorithm {name} has no schedule generator"),
@@ -117,6 +121,17 @@ pub(crate) mod testing {
                 acc = compose(acc, pair(e));
             }
             put(out, acc);
+        }
+        fn scan(&self, out: &mut [u8], carry: Option<&[u8]>, xs: &[u8]) {
+            let mut acc = carry.map(pair);
+            for (i, e) in xs.chunks(16).enumerate() {
+                let v = match acc {
+                    None => pair(e),
+                    Some(a) => compose(a, pair(e)),
+                };
+                put(&mut out[i * 16..i * 16 + 16], v);
+                acc = Some(v);
+            }
         }
     }
 
