@@ -22,8 +22,9 @@ for n in 3 8; do
         target/release/amrun -n "$n" --timeout 300 target/release/amnet-testsuite coll
     AMNET_COLL_TUNE='broadcast:-:knomial?:radix=3' \
         target/release/amrun -n "$n" --timeout 300 target/release/amnet-testsuite coll
-    # The reductions' trees and prefix schemes (small calls one algorithm, large the other).
-    AMNET_COLL_TUNE='reduce:0-64:binomial?;reduce:65-:knomial?:radix=3;reduce_to_all:-:reduce_broadcast?;prefix_reduce:0-64:dissemination?;prefix_reduce:65-:chain?;exclusive_prefix_reduce:0-64:chain?;exclusive_prefix_reduce:65-:dissemination?' \
+    # The reductions' trees and prefix schemes and the vector reductions' algorithms (where an
+    # operation has several, each takes a range of sizes).
+    AMNET_COLL_TUNE='reduce:0-64:binomial?;reduce:65-:knomial?:radix=3;reduce_to_all:-:reduce_broadcast?;prefix_reduce:0-64:dissemination?;prefix_reduce:65-:chain?;exclusive_prefix_reduce:0-64:chain?;exclusive_prefix_reduce:65-:dissemination?;reduce_elems:-:binomial?;reduce_elems_to_all:0-256:recursive_doubling?;reduce_elems_to_all:257-4K:ring?;reduce_elems_to_all:4K-:rabenseifner?;scan_elems:-:dissemination?;exclusive_scan_elems:-:dissemination?' \
         target/release/amrun -n "$n" --timeout 300 target/release/amnet-testsuite coll
 done
 for n in 2 4 8; do

@@ -1656,19 +1656,9 @@ fn field(sig: &[u8], i: usize) -> Option<u64> {
 
 fn show(i: usize, v: u64) -> String {
     match i {
-        0 => [
-            "broadcast",
-            "scatter",
-            "gather",
-            "gather_all",
-            "exchange",
-            "reduce",
-            "reduce_to_all",
-            "prefix_reduce",
-            "exclusive_prefix_reduce",
-        ]
-        .get(addr(v))
-        .map_or(v.to_string(), |s| (*s).to_string()),
+        0 => crate::plan::Kind::ALL
+            .get(addr(v))
+            .map_or(v.to_string(), |k| k.name().to_string()),
         #[allow(clippy::cast_possible_truncation)] // flag words are u32
         3 => amnet_sync_modes::names(v as u32),
         _ => v.to_string(),

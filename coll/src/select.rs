@@ -297,6 +297,102 @@ pub(crate) static ALGS: &[Alg] = &[
         forbids: bits::IMAGE_SPACE,
         cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c),
     },
+    // The vector reductions (algs/vector.rs): every message carries vector bytes.
+    Alg {
+        name: "flat",
+        kind: Kind::ReduceElems,
+        imp: Imp::Flat,
+        requires: 0,
+        forbids: 0,
+        // The root's rank takes in every rank's vector.
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
+    },
+    Alg {
+        name: "binomial",
+        kind: Kind::ReduceElems,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE,
+        cost: |m, c| (log2_ceil(c.ranks) + 1.0) * (m.alpha + m.beta * bytes(c)),
+    },
+    Alg {
+        name: "flat",
+        kind: Kind::ReduceElemsAll,
+        imp: Imp::Flat,
+        requires: 0,
+        forbids: 0,
+        // Every rank sends its vector to every rank.
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
+    },
+    Alg {
+        name: "recursive_doubling",
+        kind: Kind::ReduceElemsAll,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE,
+        // Sizes that are not a power of two pair up before and after.
+        cost: |m, c| {
+            let extra = if c.ranks.is_power_of_two() { 0.0 } else { 2.0 };
+            (log2_ceil(c.ranks) + extra) * (m.alpha + m.beta * bytes(c))
+        },
+    },
+    Alg {
+        name: "rabenseifner",
+        kind: Kind::ReduceElemsAll,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE,
+        cost: |m, c| {
+            let extra = if c.ranks.is_power_of_two() { 0.0 } else { 2.0 };
+            (2.0 * log2_ceil(c.ranks) + extra) * m.alpha + (2.0 + extra) * m.beta * bytes(c)
+        },
+    },
+    Alg {
+        name: "ring",
+        kind: Kind::ReduceElemsAll,
+        imp: Imp::Sched,
+        // A segment is combined in a rotation of rank order.
+        requires: bits::COMMUTATIVE,
+        forbids: bits::IMAGE_SPACE,
+        cost: |m, c| {
+            let p = f64::from(c.ranks.max(1));
+            2.0 * (p - 1.0) * m.alpha + 2.0 * (p - 1.0) / p * m.beta * bytes(c)
+        },
+    },
+    Alg {
+        name: "flat",
+        kind: Kind::ScanElems,
+        imp: Imp::Flat,
+        requires: 0,
+        forbids: 0,
+        // The last rank takes in every earlier rank's vector.
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
+    },
+    Alg {
+        name: "dissemination",
+        kind: Kind::ScanElems,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE,
+        cost: |m, c| log2_ceil(c.ranks) * (m.alpha + m.beta * bytes(c)),
+    },
+    Alg {
+        name: "flat",
+        kind: Kind::ExclusiveScanElems,
+        imp: Imp::Flat,
+        requires: 0,
+        forbids: 0,
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
+    },
+    Alg {
+        name: "dissemination",
+        kind: Kind::ExclusiveScanElems,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE,
+        // The shift, then the scan over the other ranks.
+        cost: |m, c| (1.0 + log2_ceil(c.ranks.saturating_sub(1))) * (m.alpha + m.beta * bytes(c)),
+    },
 ];
 
 /// The flat algorithm of every other operation.
@@ -584,5 +680,30 @@ mod tests {
         assert_eq!(soft.choose(&c).unwrap().alg.name, "flat");
         let plain = CallInfo { mask: 0, ..c };
         assert_eq!(soft.choose(&plain).unwrap().alg.name, "binomial");
+    }
+
+    #[test]
+    fn vector_allreduce_goes_by_size_and_ring_takes_commutative_functions_only() {
+        let sel = Selector {
+            forced: Vec::new(),
+            model: Model::for_conduit("smp"),
+        };
+        let pick = |mask: u64, bytes: usize| {
+            sel.choose(&CallInfo {
+                kind: Kind::ReduceElemsAll,
+                mask,
+                bytes,
+                ranks: 8,
+            })
+            .unwrap()
+            .alg
+            .name
+        };
+        let comm = bits::COMMUTATIVE | bits::POW2;
+        assert_eq!(pick(comm, 8), "recursive_doubling");
+        assert_eq!(pick(comm, 64 << 10), "rabenseifner");
+        assert_eq!(pick(comm, 16 << 20), "ring");
+        assert_eq!(pick(bits::POW2, 16 << 20), "rabenseifner");
+        assert_eq!(pick(comm | bits::IMAGE_SPACE, 8), "flat");
     }
 }

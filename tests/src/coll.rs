@@ -38,6 +38,7 @@ pub fn tests() -> Vec<Test> {
             reductions_in_rank_order,
             60,
         ),
+        t("coll_vector_reductions", vector_reductions, 120),
         Test {
             min_ranks: 3,
             ..t("coll_progress_in_core_waits", progress_in_core_waits, 60)
@@ -292,6 +293,84 @@ fn reductions_in_rank_order(c: &Ctx<'_>) -> Verdict {
         caller.run_unit(u, &mut r)?;
     }
     Ok(())
+}
+
+/// The vector reductions (reduce_elems, reduce_elems_to_all, scan_elems, exclusive_scan_elems)
+/// with a commutative and a non-commutative function, in place or not, short and long vectors
+/// (longer than a medium message), on the world team and on a team of every rank in reverse
+/// order, against the oracle.
+fn vector_reductions(c: &Ctx<'_>) -> Verdict {
+    use crate::coll_oracle::{ODesc, OFn, OKind, OLay};
+    use crate::coll_prop::{GCall, Rng, Unit};
+    let co = coll(c)?;
+    let np = c.size() as usize;
+    #[allow(clippy::cast_possible_wrap)] // ranks fit in i32
+    let key = -(c.rank() as i32);
+    let reversed = ck("split", co.split(co.world(), Some(0), key))?
+        .ok_or_else(|| "split gave no team".to_string())?;
+    let w = World::new(vec![1; np]);
+    let seed = crate::coll_prop::seed(0x7EC + np as u64);
+    let mut units = Vec::new();
+    let mut idx = 0;
+    let lay = OLay { blk: 1, off: 0 };
+    for kind in [
+        OKind::ReduceElems,
+        OKind::ReduceElemsAll,
+        OKind::ScanElems,
+        OKind::ExScanElems,
+    ] {
+        for func in [OFn::SumU64, OFn::Affine] {
+            for n in [1, 7, 5000] {
+                for in_place in [false, true] {
+                    let root = (idx * 5) % np;
+                    #[allow(clippy::cast_possible_truncation)] // root < size
+                    let call = GCall {
+                        idx,
+                        desc: ODesc {
+                            kind,
+                            np,
+                            root,
+                            counts: Vec::new(),
+                            func,
+                            n,
+                            src_lay: lay,
+                            dst_lay: lay,
+                            in_place,
+                        },
+                        form: Form::Single,
+                        vform: false,
+                        local: true,
+                        ptr: idx % 3 == 1,
+                        sync: [f::NOSYNC, f::MYSYNC, f::ALLSYNC][idx % 3],
+                        seg_assert: false,
+                        root_image: root as u32,
+                        slot: idx % 2,
+                        blocking: idx % 4 == 0,
+                        aggregate: false,
+                    };
+                    units.push(Unit {
+                        calls: vec![call],
+                        all_threads: false,
+                    });
+                    idx += 1;
+                }
+            }
+        }
+    }
+    for team in [co.world(), &reversed] {
+        let caller = Caller {
+            ep: c.ep,
+            coll: co,
+            team,
+            w: &w,
+            seed,
+        };
+        let mut r = Rng(seed ^ u64::from(c.rank()));
+        for u in &units {
+            caller.run_unit(u, &mut r)?;
+        }
+    }
+    ck("destroy", co.destroy(&reversed))
 }
 
 // ----- sync modes ---------------------------------------------------------------------------

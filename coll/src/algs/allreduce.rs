@@ -6,8 +6,9 @@
 //!   of pairwise exchanges combine blocks of consecutive ranks in rank order. With a size that
 //!   is not a power of two, the first 2r ranks (r = np − 2^⌊log₂ np⌋) pair up first (the odd one
 //!   of each pair hands its partial to the even one, and gets the result back at the end), so
-//!   the order holds for non-commutative functions too. np + 2r − ... messages: each of the
-//!   2^⌊log₂ np⌋ ranks sends one per round.
+//!   the order holds for non-commutative functions too. Each of the 2^⌊log₂ np⌋ ranks sends
+//!   one message per round, and each pair two more: 2^⌊log₂ np⌋·⌊log₂ np⌋ + 2r messages.
+//!   The same exchanges on whole vectors serve reduce_elems_to_all (`vector.rs`).
 
 use crate::sched::{Apply, Buf, Local, Range, Recv, Round, Sched, Send};
 

@@ -8,6 +8,7 @@ pub(crate) mod bcast;
 pub(crate) mod prefix;
 pub(crate) mod red;
 pub(crate) mod tree;
+pub(crate) mod vector;
 
 use amnet_core::{Error, Result};
 

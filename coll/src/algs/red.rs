@@ -1,9 +1,9 @@
 //! The schedules of the reductions' scheduled algorithms, by operation and algorithm name
-//! (the generators are in `tree.rs` and `prefix.rs`).
+//! (the generators are in `tree.rs`, `prefix.rs` and `vector.rs`).
 
 use amnet_core::{Error, Result};
 
-use super::{allreduce, prefix, tree};
+use super::{allreduce, prefix, tree, vector};
 use crate::plan::{runs, Kind, Spec};
 use crate::sched::{Buf, Range, Sched};
 
@@ -40,6 +40,15 @@ pub(crate) fn generate(kind: Kind, name: &str, spec: &Spec, me: u32) -> Result<S
             } else {
                 prefix::dissemination(me, es, &rs, exclusive)
             }
+        }
+        (Kind::ReduceElems, "binomial") => vector::binomial(np, me, root, spec.n * es),
+        (Kind::ReduceElemsAll, "recursive_doubling") => {
+            vector::recursive_doubling(np, me, spec.n * es)
+        }
+        (Kind::ReduceElemsAll, "rabenseifner") => vector::rabenseifner(np, me, es, spec.n),
+        (Kind::ReduceElemsAll, "ring") => vector::ring(np, me, es, spec.n),
+        (Kind::ScanElems | Kind::ExclusiveScanElems, "dissemination") => {
+            vector::scan(np, me, spec.n * es, kind == Kind::ExclusiveScanElems)
         }
         _ => {
             return Err(Error::Usage {
