@@ -519,6 +519,9 @@ impl Coll {
             if red.func < N_BUILTIN {
                 m |= BUILTIN_FN;
             }
+        }
+        if c.red.is_some() && !c.kind.is_vector() {
+            // The array reductions' layouts.
             let np = if image_space {
                 geo.nimages()
             } else {
@@ -534,8 +537,15 @@ impl Coll {
             if has.iter().all(|&h| h) {
                 m |= ALL_CONTRIBUTE;
             }
-            if m & COMMUTATIVE != 0 || rs.windows(2).all(|w| w[0].part < w[1].part) {
+            let in_order = rs.windows(2).all(|w| w[0].part < w[1].part);
+            if m & COMMUTATIVE != 0 || in_order {
                 m |= ORDER_SAFE;
+            }
+            if in_order {
+                m |= RUNS_IN_ORDER;
+            }
+            if crate::plan::runs(red.dst_lay, red.n, np) == rs {
+                m |= SAME_LAYOUT;
             }
         }
         if mode.aggregate {
@@ -671,7 +681,7 @@ impl Coll {
             arg: 0,
         });
         if c.red.is_some() {
-            self.check_red(c.op, &red, np)?;
+            self.check_red(c.op, c.kind, &red, np)?;
         }
         let entries = self.entries(&geo, c.op, &c.addrs, &mode, image_space, np)?;
         let info = CallInfo {
@@ -831,14 +841,18 @@ impl Coll {
         }
     }
 
-    fn check_red(&self, op: &'static str, r: &Red, np: usize) -> Result<()> {
+    fn check_red(&self, op: &'static str, kind: Kind, r: &Red, np: usize) -> Result<()> {
         if r.es == 0 {
             return Err(usage(op, "elem_size is 0"));
         }
         if r.n == 0 {
             return Err(usage(
                 op,
-                "elem_count is 0; a reduction needs at least one element",
+                if kind.is_vector() {
+                    "count is 0; a vector reduction combines at least one element"
+                } else {
+                    "elem_count is 0; a reduction needs at least one element"
+                },
             ));
         }
         let Some(_) = self.sh.fns.get(r.func) else {
@@ -967,6 +981,10 @@ impl Coll {
                 area_elems(spec.src_lay, spec.n, spec.np, e.p) * spec.es,
                 area_elems(spec.dst_lay, spec.n, spec.np, e.p) * spec.es,
             ),
+            k if k.is_vector() => {
+                let len = spec.n * spec.es;
+                (len, if spec.has_dst(e.p) { len } else { 0 })
+            }
             _ => (spec.src_len(e.p), spec.dst_len(e.p)),
         };
         if spec.kind == Kind::Scatter && e.dst == Addr::InPlace && dst_len > 0 {
@@ -1515,6 +1533,41 @@ both!(
     /// exclusive_prefix_reduce with address lists.
     exclusive_prefix_reducem_nb, exclusive_prefix_reducem, (dst: &[Addr], dst_lay: Layout, src: &[Addr], src_lay: Layout, elem_size: usize, elem_count: usize, func: usize, arg: u32, flags: u32),
     red_call("exclusive_prefix_reducem", Kind::ExclusivePrefix, None, many(AddrList::List(src), AddrList::List(dst)), red(elem_size, elem_count, src_lay, dst_lay, func, arg), flags)
+);
+
+/// A vector reduction's arguments: `count` elements per participant, no layout.
+fn vred(es: usize, count: usize, func: usize, arg: u32) -> Red {
+    let lay = Layout::indefinite(0);
+    red(es, count, lay, lay, func, arg)
+}
+
+both!(
+    /// Vector reduction (MPI's reduce): every participant's `src` holds `count` elements of
+    /// `elem_size` bytes; element `i` of the root image's `dst` gets `src_0[i] ∘ src_1[i] ∘ …`,
+    /// combined in participant order with function `func`. `src = Addr::InPlace` at the root
+    /// takes its operands from its `dst`; other participants have no destination.
+    reduce_elems_nb, reduce_elems, (root: u32, dst: Addr, src: Addr, elem_size: usize, count: usize, func: usize, arg: u32, flags: u32),
+    red_call("reduce_elems", Kind::ReduceElems, Some(root), one(src, dst), vred(elem_size, count, func, arg), flags)
+);
+both!(
+    /// Vector reduction to every participant (MPI's allreduce): element `i` of every
+    /// participant's `dst` gets `src_0[i] ∘ src_1[i] ∘ …` in participant order.
+    /// `src = Addr::InPlace` takes a participant's operands from its `dst`.
+    reduce_elems_to_all_nb, reduce_elems_to_all, (dst: Addr, src: Addr, elem_size: usize, count: usize, func: usize, arg: u32, flags: u32),
+    red_call("reduce_elems_to_all", Kind::ReduceElemsAll, None, one(src, dst), vred(elem_size, count, func, arg), flags)
+);
+both!(
+    /// Inclusive vector scan (MPI's scan): element `i` of participant `p`'s `dst` gets
+    /// `src_0[i] ∘ … ∘ src_p[i]`. `src = Addr::InPlace` takes the operands from `dst`.
+    scan_elems_nb, scan_elems, (dst: Addr, src: Addr, elem_size: usize, count: usize, func: usize, arg: u32, flags: u32),
+    red_call("scan_elems", Kind::ScanElems, None, one(src, dst), vred(elem_size, count, func, arg), flags)
+);
+both!(
+    /// Exclusive vector scan (MPI's exscan): element `i` of participant `p > 0`'s `dst` gets
+    /// `src_0[i] ∘ … ∘ src_{p-1}[i]`; participant 0's `dst` is left unchanged.
+    /// `src = Addr::InPlace` takes the operands from `dst`.
+    exclusive_scan_elems_nb, exclusive_scan_elems, (dst: Addr, src: Addr, elem_size: usize, count: usize, func: usize, arg: u32, flags: u32),
+    red_call("exclusive_scan_elems", Kind::ExclusiveScanElems, None, one(src, dst), vred(elem_size, count, func, arg), flags)
 );
 
 // ----- typed API ---------------------------------------------------------------------------

@@ -1454,7 +1454,8 @@ fn on_sched(s: &Shared, _tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
 }
 
 /// A table function as a schedule's combination: elementwise calls with one left and one right
-/// operand, or one call that folds a run of elements (as the flat reductions do).
+/// operand, or one call that folds a run of elements or computes a run's prefixes after a
+/// carry (as the flat reductions do).
 struct FnCombine(Option<(Arc<crate::types::ReduceFn>, u32, usize, u32)>);
 
 impl crate::sched::Combine for FnCombine {
@@ -1501,6 +1502,20 @@ impl crate::sched::Combine for FnCombine {
             fl,
             *arg,
         );
+    }
+
+    fn scan(&self, out: &mut [u8], carry: Option<&[u8]>, xs: &[u8]) {
+        let Some((f, flags, es, arg)) = &self.0 else {
+            return;
+        };
+        let es = (*es).max(1);
+        let m = xs.len() / es;
+        if m == 0 {
+            return;
+        }
+        let (left, lc) = carry.map_or((&[][..], 0), |c| (c, 1));
+        let fl = flags & crate::types::fn_flags::NONCOMM;
+        f(out, m, left, lc, xs, es, fl, *arg);
     }
 }
 
@@ -1669,19 +1684,9 @@ fn field(sig: &[u8], i: usize) -> Option<u64> {
 
 fn show(i: usize, v: u64) -> String {
     match i {
-        0 => [
-            "broadcast",
-            "scatter",
-            "gather",
-            "gather_all",
-            "exchange",
-            "reduce",
-            "reduce_to_all",
-            "prefix_reduce",
-            "exclusive_prefix_reduce",
-        ]
-        .get(addr(v))
-        .map_or(v.to_string(), |s| (*s).to_string()),
+        0 => crate::plan::Kind::ALL
+            .get(addr(v))
+            .map_or(v.to_string(), |k| k.name().to_string()),
         #[allow(clippy::cast_possible_truncation)] // flag words are u32
         3 => amnet_sync_modes::names(v as u32),
         _ => v.to_string(),

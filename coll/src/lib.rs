@@ -1,8 +1,9 @@
 //! amnet collectives: broadcast, scatter, gather, gather_all, exchange, reduce, reduce_to_all
-//! and (exclusive) prefix reductions, with the nine UPC-style synchronization modes of
-//! `amnet-sync-modes`, single- and multiple-address ("m") forms, variable-contribution ("v")
-//! forms, in-place forms, images (several language threads per rank), aggregation, and a
-//! registered function table with built-in reductions.
+//! and (exclusive) prefix reductions of distributed arrays, the vector reductions of MPI
+//! (`reduce_elems`, `reduce_elems_to_all`, `scan_elems`, `exclusive_scan_elems`), with the
+//! nine UPC-style synchronization modes of `amnet-sync-modes`, single- and multiple-address
+//! ("m") forms, variable-contribution ("v") forms, in-place forms, images (several language
+//! threads per rank), aggregation, and a registered function table with built-in reductions.
 //!
 //! ```no_run
 //! use amnet::coll::{flags, Addr, Coll, RedOp};

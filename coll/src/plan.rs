@@ -16,11 +16,16 @@ pub(crate) enum Kind {
     ReduceAll,
     Prefix,
     ExclusivePrefix,
+    /// Vector reductions (MPI's sense): `count` independent elements, combined elementwise.
+    ReduceElems,
+    ReduceElemsAll,
+    ScanElems,
+    ExclusiveScanElems,
 }
 
 impl Kind {
     /// Every operation, in code order.
-    pub(crate) const ALL: [Kind; 9] = [
+    pub(crate) const ALL: [Kind; 13] = [
         Kind::Broadcast,
         Kind::Scatter,
         Kind::Gather,
@@ -30,6 +35,10 @@ impl Kind {
         Kind::ReduceAll,
         Kind::Prefix,
         Kind::ExclusivePrefix,
+        Kind::ReduceElems,
+        Kind::ReduceElemsAll,
+        Kind::ScanElems,
+        Kind::ExclusiveScanElems,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -43,6 +52,10 @@ impl Kind {
             Kind::ReduceAll => "reduce_to_all",
             Kind::Prefix => "prefix_reduce",
             Kind::ExclusivePrefix => "exclusive_prefix_reduce",
+            Kind::ReduceElems => "reduce_elems",
+            Kind::ReduceElemsAll => "reduce_elems_to_all",
+            Kind::ScanElems => "scan_elems",
+            Kind::ExclusiveScanElems => "exclusive_scan_elems",
         }
     }
 
@@ -54,6 +67,14 @@ impl Kind {
         matches!(
             self,
             Kind::Reduce | Kind::ReduceAll | Kind::Prefix | Kind::ExclusivePrefix
+        ) || self.is_vector()
+    }
+
+    /// A vector reduction: every participant's `count` elements, combined elementwise.
+    pub(crate) fn is_vector(self) -> bool {
+        matches!(
+            self,
+            Kind::ReduceElems | Kind::ReduceElemsAll | Kind::ScanElems | Kind::ExclusiveScanElems
         )
     }
 }
@@ -144,7 +165,7 @@ impl Spec {
     /// Whether participant `p` has a destination area (its address is used).
     pub(crate) fn has_dst(&self, p: usize) -> bool {
         match self.kind {
-            Kind::Gather | Kind::Reduce => p == self.root,
+            Kind::Gather | Kind::Reduce | Kind::ReduceElems => p == self.root,
             _ => true,
         }
     }
@@ -156,7 +177,7 @@ impl Spec {
             Kind::Gather if p == self.root => Some(prefix(self.counts.iter().copied())[p]),
             Kind::GatherAll => Some(prefix(self.counts.iter().copied())[p]),
             Kind::Exchange => Some(0),
-            Kind::Reduce | Kind::ReduceAll | Kind::Prefix | Kind::ExclusivePrefix => Some(0),
+            k if k.is_reduction() => Some(0),
             _ => None,
         }
     }

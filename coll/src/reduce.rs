@@ -10,6 +10,11 @@
 //!   its destination element (reblocking); phase 1 reduces each destination run to a partial
 //!   and sends the partials to every rank; phase 2 combines the partials before each local run
 //!   into its carry and computes the run's prefixes with one call.
+//! - vector reductions (reduce_elems, reduce_elems_to_all, the scans): each rank combines its
+//!   local participants' vectors elementwise (they are consecutive participants) and sends the
+//!   result to the ranks that own results: the root's rank, every rank, or (scans) every later
+//!   rank; a receiver folds the vectors per element in rank order with one call per element
+//!   (scans: the earlier ranks' fold is the carry of its first local participant).
 
 use std::sync::Arc;
 
@@ -46,6 +51,10 @@ fn expected(geo: &Geo, op: &Op, spec: &Spec, ph: usize) -> usize {
         (Kind::Prefix | Kind::ExclusivePrefix, 1) => {
             runs(spec.dst_lay, spec.n, spec.np).len() * spec.es
         }
+        // Vector reductions: one vector from every rank (scans: from every earlier rank).
+        (Kind::ReduceElems, 0) if owner(spec.root) == me => geo.size() as usize * spec.n * spec.es,
+        (Kind::ReduceElemsAll, 0) => geo.size() as usize * spec.n * spec.es,
+        (Kind::ScanElems | Kind::ExclusiveScanElems, 0) => me as usize * spec.n * spec.es,
         _ => 0,
     }
 }
@@ -142,6 +151,29 @@ impl Ctx {
         out
     }
 
+    /// Vectors of equal length combined elementwise in order: element `i` of the result is
+    /// `vs[0][i] ∘ vs[1][i] ∘ …`, one call per element.
+    fn fold_vectors(&self, vs: &[&[u8]]) -> Vec<u8> {
+        let es = self.spec.es.max(1);
+        match vs {
+            [] => Vec::new(),
+            [v] => v.to_vec(),
+            _ => {
+                let len = vs[0].len();
+                let mut out = Vec::with_capacity(len);
+                let mut list = Vec::with_capacity(vs.len() * es);
+                for at in (0..len).step_by(es) {
+                    list.clear();
+                    for v in vs {
+                        list.extend_from_slice(&v[at..at + es]);
+                    }
+                    out.extend(self.reduce_list(&list));
+                }
+                out
+            }
+        }
+    }
+
     /// Inclusive prefixes of `x` after the optional carry.
     fn prefixes(&self, carry: Option<&[u8]>, x: &[u8]) -> Vec<u8> {
         let es = self.spec.es;
@@ -199,8 +231,11 @@ pub(crate) fn step(s: &Shared, key: Key) -> Result<StageOut> {
         (ctx, phase, stage, std::mem::take(&mut op.xs))
     };
     let (outs, next, xs) = match phase {
-        0 => (phase0(&ctx), 1, xs),
-        1 => phase1(&ctx, &stage)?,
+        0 => {
+            let (outs, xs) = phase0(&ctx);
+            (outs, 1, xs)
+        }
+        1 => phase1(&ctx, &stage, &xs)?,
         _ => (phase2(&ctx, &stage, &xs)?, 3, Vec::new()),
     };
     let mut st = s.lock();
@@ -211,7 +246,36 @@ pub(crate) fn step(s: &Shared, key: Key) -> Result<StageOut> {
     Ok(outs)
 }
 
-fn phase0(c: &Ctx) -> StageOut {
+/// The operands' first step: the streams to send, and what this rank keeps for its next step.
+fn phase0(c: &Ctx) -> (StageOut, Vec<Vec<u8>>) {
+    let spec = &c.spec;
+    let me = c.geo.me;
+    let size = c.geo.size();
+    if spec.kind.is_vector() {
+        // The local participants' vectors, combined in participant order (they are
+        // consecutive), go to the owners of the results.
+        let xs: Vec<Vec<u8>> = (0..c.src.len())
+            .map(|i| c.src_elems(c.first + i, 0, spec.n).to_vec())
+            .collect();
+        let mine = Arc::new(c.fold_vectors(&xs.iter().map(Vec::as_slice).collect::<Vec<_>>()));
+        let to: Vec<TRank> = match spec.kind {
+            Kind::ReduceElems => vec![c.owner(spec.root)],
+            Kind::ReduceElemsAll => (0..size).collect(),
+            _ => (me + 1..size).collect(),
+        };
+        let outs = to.into_iter().map(|t| (t, 0, mine.clone())).collect();
+        // Scans write every local participant's own prefix from its vector.
+        let keep = if matches!(spec.kind, Kind::ScanElems | Kind::ExclusiveScanElems) {
+            xs
+        } else {
+            Vec::new()
+        };
+        return (outs, keep);
+    }
+    (phase0_array(c), Vec::new())
+}
+
+fn phase0_array(c: &Ctx) -> StageOut {
     let spec = &c.spec;
     let es = spec.es;
     let me = c.geo.me;
@@ -304,10 +368,75 @@ impl<'a> Streams<'a> {
 
 type Phase1 = (StageOut, u8, Vec<Vec<u8>>);
 
-fn phase1(c: &Ctx, stage: &[Vec<u8>]) -> Result<Phase1> {
+/// The vector that team rank `from` sent (`len` bytes).
+fn vector_from(stage: &[Vec<u8>], from: TRank, len: usize) -> Result<&[u8]> {
+    stage
+        .get(from as usize)
+        .and_then(|v| v.get(..len))
+        .ok_or_else(|| Error::Usage {
+            op: "reduction",
+            detail: format!(
+                "team rank {from} sent fewer operands than the count implies: the ranks \
+                 disagree on the arguments (run with AMNET_COLL_CHECK=1 to find which)"
+            ),
+        })
+}
+
+/// The vector reductions' step once the vectors arrived: fold them in rank order and write
+/// the results (scans: after the earlier ranks' fold, each local participant's prefix).
+fn phase1_vector(c: &Ctx, stage: &[Vec<u8>], xs: &[Vec<u8>]) -> Result<()> {
+    let spec = &c.spec;
+    let me = c.geo.me;
+    let len = spec.n * spec.es;
+    match spec.kind {
+        Kind::ReduceElems if c.owner(spec.root) != me => {}
+        Kind::ReduceElems | Kind::ReduceElemsAll => {
+            let vs = (0..c.geo.size())
+                .map(|r| vector_from(stage, r, len))
+                .collect::<Result<Vec<_>>>()?;
+            let result = c.fold_vectors(&vs);
+            if spec.kind == Kind::ReduceElems {
+                c.write_dst(spec.root, 0, &result)?;
+            } else {
+                for i in 0..c.dst.len() {
+                    c.write_dst(c.first + i, 0, &result)?;
+                }
+            }
+        }
+        _ => {
+            let before = (0..me)
+                .map(|r| vector_from(stage, r, len))
+                .collect::<Result<Vec<_>>>()?;
+            let mut carry = (!before.is_empty()).then(|| c.fold_vectors(&before));
+            for (i, x) in xs.iter().enumerate() {
+                let next = match &carry {
+                    None => x.clone(),
+                    Some(cv) => c.fold_vectors(&[cv, x]),
+                };
+                let out = if spec.kind == Kind::ScanElems {
+                    Some(&next)
+                } else {
+                    // Exclusive: participant 0 has nothing before it and keeps its destination.
+                    carry.as_ref()
+                };
+                if let Some(o) = out {
+                    c.write_dst(c.first + i, 0, o)?;
+                }
+                carry = Some(next);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn phase1(c: &Ctx, stage: &[Vec<u8>], xs: &[Vec<u8>]) -> Result<Phase1> {
     let spec = &c.spec;
     let es = spec.es;
     let me = c.geo.me;
+    if spec.kind.is_vector() {
+        phase1_vector(c, stage, xs)?;
+        return Ok((Vec::new(), 3, Vec::new()));
+    }
     match spec.kind {
         Kind::Reduce if c.owner(spec.root) != me => Ok((Vec::new(), 3, Vec::new())),
         Kind::Reduce | Kind::ReduceAll => {

@@ -46,6 +46,13 @@ pub(crate) enum Local {
     Copy { from: Range, to: Range },
     /// `to` (one element) = the combination of every element of `from`, in order.
     Fold { from: Range, to: Range },
+    /// `to` (as long as `from`) = the inclusive prefixes of `from`'s elements, each after the
+    /// `carry` element when there is one: `to[i] = carry ∘ from[0] ∘ … ∘ from[i]`.
+    Scan {
+        carry: Option<Range>,
+        from: Range,
+        to: Range,
+    },
 }
 
 /// A message to team rank `to`: the bytes of `from` when the send is issued.
@@ -100,6 +107,8 @@ pub(crate) trait Combine {
     fn combine(&self, out: &mut [u8], left: &[u8], right: &[u8]);
     /// `out` (one element) = the combination of every element of `xs`, in order.
     fn fold(&self, out: &mut [u8], xs: &[u8]);
+    /// `out[i] = carry ∘ xs[0] ∘ … ∘ xs[i]` (`out` as long as `xs`; no carry: from `xs[0]`).
+    fn scan(&self, out: &mut [u8], carry: Option<&[u8]>, xs: &[u8]);
 }
 
 /// The combination of a call, for [`local`] and [`apply`].
@@ -125,6 +134,13 @@ pub(crate) fn local(m: &mut dyn Mem, l: &Local, f: CombineFn<'_>) -> Result<(), 
             let xs = m.read(from)?;
             let mut out = vec![0u8; to.len];
             f.fold(&mut out, &xs);
+            m.write(to, &out)
+        }
+        Local::Scan { carry, from, to } => {
+            let c = carry.map(|c| m.read(c)).transpose()?;
+            let xs = m.read(from)?;
+            let mut out = vec![0u8; xs.len()];
+            f.scan(&mut out, c.as_deref(), &xs);
             m.write(to, &out)
         }
     }

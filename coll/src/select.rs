@@ -50,8 +50,13 @@ pub(crate) mod bits {
     /// (the function is commutative, or each participant's elements are one run of the
     /// array, in participant order).
     pub(crate) const ORDER_SAFE: u64 = 1 << 17;
+    /// Reductions: each participant's source elements are one run of the array and the runs
+    /// are in participant order (whatever the function; participants may hold none).
+    pub(crate) const RUNS_IN_ORDER: u64 = 1 << 18;
+    /// Reductions: the destination layout places every element where the source layout does.
+    pub(crate) const SAME_LAYOUT: u64 = 1 << 19;
     /// The names, for errors and traces.
-    pub(crate) const NAMES: [(u64, &str); 15] = [
+    pub(crate) const NAMES: [(u64, &str); 17] = [
         (ONE_RANK, "one rank"),
         (POW2, "a power-of-two team"),
         (UNIFORM_IMAGES, "uniform images"),
@@ -67,6 +72,11 @@ pub(crate) mod bits {
         (OUT_ALL, "OUT_ALLSYNC"),
         (ALL_CONTRIBUTE, "elements on every participant"),
         (ORDER_SAFE, "partials combinable in participant order"),
+        (
+            RUNS_IN_ORDER,
+            "one run per participant, in participant order",
+        ),
+        (SAME_LAYOUT, "equal source and destination layouts"),
     ];
 
     /// The names of the bits set in `m`.
@@ -355,6 +365,190 @@ pub(crate) static ALGS: &[Alg] = &[
             let l = log2_ceil(c.ranks);
             l * m.alpha + l * f64::from(c.ranks.div_ceil(2)) * m.beta * bytes(c)
         },
+    },
+    // The array reductions' trees and prefix schemes (algs/tree.rs, algs/prefix.rs): each
+    // rank folds its own elements; the messages carry one element.
+    Alg {
+        name: "flat",
+        kind: Kind::Reduce,
+        imp: Imp::Flat,
+        requires: 0,
+        forbids: 0,
+        // Every rank sends its partials to the root, which combines all of them.
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c),
+    },
+    Alg {
+        name: "binomial",
+        kind: Kind::Reduce,
+        imp: Imp::Sched,
+        requires: bits::ALL_CONTRIBUTE | bits::ORDER_SAFE,
+        forbids: bits::IMAGE_SPACE,
+        cost: |m, c| (log2_ceil(c.ranks) + 1.0) * m.alpha + m.beta * bytes(c),
+    },
+    Alg {
+        name: "knomial",
+        kind: Kind::Reduce,
+        imp: Imp::Sched,
+        requires: bits::ALL_CONTRIBUTE | bits::ORDER_SAFE,
+        forbids: bits::IMAGE_SPACE,
+        // Radix 4: up to 3 receives per level, ⌈log4 np⌉ levels, and the hand-over of the
+        // ranks before the root.
+        cost: |m, c| ((log2_ceil(c.ranks) / 2.0).ceil() * 3.0 + 1.0) * m.alpha + m.beta * bytes(c),
+    },
+    Alg {
+        name: "reduce_broadcast",
+        kind: Kind::ReduceAll,
+        imp: Imp::Sched,
+        requires: bits::ALL_CONTRIBUTE | bits::ORDER_SAFE,
+        forbids: bits::IMAGE_SPACE,
+        // Half the messages of recursive doubling, twice the rounds.
+        cost: |m, c| 2.0 * log2_ceil(c.ranks) * m.alpha + m.beta * bytes(c),
+    },
+    Alg {
+        name: "flat",
+        kind: Kind::Prefix,
+        imp: Imp::Flat,
+        requires: 0,
+        forbids: 0,
+        // Every rank sends its runs' partials to every rank.
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c),
+    },
+    Alg {
+        name: "dissemination",
+        kind: Kind::Prefix,
+        imp: Imp::Sched,
+        requires: bits::RUNS_IN_ORDER | bits::SAME_LAYOUT,
+        forbids: bits::IMAGE_SPACE,
+        cost: |m, c| log2_ceil(c.ranks) * m.alpha + m.beta * bytes(c),
+    },
+    Alg {
+        name: "chain",
+        kind: Kind::Prefix,
+        imp: Imp::Sched,
+        requires: bits::RUNS_IN_ORDER | bits::SAME_LAYOUT,
+        forbids: bits::IMAGE_SPACE,
+        // np − 1 hops; one message per rank.
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c),
+    },
+    Alg {
+        name: "flat",
+        kind: Kind::ExclusivePrefix,
+        imp: Imp::Flat,
+        requires: 0,
+        forbids: 0,
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c),
+    },
+    Alg {
+        name: "dissemination",
+        kind: Kind::ExclusivePrefix,
+        imp: Imp::Sched,
+        requires: bits::RUNS_IN_ORDER | bits::SAME_LAYOUT,
+        forbids: bits::IMAGE_SPACE,
+        cost: |m, c| log2_ceil(c.ranks) * m.alpha + m.beta * bytes(c),
+    },
+    Alg {
+        name: "chain",
+        kind: Kind::ExclusivePrefix,
+        imp: Imp::Sched,
+        requires: bits::RUNS_IN_ORDER | bits::SAME_LAYOUT,
+        forbids: bits::IMAGE_SPACE,
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c),
+    },
+    // The vector reductions (algs/vector.rs): every message carries vector bytes.
+    Alg {
+        name: "flat",
+        kind: Kind::ReduceElems,
+        imp: Imp::Flat,
+        requires: 0,
+        forbids: 0,
+        // The root's rank takes in every rank's vector.
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
+    },
+    Alg {
+        name: "binomial",
+        kind: Kind::ReduceElems,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE,
+        cost: |m, c| (log2_ceil(c.ranks) + 1.0) * (m.alpha + m.beta * bytes(c)),
+    },
+    Alg {
+        name: "flat",
+        kind: Kind::ReduceElemsAll,
+        imp: Imp::Flat,
+        requires: 0,
+        forbids: 0,
+        // Every rank sends its vector to every rank.
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
+    },
+    Alg {
+        name: "recursive_doubling",
+        kind: Kind::ReduceElemsAll,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE,
+        // Sizes that are not a power of two pair up before and after.
+        cost: |m, c| {
+            let extra = if c.ranks.is_power_of_two() { 0.0 } else { 2.0 };
+            (log2_ceil(c.ranks) + extra) * (m.alpha + m.beta * bytes(c))
+        },
+    },
+    Alg {
+        name: "rabenseifner",
+        kind: Kind::ReduceElemsAll,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE,
+        cost: |m, c| {
+            let extra = if c.ranks.is_power_of_two() { 0.0 } else { 2.0 };
+            (2.0 * log2_ceil(c.ranks) + extra) * m.alpha + (2.0 + extra) * m.beta * bytes(c)
+        },
+    },
+    Alg {
+        name: "ring",
+        kind: Kind::ReduceElemsAll,
+        imp: Imp::Sched,
+        // A segment is combined in a rotation of rank order.
+        requires: bits::COMMUTATIVE,
+        forbids: bits::IMAGE_SPACE,
+        cost: |m, c| {
+            let p = f64::from(c.ranks.max(1));
+            2.0 * (p - 1.0) * m.alpha + 2.0 * (p - 1.0) / p * m.beta * bytes(c)
+        },
+    },
+    Alg {
+        name: "flat",
+        kind: Kind::ScanElems,
+        imp: Imp::Flat,
+        requires: 0,
+        forbids: 0,
+        // The last rank takes in every earlier rank's vector.
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
+    },
+    Alg {
+        name: "dissemination",
+        kind: Kind::ScanElems,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE,
+        cost: |m, c| log2_ceil(c.ranks) * (m.alpha + m.beta * bytes(c)),
+    },
+    Alg {
+        name: "flat",
+        kind: Kind::ExclusiveScanElems,
+        imp: Imp::Flat,
+        requires: 0,
+        forbids: 0,
+        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
+    },
+    Alg {
+        name: "dissemination",
+        kind: Kind::ExclusiveScanElems,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE,
+        // The shift, then the scan over the other ranks.
+        cost: |m, c| (1.0 + log2_ceil(c.ranks.saturating_sub(1))) * (m.alpha + m.beta * bytes(c)),
     },
 ];
 
@@ -692,7 +886,7 @@ mod tests {
             x ^= x << 17;
             #[allow(clippy::cast_possible_truncation)] // small ranges
             let c = CallInfo {
-                kind: Kind::ALL[(x % 9) as usize],
+                kind: Kind::ALL[(x % Kind::ALL.len() as u64) as usize],
                 mask: x >> 8,
                 bytes: (x >> 20) as usize % (1 << 22),
                 ranks: (x >> 40) as u32 % 64 + 1,
@@ -773,5 +967,31 @@ mod tests {
         assert_eq!(soft.choose(&c).unwrap().alg.name, "flat");
         let plain = CallInfo { mask: 0, ..c };
         assert_eq!(soft.choose(&plain).unwrap().alg.name, "binomial");
+    }
+
+    #[test]
+    fn vector_allreduce_goes_by_size_and_ring_takes_commutative_functions_only() {
+        let sel = Selector {
+            forced: Default::default(),
+            table: Vec::new(),
+            model: Model::for_conduit("smp"),
+        };
+        let pick = |mask: u64, bytes: usize| {
+            sel.choose(&CallInfo {
+                kind: Kind::ReduceElemsAll,
+                mask,
+                bytes,
+                ranks: 8,
+            })
+            .unwrap()
+            .alg
+            .name
+        };
+        let comm = bits::COMMUTATIVE | bits::POW2;
+        assert_eq!(pick(comm, 8), "recursive_doubling");
+        assert_eq!(pick(comm, 64 << 10), "rabenseifner");
+        assert_eq!(pick(comm, 16 << 20), "ring");
+        assert_eq!(pick(bits::POW2, 16 << 20), "rabenseifner");
+        assert_eq!(pick(comm | bits::IMAGE_SPACE, 8), "flat");
     }
 }

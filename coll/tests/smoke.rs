@@ -160,3 +160,106 @@ fn block_cyclic_prefix_with_reblocking() {
         }
     });
 }
+
+#[test]
+fn vector_reductions_sum() {
+    for ranks in [1u32, 2, 3, 4] {
+        job(ranks, |ep, coll| {
+            let me = ep.rank() as u64;
+            let p = u64::from(ranks);
+            let n = 100usize;
+            let func = amnet_coll::builtin::builtin_index(RedOp::Sum, amnet_coll::ElemType::U64)
+                .expect("sum:u64 exists");
+            // Rank r's element i is (r + 1) * (i + 1).
+            let src: Vec<u8> = (0..n as u64)
+                .flat_map(|i| ((me + 1) * (i + 1)).to_ne_bytes())
+                .collect();
+            let read = |off: u64| -> Vec<u64> {
+                let mut b = vec![0u8; n * 8];
+                ep.read_local(off, &mut b).unwrap();
+                b.chunks_exact(8)
+                    .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+                    .collect()
+            };
+            // The sum of (r + 1) over ranks 0..k is k (k + 1) / 2.
+            let tri = |k: u64| k * (k + 1) / 2;
+            let f = flags::MYSYNC | flags::SINGLE;
+            ep.write_local(0, &src).unwrap();
+            coll.reduce_elems_to_all(
+                coll.world(),
+                Addr::seg(4096),
+                Addr::seg(0),
+                8,
+                n,
+                func,
+                0,
+                f,
+            )
+            .unwrap();
+            let got = read(4096);
+            assert!(got
+                .iter()
+                .enumerate()
+                .all(|(i, &v)| v == tri(p) * (i as u64 + 1)));
+            // In place: the destination holds the source.
+            ep.write_local(8192, &src).unwrap();
+            coll.scan_elems(
+                coll.world(),
+                Addr::seg(8192),
+                Addr::InPlace,
+                8,
+                n,
+                func,
+                0,
+                f,
+            )
+            .unwrap();
+            let got = read(8192);
+            assert!(got
+                .iter()
+                .enumerate()
+                .all(|(i, &v)| v == tri(me + 1) * (i as u64 + 1)));
+            ep.write_local(12288, &[0xee; 800]).unwrap();
+            coll.exclusive_scan_elems(
+                coll.world(),
+                Addr::seg(12288),
+                Addr::seg(0),
+                8,
+                n,
+                func,
+                0,
+                f,
+            )
+            .unwrap();
+            let got = read(12288);
+            if me == 0 {
+                assert!(got.iter().all(|&v| v == u64::from_ne_bytes([0xee; 8])));
+            } else {
+                assert!(got
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &v)| v == tri(me) * (i as u64 + 1)));
+            }
+            let root = ranks - 1;
+            coll.reduce_elems(
+                coll.world(),
+                root,
+                Addr::seg(16384),
+                Addr::seg(0),
+                8,
+                n,
+                func,
+                0,
+                f,
+            )
+            .unwrap();
+            if ep.rank() == root {
+                let got = read(16384);
+                assert!(got
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &v)| v == tri(p) * (i as u64 + 1)));
+            }
+        });
+    }
+}

@@ -33,6 +33,12 @@ pub fn tests() -> Vec<Test> {
         t("coll_rules", rules, 30),
         t("coll_rule_in_handler", rule_in_handler, 30),
         t("coll_in_place_scatter", in_place_scatter, 30),
+        t(
+            "coll_reductions_in_rank_order",
+            reductions_in_rank_order,
+            60,
+        ),
+        t("coll_vector_reductions", vector_reductions, 120),
         Test {
             min_ranks: 3,
             ..t("coll_progress_in_core_waits", progress_in_core_waits, 60)
@@ -195,6 +201,176 @@ fn in_place_scatter(c: &Ctx<'_>) -> Verdict {
         }
     }
     Ok(())
+}
+
+/// The array reductions on layouts that give each rank one run of the array in rank order
+/// (some ranks none), so that the trees and prefix schemes of spec/coll.md §3b admit them
+/// (selected when `AMNET_COLL_TUNE` prefers them), with a commutative and a non-commutative
+/// function, in place where the operation allows it, against the oracle.
+fn reductions_in_rank_order(c: &Ctx<'_>) -> Verdict {
+    use crate::coll_oracle::{ODesc, OFn, OKind, OLay};
+    use crate::coll_prop::{GCall, Rng, Unit};
+    let co = coll(c)?;
+    let w = world(c);
+    let np = c.size() as usize;
+    let seed = crate::coll_prop::seed(0x0DE5 + np as u64);
+    let mut lays = vec![
+        (OLay { blk: 1, off: 0 }, np),
+        (OLay { blk: 3, off: 0 }, 3 * np),
+        (OLay { blk: 2, off: 1 }, 2 * np - 1),
+        (
+            OLay {
+                blk: 0,
+                off: np - 1,
+            },
+            5,
+        ),
+    ];
+    if np > 1 {
+        // Rank 0 holds no element.
+        lays.push((OLay { blk: 2, off: 2 }, 2 * np - 3));
+    }
+    let mut units = Vec::new();
+    let mut idx = 0;
+    for kind in [
+        OKind::Reduce,
+        OKind::ReduceAll,
+        OKind::Prefix,
+        OKind::ExPrefix,
+    ] {
+        for func in [OFn::SumU64, OFn::Affine] {
+            for &(lay, n) in &lays {
+                for in_place in [false, true] {
+                    let one_each = lay.blk == 1 && lay.off == 0;
+                    if in_place && kind != OKind::Prefix && kind != OKind::ExPrefix && !one_each {
+                        // reduce and reduce_to_all read in place at most one element.
+                        continue;
+                    }
+                    let root = idx % np;
+                    #[allow(clippy::cast_possible_truncation)] // root < size
+                    let call = GCall {
+                        idx,
+                        desc: ODesc {
+                            kind,
+                            np,
+                            root,
+                            counts: Vec::new(),
+                            func,
+                            n,
+                            src_lay: lay,
+                            dst_lay: lay,
+                            in_place,
+                        },
+                        form: Form::Single,
+                        vform: false,
+                        local: true,
+                        ptr: idx % 3 == 0,
+                        sync: [f::NOSYNC, f::MYSYNC, f::ALLSYNC][idx % 3],
+                        seg_assert: false,
+                        root_image: root as u32,
+                        slot: 0,
+                        blocking: idx % 2 == 0,
+                        aggregate: false,
+                    };
+                    units.push(Unit {
+                        calls: vec![call],
+                        all_threads: false,
+                    });
+                    idx += 1;
+                }
+            }
+        }
+    }
+    let caller = Caller {
+        ep: c.ep,
+        coll: co,
+        team: co.world(),
+        w: &w,
+        seed,
+    };
+    let mut r = Rng(seed ^ u64::from(c.rank()));
+    for u in &units {
+        caller.run_unit(u, &mut r)?;
+    }
+    Ok(())
+}
+
+/// The vector reductions (reduce_elems, reduce_elems_to_all, scan_elems, exclusive_scan_elems)
+/// with a commutative and a non-commutative function, in place or not, short and long vectors
+/// (longer than a medium message), on the world team and on a team of every rank in reverse
+/// order, against the oracle.
+fn vector_reductions(c: &Ctx<'_>) -> Verdict {
+    use crate::coll_oracle::{ODesc, OFn, OKind, OLay};
+    use crate::coll_prop::{GCall, Rng, Unit};
+    let co = coll(c)?;
+    let np = c.size() as usize;
+    #[allow(clippy::cast_possible_wrap)] // ranks fit in i32
+    let key = -(c.rank() as i32);
+    let reversed = ck("split", co.split(co.world(), Some(0), key))?
+        .ok_or_else(|| "split gave no team".to_string())?;
+    let w = World::new(vec![1; np]);
+    let seed = crate::coll_prop::seed(0x7EC + np as u64);
+    let mut units = Vec::new();
+    let mut idx = 0;
+    let lay = OLay { blk: 1, off: 0 };
+    for kind in [
+        OKind::ReduceElems,
+        OKind::ReduceElemsAll,
+        OKind::ScanElems,
+        OKind::ExScanElems,
+    ] {
+        for func in [OFn::SumU64, OFn::Affine] {
+            for n in [1, 7, 5000] {
+                for in_place in [false, true] {
+                    let root = (idx * 5) % np;
+                    #[allow(clippy::cast_possible_truncation)] // root < size
+                    let call = GCall {
+                        idx,
+                        desc: ODesc {
+                            kind,
+                            np,
+                            root,
+                            counts: Vec::new(),
+                            func,
+                            n,
+                            src_lay: lay,
+                            dst_lay: lay,
+                            in_place,
+                        },
+                        form: Form::Single,
+                        vform: false,
+                        local: true,
+                        ptr: idx % 3 == 1,
+                        sync: [f::NOSYNC, f::MYSYNC, f::ALLSYNC][idx % 3],
+                        seg_assert: false,
+                        root_image: root as u32,
+                        slot: idx % 2,
+                        blocking: idx % 4 == 0,
+                        aggregate: false,
+                    };
+                    units.push(Unit {
+                        calls: vec![call],
+                        all_threads: false,
+                    });
+                    idx += 1;
+                }
+            }
+        }
+    }
+    for team in [co.world(), &reversed] {
+        let caller = Caller {
+            ep: c.ep,
+            coll: co,
+            team,
+            w: &w,
+            seed,
+        };
+        let mut r = Rng(seed ^ u64::from(c.rank()));
+        for u in &units {
+            caller.run_unit(u, &mut r)?;
+        }
+    }
+    ck("destroy", co.destroy(&reversed))
 }
 
 // ----- sync modes ---------------------------------------------------------------------------

@@ -298,8 +298,9 @@ fn attach_coll(ep: &Endpoint) -> Result<Coll, String> {
     Coll::init(ep, None, 0, &fn_table()).map_err(|e| e.to_string())
 }
 
-/// AMNET_COLL_CHECK=1: a correct broadcast works, then rank 1 passes another root: every
-/// rank must get a Mismatch naming rank 1 and the root.
+/// AMNET_COLL_CHECK=1: a correct broadcast works; rank 1 calls scan_elems where the others
+/// call reduce_elems_to_all: every rank must get a Mismatch naming both operations; then rank
+/// 1 passes another root: every rank must get a Mismatch naming rank 1 and the root.
 pub fn check_mismatch(ep: &Endpoint) -> Result<(), String> {
     let co = attach_coll(ep)?;
     let fl = f::ALLSYNC | f::SINGLE;
@@ -313,6 +314,27 @@ pub fn check_mismatch(ep: &Endpoint) -> Result<(), String> {
     if got != [7u8; 8] {
         eprintln!("rank {}: checked broadcast moved {got:?}", ep.rank());
         ep.exit(1);
+    }
+    // Rank 1 calls a different vector reduction: the report names both operations.
+    let sum = crate::coll_prop::fn_index(crate::coll_oracle::OFn::SumU64);
+    ep.write_local(128, &[1u8; 16]).map_err(|e| e.to_string())?;
+    let (dst, src) = (Addr::Seg(256), Addr::Seg(128));
+    let r = if ep.rank() == 1 {
+        co.scan_elems(co.world(), dst, src, 8, 2, sum, 0, fl)
+    } else {
+        co.reduce_elems_to_all(co.world(), dst, src, 8, 2, sum, 0, fl)
+    };
+    match r {
+        Err(Error::Mismatch { detail, .. })
+            if detail.contains("operation = scan_elems")
+                && detail.contains("reduce_elems_to_all") => {}
+        other => {
+            eprintln!(
+                "rank {}: scan_elems on rank 1 against reduce_elems_to_all gave {other:?}",
+                ep.rank()
+            );
+            ep.exit(1);
+        }
     }
     let root = u32::from(ep.rank() == 1);
     match co.broadcast(co.world(), Addr::Seg(64), root, Addr::Seg(0), 8, fl) {

@@ -23,6 +23,14 @@ pub enum OKind {
     Prefix,
     /// Exclusive prefix reduction.
     ExPrefix,
+    /// Vector reduction to the root: `n` elements per participant, elementwise.
+    ReduceElems,
+    /// Vector reduction to every participant.
+    ReduceElemsAll,
+    /// Inclusive vector scan over the participants.
+    ScanElems,
+    /// Exclusive vector scan (participant 0's destination unchanged).
+    ExScanElems,
 }
 
 impl OKind {
@@ -31,6 +39,14 @@ impl OKind {
         matches!(
             self,
             OKind::Reduce | OKind::ReduceAll | OKind::Prefix | OKind::ExPrefix
+        ) || self.is_vec()
+    }
+
+    /// Whether it is a vector reduction (`n` independent elements per participant).
+    pub fn is_vec(self) -> bool {
+        matches!(
+            self,
+            OKind::ReduceElems | OKind::ReduceElemsAll | OKind::ScanElems | OKind::ExScanElems
         )
     }
 }
@@ -123,7 +139,7 @@ pub struct ODesc {
     pub counts: Vec<usize>,
     /// Reduction function.
     pub func: OFn,
-    /// Element count.
+    /// Element count (vector reductions: elements per participant).
     pub n: usize,
     /// Source layout.
     pub src_lay: OLay,
@@ -169,6 +185,7 @@ impl ODesc {
             }
             OKind::Gather | OKind::GatherAll => self.counts[p],
             OKind::Exchange => (0..self.np).map(|q| self.m(p, q)).sum(),
+            k if k.is_vec() => self.n * es,
             _ => self.src_lay.area_elems(self.n, self.np, p) * es,
         }
     }
@@ -197,6 +214,14 @@ impl ODesc {
             }
             OKind::ReduceAll => es,
             OKind::Prefix | OKind::ExPrefix => self.dst_lay.area_elems(self.n, self.np, p) * es,
+            OKind::ReduceElems => {
+                if p == self.root {
+                    self.n * es
+                } else {
+                    0
+                }
+            }
+            OKind::ReduceElemsAll | OKind::ScanElems | OKind::ExScanElems => self.n * es,
         }
     }
 
@@ -260,6 +285,29 @@ impl ODesc {
                         let c = self.m(p, q);
                         o[at..at + c].copy_from_slice(&sp[so..so + c]);
                         at += c;
+                    }
+                }
+            }
+            k if k.is_vec() => {
+                // Element i of participant q's result: src_0[i] op ... op src_last[i] over
+                // the participants the operation takes (all; scans: up to q, or before q).
+                let es = self.func.es();
+                let fold = |last: usize, i: usize| {
+                    let r = i * es..(i + 1) * es;
+                    (1..=last).fold(src[0][r.clone()].to_vec(), |acc, p| {
+                        combine(self.func, &acc, &src[p][r.clone()])
+                    })
+                };
+                for (q, o) in out.iter_mut().enumerate() {
+                    let last = match k {
+                        OKind::ReduceElems if q != self.root => continue,
+                        OKind::ScanElems => q,
+                        OKind::ExScanElems if q == 0 => continue,
+                        OKind::ExScanElems => q - 1,
+                        _ => np - 1,
+                    };
+                    for i in 0..self.n {
+                        o[i * es..(i + 1) * es].copy_from_slice(&fold(last, i));
                     }
                 }
             }
@@ -364,6 +412,47 @@ mod tests {
         let out = d.expect(&srcs, &init2);
         assert_eq!(out[2], u(&[1, 3, 6, 10, 15]));
         assert_eq!(out[0], vec![0; 8]);
+    }
+
+    #[test]
+    fn vector_scans_are_elementwise() {
+        let d = ODesc {
+            kind: OKind::ScanElems,
+            np: 3,
+            root: 0,
+            counts: vec![],
+            func: OFn::SumU64,
+            n: 2,
+            src_lay: OLay { blk: 1, off: 0 },
+            dst_lay: OLay { blk: 1, off: 0 },
+            in_place: false,
+        };
+        let srcs = vec![u(&[1, 10]), u(&[2, 20]), u(&[3, 30])];
+        let init = vec![u(&[7, 7]); 3];
+        assert_eq!(
+            d.expect(&srcs, &init),
+            vec![u(&[1, 10]), u(&[3, 30]), u(&[6, 60])]
+        );
+        let ex = ODesc {
+            kind: OKind::ExScanElems,
+            ..d.clone()
+        };
+        assert_eq!(
+            ex.expect(&srcs, &init),
+            vec![u(&[7, 7]), u(&[1, 10]), u(&[3, 30])]
+        );
+        let red = ODesc {
+            kind: OKind::ReduceElems,
+            root: 1,
+            ..d
+        };
+        let mut init2 = init.clone();
+        init2[0] = Vec::new();
+        init2[2] = Vec::new();
+        assert_eq!(
+            red.expect(&srcs, &init2),
+            vec![Vec::new(), u(&[6, 60]), Vec::new()]
+        );
     }
 
     #[test]

@@ -226,7 +226,7 @@ fn gen_lay(g: &mut Rng, np: usize) -> OLay {
 }
 
 fn gen_call(g: &mut Rng, w: &World, idx: usize, form: Form, slot: usize) -> Option<GCall> {
-    let kind = g.pick(&[
+    let kinds: &[OKind] = &[
         OKind::Broadcast,
         OKind::Scatter,
         OKind::Gather,
@@ -236,7 +236,17 @@ fn gen_call(g: &mut Rng, w: &World, idx: usize, form: Form, slot: usize) -> Opti
         OKind::ReduceAll,
         OKind::Prefix,
         OKind::ExPrefix,
-    ]);
+        // The vector reductions have no m forms: the last four.
+        OKind::ReduceElems,
+        OKind::ReduceElemsAll,
+        OKind::ScanElems,
+        OKind::ExScanElems,
+    ];
+    let kind = if form == Form::Multi {
+        g.pick(&kinds[..kinds.len() - 4])
+    } else {
+        g.pick(kinds)
+    };
     let image_space = form != Form::Single;
     let np = if image_space { w.nimages() } else { w.ranks() };
     let root_image = g.below(w.nimages());
@@ -246,16 +256,16 @@ fn gen_call(g: &mut Rng, w: &World, idx: usize, form: Form, slot: usize) -> Opti
         w.rank_of(root_image)
     };
     let vform = !kind.is_red() && kind != OKind::Broadcast && g.pct(35);
-    let mut in_place = g.pct(20)
-        && matches!(
-            kind,
-            OKind::Broadcast
-                | OKind::Gather
-                | OKind::GatherAll
-                | OKind::Exchange
-                | OKind::Prefix
-                | OKind::ExPrefix
-        )
+    let in_place_form = matches!(
+        kind,
+        OKind::Broadcast
+            | OKind::Gather
+            | OKind::GatherAll
+            | OKind::Exchange
+            | OKind::Prefix
+            | OKind::ExPrefix
+    );
+    let mut in_place = ((g.pct(20) && in_place_form) || (kind.is_vec() && g.pct(25)))
         && !(kind == OKind::Exchange && vform);
     // LOCAL single-address calls need one image per rank or ALL_THREADS; several images per
     // rank with ALL_THREADS must be LOCAL (a single-valued address would be shared).
@@ -264,7 +274,7 @@ fn gen_call(g: &mut Rng, w: &World, idx: usize, form: Form, slot: usize) -> Opti
         Form::Multi => g.pct(50),
         Form::AllThreads => w.multi() || g.pct(50),
     };
-    if in_place && kind == OKind::Gather && !local {
+    if in_place && matches!(kind, OKind::Gather | OKind::ReduceElems) && !local {
         in_place = false;
     }
     let ptr = local && form != Form::Multi && g.pct(50);
@@ -274,7 +284,14 @@ fn gen_call(g: &mut Rng, w: &World, idx: usize, form: Form, slot: usize) -> Opti
     let cap = stride - GUARD - 64;
     let mut counts = Vec::new();
     let (mut n, mut src_lay, mut dst_lay) = (0, OLay { blk: 1, off: 0 }, OLay { blk: 1, off: 0 });
-    if kind.is_red() {
+    if kind.is_vec() {
+        // Elements per participant; now and then more than a medium message holds.
+        n = 1 + match g.below(100) {
+            0..=59 => g.below(24),
+            60..=89 => g.below(300),
+            _ => g.below(6000),
+        };
+    } else if kind.is_red() {
         n = 1 + if g.pct(80) { g.below(24) } else { g.below(300) };
         src_lay = gen_lay(g, np);
         dst_lay = if matches!(kind, OKind::Prefix | OKind::ExPrefix) && !in_place {
@@ -512,7 +529,12 @@ impl Caller<'_> {
         if c.seg_assert {
             flags |= f::SRC_IN_SEGMENT | f::DST_IN_SEGMENT;
         }
-        let in_place_for = |p: usize| d.in_place && !(d.kind == OKind::Gather && p != d.root);
+        // Rooted operations with one destination read in place only at the root.
+        let in_place_for = |p: usize| {
+            d.in_place
+                && !(matches!(d.kind, OKind::Gather | OKind::Reduce | OKind::ReduceElems)
+                    && p != d.root)
+        };
         // Addresses of my participants.
         let src_of = |m: &mut Mine| -> Addr {
             if in_place_for(m.p) {
@@ -769,6 +791,59 @@ impl Caller<'_> {
                 0,
                 flags
             ),
+            (OKind::ReduceElems, false, _) => go!(
+                reduce_elems_nb,
+                reduce_elems,
+                root,
+                dsts[0],
+                srcs[0],
+                es,
+                d.n,
+                fi,
+                0,
+                flags
+            ),
+            (OKind::ReduceElemsAll, false, _) => go!(
+                reduce_elems_to_all_nb,
+                reduce_elems_to_all,
+                dsts[0],
+                srcs[0],
+                es,
+                d.n,
+                fi,
+                0,
+                flags
+            ),
+            (OKind::ScanElems, false, _) => {
+                go!(
+                    scan_elems_nb,
+                    scan_elems,
+                    dsts[0],
+                    srcs[0],
+                    es,
+                    d.n,
+                    fi,
+                    0,
+                    flags
+                )
+            }
+            (OKind::ExScanElems, false, _) => go!(
+                exclusive_scan_elems_nb,
+                exclusive_scan_elems,
+                dsts[0],
+                srcs[0],
+                es,
+                d.n,
+                fi,
+                0,
+                flags
+            ),
+            (k, true, _) => {
+                return Err(format!(
+                    "{}: {k:?} has no multiple-address form",
+                    ctx(c, self.seed)
+                ))
+            }
         };
         let handle = r.map_err(|e| format!("{}: issue failed: {e}", ctx(c, self.seed)))?;
         if (c.blocking || c.aggregate) && !handle.is_invalid() {

@@ -6,8 +6,9 @@
 //!   of pairwise exchanges combine blocks of consecutive ranks in rank order. With a size that
 //!   is not a power of two, the first 2r ranks (r = np − 2^⌊log₂ np⌋) pair up first (the odd one
 //!   of each pair hands its partial to the even one, and gets the result back at the end), so
-//!   the order holds for non-commutative functions too. np + 2r − ... messages: each of the
-//!   2^⌊log₂ np⌋ ranks sends one per round.
+//!   the order holds for non-commutative functions too. Each of the 2^⌊log₂ np⌋ ranks sends
+//!   one message per round, and each pair two more: 2^⌊log₂ np⌋·⌊log₂ np⌋ + 2r messages.
+//!   The same exchanges on whole vectors serve reduce_elems_to_all (`vector.rs`).
 
 use crate::sched::{Apply, Buf, Local, Range, Recv, Round, Sched, Send};
 
@@ -15,11 +16,20 @@ use crate::sched::{Apply, Buf, Local, Range, Recv, Round, Sched, Send};
 const TAG_PAIR: u32 = 0;
 const TAG_BACK: u32 = 63;
 
-/// The schedule of team rank `me` of `np`: its elements are the `runs` (byte ranges of its
-/// source, in element order), `es` bytes each; every rank has at least one element.
-pub(crate) fn recursive_doubling(np: u32, me: u32, es: usize, runs: &[(usize, usize)]) -> Sched {
+/// The local steps that fold this rank's elements (`runs`: byte ranges of its source, in
+/// element order, `es` bytes per element; at least one element) to one partial, the partial's
+/// range in the scratch space, and the scratch bytes they use. One run is folded where it lies;
+/// several are packed at the start of the scratch space first, the partial after them.
+pub(crate) fn partial(es: usize, runs: &[(usize, usize)]) -> (Vec<Local>, Range, usize) {
+    if let [(off, len)] = *runs {
+        let acc = Range::new(Buf::Tmp, 0, es);
+        let fold = Local::Fold {
+            from: Range::new(Buf::Src, off, len),
+            to: acc,
+        };
+        return (vec![fold], acc, es);
+    }
     let mine: usize = runs.iter().map(|r| r.1).sum();
-    // Scratch: my elements packed [0, mine), the running partial at `acc`.
     let acc = Range::new(Buf::Tmp, mine, es);
     let mut pre = Vec::new();
     let mut at = 0;
@@ -34,6 +44,26 @@ pub(crate) fn recursive_doubling(np: u32, me: u32, es: usize, runs: &[(usize, us
         from: Range::new(Buf::Tmp, 0, mine),
         to: acc,
     });
+    (pre, acc, mine + es)
+}
+
+/// The schedule of team rank `me` of `np`: its elements are the `runs` (byte ranges of its
+/// source, in element order), `es` bytes each; every rank has at least one element.
+pub(crate) fn recursive_doubling(np: u32, me: u32, es: usize, runs: &[(usize, usize)]) -> Sched {
+    let (pre, acc, tmp) = partial(es, runs);
+    doubling(np, me, pre, acc, Range::new(Buf::Dst, 0, es), tmp)
+}
+
+/// Recursive doubling on the range `acc` (after the local steps `pre` filled it), the result
+/// in `dst` (as long as `acc`; the same range needs no final copy); `tmp` scratch bytes.
+pub(crate) fn doubling(
+    np: u32,
+    me: u32,
+    pre: Vec<Local>,
+    acc: Range,
+    dst: Range,
+    tmp: usize,
+) -> Sched {
     let p2 = if np.is_power_of_two() {
         np
     } else {
@@ -54,14 +84,14 @@ pub(crate) fn recursive_doubling(np: u32, me: u32, es: usize, runs: &[(usize, us
                 recvs: vec![Recv {
                     from: me - 1,
                     tag: TAG_BACK,
-                    into: Range::new(Buf::Dst, 0, es),
+                    into: dst,
                     how: Apply::Copy,
                 }],
             });
             return Sched {
                 rounds,
                 post: Vec::new(),
-                tmp: mine + es,
+                tmp,
             };
         }
         rounds.push(Round {
@@ -110,10 +140,11 @@ pub(crate) fn recursive_doubling(np: u32, me: u32, es: usize, runs: &[(usize, us
         k += 1;
     }
     let mut last = Round {
-        pre: vec![Local::Copy {
-            from: acc,
-            to: Range::new(Buf::Dst, 0, es),
-        }],
+        pre: if acc == dst {
+            Vec::new()
+        } else {
+            vec![Local::Copy { from: acc, to: dst }]
+        },
         ..Round::default()
     };
     if me < 2 * rest {
@@ -127,7 +158,7 @@ pub(crate) fn recursive_doubling(np: u32, me: u32, es: usize, runs: &[(usize, us
     Sched {
         rounds,
         post: Vec::new(),
-        tmp: mine + es,
+        tmp,
     }
 }
 

@@ -11,7 +11,11 @@ pub(crate) mod allgather;
 pub(crate) mod bcast_split;
 pub(crate) mod data;
 pub(crate) mod exchange;
+pub(crate) mod prefix;
+pub(crate) mod red;
 pub(crate) mod rooted;
+pub(crate) mod tree;
+pub(crate) mod vector;
 
 use amnet_core::{Error, Result};
 
@@ -56,6 +60,7 @@ pub(crate) fn generate(
                 .collect();
             Ok(allreduce::recursive_doubling(np, me, es, &runs))
         }
+        (k, name) if k.is_reduction() => red::generate(k, name, spec, me),
         (k, name) => Err(Error::Usage {
             op: k.name(),
             detail: format!("algorithm {name} has no schedule generator"),
@@ -127,6 +132,17 @@ pub(crate) mod testing {
                 acc = compose(acc, pair(e));
             }
             put(out, acc);
+        }
+        fn scan(&self, out: &mut [u8], carry: Option<&[u8]>, xs: &[u8]) {
+            let mut acc = carry.map(pair);
+            for (i, e) in xs.chunks(16).enumerate() {
+                let v = match acc {
+                    None => pair(e),
+                    Some(a) => compose(a, pair(e)),
+                };
+                put(&mut out[i * 16..i * 16 + 16], v);
+                acc = Some(v);
+            }
         }
     }
 
