@@ -1,5 +1,5 @@
 //! The `coll` suite: latency of the collectives (broadcast, scatter, gather, gather_all,
-//! exchange, reduce_to_all, prefix_reduce) in each of the nine IN/OUT synchronization
+//! exchange, reduce_to_all, prefix_reduce, reduce_elems_to_all, scan_elems) in each of the nine IN/OUT synchronization
 //! modes, single-address form (`SINGLE`, segment addresses), with the AM requests each call
 //! sends.
 //!
@@ -40,13 +40,15 @@
 //! `MPI_Alltoall`; for the array reductions, what an MPI program writes for the same result:
 //! the sum of the rank's own elements and an `MPI_Allreduce` of one u64 (reduce_to_all), the
 //! rank's local inclusive scan, an `MPI_Exscan` of its total and the carry added to each
-//! element (prefix_reduce).
+//! element (prefix_reduce); `MPI_Allreduce` and `MPI_Scan` for the vector reductions.
 //!
 //! Sizes: `bytes` is the block each participant contributes or receives: the broadcast
 //! payload, the per-participant block of scatter/gather/gather_all/exchange (the root's
 //! scatter source and gather destination, every rank's gather_all destination and exchange
-//! areas, are `bytes * ranks`), and for the reductions `8 * elements` of u64 data in a
-//! block-cyclic layout with one block per rank (so each rank holds about `bytes / ranks`).
+//! areas, are `bytes * ranks`), for the array reductions `8 * elements` of u64 data in a
+//! block-cyclic layout with one block per rank (so each rank holds about `bytes / ranks`),
+//! and for the vector reductions (`reduce_elems_to_all`, `scan_elems`) every rank's vector of
+//! `bytes / 8` u64 elements, combined elementwise.
 
 use amnet::coll::builtin::builtin_index;
 use amnet::coll::{flags, Addr, Coll, ElemType, Layout, RedOp, Team};
@@ -77,6 +79,10 @@ enum Op {
     Exchange,
     ReduceToAll,
     Prefix,
+    /// Elementwise reduction of every rank's vector, to every rank (MPI_Allreduce).
+    ReduceElemsToAll,
+    /// Elementwise inclusive scan over the ranks' vectors (MPI_Scan).
+    ScanElems,
     /// Team creation: `split` of the team into its even and odd ranks.
     TeamSplit,
     /// Team creation: `create` of the team's even ranks from an explicit list.
@@ -84,7 +90,7 @@ enum Op {
 }
 
 impl Op {
-    const ALL: [Op; 7] = [
+    const ALL: [Op; 9] = [
         Op::Broadcast,
         Op::Scatter,
         Op::Gather,
@@ -92,6 +98,8 @@ impl Op {
         Op::Exchange,
         Op::ReduceToAll,
         Op::Prefix,
+        Op::ReduceElemsToAll,
+        Op::ScanElems,
     ];
 
     fn name(self) -> &'static str {
@@ -103,6 +111,8 @@ impl Op {
             Op::Exchange => "exchange",
             Op::ReduceToAll => "reduce_to_all",
             Op::Prefix => "prefix_reduce",
+            Op::ReduceElemsToAll => "reduce_elems_to_all",
+            Op::ScanElems => "scan_elems",
             Op::TeamSplit => "team_split",
             Op::TeamCreate => "team_create",
         }
@@ -238,6 +248,14 @@ fn call(
         Op::Gather => coll.gather(w, 0, dst, src, n, fl),
         Op::GatherAll => coll.gather_all(w, dst, src, n, fl),
         Op::Exchange => coll.exchange(w, dst, src, n, fl),
+        Op::ReduceElemsToAll | Op::ScanElems => {
+            let func = builtin_index(RedOp::Sum, ElemType::U64).unwrap_or(0);
+            if op == Op::ScanElems {
+                coll.scan_elems(w, dst, src, 8, n / 8, func, 0, fl)
+            } else {
+                coll.reduce_elems_to_all(w, dst, src, 8, n / 8, func, 0, fl)
+            }
+        }
         Op::TeamSplit | Op::TeamCreate => Err(Error::Usage {
             op: "amnet-bench coll",
             detail: "team creation is timed by `team_point`".into(),

@@ -237,6 +237,8 @@ impl crate::coll::Peer for MpiColl {
             "exchange" => "MPI_Alltoall",
             "reduce_to_all" => "local+MPI_Allreduce",
             "prefix_reduce" => "local+MPI_Exscan",
+            "reduce_elems_to_all" => "MPI_Allreduce",
+            "scan_elems" => "MPI_Scan",
             _ => return None,
         })
     }
@@ -277,6 +279,22 @@ impl crate::coll::Peer for MpiColl {
         };
         let rc = match op {
             "broadcast" | "scatter" | "gather" | "gather_all" | "exchange" => data(op).unwrap_or(0),
+            "reduce_elems_to_all" | "scan_elems" => {
+                let (u64t, op_sum) = {
+                    // SAFETY: reading immutable handles exported by the rsmpi shim.
+                    unsafe { (ffi::RSMPI_UINT64_T, ffi::RSMPI_SUM) }
+                };
+                let k = count(n / 8)?;
+                // SAFETY: `src` and `dst` hold `n * ranks >= n` bytes, `k` u64 elements each
+                // way; the call completes before either changes.
+                unsafe {
+                    if op == "scan_elems" {
+                        ffi::MPI_Scan(src, dst, k, u64t, op_sum, c)
+                    } else {
+                        ffi::MPI_Allreduce(src, dst, k, u64t, op_sum, c)
+                    }
+                }
+            }
             "reduce_to_all" | "prefix_reduce" => {
                 self.my_elems(n / 8);
                 let mine = self.elems.iter().fold(0u64, |a, &v| a.wrapping_add(v));
