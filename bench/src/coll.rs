@@ -119,6 +119,21 @@ impl Op {
     }
 }
 
+/// The names `--ops` accepts: every operation the suite measures.
+pub(crate) const OP_NAMES: [&str; 11] = [
+    "broadcast",
+    "scatter",
+    "gather",
+    "gather_all",
+    "exchange",
+    "reduce_to_all",
+    "prefix_reduce",
+    "reduce_elems_to_all",
+    "scan_elems",
+    "team_split",
+    "team_create",
+];
+
 /// The IN and OUT modes, strongest first; every pair is measured.
 const IN_MODES: [(u32, &str); 3] = [
     (flags::IN_ALLSYNC, "IN_ALLSYNC"),
@@ -392,7 +407,12 @@ pub(crate) fn run(
         }
         Ok::<(), BenchError>(())
     };
-    for op in Op::ALL {
+    let wanted = |op: Op| {
+        plan.ops
+            .as_ref()
+            .is_none_or(|l| l.iter().any(|o| o == op.name()))
+    };
+    for op in Op::ALL.into_iter().filter(|&op| wanted(op)) {
         for &n in &sizes {
             if !plan.alg_all {
                 for &(mode, label) in &modes {
@@ -428,7 +448,10 @@ pub(crate) fn run(
 
     // Team creation: each call timed alone (the new team's destruction, a barrier on it,
     // after the clock stops), with the requests the creation itself sent.
-    for op in [Op::TeamSplit, Op::TeamCreate] {
+    for op in [Op::TeamSplit, Op::TeamCreate]
+        .into_iter()
+        .filter(|&op| wanted(op))
+    {
         let (warmup, iters) = shape(plan, 8);
         let evens: Vec<u32> = (0..team.size()).step_by(2).collect();
         let mut ns = Vec::with_capacity(iters);
@@ -530,6 +553,9 @@ mod tests {
         assert_eq!(m[4].0, flags::MYSYNC);
         assert_eq!(sizes(MAX_BYTES).len(), 8);
         assert_eq!(sizes(100), vec![8, 64]);
+        for op in Op::ALL {
+            assert!(OP_NAMES.contains(&op.name()), "{}", op.name());
+        }
         let l = layout(1 << 20, 4);
         assert!(l.gathered >= l.mine + l.results);
         assert!(segment_bytes(1 << 20, 4) >= 8 << 20);
@@ -539,6 +565,7 @@ mod tests {
             network: false,
             alg_all: false,
             split2: false,
+            ops: None,
         };
         assert_eq!(shape(&p, 8), (20, 200));
         assert_eq!(shape(&p, 64 << 10), (2, 20));

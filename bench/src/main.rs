@@ -60,6 +60,9 @@ the udp targets replace the smp ones.
   --alg all       coll: every algorithm of each operation in turn (IN_ALLSYNC|OUT_ALLSYNC,
                   forced through Coll::tune; those that do not admit the call skipped),
                   then the selected one, instead of the nine sync modes
+  --ops LIST      coll: only the operations named, comma-separated (broadcast, scatter,
+                  gather, gather_all, exchange, reduce_to_all, prefix_reduce,
+                  reduce_elems_to_all, scan_elems, team_split, team_create)
   --team T        coll: `world` (default) or `split2`, the two halves of the job (even
                   and odd ranks) each running the suite on its own team at the same time
   -h, --help      this text
@@ -121,6 +124,8 @@ pub(crate) struct Plan {
     pub(crate) alg_all: bool,
     /// coll: the two halves of the job each on its own team (`--team split2`).
     pub(crate) split2: bool,
+    /// coll: only these operations (`--ops a,b`), by name; `None` for all.
+    pub(crate) ops: Option<Vec<String>>,
 }
 
 impl Plan {
@@ -232,6 +237,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
     let mut max_bytes = 4usize << 20;
     let mut alg_all = false;
     let mut split2 = false;
+    let mut ops = None;
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -255,6 +261,17 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
                 Some("all") => alg_all = true,
                 other => return Err(format!("--alg {other:?}: expected all")),
             },
+            "--ops" => {
+                let v = it.next().ok_or("--ops needs a list of operations")?;
+                let list: Vec<String> = v.split(',').map(str::to_string).collect();
+                if let Some(bad) = list.iter().find(|o| !coll::OP_NAMES.contains(&o.as_str())) {
+                    return Err(format!(
+                        "--ops: unknown operation {bad:?} (known: {})",
+                        coll::OP_NAMES.join(", ")
+                    ));
+                }
+                ops = Some(list);
+            }
             "--team" => match it.next().as_deref() {
                 Some("world") => split2 = false,
                 Some("split2") => split2 = true,
@@ -283,6 +300,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
             network: false,
             alg_all,
             split2,
+            ops,
         },
     }))
 }
@@ -478,6 +496,7 @@ mod tests {
             network: false,
             alg_all: false,
             split2: false,
+            ops: None,
         };
         let s = p.sizes(p.max_bytes);
         assert_eq!(s.first(), Some(&8));
