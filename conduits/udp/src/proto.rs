@@ -51,17 +51,48 @@
 //! bounded. When taking messages reopens the window past half, an ACK says so at once;
 //! heartbeats repeat it, so a lost window update only costs a heartbeat interval.
 //!
-//! **Retransmission.** Each peer has an adaptive retransmission timeout (Jacobson/Karels:
-//! `rto = srtt + 4 rttvar`, clamped to `[rto_min, rto_max]`). RTT samples come only from
-//! datagrams transmitted once (Karn's rule). An in-flight datagram unacked for `rto`, counted
-//! from its transmission or from the last time the cumulative ack moved forward, whichever is
-//! later, is retransmitted and the timeout doubles (exponential backoff, capped at `rto_max`)
-//! until a new sample arrives. (The timer restarts on progress, as TCP's does: a window of
-//! large datagrams takes longer to drain at the receiver than the round trip of a small
-//! message, and while acks keep coming nothing is lost. Counted from transmission alone, a
-//! 4 MiB window on loopback outlived the 1 ms floor of the timeout and was sent twice.)
-//! Selective acks trigger faster recovery: a datagram is deemed lost, and retransmitted at
-//! once, when three datagrams transmitted after it have been acked.
+//! **Retransmission timer.** Each peer has one, running while DATA is in flight and not acked,
+//! from the later of the last DATA transmission to the peer and the last ack that
+//! acknowledged anything new, cumulatively or selectively. (It restarts on progress, as TCP's
+//! does: a window of large datagrams takes longer to drain at the receiver than the round trip
+//! of a small message, and while acks keep coming nothing is lost. Counted from transmission
+//! alone, a 4 MiB window on loopback outlived the 1 ms floor of the timeout and was sent
+//! twice.) Before the first RTT sample its length is `rto` (at first
+//! [`ProtoConfig::rto_initial`]); after, it is the probe timeout: twice the smoothed RTT plus
+//! [`ProtoConfig::delayed_ack`], or `rto = srtt + 4 rttvar` (Jacobson/Karels) when that is
+//! shorter, never below [`ProtoConfig::rto_min`]. Twice the mean rather than the variation:
+//! an ack that reached us late (the datagram carrying it was lost, and the peer's
+//! retransmission brought it) gives a sample that swells the variation far more than the
+//! mean, and under heavy loss such samples are common. When the timer expires it sends a
+//! probe, the oldest and the newest datagram in flight and not acked: the oldest is what
+//! holds up delivery, and the peer's answer to the newest acks the rest or shows it lost.
+//!
+//! **RTT samples** come only from a datagram acked on its first transmission (Karn's rule),
+//! and only from the newest datagram an ack acknowledges for the first time: an older one
+//! may have arrived long before, its ack lost, so that only the answer to a later
+//! transmission acknowledges it.
+//!
+//! **Backoff.** Before the first sample each expiry doubles the timeout, and only a sample
+//! ends the backoff (RFC 6298): without an estimate, an expiry may just mean that the timer is
+//! shorter than the round trip, and the ack of a retransmission does not say which
+//! transmission it answers. Meanwhile each new DATA datagram goes out twice in a row, one
+//! transmission in two copies, which makes the first-transmission ack that ends this state
+//! likelier. Once the path has been sampled, an expiry adds half to the timeout, and only if
+//! the peer has been silent since it should have had the last DATA; any ack that acknowledges
+//! anything new ends the backoff. Under 30% loss each way a datagram and its ack both get
+//! through about half the time, so that a timeout doubled at each expiry and kept until a
+//! sample grows faster than the losses that stretch it grow rare: it sat at its cap. A timer
+//! that grows by half on silence alone keeps a run of losses cheap, while a peer that has
+//! died or cannot be reached still gets fewer and fewer probes.
+//!
+//! **Loss detection from acks** (fast retransmission). A datagram in flight is deemed lost,
+//! and retransmitted at once, when three datagrams transmitted after it have been acked and it
+//! has been out for 5/4 of the smoothed RTT, or when one has been acked and it has been out
+//! for the reordering allowance: 5/4 of the larger of the smoothed and the latest RTT, at
+//! least a quarter of `rto_min` ([`Proto::next_timeout`] includes the end of that wait).
+//! Transmissions are ordered by per-peer stamps, so a lost retransmission is found the same
+//! way. An ack that comes sooner after a retransmission than any round trip sampled answers
+//! an earlier transmission, and shows nothing about those sent in between.
 //!
 //! **Liveness.** A peer nothing was sent to for [`ProtoConfig::heartbeat_interval`] gets a
 //! HEARTBEAT (which carries acks and the window like any datagram). A peer heard from by no
@@ -97,20 +128,20 @@
 //! - `config`: [`ProtoConfig`] and its check; `error`: [`SendError`] and [`RxError`]; `stats`:
 //!   [`Counters`] and [`PeerStatus`];
 //! - `peer`: the state kept towards one peer, laid out for the round trip;
-//! - `timer`: the round-trip estimate, the retransmission timeout and its backoff, and the
-//!   delayed-ack timer;
+//! - `timer`: the round-trip estimate, the retransmission timeout, its backoff and the probe
+//!   it sends, the reordering allowance, and the delayed-ack timer;
 //! - `recv`: a datagram in: decoding and checks, sequencing, duplicates, the receive window
 //!   and the reorder buffer;
 //! - `ack`: acks both ways: the fields every datagram carries out, and what those that come
-//!   in do (free what they acknowledge, give RTT samples, show datagrams lost through selective
-//!   acks), with the ack deferred for a message taken straight off the wire;
+//!   in do (free what they acknowledge, give RTT samples, end the backoff, show datagrams
+//!   lost), with the ack deferred for a message taken straight off the wire;
 //! - `assembler`: in-order fragments to whole messages, Long payloads through the
 //!   [`LongSink`], the delivery queue;
 //! - `send`: messages cut into queued datagrams, payloads held in the sender's memory, and the
 //!   direct path of [`Proto::send_now`];
 //! - `plan`: what goes out next ([`Proto::poll_transmit`]): credits and windows,
-//!   retransmissions, new DATA, ACKs and HEARTBEATs, failing silent peers, and the bookkeeping
-//!   of each datagram that went out;
+//!   retransmissions, new DATA (twice while the timer backs off unsampled), ACKs and
+//!   HEARTBEATs, failing silent peers, and the bookkeeping of each datagram that went out;
 //! - `tests`: unit tests (the simulated network is in `tests/sim.rs`).
 
 use std::collections::VecDeque;
@@ -588,13 +619,24 @@ impl Proto {
             if peer.ack_owed {
                 t = t.min(peer.ack_owed_since.saturating_add(cfg.delayed_ack));
             }
-            let rto = peer.rto_eff(cfg);
-            for seg in peer.segs.iter().take(peer.in_flight()) {
-                if seg.lost && !seg.sacked {
-                    return Some(0);
+            let in_flight = peer.in_flight();
+            if in_flight > 0 {
+                let window = peer.reorder_window(cfg);
+                let mut waiting = false;
+                for seg in peer.segs.iter().take(in_flight) {
+                    if seg.sacked {
+                        continue;
+                    }
+                    if seg.lost {
+                        return Some(0);
+                    }
+                    waiting = true;
+                    if seg.stamp < peer.acked_stamp {
+                        t = t.min(seg.sent_at.saturating_add(window));
+                    }
                 }
-                if !seg.sacked {
-                    t = t.min(peer.rto_start(seg).saturating_add(rto));
+                if waiting {
+                    t = t.min(peer.timer_start().saturating_add(peer.rto_eff(cfg)));
                 }
             }
             if peer.can_send_new(cfg.send_window) {

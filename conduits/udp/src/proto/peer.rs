@@ -29,9 +29,15 @@ pub(super) struct Peer {
     pub(super) msg_next: u64,
     /// Next transmission stamp.
     pub(super) next_stamp: u64,
-    /// When the cumulative ack last moved forward (or the peer was set up): no datagram's
-    /// retransmission timeout runs from before it.
+    /// When an ack last acknowledged something new, cumulatively or selectively (or the peer
+    /// was set up): the retransmission timer runs from no earlier.
     pub(super) progress_at: u64,
+    /// When DATA was last transmitted to this peer: the retransmission timer runs from no
+    /// earlier.
+    pub(super) last_data_tx: u64,
+    /// One past the largest transmission stamp known to have been acked (0: none): datagrams
+    /// transmitted before it and not acked are candidates for loss.
+    pub(super) acked_stamp: u64,
     // Receive side.
     /// Lowest sequence number not yet received.
     pub(super) rcv_next: u64,
@@ -51,6 +57,9 @@ pub(super) struct Peer {
     pub(super) rttvar: u64,
     pub(super) rto: u64,
     pub(super) srtt: Option<u64>,
+    /// The latest RTT sample and the least (meaningful once `srtt` is set).
+    pub(super) latest_rtt: u64,
+    pub(super) min_rtt: u64,
     pub(super) backoff: u32,
     /// Datagrams of complete messages from this peer not yet taken (for self: messages).
     pub(super) ready_dgrams: u32,
@@ -75,8 +84,12 @@ impl Peer {
             msg_next: 0,
             next_stamp: 0,
             progress_at: now,
+            last_data_tx: now,
+            acked_stamp: 0,
             srtt: None,
             rttvar: 0,
+            latest_rtt: 0,
+            min_rtt: 0,
             rto: cfg.rto_initial,
             backoff: 0,
             rcv_next: 0,

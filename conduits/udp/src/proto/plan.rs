@@ -9,13 +9,15 @@ use amnet_core::Rank;
 
 use crate::wire::{self, Header, Kind, Packet, HEADER_LEN};
 
-use super::timer::MAX_BACKOFF;
 use super::{give_buf, ix, len_u64, to_usize, Datagram, Peer, Proto, BATCH};
 
-/// A datagram chosen by the planner.
+/// A datagram chosen by the planner: a DATA datagram (`Seg`), the same once more as part of its
+/// first transmission (`Twin`, right after its `Seg`; see [`Peer::twins`]), or an ACK or a
+/// HEARTBEAT (`Ctl`).
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Item {
     Seg { peer: Rank, idx: usize },
+    Twin { peer: Rank, idx: usize },
     Ctl { peer: Rank, kind: Kind },
 }
 
@@ -61,20 +63,33 @@ impl Peer {
             }
         }
     }
+
+    /// True when each new DATA datagram goes out twice in a row: while the path has no RTT
+    /// sample and its timer has expired. Only a datagram acked on its first transmission gives
+    /// a sample, and until one does the timeout stays backed off (RFC 6298), so that a lossy
+    /// start makes every exchange wait long; two copies sent together make a first-transmission
+    /// ack likelier (either copy, and either ack, will do), and an ack of either is no less
+    /// clear than that of one.
+    #[inline]
+    pub(super) fn twins(&self) -> bool {
+        self.srtt.is_none() && self.backoff > 0
+    }
 }
 
 impl Proto {
     /// The datagram the planner chose as `item`, as it lies in the peer's state.
     pub(super) fn datagram(&self, item: Item) -> Datagram<'_> {
         match item {
-            Item::Seg { peer, idx } => match self.peers[ix(peer)].segs.get(idx) {
-                Some(s) => Datagram {
-                    dest: peer,
-                    bytes: &s.buf,
-                    tail: s.tail(),
-                },
-                None => Datagram::whole(peer, &[]),
-            },
+            Item::Seg { peer, idx } | Item::Twin { peer, idx } => {
+                match self.peers[ix(peer)].segs.get(idx) {
+                    Some(s) => Datagram {
+                        dest: peer,
+                        bytes: &s.buf,
+                        tail: s.tail(),
+                    },
+                    None => Datagram::whole(peer, &[]),
+                }
+            }
             Item::Ctl { peer, .. } => Datagram::whole(peer, &self.peers[ix(peer)].ctl),
         }
     }
@@ -112,18 +127,11 @@ impl Proto {
             return;
         }
         let in_flight = peer.in_flight();
-        let rto = peer.rto_eff(cfg);
-        let progress = peer.progress_at;
-        let mut expired = false;
-        for seg in peer.segs.iter_mut().take(in_flight) {
-            if !seg.sacked && !seg.lost && now.saturating_sub(seg.sent_at.max(progress)) >= rto {
-                seg.lost = true;
-                expired = true;
+        if in_flight > 0 {
+            self.counters.fast_retransmits += peer.detect_losses(now, cfg);
+            if peer.timer_expired(now, cfg) {
+                self.counters.timeouts += 1;
             }
-        }
-        if expired {
-            peer.backoff = (peer.backoff + 1).min(MAX_BACKOFF);
-            self.counters.timeouts += 1;
         }
         let (ack, sack, window) = peer.ack_fields(cfg.recv_window);
         let before = items.len();
@@ -140,12 +148,16 @@ impl Proto {
         let edge = peer.send_edge(cfg.send_window);
         let end = peer.snd_una + len_u64(peer.segs.len());
         let mut seq = peer.snd_tx;
+        let twins = peer.twins();
         while seq < end && seq < edge && items.len() < BATCH {
             let idx = to_usize(seq - peer.snd_una);
             if let Some(seg) = peer.segs.get_mut(idx) {
                 let _ = wire::patch_ack(&mut seg.buf, ack, sack, window);
             }
             items.push(Item::Seg { peer: r, idx });
+            if twins && items.len() < BATCH {
+                items.push(Item::Twin { peer: r, idx });
+            }
             seq += 1;
         }
         if items.len() > before || items.len() >= BATCH {
@@ -201,6 +213,14 @@ impl Proto {
                 if peer.snd_una + len_u64(idx) == peer.snd_tx {
                     peer.snd_tx += 1;
                 }
+                peer.last_data_tx = now;
+                (r, len)
+            }
+            Item::Twin { peer: r, idx } => {
+                let len = self.peers[ix(r)]
+                    .segs
+                    .get(idx)
+                    .map_or(0, |seg| seg.buf.len() + seg.tail().len());
                 (r, len)
             }
             Item::Ctl { peer: r, kind } => {

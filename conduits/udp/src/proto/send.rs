@@ -290,6 +290,18 @@ impl Proto {
         }
         let now = clock();
         self.commit(now, Item::Seg { peer: dest, idx });
+        let peer = &self.peers[ix(dest)];
+        if peer.twins() {
+            if let Some(seg) = peer.segs.get(idx) {
+                if tx(Datagram {
+                    dest,
+                    bytes: &seg.buf,
+                    tail: seg.tail(),
+                }) {
+                    self.commit(now, Item::Twin { peer: dest, idx });
+                }
+            }
+        }
         Some(now)
     }
 

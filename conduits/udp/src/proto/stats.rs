@@ -27,9 +27,11 @@ pub struct Counters {
     pub peers_failed: u64,
     /// DATA datagrams transmitted again.
     pub retransmits: u64,
-    /// Datagrams deemed lost from selective acks (before their timeout).
+    /// Datagrams deemed lost from acks of datagrams transmitted after them (before any
+    /// timeout).
     pub fast_retransmits: u64,
-    /// Retransmission timer expiries (each doubles that peer's timeout).
+    /// Retransmission timer expiries, each sending a probe and, unless the path has been
+    /// sampled and the peer keeps talking, lengthening that peer's timeout.
     pub timeouts: u64,
     /// ACK datagrams sent.
     pub acks_sent: u64,
@@ -64,7 +66,9 @@ pub struct PeerStatus {
     pub rttvar: u64,
     /// The retransmission timeout in force, backoff included (µs).
     pub rto: u64,
-    /// Doublings applied to the timeout since the last RTT sample.
+    /// Backoff steps applied to the timeout: since the last RTT sample, or, once the path has
+    /// been sampled, since an ack last acknowledged anything new. Each doubles the timeout
+    /// before the first sample and adds half to it after.
     pub backoff: u32,
     /// DATA datagrams transmitted and not cumulatively acked.
     pub in_flight: u64,

@@ -915,3 +915,260 @@ fn a_held_payload_is_sent_from_where_it_lies_and_copied_when_released() {
     ps[0].release_held(1, &want);
     assert_eq!(ps[1].pop(false).unwrap().payload, want);
 }
+
+/// A pair whose rank 0 has one RTT sample of 10 µs towards rank 1 (so its timeout is the floor,
+/// `rto_min`), with nothing in flight, at time `cfg().delayed_ack + 10`.
+fn sampled_pair() -> Vec<Proto> {
+    let mut ps = pair(cfg());
+    ps[0].send(1, &medium(&[0], b"x")).unwrap();
+    let out = drain(&mut ps[0], 0);
+    ps[1].on_datagram(5, &out[0].1).unwrap();
+    ps[1].send(0, &medium(&[0], b"y")).unwrap();
+    let back = drain(&mut ps[1], 5);
+    ps[0].on_datagram(10, &back[0].1).unwrap();
+    pump(&mut ps, 10 + cfg().delayed_ack);
+    assert_eq!((ps[0].unacked(), ps[1].unacked()), (0, 0));
+    for p in &mut ps {
+        while let Some(d) = p.pop(false) {
+            p.recycle(d);
+        }
+    }
+    let st = ps[0].peer_status(1).unwrap();
+    assert_eq!((st.srtt, st.rto), (Some(10), cfg().rto_min));
+    ps
+}
+
+/// The sequence number of a DATA datagram.
+fn seq_of(b: &[u8]) -> u64 {
+    wire::decode(b).unwrap().header.seq
+}
+
+#[test]
+fn a_lost_tail_is_probed_and_the_answer_shows_the_rest() {
+    let mut ps = sampled_pair();
+    // A burst of eight datagrams (sequence numbers 1 to 8) whose last three are lost: no
+    // datagram after them is acked, so nothing shows them missing but the timer.
+    let t0 = 1_000;
+    ps[0].send(1, &medium(&[1], &[7u8; 8 * 1_300])).unwrap();
+    let burst = drain(&mut ps[0], t0);
+    assert_eq!(
+        burst.iter().map(|(_, b)| seq_of(b)).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5, 6, 7, 8]
+    );
+    for (_, b) in &burst[..5] {
+        ps[1].on_datagram(t0 + 5, b).unwrap();
+    }
+    let t1 = t0 + 5 + cfg().delayed_ack;
+    for (_, ack) in drain(&mut ps[1], t1) {
+        ps[0].on_datagram(t1 + 5, &ack).unwrap();
+    }
+    assert_eq!(ps[0].peer_status(1).unwrap().in_flight, 3);
+    // The timer runs from that ack, the last news: nothing is due before it expires.
+    let expiry = t1 + 5 + cfg().rto_min;
+    assert_eq!(ps[0].next_timeout(), Some(expiry));
+    assert!(drain(&mut ps[0], expiry - 1).is_empty());
+    // The probe: the oldest and the newest datagram not acked, not the whole tail.
+    let probe = drain(&mut ps[0], expiry);
+    assert_eq!(
+        probe.iter().map(|(_, b)| seq_of(b)).collect::<Vec<_>>(),
+        [6, 8]
+    );
+    assert_eq!(ps[0].counters().timeouts, 1);
+    // The answer acks 6 and shows 8 arrived after it: 7, sent before 8 and out for longer than
+    // any reordering, is lost and goes at once.
+    for (_, b) in &probe {
+        ps[1].on_datagram(expiry + 5, b).unwrap();
+    }
+    let answer = drain(&mut ps[1], expiry + 5);
+    let h = wire::decode(&answer[0].1).unwrap().header;
+    assert_eq!((h.ack, h.sack), (7, 0b1));
+    ps[0].on_datagram(expiry + 10, &answer[0].1).unwrap();
+    let again = drain(&mut ps[0], expiry + 10);
+    assert_eq!(
+        again.iter().map(|(_, b)| seq_of(b)).collect::<Vec<_>>(),
+        [7]
+    );
+    ps[1].on_datagram(expiry + 15, &again[0].1).unwrap();
+    pump(&mut ps, expiry + 15);
+    assert_eq!(ps[0].unacked(), 0);
+    assert_eq!(ps[1].pop(false).unwrap().payload, [7u8; 8 * 1_300]);
+    let c = ps[0].counters();
+    assert_eq!((c.retransmits, c.fast_retransmits, c.timeouts), (3, 1, 1));
+}
+
+#[test]
+fn a_lost_retransmission_is_found_by_the_ack_of_one_later_datagram() {
+    let mut ps = sampled_pair();
+    // Five datagrams, 1 to 5; the first is lost, the other four arrive and are acked
+    // selectively: three acked after it make it lost, and it goes again at once.
+    let t0 = 1_000;
+    ps[0].send(1, &medium(&[1], &[1u8; 5 * 1_300])).unwrap();
+    let burst = drain(&mut ps[0], t0);
+    assert_eq!(burst.len(), 5);
+    for (_, b) in &burst[1..] {
+        ps[1].on_datagram(t0 + 5, b).unwrap();
+    }
+    for (_, ack) in drain(&mut ps[1], t0 + 5) {
+        ps[0].on_datagram(t0 + 20, &ack).unwrap();
+    }
+    let again = drain(&mut ps[0], t0 + 20);
+    assert_eq!(
+        again.iter().map(|(_, b)| seq_of(b)).collect::<Vec<_>>(),
+        [1]
+    );
+    assert_eq!(ps[0].counters().fast_retransmits, 1);
+    // The retransmission is lost as well. One more message (datagram 6) goes out after it and
+    // is acked: once the retransmission has been out for longer than any reordering, the ack
+    // of that single later datagram shows it lost; the timer is not needed.
+    let t1 = t0 + 100;
+    ps[0].send(1, &medium(&[2], b"later")).unwrap();
+    let later = drain(&mut ps[0], t1);
+    assert_eq!(
+        later.iter().map(|(_, b)| seq_of(b)).collect::<Vec<_>>(),
+        [6]
+    );
+    ps[1].on_datagram(t1 + 5, &later[0].1).unwrap();
+    for (_, ack) in drain(&mut ps[1], t1 + 5) {
+        ps[0].on_datagram(t1 + 10, &ack).unwrap();
+    }
+    assert!(drain(&mut ps[0], t1 + 10).is_empty());
+    // The reordering allowance: 5/4 of the RTT, at least a quarter of rto_min.
+    let due = t0 + 20 + cfg().rto_min / 4;
+    assert_eq!(ps[0].next_timeout(), Some(due));
+    let again = drain(&mut ps[0], due);
+    assert_eq!(
+        again.iter().map(|(_, b)| seq_of(b)).collect::<Vec<_>>(),
+        [1]
+    );
+    ps[1].on_datagram(due + 5, &again[0].1).unwrap();
+    pump(&mut ps, due + 5);
+    assert_eq!(ps[0].unacked(), 0);
+    assert_eq!(ps[1].pop(false).unwrap().payload, [1u8; 5 * 1_300]);
+    assert_eq!(ps[1].pop(false).unwrap().payload, b"later");
+    let c = ps[0].counters();
+    assert_eq!((c.retransmits, c.fast_retransmits, c.timeouts), (2, 2, 0));
+}
+
+#[test]
+fn once_sampled_the_timer_backs_off_on_silence_only_and_ends_the_backoff_on_news() {
+    let mut ps = sampled_pair();
+    let rto_min = cfg().rto_min;
+    // A datagram into a black hole: each expiry finds the peer silent and adds half to the
+    // timeout.
+    let t0 = 1_000;
+    ps[0].send(1, &medium(&[1], b"lost")).unwrap();
+    assert_eq!(drain(&mut ps[0], t0).len(), 1);
+    let mut at = t0;
+    for (k, gap) in (1u32..).zip([rto_min, rto_min * 3 / 2, rto_min * 9 / 4]) {
+        assert_eq!(ps[0].next_timeout(), Some(at + gap), "expiry {k}");
+        at += gap;
+        assert_eq!(drain(&mut ps[0], at).len(), 1);
+        assert_eq!(ps[0].peer_status(1).unwrap().backoff, k);
+    }
+    // The peer talks (a message of its own, whose ack fields show it lacks ours): it is
+    // reachable, so the next expiry keeps the timeout as it is.
+    let gap = rto_min * 27 / 8;
+    ps[1].send(0, &medium(&[9], b"chatter")).unwrap();
+    for (_, b) in drain(&mut ps[1], at + 100) {
+        ps[0].on_datagram(at + 105, &b).unwrap();
+    }
+    // (The ack owed for it leaves alone; only DATA starts the timer over.)
+    let ack = drain(&mut ps[0], at + 105 + cfg().delayed_ack);
+    assert_eq!(wire::decode(&ack[0].1).unwrap().header.kind, Kind::Ack);
+    assert_eq!(ps[0].next_timeout(), Some(at + gap));
+    at += gap;
+    let probe = drain(&mut ps[0], at);
+    assert_eq!(
+        probe.iter().map(|(_, b)| seq_of(b)).collect::<Vec<_>>(),
+        [1]
+    );
+    let st = ps[0].peer_status(1).unwrap();
+    assert_eq!((st.backoff, st.rto), (3, gap));
+    // This transmission gets through. Its ack is ambiguous (Karn: no sample), but it is news
+    // on a path already sampled: the backoff ends.
+    ps[1].on_datagram(at + 5, &probe[0].1).unwrap();
+    pump(&mut ps, at + 5);
+    pump(&mut ps, at + 5 + cfg().delayed_ack);
+    assert_eq!(ps[0].unacked(), 0);
+    let st = ps[0].peer_status(1).unwrap();
+    assert_eq!((st.srtt, st.backoff, st.rto), (Some(10), 0, rto_min));
+    assert_eq!(ps[0].counters().timeouts, 4);
+}
+
+#[test]
+fn an_outlier_rtt_sample_moves_the_timeout_by_the_mean_not_the_variation() {
+    let mut ps = sampled_pair();
+    let (rto_min, delayed_ack) = (cfg().rto_min, cfg().delayed_ack);
+    // A request, answered `rtt` after it left by a reply that carries its ack.
+    let round = |ps: &mut Vec<Proto>, now: u64, rtt: u64| {
+        ps[0].send(1, &medium(&[1], b"q")).unwrap();
+        let out = drain(&mut ps[0], now);
+        ps[1].on_datagram(now + 1, &out[0].1).unwrap();
+        assert_eq!(ps[1].pop(false).unwrap().payload, b"q");
+        ps[1].send(0, &medium(&[2], b"r")).unwrap();
+        for (_, b) in drain(&mut ps[1], now + rtt) {
+            ps[0].on_datagram(now + rtt, &b).unwrap();
+        }
+        assert_eq!(ps[0].pop(false).unwrap().payload, b"r");
+        pump(ps, now + rtt + delayed_ack);
+        assert_eq!((ps[0].unacked(), ps[1].unacked()), (0, 0));
+    };
+    // One round trip takes 50 ms (say, the answer carrying its ack was lost, and the peer's
+    // retransmission brought it): the variation swells to over 12 ms, the mean to over 6 ms.
+    // The timeout follows twice the mean, not the mean plus four times the variation.
+    round(&mut ps, 1_000, 50_000);
+    let st = ps[0].peer_status(1).unwrap();
+    let srtt = st.srtt.unwrap();
+    assert!(srtt > 6_000 && st.rttvar > 12_000, "{st:?}");
+    assert_eq!(st.rto, 2 * srtt + delayed_ack);
+    assert!(st.rto < srtt + 4 * st.rttvar, "{st:?}");
+    // Round trips as fast as before bring it back down to its floor.
+    for k in 0..25 {
+        round(&mut ps, 100_000 * (k + 1), 10);
+    }
+    let st = ps[0].peer_status(1).unwrap();
+    assert_eq!((st.rto, st.backoff), (rto_min, 0), "{st:?}");
+}
+
+#[test]
+fn before_any_sample_a_timeout_makes_new_data_go_out_twice_until_one_is_sampled() {
+    let mut ps = pair(cfg());
+    let (rto_initial, delayed_ack) = (cfg().rto_initial, cfg().delayed_ack);
+    // The first datagram is lost; the initial timeout brings it again. Its ack is ambiguous
+    // (Karn): no sample, and the timeout stays doubled.
+    ps[0].send(1, &medium(&[0], b"a")).unwrap();
+    assert_eq!(drain(&mut ps[0], 0).len(), 1);
+    let again = drain(&mut ps[0], rto_initial);
+    assert_eq!(again.len(), 1);
+    ps[1].on_datagram(rto_initial + 5, &again[0].1).unwrap();
+    pump(&mut ps, rto_initial + 5 + delayed_ack);
+    assert_eq!(ps[0].unacked(), 0);
+    let st = ps[0].peer_status(1).unwrap();
+    assert_eq!((st.srtt, st.backoff, st.rto), (None, 1, 2 * rto_initial));
+    // New data now goes out twice in a row, one transmission in two copies, by the planner
+    // and by the direct path alike. Here the first copy is lost, the second arrives: its ack
+    // is that of a first transmission, and gives the sample that ends the backoff.
+    let t = 30_000;
+    ps[0].send(1, &medium(&[1], b"b")).unwrap();
+    let out = drain(&mut ps[0], t);
+    assert_eq!(out.len(), 2);
+    assert_eq!(out[0].1, out[1].1);
+    let (sent, twins) = send_now_all(&mut ps[0], 1, &medium(&[2], b"c"), true, t);
+    assert_eq!((sent, twins.len()), (Sent::Wire(t), 2));
+    assert_eq!(twins[0], twins[1]);
+    ps[1].on_datagram(t + 5, &out[1].1).unwrap();
+    ps[1].on_datagram(t + 5, &twins[0]).unwrap();
+    pump(&mut ps, t + 5 + delayed_ack);
+    assert_eq!(ps[0].unacked(), 0);
+    let st = ps[0].peer_status(1).unwrap();
+    assert_eq!((st.srtt, st.backoff), (Some(5 + delayed_ack), 0));
+    // Sampled: one copy again.
+    ps[0].send(1, &medium(&[3], b"d")).unwrap();
+    assert_eq!(drain(&mut ps[0], t + 1_000).len(), 1);
+    let c = ps[0].counters();
+    assert_eq!((c.data_sent, c.retransmits, c.timeouts), (4, 1, 1));
+    assert_eq!(c.tx_datagrams, 7);
+    for m in [&b"a"[..], b"b", b"c"] {
+        assert_eq!(ps[1].pop(false).unwrap().payload, m);
+    }
+}
