@@ -47,6 +47,8 @@ for n in 2 4 8; do
     AMNET_UDP_LOSS=0.1 AMNET_UDP_DUP=0.05 AMNET_UDP_REORDER=0.1 \
         target/release/amrun --conduit udp -n "$n" --timeout 900 target/release/amnet-testsuite
 done
+echo "== amrun --conduit udp -n 4 amnet-testsuite, 30% loss"
+AMNET_UDP_LOSS=0.3 target/release/amrun --conduit udp -n 4 --timeout 900 target/release/amnet-testsuite
 echo "== amrun --conduit udp -n 4 amnet-testsuite, authenticated datagrams (AMNET_UDP_AUTH=1)"
 AMNET_UDP_AUTH=1 target/release/amrun --conduit udp -n 4 --timeout 900 target/release/amnet-testsuite
 bash ci/udp-netns.sh
