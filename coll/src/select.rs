@@ -562,11 +562,30 @@ static FLAT: Alg = Alg {
     cost: |_, _| 0.0,
 };
 
+/// The algorithms of each operation (indexed by `Kind as usize`), fallback first; built once.
+fn by_kind() -> &'static [Vec<&'static Alg>] {
+    static LISTS: std::sync::OnceLock<Vec<Vec<&'static Alg>>> = std::sync::OnceLock::new();
+    LISTS.get_or_init(|| {
+        let n = Kind::ALL.iter().map(|&k| k as usize + 1).max().unwrap_or(0);
+        let mut v: Vec<Vec<&'static Alg>> = vec![Vec::new(); n];
+        for k in Kind::ALL {
+            let own: Vec<&'static Alg> = ALGS.iter().filter(|a| a.kind == k).collect();
+            if own.is_empty() {
+                v[k as usize].push(&FLAT);
+            }
+            v[k as usize].extend(own);
+        }
+        v
+    })
+}
+
 /// The algorithms of `kind`, fallback first.
 fn of(kind: Kind) -> impl Iterator<Item = &'static Alg> {
-    let own = ALGS.iter().filter(move |a| a.kind == kind);
-    let fallback = (!ALGS.iter().any(|a| a.kind == kind)).then_some(&FLAT);
-    fallback.into_iter().chain(own)
+    by_kind()
+        .get(kind as usize)
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .copied()
 }
 
 /// Why `a` does not admit a call with `mask`, if it does not.
@@ -730,6 +749,8 @@ pub(crate) fn parse_table(text: &str) -> std::result::Result<Vec<Tuned>, String>
 pub(crate) struct Selector {
     /// `AMNET_COLL_TUNE`, or what `Coll::tune` set since.
     pub(crate) forced: std::sync::RwLock<Vec<Forced>>,
+    /// `forced` is not empty (read without the lock on every call).
+    pub(crate) any_forced: std::sync::atomic::AtomicBool,
     /// `AMNET_COLL_TUNING`'s table.
     pub(crate) table: Vec<Tuned>,
     pub(crate) model: Model,
@@ -755,17 +776,30 @@ impl Selector {
                     .map_err(|e| Error::Config(format!("AMNET_COLL_TUNING={path:?}: {e}")))?
             }
         };
-        Ok(Selector {
+        Ok(Selector::from_parts(
+            forced,
+            table,
+            Model::for_conduit(conduit),
+        ))
+    }
+
+    /// A selector with these forced choices, tuning table and cost model.
+    pub(crate) fn from_parts(forced: Vec<Forced>, table: Vec<Tuned>, model: Model) -> Selector {
+        Selector {
+            any_forced: (!forced.is_empty()).into(),
             forced: std::sync::RwLock::new(forced),
             table,
-            model: Model::for_conduit(conduit),
-        })
+            model,
+        }
     }
 
     /// Replace the forced choices (the grammar of `AMNET_COLL_TUNE`; empty clears them).
     pub(crate) fn set_forced(&self, text: &str) -> std::result::Result<(), String> {
         let v = parse_tune(text)?;
-        *self.forced.write().unwrap_or_else(|e| e.into_inner()) = v;
+        let mut f = self.forced.write().unwrap_or_else(|e| e.into_inner());
+        self.any_forced
+            .store(!v.is_empty(), std::sync::atomic::Ordering::Relaxed);
+        *f = v;
         Ok(())
     }
 
@@ -774,6 +808,17 @@ impl Selector {
     /// call), else the cheapest admissible by the cost model (ties go to the earlier
     /// registered) with its default parameters.
     pub(crate) fn choose(&self, c: &CallInfo) -> Result<Choice> {
+        if self.any_forced.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Some(ch) = self.forced_choice(c)? {
+                return Ok(ch);
+            }
+        }
+        self.unforced(c)
+    }
+
+    /// The forced choice for `c`, if one applies (`Ok(None)`: none does, or a preferred one
+    /// does not admit the call).
+    fn forced_choice(&self, c: &CallInfo) -> Result<Option<Choice>> {
         let forced = self.forced.read().unwrap_or_else(|e| e.into_inner());
         if let Some(f) = forced
             .iter()
@@ -784,10 +829,10 @@ impl Selector {
                 .ok_or_else(|| Error::Config(format!("no algorithm {}", f.alg)))?;
             match inadmissible(a, c.mask) {
                 None => {
-                    return Ok(Choice {
+                    return Ok(Some(Choice {
                         alg: a,
                         params: f.params.clone(),
-                    })
+                    }))
                 }
                 Some(_) if f.prefer => {}
                 Some(why) => {
@@ -804,7 +849,11 @@ impl Selector {
                 }
             }
         }
-        drop(forced);
+        Ok(None)
+    }
+
+    /// The tuning table's choice where it admits `c`, else the cost model's.
+    fn unforced(&self, c: &CallInfo) -> Result<Choice> {
         let tuned = self.table.iter().find_map(|t| {
             let fits = t.kind == c.kind
                 && (t.ranks.0..=t.ranks.1).contains(&c.ranks)
@@ -874,11 +923,7 @@ mod tests {
 
     #[test]
     fn every_rank_makes_the_same_choice_for_random_masks() {
-        let sel = Selector {
-            forced: Default::default(),
-            table: Vec::new(),
-            model: Model::for_conduit("smp"),
-        };
+        let sel = Selector::from_parts(Vec::new(), Vec::new(), Model::for_conduit("smp"));
         let mut x = 0x1234_5678_9abc_def0u64;
         for _ in 0..2000 {
             x ^= x << 13;
@@ -893,14 +938,10 @@ mod tests {
             };
             // Two selectors (two ranks) agree, and the choice admits the call.
             let a = sel.choose(&c).unwrap().alg;
-            let b = Selector {
-                forced: Default::default(),
-                table: Vec::new(),
-                model: Model::for_conduit("smp"),
-            }
-            .choose(&c)
-            .unwrap()
-            .alg;
+            let b = Selector::from_parts(Vec::new(), Vec::new(), Model::for_conduit("smp"))
+                .choose(&c)
+                .unwrap()
+                .alg;
             assert_eq!(a.name, b.name);
             assert!(inadmissible(a, c.mask).is_none(), "{} for {c:?}", a.name);
         }
@@ -914,11 +955,7 @@ mod tests {
         .unwrap();
         assert_eq!(t.len(), 2);
         assert_eq!((t[1].ranks, t[1].bytes.0), ((5, u32::MAX), 65536));
-        let sel = Selector {
-            forced: Default::default(),
-            table: t,
-            model: Model::for_conduit("udp"),
-        };
+        let sel = Selector::from_parts(Vec::new(), t, Model::for_conduit("udp"));
         let c = CallInfo {
             kind: Kind::Broadcast,
             mask: 0,
@@ -943,11 +980,11 @@ mod tests {
 
     #[test]
     fn a_forced_choice_that_does_not_apply_is_an_error_saying_why() {
-        let sel = Selector {
-            forced: parse_tune("broadcast:-:binomial").unwrap().into(),
-            table: Vec::new(),
-            model: Model::for_conduit("smp"),
-        };
+        let sel = Selector::from_parts(
+            parse_tune("broadcast:-:binomial").unwrap(),
+            Vec::new(),
+            Model::for_conduit("smp"),
+        );
         let c = CallInfo {
             kind: Kind::Broadcast,
             mask: bits::IMAGE_SPACE,
@@ -959,11 +996,11 @@ mod tests {
             e.contains("binomial") && e.contains("image participants"),
             "{e}"
         );
-        let soft = Selector {
-            forced: parse_tune("broadcast:-:binomial?").unwrap().into(),
-            table: Vec::new(),
-            model: Model::for_conduit("smp"),
-        };
+        let soft = Selector::from_parts(
+            parse_tune("broadcast:-:binomial?").unwrap(),
+            Vec::new(),
+            Model::for_conduit("smp"),
+        );
         assert_eq!(soft.choose(&c).unwrap().alg.name, "flat");
         let plain = CallInfo { mask: 0, ..c };
         assert_eq!(soft.choose(&plain).unwrap().alg.name, "binomial");
@@ -971,11 +1008,7 @@ mod tests {
 
     #[test]
     fn vector_allreduce_goes_by_size_and_ring_takes_commutative_functions_only() {
-        let sel = Selector {
-            forced: Default::default(),
-            table: Vec::new(),
-            model: Model::for_conduit("smp"),
-        };
+        let sel = Selector::from_parts(Vec::new(), Vec::new(), Model::for_conduit("smp"));
         let pick = |mask: u64, bytes: usize| {
             sel.choose(&CallInfo {
                 kind: Kind::ReduceElemsAll,
