@@ -1180,7 +1180,9 @@ impl Coll {
         self.rules(op)?;
         let ep = &self.sh.ep;
         let mut idle = ep.backoff();
-        let mut last = Instant::now();
+        // Since when nothing happened: read from the clock at the first idle poll after
+        // something did, not on every poll that moved something.
+        let mut quiet: Option<Instant> = None;
         loop {
             if done()? {
                 return Ok(());
@@ -1189,11 +1191,11 @@ impl Coll {
             let moved = self.sh.advance()?;
             if n > 0 || moved {
                 idle.reset();
-                last = Instant::now();
+                quiet = None;
                 continue;
             }
             if let Some(t) = self.sh.hang {
-                if last.elapsed() >= t {
+                if quiet.get_or_insert_with(Instant::now).elapsed() >= t {
                     let report = self.sh.report();
                     amnet_core::diag!("amnet watchdog (AMNET_HANG_TIMEOUT): {report}");
                     return Err(Error::Hang {

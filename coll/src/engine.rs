@@ -9,7 +9,7 @@
 //! Handlers only record what arrived: every send, every reduction callback and every copy out
 //! of a source runs in [`Shared::advance`], on an application thread.
 
-use std::collections::HashMap;
+use crate::fasthash::{FastMap, FastSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -110,7 +110,7 @@ pub(crate) struct Op {
     pub(crate) sched: Option<SchedState>,
     /// Messages of a scheduled algorithm by (sender's team rank, tag): (bytes, bytes arrived).
     /// They may come before this rank entered, or before the round that takes them.
-    sched_in: HashMap<(u32, u32), (Vec<u8>, usize)>,
+    sched_in: FastMap<(u32, u32), (Vec<u8>, usize)>,
 }
 
 /// Where a scheduled collective stands on this rank.
@@ -160,7 +160,7 @@ impl Op {
             local_done: false,
             error: None,
             sched: None,
-            sched_in: HashMap::new(),
+            sched_in: FastMap::default(),
         }
     }
 
@@ -255,7 +255,7 @@ pub(crate) struct HandleRec {
 #[derive(Default)]
 pub(crate) struct TeamSeq {
     /// Open aggregate per caller (image index, or u32::MAX for a representative thread).
-    pub(crate) agg_open: HashMap<u32, u64>,
+    pub(crate) agg_open: FastMap<u32, u64>,
     /// The next sequence number this rank hands out on the team: every collective, whoever
     /// initiates it, takes the next one when its first caller on this rank arrives.
     pub(crate) next_seq: u64,
@@ -275,12 +275,12 @@ pub(crate) struct TeamSeq {
 /// Everything that changes, under one lock.
 #[derive(Default)]
 pub(crate) struct State {
-    pub(crate) ops: HashMap<Key, Op>,
-    pub(crate) groups: HashMap<Key, Group>,
-    pub(crate) handles: HashMap<u64, HandleRec>,
+    pub(crate) ops: FastMap<Key, Op>,
+    pub(crate) groups: FastMap<Key, Group>,
+    pub(crate) handles: FastMap<u64, HandleRec>,
     pub(crate) next_handle: u64,
     /// Per team id: the numbering of its collectives.
-    pub(crate) teams: HashMap<u64, TeamSeq>,
+    pub(crate) teams: FastMap<u64, TeamSeq>,
     /// Collectives started and not yet synced on this rank, on any team (barrier rule).
     pub(crate) unsynced: usize,
     /// The groups not complete yet: the only ones `collect` visits, so that its cost follows
@@ -292,7 +292,7 @@ pub(crate) struct State {
     pub(crate) dirty: std::collections::BTreeSet<Key>,
     /// Collectives that failed and are gone: a message for one that arrives late (a peer's
     /// signature or data sent before it learnt of the failure) is dropped, not kept forever.
-    pub(crate) failed: std::collections::HashSet<Key>,
+    pub(crate) failed: FastSet<Key>,
 }
 
 impl State {
@@ -1732,7 +1732,7 @@ fn order_part(sig: &[u8]) -> Vec<(u64, u64)> {
 fn order_violation(
     sigs: &[Option<Vec<u8>>],
     geo: &Geo,
-    teams: &HashMap<u64, TeamSeq>,
+    teams: &FastMap<u64, TeamSeq>,
     key: Key,
 ) -> Option<String> {
     let mine = order_part(sigs.get(geo.me as usize)?.as_deref()?);

@@ -25,6 +25,7 @@ mod api;
 pub mod builtin;
 mod create;
 mod engine;
+mod fasthash;
 mod plan;
 mod reduce;
 mod sched;
