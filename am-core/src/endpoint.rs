@@ -70,6 +70,8 @@ pub(crate) struct Attached {
     pub(crate) max_medium: usize,
     /// Bytes per Long request of an AM-path put ([`Conduit::put_chunk`]).
     pub(crate) put_chunk: usize,
+    /// The AM-path put and get messages awaiting their replies.
+    pub(crate) pending: crate::rma::Pending,
     size: u32,
 }
 
@@ -324,13 +326,6 @@ pub(crate) fn seg_off(o: u64) -> usize {
     o as usize
 }
 
-/// An address carried in AM arguments; it was made from a pointer of this process.
-#[inline(always)]
-#[allow(clippy::cast_possible_truncation)]
-pub(crate) fn addr(v: u64) -> usize {
-    v as usize
-}
-
 /// Join (low, high) halves.
 #[inline]
 pub(crate) fn join64(lo: u32, hi: u32) -> u64 {
@@ -541,6 +536,7 @@ impl Endpoint {
             native: native_rma,
             max_medium: self.inner.conduit.max_medium(),
             put_chunk: self.inner.conduit.put_chunk().max(1),
+            pending: crate::rma::Pending::default(),
             size: self.size(),
         };
         if self.inner.attached.set(att).is_err() {

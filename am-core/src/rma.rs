@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::conduit::{Category, Conduit, NativeRma, OutMsg, RmaTicket};
-use crate::endpoint::{addr, join64, not_in_handler, seg_off, split64, Attached, Endpoint};
+use crate::endpoint::{join64, not_in_handler, seg_off, split64, Attached, Endpoint};
 use crate::handler::{HandlerTable, Token};
 use crate::stats::Ctr;
 use crate::{Error, Rank, Result};
@@ -35,6 +35,8 @@ pub(crate) struct OpState {
     ep_id: u64,
     /// Native operations not yet seen complete (each also counted in `remaining`).
     native: Mutex<Vec<RmaTicket>>,
+    /// Why the operation failed at its target, if it did.
+    failure: Mutex<Option<String>>,
 }
 
 impl OpState {
@@ -43,6 +45,7 @@ impl OpState {
             remaining: AtomicUsize::new(0),
             ep_id,
             native: Mutex::new(Vec::new()),
+            failure: Mutex::new(None),
         }
     }
     fn done(&self) -> bool {
@@ -87,15 +90,127 @@ impl OpState {
         }
         err.map_or(Ok(true), Err)
     }
-    /// Count one more outstanding message and return the raw reference its ack will release.
-    fn arm(self: &Arc<Self>) -> (u32, u32) {
-        self.remaining.fetch_add(1, Ordering::Relaxed);
-        split64(Arc::into_raw(self.clone()) as u64)
+    /// The operation failed at its target (a get whose reply did not carry the bytes asked
+    /// for); its sync reports it.
+    fn fail(&self, why: String) {
+        let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        f.get_or_insert(why);
+    }
+    /// Why the operation failed, if it did (reported once).
+    fn take_failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 }
 
+/// What an outstanding AM-path message of a put or get is waiting for.
+#[derive(Debug)]
+enum Waiting {
+    /// The acknowledgement of a put chunk.
+    PutAck,
+    /// The bytes of a get chunk, `len` of them, to be written at `dst` (a local address, never
+    /// sent: the reply names the chunk by its id).
+    GetReply { dst: usize, len: usize },
+}
+
+#[derive(Debug)]
+struct Chunk {
+    op: Arc<OpState>,
+    /// The rank the request went to: only its reply completes the chunk.
+    rank: Rank,
+    waiting: Waiting,
+}
+
+#[derive(Debug)]
+struct Slot {
+    /// Bumped each time the slot is freed, so that an id names one use of the slot only.
+    gen: u32,
+    chunk: Option<Chunk>,
+}
+
+/// The AM-path messages of puts and gets awaiting their replies, by id. A request carries the
+/// id (slot index, generation) in two arguments and its reply returns them; a reply whose id
+/// names no live chunk, or a chunk that was sent to another rank or expects another kind of
+/// reply, is dropped and counted (`Stats::stray_rma_replies`), so a duplicated, corrupted or
+/// forged reply cannot write memory or complete the wrong operation.
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    inner: Mutex<PendingSlots>,
+}
+
+#[derive(Debug, Default)]
+struct PendingSlots {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+}
+
+impl Pending {
+    /// Count one more outstanding message of `op` to `rank` and return the id its reply
+    /// names.
+    fn arm(&self, op: &Arc<OpState>, rank: Rank, waiting: Waiting) -> [u32; 2] {
+        op.remaining.fetch_add(1, Ordering::Relaxed);
+        let chunk = Chunk {
+            op: op.clone(),
+            rank,
+            waiting,
+        };
+        let mut p = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let idx = match p.free.pop() {
+            Some(i) => i,
+            None => {
+                p.slots.push(Slot {
+                    gen: 1,
+                    chunk: None,
+                });
+                u32::try_from(p.slots.len() - 1).unwrap_or(u32::MAX)
+            }
+        };
+        let slot = &mut p.slots[idx as usize];
+        slot.chunk = Some(chunk);
+        [idx, slot.gen]
+    }
+
+    /// The chunk `id` names, taken out of the table, when it is live, was sent to `from` and
+    /// waits for a reply of this kind (`get`); None otherwise (the table is unchanged).
+    fn take(&self, id: [u32; 2], from: Rank, get: bool) -> Option<Chunk> {
+        let mut p = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = p.slots.get_mut(id[0] as usize)?;
+        let matches = slot.gen == id[1]
+            && slot.chunk.as_ref().is_some_and(|c| {
+                c.rank == from && matches!(c.waiting, Waiting::GetReply { .. }) == get
+            });
+        if !matches {
+            return None;
+        }
+        let chunk = slot.chunk.take();
+        slot.gen = slot.gen.wrapping_add(1).max(1);
+        p.free.push(id[0]);
+        chunk
+    }
+
+    /// Chunks outstanding (tests).
+    #[cfg(test)]
+    fn live(&self) -> usize {
+        let p = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        p.slots.iter().filter(|s| s.chunk.is_some()).count()
+    }
+}
+
+/// A reply that named no live chunk: counted and dropped.
+fn stray(tok: &Token<'_>, what: &str) {
+    let ep = tok.endpoint();
+    ep.stats_block().add(Ctr::StrayRmaReplies, 1);
+    crate::diag!(
+        "amnet rank {}: dropped a {what} from rank {} that names no operation waiting for it",
+        ep.rank(),
+        tok.src()
+    );
+}
+
 /// The library's put request carrying `piece` to `at` in the target's segment; `op` is the
-/// armed operation ([`OpState::arm`]) its reply completes.
+/// id of the armed chunk ([`Pending::arm`]) its reply completes.
 fn put_msg<'a>(op: &'a [u32; 2], piece: &'a [u8], at: u64) -> OutMsg<'a> {
     OutMsg {
         handler: LIB_PUT,
@@ -105,17 +220,6 @@ fn put_msg<'a>(op: &'a [u32; 2], piece: &'a [u8], at: u64) -> OutMsg<'a> {
         payload: piece,
         long_offset: at,
     }
-}
-
-/// Release one reference created by [`OpState::arm`].
-///
-/// # Safety
-/// - `(lo, hi)` must come from `OpState::arm` in this process, and each pair is released once.
-unsafe fn release(lo: u32, hi: u32) {
-    let p = addr(join64(lo, hi)) as *const OpState;
-    // SAFETY: per the contract, `p` came from Arc::into_raw in `arm` and is released once.
-    let op = unsafe { Arc::from_raw(p) };
-    op.remaining.fetch_sub(1, Ordering::Release);
 }
 
 /// An explicit handle for a non-blocking put or get. An invalid handle (the operation completed
@@ -151,15 +255,21 @@ fn put_handler(tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
     }
 }
 
-fn ack_handler(_tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
-    if let [lo, hi, ..] = *args {
-        // SAFETY: the requester armed this pair in `OpState::arm`; each ack arrives once.
-        unsafe { release(lo, hi) };
+fn ack_handler(tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
+    let chunk = match (args, tok.endpoint().attached_for("put")) {
+        (&[lo, hi, ..], Ok(att)) => att.pending.take([lo, hi], tok.src(), false),
+        _ => None,
+    };
+    match chunk {
+        Some(c) => {
+            c.op.remaining.fetch_sub(1, Ordering::Release);
+        }
+        None => stray(tok, "put acknowledgement"),
     }
 }
 
 fn get_handler(tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
-    let [off_lo, off_hi, len, op_lo, op_hi, dst_lo, dst_hi] = *args else {
+    let [off_lo, off_hi, len, id_lo, id_hi] = *args else {
         return;
     };
     let ep = tok.endpoint();
@@ -175,22 +285,37 @@ fn get_handler(tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
     } else {
         &[]
     };
-    let rargs = [op_lo, op_hi, dst_lo, dst_hi];
+    let rargs = [id_lo, id_hi];
     if let Err(e) = tok.reply(LIB_GET_REPLY, Category::Medium, &rargs, payload, 0, true) {
         crate::diag!("amnet: get reply failed: {e}");
     }
 }
 
-fn get_reply_handler(_tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
-    let [op_lo, op_hi, dst_lo, dst_hi] = *args else {
-        return;
+fn get_reply_handler(tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
+    let chunk = match (args, tok.endpoint().attached_for("get")) {
+        (&[lo, hi, ..], Ok(att)) => att.pending.take([lo, hi], tok.src(), true),
+        _ => None,
     };
-    let dst = addr(join64(dst_lo, dst_hi)) as *mut u8;
-    // SAFETY: `dst` is the destination the requester promised valid (safe API: its own
-    // segment; unsafe API: the caller's contract) for this chunk's length until completion.
-    unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), dst, payload.len()) };
-    // SAFETY: armed by the requester; each reply arrives once.
-    unsafe { release(op_lo, op_hi) };
+    let Some(c) = chunk else {
+        return stray(tok, "get reply");
+    };
+    let Waiting::GetReply { dst, len } = c.waiting else {
+        unreachable!("Pending::take matched a get reply");
+    };
+    if payload.len() == len {
+        // SAFETY: `dst` is the destination the requester promised valid (safe API: its own
+        // segment; unsafe API: the caller's contract) for `len` bytes until the operation
+        // completes, which needs this chunk; the table hands the chunk out once.
+        unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), dst as *mut u8, len) };
+    } else {
+        c.op.fail(format!(
+            "get from rank {}: the reply carried {} bytes of the {len} asked for (the target \
+             refused the range)",
+            tok.src(),
+            payload.len()
+        ));
+    }
+    c.op.remaining.fetch_sub(1, Ordering::Release);
 }
 
 impl Endpoint {
@@ -253,10 +378,12 @@ impl Endpoint {
         let st = track();
         let chunk = att.put_chunk;
         if blocking {
-            return self.put_held(dest, offset, src, chunk, &st).map(|()| None);
+            return self
+                .put_held(att, dest, offset, src, chunk, &st)
+                .map(|()| None);
         }
         for (i, piece) in src.chunks(chunk).enumerate() {
-            let args = <[u32; 2]>::from(st.arm());
+            let args = att.pending.arm(&st, dest, Waiting::PutAck);
             self.lib_request(dest, &put_msg(&args, piece, offset + (i * chunk) as u64))?;
         }
         Ok(Some(st))
@@ -267,6 +394,7 @@ impl Endpoint {
     /// ends before it returns, on every path.
     fn put_held(
         &self,
+        att: &Attached,
         dest: Rank,
         offset: u64,
         src: &[u8],
@@ -292,7 +420,7 @@ impl Endpoint {
             sent: &[],
         };
         for (i, piece) in src.chunks(chunk).enumerate() {
-            let args = <[u32; 2]>::from(st.arm());
+            let args = att.pending.arm(st, dest, Waiting::PutAck);
             // The hold covers every piece handed over, before it is handed over.
             held.sent = &src[..i * chunk + piece.len()];
             // SAFETY: `src` is borrowed for the whole call, so it stays valid until `held` is
@@ -423,18 +551,24 @@ impl Endpoint {
         let mut done = 0usize;
         while done < len {
             let n = chunk.min(len - done);
-            let (op_lo, op_hi) = st.arm();
             let (off_lo, off_hi) = split64(offset + done as u64);
-            let (dst_lo, dst_hi) = split64(dst as usize as u64 + done as u64);
             let n32 = u32::try_from(n)
                 .map_err(|_| Error::conduit(self.conduit_name(), "max_medium exceeds 4 GiB"))?;
+            let [id_lo, id_hi] = att.pending.arm(
+                &st,
+                src_rank,
+                Waiting::GetReply {
+                    dst: dst as usize + done,
+                    len: n,
+                },
+            );
             self.lib_request(
                 src_rank,
                 &OutMsg {
                     handler: LIB_GET,
                     category: Category::Short,
                     is_reply: false,
-                    args: &[off_lo, off_hi, n32, op_lo, op_hi, dst_lo, dst_hi],
+                    args: &[off_lo, off_hi, n32, id_lo, id_hi],
                     payload: &[],
                     long_offset: 0,
                 },
@@ -459,7 +593,16 @@ impl Endpoint {
 
     fn wait_op(&self, st: &OpState) -> Result<()> {
         self.settle(st, true)?;
-        self.wait_inner(&mut || st.done())
+        self.wait_inner(&mut || st.done())?;
+        self.outcome(st)
+    }
+
+    /// A complete operation's result: an error where a piece failed at its target.
+    fn outcome(&self, st: &OpState) -> Result<()> {
+        match st.take_failure() {
+            None => Ok(()),
+            Some(why) => Err(Error::conduit(self.conduit_name(), why)),
+        }
     }
 
     /// How put/get reach `rank`'s segment from this endpoint, as chosen at attach: a direct
@@ -601,15 +744,17 @@ impl Endpoint {
         self.attached_for("try_sync_nbi")?;
         not_in_handler("try_sync_nbi")?;
         let st = self.with_thread_state(|ts| ts.nbi.clone());
+        if !st.done() {
+            self.settle(&st, false)?;
+        }
+        if !st.done() {
+            self.poll_inner(false)?;
+        }
         if st.done() {
+            self.outcome(&st)?;
             return Ok(true);
         }
-        self.settle(&st, false)?;
-        if st.done() {
-            return Ok(true);
-        }
-        self.poll_inner(false)?;
-        Ok(st.done())
+        Ok(false)
     }
 
     /// Wait for every implicit-handle operation this thread started outside access regions.
@@ -673,8 +818,9 @@ impl Endpoint {
             self.poll_inner(false)?;
         }
         if op.done() {
+            let r = self.outcome(op);
             h.op = None;
-            return Ok(true);
+            return r.map(|()| true);
         }
         Ok(false)
     }
@@ -700,12 +846,19 @@ impl Endpoint {
         Ok(())
     }
 
-    fn sweep(hs: &mut [Handle]) -> (usize, usize) {
+    /// Invalidate the handles that completed: (completed, still pending), or the first
+    /// failure among the completed ones.
+    fn sweep(&self, hs: &mut [Handle]) -> Result<(usize, usize)> {
         let mut completed = 0;
         let mut pending = 0;
+        let mut failed = Ok(());
         for h in hs.iter_mut() {
             match &h.op {
                 Some(op) if op.done() => {
+                    let r = self.outcome(op);
+                    if failed.is_ok() {
+                        failed = r;
+                    }
                     h.op = None;
                     completed += 1;
                 }
@@ -713,7 +866,7 @@ impl Endpoint {
                 None => {}
             }
         }
-        (completed, pending)
+        failed.map(|()| (completed, pending))
     }
 
     /// True when every handle completed (completed ones become invalid). Polls once.
@@ -721,11 +874,11 @@ impl Endpoint {
         not_in_handler("try_sync_all")?;
         hs.iter().try_for_each(|h| self.check_handle(h))?;
         self.settle_all(hs, false)?;
-        if Self::sweep(hs).1 == 0 {
+        if self.sweep(hs)?.1 == 0 {
             return Ok(true);
         }
         self.poll_inner(false)?;
-        Ok(Self::sweep(hs).1 == 0)
+        Ok(self.sweep(hs)?.1 == 0)
     }
 
     /// Wait until every handle completed.
@@ -733,7 +886,15 @@ impl Endpoint {
         not_in_handler("wait_sync_all")?;
         hs.iter().try_for_each(|h| self.check_handle(h))?;
         self.settle_all(hs, true)?;
-        self.wait_inner(&mut || Self::sweep(hs).1 == 0)
+        let mut failed = Ok(());
+        self.wait_inner(&mut || match self.sweep(hs) {
+            Ok((_, pending)) => pending == 0,
+            Err(e) => {
+                failed = Err(e);
+                true
+            }
+        })?;
+        failed
     }
 
     /// True when at least one handle completed or none is outstanding (completed ones become
@@ -742,12 +903,12 @@ impl Endpoint {
         not_in_handler("try_sync_some")?;
         hs.iter().try_for_each(|h| self.check_handle(h))?;
         self.settle_all(hs, false)?;
-        let (c, p) = Self::sweep(hs);
+        let (c, p) = self.sweep(hs)?;
         if c > 0 || p == 0 {
             return Ok(true);
         }
         self.poll_inner(false)?;
-        let (c, p) = Self::sweep(hs);
+        let (c, p) = self.sweep(hs)?;
         Ok(c > 0 || p == 0)
     }
 
@@ -756,7 +917,7 @@ impl Endpoint {
         not_in_handler("wait_sync_some")?;
         hs.iter().try_for_each(|h| self.check_handle(h))?;
         self.settle_all(hs, false)?;
-        if Self::sweep(hs).0 > 0 {
+        if self.sweep(hs)?.0 > 0 {
             return Ok(());
         }
         // Nothing completed yet: finish the native operations of one handle, if any has some
@@ -767,11 +928,18 @@ impl Endpoint {
             }
         }
         let mut any = false;
-        self.wait_inner(&mut || {
-            let (c, p) = Self::sweep(hs);
-            any |= c > 0;
-            any || p == 0
-        })
+        let mut failed = Ok(());
+        self.wait_inner(&mut || match self.sweep(hs) {
+            Ok((c, p)) => {
+                any |= c > 0;
+                any || p == 0
+            }
+            Err(e) => {
+                failed = Err(e);
+                true
+            }
+        })?;
+        failed
     }
 }
 
@@ -1114,5 +1282,83 @@ mod tests {
         // over, so it may release a range the conduit never held, which ends nothing.)
         assert!(ep.put(1, 0, &src).is_err());
         assert_eq!(mock.held.lock().unwrap().len(), 2);
+    }
+}
+
+#[cfg(test)]
+mod pending_tests {
+    //! The table of AM-path chunks awaiting replies: only the id, the rank and the kind of
+    //! reply a chunk was armed with take it out, once.
+
+    use super::*;
+
+    fn op() -> Arc<OpState> {
+        Arc::new(OpState::new(1))
+    }
+
+    #[test]
+    fn a_reply_takes_its_chunk_once_and_only_with_the_right_id_rank_and_kind() {
+        let t = Pending::default();
+        let a = op();
+        let put = t.arm(&a, 3, Waiting::PutAck);
+        let get = t.arm(
+            &a,
+            5,
+            Waiting::GetReply {
+                dst: 0x1000,
+                len: 8,
+            },
+        );
+        assert_ne!(put, get);
+        assert_eq!(a.remaining.load(Ordering::Relaxed), 2);
+        // Wrong generation, wrong rank, wrong kind, out of range: nothing taken.
+        assert!(t.take([put[0], put[1] + 1], 3, false).is_none());
+        assert!(t.take(put, 4, false).is_none());
+        assert!(t.take(put, 3, true).is_none());
+        assert!(t.take(get, 5, false).is_none());
+        assert!(t.take([99, 1], 3, false).is_none());
+        assert_eq!(t.live(), 2);
+        // The right reply takes it; a duplicate finds nothing.
+        let c = t.take(put, 3, false).unwrap();
+        assert!(Arc::ptr_eq(&c.op, &a));
+        assert!(t.take(put, 3, false).is_none());
+        let g = t.take(get, 5, true).unwrap();
+        assert!(matches!(
+            g.waiting,
+            Waiting::GetReply {
+                dst: 0x1000,
+                len: 8
+            }
+        ));
+        assert_eq!(t.live(), 0);
+    }
+
+    #[test]
+    fn a_reused_slot_does_not_answer_to_its_old_id() {
+        let t = Pending::default();
+        let a = op();
+        let first = t.arm(&a, 1, Waiting::PutAck);
+        assert!(t.take(first, 1, false).is_some());
+        let second = t.arm(&a, 1, Waiting::PutAck);
+        assert_eq!(first[0], second[0], "the slot is reused");
+        assert_ne!(first[1], second[1]);
+        assert!(
+            t.take(first, 1, false).is_none(),
+            "a late duplicate of the first"
+        );
+        assert!(t.take(second, 1, false).is_some());
+    }
+
+    #[test]
+    fn generations_skip_zero() {
+        let t = Pending::default();
+        let a = op();
+        let id = t.arm(&a, 0, Waiting::PutAck);
+        t.inner.lock().unwrap().slots[id[0] as usize].gen = u32::MAX;
+        let id = [id[0], u32::MAX];
+        assert!(t.take(id, 0, false).is_some());
+        let next = t.arm(&a, 0, Waiting::PutAck);
+        assert_eq!(next[1], 1);
+        assert!(t.take([next[0], 0], 0, false).is_none());
     }
 }

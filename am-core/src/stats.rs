@@ -39,6 +39,7 @@ pub(crate) enum Ctr {
     Polls,
     HandlerCalls,
     SendStalls,
+    StrayRmaReplies,
     Count,
 }
 
@@ -128,6 +129,9 @@ pub struct Stats {
     pub handler_calls: u64,
     /// Times a send found no buffer space and had to poll before retrying.
     pub send_stalls: u64,
+    /// Put acknowledgements and get replies that named no operation waiting for them (from
+    /// the wrong rank, duplicated, or forged), dropped.
+    pub stray_rma_replies: u64,
 }
 
 impl Stats {
@@ -183,6 +187,7 @@ impl Stats {
         self.polls += b.get(Polls);
         self.handler_calls += b.get(HandlerCalls);
         self.send_stalls += b.get(SendStalls);
+        self.stray_rma_replies += b.get(StrayRmaReplies);
     }
 
     /// One line per counter group, as printed at exit with `AMNET_STATS=1`.
@@ -199,9 +204,9 @@ impl Stats {
         s += &line("requests received", &self.requests_received);
         s += &line("replies received", &self.replies_received);
         s += &format!(
-            "amnet stats rank {rank}: put {} ({} B) get {} ({} B) barriers {} polls {} handlers {} send stalls {}\n",
+            "amnet stats rank {rank}: put {} ({} B) get {} ({} B) barriers {} polls {} handlers {} send stalls {} stray rma replies {}\n",
             self.puts, self.put_bytes, self.gets, self.get_bytes, self.barriers, self.polls,
-            self.handler_calls, self.send_stalls
+            self.handler_calls, self.send_stalls, self.stray_rma_replies
         );
         s
     }
