@@ -466,25 +466,7 @@ impl Coll {
 
     /// The bits of a team's own characteristics (see `select`).
     fn team_bits(&self, geo: &Geo) -> u64 {
-        use crate::select::bits::*;
-        let mut m = 0;
-        let size = geo.size();
-        if size == 1 {
-            m |= ONE_RANK;
-        }
-        if size.is_power_of_two() {
-            m |= POW2;
-        }
-        if geo.images.windows(2).all(|w| w[0] == w[1]) {
-            m |= UNIFORM_IMAGES;
-        }
-        if geo.images.iter().any(|&n| n > 1) {
-            m |= MULTI_IMAGE;
-        }
-        if self.sh.ep.conduit_name() == "smp" {
-            m |= DIRECT_SEGMENTS;
-        }
-        m
+        crate::select::team_bits(geo, self.sh.ep.conduit_name())
     }
 
     /// The characteristic bits of a call (the team's and the call's; see `select`).
@@ -718,7 +700,7 @@ impl Coll {
             areas.push(self.resolve(c.op, &spec, &mode, *e)?);
         }
         let sched = match alg.imp {
-            Imp::Flat => None,
+            Imp::Flat | Imp::Signal => None,
             Imp::Sched => Some(crate::algs::generate(alg, &spec, geo.me, &areas)?),
         };
         // Sequence number, group, entry.

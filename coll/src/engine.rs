@@ -5,7 +5,8 @@
 //! sequence number (all ranks initiate in the same order, so numbers agree); data travels
 //! as Medium requests tagged with it and is written into a destination only once its
 //! participant has entered and issued its own sends; earlier data waits in a buffer. The
-//! IN_ALLSYNC and OUT_ALLSYNC signals are dissemination rounds per aggregate ("group").
+//! IN_ALLSYNC and OUT_ALLSYNC signals run once per aggregate ("group"), in the team's signal
+//! scheme (dissemination rounds or a binomial tree, the `barrier` algorithm selected for it).
 //! Handlers only record what arrived: every send, every reduction callback and every copy out
 //! of a source runs in [`Shared::advance`], on an application thread.
 
@@ -14,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use amnet_core::{Endpoint, Error, Layer, Rank, Result, Token};
-use amnet_sync_modes::{Dissemination, Merged, Mode};
+use amnet_sync_modes::{Merged, Mode, Signal, SignalAlg, TREE_DOWN};
 
 use crate::plan::Spec;
 use crate::sched::{Buf, Mem, Range, Sched};
@@ -196,8 +197,8 @@ pub(crate) struct Group {
     pub(crate) members: Vec<u64>,
     pub(crate) closed: bool,
     merged: Merged,
-    entry: Dissemination,
-    exit: Dissemination,
+    entry: Signal,
+    exit: Signal,
     pub(crate) complete: bool,
     pub(crate) handles: usize,
     pub(crate) started: Instant,
@@ -212,8 +213,8 @@ impl Group {
             members: Vec::new(),
             closed: false,
             merged: Merged::default(),
-            entry: Dissemination::new(0, 1),
-            exit: Dissemination::new(0, 1),
+            entry: Signal::new(SignalAlg::Dissemination, 0, 1),
+            exit: Signal::new(SignalAlg::Dissemination, 0, 1),
             complete: false,
             handles: 0,
             started: Instant::now(),
@@ -221,13 +222,15 @@ impl Group {
         }
     }
 
-    /// The group's team is known: shape the signals and replay what arrived before.
-    fn set_geo(&mut self, geo: &Arc<Geo>) {
+    /// The group's team is known: shape the signals (scheme `alg`, the team's) and replay what
+    /// arrived before.
+    fn set_geo(&mut self, geo: &Arc<Geo>, alg: impl FnOnce() -> SignalAlg) {
         if self.geo.is_some() {
             return;
         }
-        self.entry = Dissemination::new(geo.me, geo.size());
-        self.exit = Dissemination::new(geo.me, geo.size());
+        let alg = alg();
+        self.entry = Signal::new(alg, geo.me, geo.size());
+        self.exit = Signal::new(alg, geo.me, geo.size());
         self.geo = Some(geo.clone());
         for (which, round) in std::mem::take(&mut self.early) {
             self.arrive(which, round);
@@ -524,7 +527,7 @@ impl Shared {
         }
         st.dirty.insert(group);
         let g = st.groups.entry(group).or_insert_with(Group::new);
-        g.set_geo(geo);
+        g.set_geo(geo, || self.selector.signal(geo, self.ep.conduit_name()));
         if !g.members.contains(&seq) {
             g.members.push(seq);
             g.merged.add(&mode);
@@ -1251,9 +1254,7 @@ impl Shared {
             let mut what = Vec::new();
             if g.merged.entry && !g.entry.done() {
                 match g.entry.waiting_for() {
-                    Some((k, from)) => {
-                        what.push(format!("entry signal round {k} from {}", who(from)))
-                    }
+                    Some((k, from)) => what.push(wait_text(&g.entry, "entry", k, &who(from))),
                     None => what.push("every local participant to enter (entry signal)".into()),
                 }
             }
@@ -1295,7 +1296,7 @@ impl Shared {
             }
             if g.merged.exit && g.exit.started() && !g.exit.done() {
                 if let Some((k, from)) = g.exit.waiting_for() {
-                    what.push(format!("exit signal round {k} from {}", who(from)));
+                    what.push(wait_text(&g.exit, "exit", k, &who(from)));
                 }
             }
             lines.push(format!(
@@ -1324,13 +1325,25 @@ impl Shared {
 }
 
 /// Queue the signals `d` may send now for `group` (peers are team ranks of `geo`).
-fn signal_sends(d: &mut Dissemination, geo: &Geo, group: Key, which: u32, outs: &mut Vec<Out>) {
+fn signal_sends(d: &mut Signal, geo: &Geo, group: Key, which: u32, outs: &mut Vec<Out>) {
     outs.extend(d.sends().into_iter().map(|(to, round)| Out::Sig {
         to: geo.world(to),
         group,
         which,
         round,
     }));
+}
+
+/// What a signal waits for, for hang reports: "entry signal round K from rank F" (dissemination),
+/// "entry signal (tree) from child rank F" or "... release from rank F" (tree).
+fn wait_text(sig: &Signal, which: &str, round: u32, who: &str) -> String {
+    match sig.alg() {
+        SignalAlg::Dissemination => format!("{which} signal round {round} from {who}"),
+        SignalAlg::Tree if round == TREE_DOWN => {
+            format!("{which} signal (tree) release from {who}")
+        }
+        SignalAlg::Tree => format!("{which} signal (tree) from child {who}"),
+    }
 }
 
 /// "team 0x.." for messages, "world" for the world team.

@@ -30,6 +30,7 @@ pub fn tests() -> Vec<Test> {
         t("coll_in_allsync", in_allsync, 30),
         t("coll_out_allsync", out_allsync, 30),
         t("coll_aggregate_merges_sync", aggregate_messages, 30),
+        t("coll_barrier_schemes", barrier_schemes, 60),
         t("coll_rules", rules, 30),
         t("coll_rule_in_handler", rule_in_handler, 30),
         t("coll_in_place_scatter", in_place_scatter, 30),
@@ -502,7 +503,17 @@ fn aggregate_messages(c: &Ctx<'_>) -> Verdict {
     let co = coll(c)?;
     let p = u64::from(c.size());
     let k = 8usize;
-    let log = u64::from(64 - (p - 1).leading_zeros()); // ceil(log2 p)
+    // Signal messages this rank sends per entry or exit signal: ceil(log2 p) rounds of
+    // dissemination, or one per child and one up in the tree.
+    let log = if ck(
+        "selected",
+        co.selected(co.world(), "barrier", 0, f::ALLSYNC),
+    )? == "tree"
+    {
+        tree_children(c.rank(), c.size()) + u64::from(c.rank() != 0)
+    } else {
+        u64::from(64 - (p - 1).leading_zeros())
+    };
     let sep = count_broadcasts(c, co, k, f::ALLSYNC, false)?;
     let agg = count_broadcasts(c, co, k, f::ALLSYNC, true)?;
     let bound = sep.saturating_sub((k as u64 - 1) * 2 * log);
@@ -527,6 +538,100 @@ fn aggregate_messages(c: &Ctx<'_>) -> Verdict {
             format!("ALLSYNC sent {sep} requests, NOSYNC {nosync}: expected exactly {} signal messages more", k as u64 * 2 * log)
         })?;
     }
+    Ok(())
+}
+
+/// Children of team rank `r` in the binomial tree of `p` ranks rooted at 0 (the `tree` signal).
+fn tree_children(r: u32, p: u32) -> u64 {
+    let limit = if r == 0 {
+        u64::MAX
+    } else {
+        u64::from(r & r.wrapping_neg())
+    };
+    (0..32u32)
+        .take_while(|&k| (1u64 << k) < limit && u64::from(r) + (1u64 << k) < u64::from(p))
+        .count() as u64
+}
+
+/// The AMNET_COLL_TUNE a job started with (restored after a test that calls `Coll::tune`).
+fn env_tune() -> String {
+    std::env::var("AMNET_COLL_TUNE").unwrap_or_default()
+}
+
+/// The team barrier and the entry signals under each signal scheme (`barrier`'s algorithms,
+/// forced through `Coll::tune`): nobody leaves a barrier before the late rank of the round put
+/// its round number into every rank's flag, and each rank sends what its scheme sends: one
+/// message per round (dissemination) or one per child and one up (tree).
+fn barrier_schemes(c: &Ctx<'_>) -> Verdict {
+    let co = coll(c)?;
+    let (me, p) = (c.rank(), c.size());
+    let log = u64::from(32 - (p - 1).leading_zeros()); // ceil(log2 p)
+    let algs = Coll::algorithms("barrier").unwrap_or_default();
+    ensure(algs == ["dissemination", "tree"], || {
+        format!("barrier's algorithms are {algs:?}")
+    })?;
+    for scheme in ["dissemination", "tree"] {
+        ck(
+            "tune",
+            co.tune(&format!("barrier:-:{scheme};broadcast:-:flat")),
+        )?;
+        let sel = ck(
+            "selected",
+            co.selected(co.world(), "barrier", 0, f::ALLSYNC),
+        )?;
+        ensure(sel == scheme, || {
+            format!("selected {sel} with {scheme} forced")
+        })?;
+        let want = if scheme == "tree" {
+            tree_children(me, p) + u64::from(me != 0)
+        } else {
+            log
+        };
+        for round in 1..=4u64 {
+            let late = u32::try_from(round % u64::from(p)).unwrap_or(0);
+            ck("barrier", c.ep.barrier())?;
+            if me == late {
+                std::thread::sleep(Duration::from_millis(20));
+                for r in 0..p {
+                    ck("put", c.ep.put(r, SM_FLAG, &round.to_le_bytes()))?;
+                }
+            }
+            let before = requests(c);
+            ck("team barrier", co.barrier(co.world()))?;
+            let sent = requests(c) - before;
+            let mut got = [0u8; 8];
+            ck("read", c.ep.read_local(SM_FLAG, &mut got))?;
+            ensure(u64::from_le_bytes(got) == round, || {
+                format!("{scheme} round {round}: left the barrier before rank {late} entered it")
+            })?;
+            ensure(sent == want, || {
+                format!("{scheme}: a barrier sent {sent} requests from rank {me}, expected {want}")
+            })?;
+        }
+        // An IN_ALLSYNC broadcast's entry signal runs the same scheme.
+        let before = requests(c);
+        let h = ck(
+            "broadcast_nb",
+            co.broadcast_nb(
+                co.world(),
+                Addr::Seg(SM_DST),
+                0,
+                Addr::Seg(SM_SRC),
+                8,
+                f::IN_ALLSYNC | f::OUT_MYSYNC | f::SINGLE,
+            ),
+        )?;
+        ck("wait_sync", co.wait_sync(h))?;
+        let sent = requests(c) - before;
+        let data = if me == 0 { u64::from(p) - 1 } else { 0 };
+        ensure(sent == want + data, || {
+            format!(
+                "{scheme}: an IN_ALLSYNC broadcast sent {sent} requests from rank {me}, expected                  {want} signals and {data} data messages"
+            )
+        })?;
+        ck("barrier", c.ep.barrier())?;
+    }
+    ck("tune", co.tune(&env_tune()))?;
     Ok(())
 }
 
