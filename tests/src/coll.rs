@@ -29,6 +29,7 @@ pub fn tests() -> Vec<Test> {
         t("coll_typed", typed, 30),
         t("coll_in_allsync", in_allsync, 30),
         t("coll_out_allsync", out_allsync, 30),
+        t("coll_out_nosync", out_nosync, 30),
         t("coll_aggregate_merges_sync", aggregate_messages, 30),
         t("coll_barrier_schemes", barrier_schemes, 60),
         t("coll_rules", rules, 30),
@@ -462,6 +463,132 @@ fn out_allsync(c: &Ctx<'_>) -> Verdict {
         ck("barrier", c.ep.barrier())?;
     }
     Ok(())
+}
+
+/// OUT_NOSYNC: a sync needs only this rank's own part. Rank 0 enters a broadcast late (after
+/// putting a flag into every rank): the others' syncs of it return before the flag is set,
+/// without its data. A later `OUT_MYSYNC` broadcast from another root, whose data comes at once,
+/// syncs only once the first one's data is in place too. Then a gather_all with the late rank
+/// synced early everywhere is in place after a barrier (the core's, then the team's). A
+/// destination outside the segment is in place at the sync.
+fn out_nosync(c: &Ctx<'_>) -> Verdict {
+    let co = coll(c)?;
+    let (me, p) = (c.rank(), c.size());
+    if p < 2 {
+        return Ok(());
+    }
+    ck("tune", co.tune("broadcast:-:flat;gather_all:-:flat"))?;
+    let late = 0;
+    let n = 64usize;
+    let first = pattern(0x0d, 0, 0, 1, n);
+    let second = pattern(0x0d, 0, p as usize - 1, 2, n);
+    ck("write", c.ep.write_local(SM_SRC, &first))?;
+    ck("write", c.ep.write_local(SM_SRC + 4096, &second))?;
+    ck("write", c.ep.write_local(SM_DST, &vec![0u8; 8192]))?;
+    ck("write", c.ep.write_local(SM_FLAG, &[0u8; 8]))?;
+    ck("barrier", c.ep.barrier())?;
+    if me == late {
+        std::thread::sleep(Duration::from_millis(100));
+        for r in (0..p).filter(|&r| r != late) {
+            ck("put", c.ep.put(r, SM_FLAG, &1u64.to_le_bytes()))?;
+        }
+    }
+    let nosync = f::NOSYNC | f::SINGLE;
+    let h = ck(
+        "broadcast_nb",
+        co.broadcast_nb(
+            co.world(),
+            Addr::Seg(SM_DST),
+            late,
+            Addr::Seg(SM_SRC),
+            n,
+            nosync,
+        ),
+    )?;
+    ck("wait_sync", co.wait_sync(h))?;
+    if me != late {
+        let mut flag = [0u8; 8];
+        ck("read", c.ep.read_local(SM_FLAG, &mut flag))?;
+        ensure(flag == [0u8; 8], || {
+            "an OUT_NOSYNC sync without sends of its own waited for the late root".into()
+        })?;
+    }
+    let h = ck(
+        "broadcast_nb",
+        co.broadcast_nb(
+            co.world(),
+            Addr::Seg(SM_DST + 4096),
+            p - 1,
+            Addr::Seg(SM_SRC + 4096),
+            n,
+            f::MYSYNC | f::SINGLE,
+        ),
+    )?;
+    ck("wait_sync", co.wait_sync(h))?;
+    let mut got = vec![0u8; n];
+    ck("read", c.ep.read_local(SM_DST, &mut got))?;
+    ensure(got == first, || {
+        "an OUT_MYSYNC sync returned before an earlier OUT_NOSYNC broadcast's data was in place"
+            .into()
+    })?;
+    ck("read", c.ep.read_local(SM_DST + 4096, &mut got))?;
+    ensure(got == second, || {
+        "the OUT_MYSYNC broadcast's data is wrong".into()
+    })?;
+    // A destination outside the segment (`Addr::ptr`) must be done by the sync: OUT_NOSYNC
+    // gives OUT_MYSYNC's guarantee there.
+    if me == late {
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let mut heap = vec![0u8; n];
+    // SAFETY: `heap` outlives the collective, which the wait_sync completes.
+    let dst = unsafe { Addr::ptr(heap.as_mut_ptr()) };
+    let h = ck(
+        "broadcast_nb",
+        co.broadcast_nb(co.world(), dst, late, Addr::Seg(SM_SRC), n, nosync),
+    )?;
+    ck("wait_sync", co.wait_sync(h))?;
+    ensure(heap == first, || {
+        "an OUT_NOSYNC broadcast into memory outside the segment returned before its data".into()
+    })?;
+    // Late data for collectives synced early: in place after a barrier.
+    for (round, core) in [(0u64, true), (1, false)] {
+        let mine = pattern(0x0e + round, 0, me as usize, 3, n);
+        ck("write", c.ep.write_local(SM_SRC, &mine))?;
+        ck(
+            "write",
+            c.ep.write_local(SM_DST, &vec![0u8; n * p as usize]),
+        )?;
+        ck("barrier", c.ep.barrier())?;
+        if me == late {
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        let h = ck(
+            "gather_all_nb",
+            co.gather_all_nb(co.world(), Addr::Seg(SM_DST), Addr::Seg(SM_SRC), n, nosync),
+        )?;
+        ck("wait_sync", co.wait_sync(h))?;
+        if core {
+            ck("barrier", c.ep.barrier())?;
+        } else {
+            ck("team barrier", co.barrier(co.world()))?;
+        }
+        let mut all = vec![0u8; n * p as usize];
+        ck("read", c.ep.read_local(SM_DST, &mut all))?;
+        let want: Vec<u8> = (0..p as usize)
+            .flat_map(|r| pattern(0x0e + round, 0, r, 3, n))
+            .collect();
+        crate::coll_oracle::diff(
+            &format!(
+                "an OUT_NOSYNC gather_all after {}",
+                if core { "a barrier" } else { "a team barrier" }
+            ),
+            &all,
+            &want,
+        )?;
+    }
+    ck("tune", co.tune(&env_tune()))?;
+    ck("barrier", c.ep.barrier())
 }
 
 fn requests(c: &Ctx<'_>) -> u64 {
@@ -901,7 +1028,8 @@ fn rule_in_handler(c: &Ctx<'_>) -> Verdict {
 
 // ----- many outstanding ---------------------------------------------------------------------
 
-/// At least 65,535 tiny non-blocking NOSYNC collectives outstanding, then one wait_sync_all.
+/// At least 65,535 tiny non-blocking collectives outstanding, then one wait_sync_all
+/// (`IN_NOSYNC|OUT_MYSYNC`: a sync waits for this rank's data).
 fn outstanding(c: &Ctx<'_>) -> Verdict {
     let co = coll(c)?;
     let n = 65_536usize;
@@ -923,7 +1051,7 @@ fn outstanding(c: &Ctx<'_>) -> Verdict {
                     0,
                     Addr::Seg(SM_SRC + i as u64),
                     1,
-                    f::NOSYNC | f::SINGLE,
+                    f::IN_NOSYNC | f::OUT_MYSYNC | f::SINGLE,
                 )
                 .map_err(|e| format!("broadcast_nb #{i}: {e}"))?;
             hs.push(h);
@@ -1010,7 +1138,7 @@ fn progress_in_core_waits(c: &Ctx<'_>) -> Verdict {
             0,
             Addr::Seg(SM_SRC),
             64,
-            f::NOSYNC | f::SINGLE,
+            f::IN_NOSYNC | f::OUT_MYSYNC | f::SINGLE,
         ),
     )?;
     if has_children(me) {
