@@ -780,6 +780,14 @@ impl Coll {
             &areas,
             sched,
             sig.clone(),
+            mode.addressing == amnet_sync_modes::Addressing::Single
+                && matches!(
+                    c.addrs,
+                    Addrs::One {
+                        dst: Addr::Seg(_),
+                        ..
+                    }
+                ),
         );
         let handle = if mode.aggregate {
             None

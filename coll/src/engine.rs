@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use amnet_core::{Endpoint, Error, Layer, Rank, Result, Token};
-use amnet_sync_modes::{Merged, Mode, OutSync, Signal, SignalAlg, TREE_DOWN};
+use amnet_sync_modes::{InSync, Merged, Mode, OutSync, Signal, SignalAlg, TREE_DOWN};
 
 use crate::plan::{Kind, Spec};
 use crate::sched::{Buf, Mem, Range, Sched};
@@ -95,6 +95,9 @@ pub(crate) struct Op {
     pub(crate) parts: Vec<Part>,
     /// Data that arrived for a participant whose destination is not open yet.
     early: Vec<(usize, usize, Vec<u8>)>,
+    /// Blocks for other ranks are written straight into their segments with the core's put
+    /// (`direct_puts`); this rank's participants expect only their blocks from themselves.
+    pub(crate) direct: bool,
     /// Reductions: phase -> source team rank -> packed stream.
     pub(crate) stage: [Vec<Vec<u8>>; 2],
     pub(crate) stage_got: [usize; 2],
@@ -183,6 +186,7 @@ impl Op {
             image_space: false,
             parts: Vec::new(),
             early: Vec::new(),
+            direct: false,
             stage: [Vec::new(), Vec::new()],
             stage_got: [0, 0],
             rphase: 0,
@@ -551,6 +555,7 @@ impl Shared {
         entries: &[(usize, crate::engine::Area, crate::engine::Area)],
         sched: Option<Sched>,
         sig: Option<Vec<u8>>,
+        seg_dst: bool,
     ) -> Option<String> {
         let mut mismatch = None;
         let seq = key.seq;
@@ -561,6 +566,7 @@ impl Shared {
             op.spec = Some(spec.clone());
             op.mode = Some(mode);
             op.geo = Some(geo.clone());
+            op.direct = !image_space && seg_dst && sched.is_none() && self.direct_puts(spec, &mode);
             op.sched = sched.map(SchedState::new);
             let n = geo.members.len();
             for ph in &mut op.stage {
@@ -574,9 +580,19 @@ impl Shared {
             };
             op.first = first;
             op.image_space = image_space;
+            let direct = op.direct;
             op.parts = (0..count)
                 .map(|i| Part {
-                    want: spec.incoming(first + i),
+                    want: if direct {
+                        // Only its own block comes by a local copy; the rest is put.
+                        spec.transfers_from(first + i)
+                            .iter()
+                            .filter(|t| t.to == first + i)
+                            .map(|t| t.len)
+                            .sum()
+                    } else {
+                        spec.incoming(first + i)
+                    },
                     ..Part::default()
                 })
                 .collect();
@@ -633,6 +649,23 @@ impl Shared {
             g.closed = true;
         }
         mismatch
+    }
+
+    /// Whether a collective whose every destination is the same segment offset on its rank
+    /// (`SINGLE`, `Addr::Seg`, rank participants, the flat algorithm) writes its blocks for other
+    /// ranks with the core's put, straight into their segments, instead of Medium messages and
+    /// early buffers. Only under `IN_NOSYNC` (a destination may be written before its owner
+    /// entered), not `OUT_MYSYNC` (a receiver would not know when its data is in place), not in
+    /// checked mode (no data moves before the signatures agree), and for the operations whose
+    /// every participant has a destination and none reads its source from it while others
+    /// write there: broadcast and gather_all. Every rank decides the same from the agreed
+    /// arguments.
+    fn direct_puts(&self, spec: &Spec, mode: &Mode) -> bool {
+        !self.check
+            && mode.input == InSync::No
+            && mode.output != OutSync::My
+            && matches!(spec.kind, Kind::Broadcast | Kind::GatherAll)
+            && self.ep.segment_ptr().is_ok()
     }
 
     /// Area `a` lies inside this rank's segment.
@@ -748,6 +781,25 @@ impl Shared {
                 return Ok(());
             }
         }
+    }
+
+    /// A block for rank `to` under `direct_puts`: written with the core's put at the segment
+    /// offset of `dst` (this participant's destination: the same offset on every rank) plus
+    /// `off`.
+    fn put_data(
+        &self,
+        to: Rank,
+        dst: Area,
+        off: usize,
+        src: usize,
+        len: usize,
+    ) -> Result<amnet_core::Handle> {
+        let base = self.ep.segment_ptr()? as usize;
+        let at = (dst.ptr - base + off) as u64;
+        // SAFETY: as in `send_data`: the source area was resolved and checked at entry and
+        // stays valid and untouched until the collective is synced, after this put's handle.
+        let bytes = unsafe { std::slice::from_raw_parts(src as *const u8, len) };
+        self.ep.put_nb(to, at, bytes)
     }
 
     fn send_stage(&self, to: Rank, from: u32, key: Key, phase: u32, bytes: &[u8]) -> Result<()> {
@@ -1117,7 +1169,7 @@ impl Shared {
 
     /// Issue the sends of local participant `idx` of `key`, then open its destination.
     fn push(&self, key: Key, idx: usize) -> Result<()> {
-        let (spec, src, first, image_space, geo) = {
+        let (spec, src, dst, first, image_space, geo, direct) = {
             let st = self.lock();
             let Some(op) = st.ops.get(&key) else {
                 return Ok(());
@@ -1125,12 +1177,24 @@ impl Shared {
             let (Some(spec), Some(geo)) = (op.spec.clone(), op.geo.clone()) else {
                 return Ok(());
             };
-            (spec, op.parts[idx].src, op.first, op.image_space, geo)
+            let part = &op.parts[idx];
+            let (src, dst) = (part.src, part.dst);
+            (spec, src, dst, op.first, op.image_space, geo, op.direct)
         };
         let p = first + idx;
+        let mut puts = Vec::new();
         for t in spec.transfers_from(p) {
             let to = geo.world(geo.owner(image_space, t.to));
-            self.send_data(to, key, t.to, t.dst_off, src.ptr + t.src_off, t.len)?;
+            if direct && to != self.rank {
+                puts.push(self.put_data(to, dst, t.dst_off, src.ptr + t.src_off, t.len)?);
+            } else {
+                self.send_data(to, key, t.to, t.dst_off, src.ptr + t.src_off, t.len)?;
+            }
+        }
+        // The participant has pushed once its puts are in place at their targets: a barrier
+        // after its sync then separates them from what follows everywhere.
+        for mut h in puts {
+            self.ep.wait_sync(&mut h)?;
         }
         let mut st = self.lock();
         if let Some(op) = st.ops.get_mut(&key) {

@@ -468,7 +468,9 @@ fn out_allsync(c: &Ctx<'_>) -> Verdict {
 /// OUT_NOSYNC: a sync needs only this rank's own part. Rank 0 enters a broadcast late (after
 /// putting a flag into every rank): the others' syncs of it return before the flag is set,
 /// without its data. A later `OUT_MYSYNC` broadcast from another root, whose data comes at once,
-/// syncs only once the first one's data is in place too. Then a gather_all with the late rank
+/// syncs only once the first one's data is in place too (the first is `IN_MYSYNC`: its data
+/// travels in messages the receiver tracks; `IN_NOSYNC` data written by direct puts is in
+/// place after a barrier). Then a gather_all with the late rank
 /// synced early everywhere is in place after a barrier (the core's, then the team's). A
 /// destination outside the segment is in place at the sync.
 fn out_nosync(c: &Ctx<'_>) -> Verdict {
@@ -502,7 +504,7 @@ fn out_nosync(c: &Ctx<'_>) -> Verdict {
             late,
             Addr::Seg(SM_SRC),
             n,
-            nosync,
+            f::IN_MYSYNC | f::OUT_NOSYNC | f::SINGLE,
         ),
     )?;
     ck("wait_sync", co.wait_sync(h))?;
@@ -661,9 +663,23 @@ fn aggregate_messages(c: &Ctx<'_>) -> Verdict {
                 format!("requests: ALLSYNC {sep}, NOSYNC {nosync}, MYSYNC {mysync}, IN_ALLSYNC {in_all}, OUT_ALLSYNC {out_all}: weaker modes should send fewer")
             },
         )?;
-        ensure(nosync + k as u64 * 2 * log == sep, || {
-            format!("ALLSYNC sent {sep} requests, NOSYNC {nosync}: expected exactly {} signal messages more", k as u64 * 2 * log)
+        ensure(mysync + k as u64 * 2 * log == sep, || {
+            format!("ALLSYNC sent {sep} requests, MYSYNC {mysync}: expected exactly {} signal messages more", k as u64 * 2 * log)
         })?;
+        // NOSYNC broadcasts into the segment (the flat algorithm) are puts: no data messages
+        // where a put is a direct copy.
+        let direct = ck(
+            "selected",
+            co.selected(co.world(), "broadcast", 8, f::NOSYNC),
+        )? == "flat"
+            && (0..c.size())
+                .all(|r| r == c.rank() || matches!(c.ep.rma_path(r), Ok(amnet::RmaPath::Direct)));
+        ensure(
+            nosync <= mysync && (!direct || c.rank() != 0 || nosync < mysync),
+            || {
+                format!("NOSYNC broadcasts sent {nosync} requests, MYSYNC {mysync}: NOSYNC should send fewer (direct puts)")
+            },
+        )?;
     }
     Ok(())
 }
