@@ -23,12 +23,13 @@ for n in 3 8; do
     AMNET_COLL_TUNE='broadcast:-:knomial?:radix=3' \
         target/release/amrun -n "$n" --timeout 300 target/release/amnet-testsuite coll
     # The data-movement algorithms, each preferred over every size (one value per algorithm of
-    # an operation; several operations share a value).
+    # an operation; several operations share a value); the last value also runs every entry and
+    # exit signal and team barrier as a tree.
     for tune in \
         'broadcast:-:scatter_allgather?;scatter:-:binomial?;gather:-:binomial?;gather_all:-:ring?;exchange:-:pairwise?' \
         'broadcast:-:pipeline?:chunk=1000;gather_all:-:recursive_doubling?;exchange:-:bruck?' \
         'broadcast:-4K:pipeline?:chunk=16;broadcast:4K-:pipeline?;gather_all:-:bruck?' \
-        'gather_all:-:gather_broadcast?'; do
+        'gather_all:-:gather_broadcast?;barrier:-:tree'; do
         echo "== AMNET_COLL_TUNE='$tune'"
         AMNET_COLL_TUNE="$tune" \
             target/release/amrun -n "$n" --timeout 300 target/release/amnet-testsuite coll

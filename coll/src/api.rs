@@ -466,25 +466,7 @@ impl Coll {
 
     /// The bits of a team's own characteristics (see `select`).
     fn team_bits(&self, geo: &Geo) -> u64 {
-        use crate::select::bits::*;
-        let mut m = 0;
-        let size = geo.size();
-        if size == 1 {
-            m |= ONE_RANK;
-        }
-        if size.is_power_of_two() {
-            m |= POW2;
-        }
-        if geo.images.windows(2).all(|w| w[0] == w[1]) {
-            m |= UNIFORM_IMAGES;
-        }
-        if geo.images.iter().any(|&n| n > 1) {
-            m |= MULTI_IMAGE;
-        }
-        if self.sh.ep.conduit_name() == "smp" {
-            m |= DIRECT_SEGMENTS;
-        }
-        m
+        crate::select::team_bits(geo, self.sh.ep.conduit_name())
     }
 
     /// The characteristic bits of a call (the team's and the call's; see `select`).
@@ -718,7 +700,7 @@ impl Coll {
             areas.push(self.resolve(c.op, &spec, &mode, *e)?);
         }
         let sched = match alg.imp {
-            Imp::Flat => None,
+            Imp::Flat | Imp::Signal => None,
             Imp::Sched => Some(crate::algs::generate(alg, &spec, geo.me, &areas)?),
         };
         // Sequence number, group, entry.
@@ -798,6 +780,14 @@ impl Coll {
             &areas,
             sched,
             sig.clone(),
+            mode.addressing == amnet_sync_modes::Addressing::Single
+                && matches!(
+                    c.addrs,
+                    Addrs::One {
+                        dst: Addr::Seg(_),
+                        ..
+                    }
+                ),
         );
         let handle = if mode.aggregate {
             None
@@ -1106,55 +1096,7 @@ impl Coll {
 
     /// Complete `h` if its group is done: Ok(true) when it was (and the handle is now dead).
     fn try_finish(&self, h: u64) -> Result<bool> {
-        let mut st = self.sh.lock();
-        let Some(rec) = st.handles.get(&h) else {
-            return Err(Error::BadHandle(
-                "unknown collective handle (already synced, or from another rank)",
-            ));
-        };
-        if rec.thread != std::thread::current().id() {
-            return Err(Error::BadHandle(
-                "a collective handle must be synced by the thread that started it",
-            ));
-        }
-        let gid = rec.group;
-        let Some(g) = st.groups.get(&gid) else {
-            return Err(Error::BadHandle("collective handle without a group"));
-        };
-        if !g.complete {
-            return Ok(false);
-        }
-        st.handles.remove(&h);
-        st.unsynced = st.unsynced.saturating_sub(1);
-        if let Some(ts) = st.teams.get_mut(&gid.team) {
-            ts.unsynced = ts.unsynced.saturating_sub(1);
-        }
-        let g = st.groups.get_mut(&gid).expect("checked above");
-        g.handles = g.handles.saturating_sub(1);
-        let members: Vec<Key> = g
-            .members
-            .iter()
-            .map(|&seq| Key {
-                team: gid.team,
-                seq,
-            })
-            .collect();
-        let last = g.handles == 0;
-        let err = members
-            .iter()
-            .find_map(|k| st.ops.get(k).and_then(|o| o.error.clone()));
-        if last {
-            st.groups.remove(&gid);
-            for k in members {
-                if st.ops.remove(&k).is_some_and(|o| o.error.is_some()) {
-                    st.failed.insert(k);
-                }
-            }
-        }
-        match err {
-            Some(e) => Err(e),
-            None => Ok(true),
-        }
+        self.sh.finish_handle(h)
     }
 
     fn rules(&self, op: &'static str) -> Result<()> {
@@ -1579,6 +1521,13 @@ impl Coll {
     /// ALL_THREADS when ranks host several images (then every image's thread calls).
     fn typed_flags(&self, sync: u32) -> u32 {
         use amnet_sync_modes::flags::*;
+        // The call returns this rank's result: OUT_NOSYNC would let it return before the
+        // result is there, so it gives OUT_MYSYNC's guarantee.
+        let sync = if sync & (OUT_NOSYNC | OUT_MYSYNC | OUT_ALLSYNC) == OUT_NOSYNC {
+            sync & !OUT_NOSYNC | OUT_MYSYNC
+        } else {
+            sync
+        };
         let mut f = sync | LOCAL;
         if self.multi_image() {
             f |= ALL_THREADS;

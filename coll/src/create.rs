@@ -12,9 +12,7 @@
 use std::collections::HashSet;
 
 use amnet_core::{Error, Result};
-use amnet_sync_modes::flags::{
-    ALL_THREADS, IN_ALLSYNC, IN_MYSYNC, LOCAL, OUT_MYSYNC, OUT_NOSYNC, SINGLE,
-};
+use amnet_sync_modes::flags::{ALL_THREADS, IN_ALLSYNC, IN_MYSYNC, LOCAL, OUT_MYSYNC, SINGLE};
 
 use crate::api::{call, one, usage, Coll, Counts, InFlight};
 use crate::plan::Kind;
@@ -174,24 +172,23 @@ impl Coll {
     }
 
     /// Wait until every member of `team` has called `barrier` on it. Collective over `team`
-    /// (one thread per rank), matched in order with its other collectives.
+    /// (one thread per rank), matched in order with its other collectives: a collective of
+    /// its own (operation `barrier`) that moves no data, only the team's entry signal, whose
+    /// scheme (`dissemination` or `tree`) is selected like any algorithm. When it returns, the
+    /// data of every `OUT_NOSYNC` collective this rank started before it is in place here (data
+    /// written by direct puts, spec/coll.md §6: where the senders synced before the barrier).
     pub fn barrier(&self, team: &Team) -> Result<()> {
         const OP: &str = "team barrier";
         self.check_team(OP, team)?;
-        let mut b = InFlight::new(vec![0u8; 1]);
-        // SAFETY: the byte lives in `b`, freed only after the blocking call returned Ok (the
-        // collective completed here) and leaked when it failed.
-        let p = unsafe { Addr::ptr(b.get_mut().as_mut_ptr()) };
         let c = call(
             OP,
-            Kind::Broadcast,
-            Some(0),
-            Counts::Uniform(1),
-            one(p, p),
-            IN_ALLSYNC | OUT_NOSYNC | SINGLE,
+            Kind::Barrier,
+            None,
+            Counts::None,
+            one(Addr::InPlace, Addr::InPlace),
+            IN_ALLSYNC | OUT_MYSYNC | SINGLE,
         );
-        let r = self.run(team, c, true);
-        b.finish(r).map(|_| ())
+        self.run(team, c, true).map(|_| ())
     }
 
     /// Wait until every image thread of every member of `team` has called `barrier_images`
@@ -204,20 +201,15 @@ impl Coll {
             return self.barrier(team);
         }
         self.check_team(OP, team)?;
-        let mut b = InFlight::new(vec![0u8; 1]);
-        // SAFETY: the byte lives in `b`, freed only after the blocking call returned Ok (the
-        // collective completed here) and leaked when it failed.
-        let p = unsafe { Addr::ptr(b.get_mut().as_mut_ptr()) };
         let c = call(
             OP,
-            Kind::Broadcast,
-            Some(0),
-            Counts::Uniform(1),
-            one(p, p),
-            IN_ALLSYNC | OUT_NOSYNC | LOCAL | ALL_THREADS,
+            Kind::Barrier,
+            None,
+            Counts::None,
+            one(Addr::InPlace, Addr::InPlace),
+            IN_ALLSYNC | OUT_MYSYNC | LOCAL | ALL_THREADS,
         );
-        let r = self.run(team, c, true);
-        b.finish(r).map(|_| ())
+        self.run(team, c, true).map(|_| ())
     }
 
     /// Destroy `team`: collective over its members (a barrier on it), after which every use of

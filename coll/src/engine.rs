@@ -5,7 +5,8 @@
 //! sequence number (all ranks initiate in the same order, so numbers agree); data travels
 //! as Medium requests tagged with it and is written into a destination only once its
 //! participant has entered and issued its own sends; earlier data waits in a buffer. The
-//! IN_ALLSYNC and OUT_ALLSYNC signals are dissemination rounds per aggregate ("group").
+//! IN_ALLSYNC and OUT_ALLSYNC signals run once per aggregate ("group"), in the team's signal
+//! scheme (dissemination rounds or a binomial tree, the `barrier` algorithm selected for it).
 //! Handlers only record what arrived: every send, every reduction callback and every copy out
 //! of a source runs in [`Shared::advance`], on an application thread.
 
@@ -14,9 +15,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use amnet_core::{Endpoint, Error, Layer, Rank, Result, Token};
-use amnet_sync_modes::{Dissemination, Merged, Mode};
+use amnet_sync_modes::{InSync, Merged, Mode, OutSync, Signal, SignalAlg, TREE_DOWN};
 
-use crate::plan::Spec;
+use crate::plan::{Kind, Spec};
 use crate::sched::{Buf, Mem, Range, Sched};
 use crate::team::Geo;
 use crate::types::FnEntry;
@@ -71,6 +72,9 @@ pub(crate) struct Part {
     pushing: bool,
     /// Its destination may be written.
     open: bool,
+    /// Its destination is empty or lies in this rank's segment, which stays valid after a
+    /// sync: only then may an `OUT_NOSYNC` sync return before the data is in place.
+    dst_seg: bool,
     got: usize,
     want: usize,
 }
@@ -91,6 +95,9 @@ pub(crate) struct Op {
     pub(crate) parts: Vec<Part>,
     /// Data that arrived for a participant whose destination is not open yet.
     early: Vec<(usize, usize, Vec<u8>)>,
+    /// Blocks for other ranks are written straight into their segments with the core's put
+    /// (`direct_puts`); this rank's participants expect only their blocks from themselves.
+    pub(crate) direct: bool,
     /// Reductions: phase -> source team rank -> packed stream.
     pub(crate) stage: [Vec<Vec<u8>>; 2],
     pub(crate) stage_got: [usize; 2],
@@ -122,18 +129,48 @@ pub(crate) struct SchedState {
     started: bool,
     done: bool,
     tmp: Vec<u8>,
+    /// The last round whose local steps or sends read the source or send anything (None:
+    /// none does), and whether the final steps read the source.
+    last_own: Option<usize>,
+    post_reads_src: bool,
+}
+
+fn reads_src(l: &crate::sched::Local) -> bool {
+    use crate::sched::Local;
+    match *l {
+        Local::Copy { from, .. } | Local::Fold { from, .. } => from.buf == Buf::Src,
+        Local::Scan { carry, from, .. } => {
+            from.buf == Buf::Src || carry.is_some_and(|c| c.buf == Buf::Src)
+        }
+    }
 }
 
 impl SchedState {
     pub(crate) fn new(sched: Sched) -> SchedState {
         let tmp = vec![0u8; sched.tmp];
+        let last_own = sched
+            .rounds
+            .iter()
+            .rposition(|r| !r.sends.is_empty() || r.pre.iter().any(reads_src));
+        let post_reads_src = sched.post.iter().any(reads_src);
         SchedState {
             sched: Arc::new(sched),
             round: 0,
             started: false,
             done: false,
             tmp,
+            last_own,
+            post_reads_src,
         }
+    }
+
+    /// Every send of the schedule was issued and nothing left reads the source.
+    fn sent_all(&self) -> bool {
+        self.done
+            || (!self.post_reads_src
+                && self
+                    .last_own
+                    .is_none_or(|l| self.round > l || (self.round == l && self.started)))
     }
 }
 
@@ -149,6 +186,7 @@ impl Op {
             image_space: false,
             parts: Vec::new(),
             early: Vec::new(),
+            direct: false,
             stage: [Vec::new(), Vec::new()],
             stage_got: [0, 0],
             rphase: 0,
@@ -187,6 +225,36 @@ impl Op {
     fn all_entered(&self) -> bool {
         self.spec.is_some() && self.parts.iter().all(|p| p.entered)
     }
+
+    /// This rank did its part of the collective: every local participant entered, and every
+    /// message this rank sends for it (forwarding included) was issued, so every source of
+    /// this rank was read. What an `OUT_NOSYNC` sync waits for; data for this rank may still
+    /// be on its way, so only where every local destination lies in the segment (a `Ptr`
+    /// destination elsewhere must be done by the sync, as under `OUT_MYSYNC`).
+    fn sent_all(&self) -> bool {
+        if self.error.is_some() {
+            return self.local_done;
+        }
+        let Some(spec) = &self.spec else {
+            return false;
+        };
+        if !self.all_entered()
+            || !self.checked_ok
+            || self.working
+            || !self.parts.iter().all(|p| p.dst_seg)
+        {
+            return false;
+        }
+        if let Some(ss) = &self.sched {
+            return ss.sent_all();
+        }
+        match spec.kind {
+            // The prefix reductions send operands (step 0), then partials (step 1).
+            Kind::Prefix | Kind::ExclusivePrefix => self.rphase >= 2,
+            k if k.is_reduction() => self.rphase >= 1,
+            _ => self.parts.iter().all(|p| p.pushed),
+        }
+    }
 }
 
 /// An aggregate (a single collective is a group of one).
@@ -196,9 +264,22 @@ pub(crate) struct Group {
     pub(crate) members: Vec<u64>,
     pub(crate) closed: bool,
     merged: Merged,
-    entry: Dissemination,
-    exit: Dissemination,
+    entry: Signal,
+    exit: Signal,
+    /// Everything is done here (data in place, signals over): the state may go once every
+    /// handle of the group was synced.
     pub(crate) complete: bool,
+    /// A sync of the group's handle may succeed: complete, or (members that are all
+    /// `OUT_NOSYNC` or done) every member's own part done (`Op::sent_all`).
+    pub(crate) syncable: bool,
+    /// Some member is not `OUT_NOSYNC`: its sync promises data, so it waits for the rank's
+    /// earlier collectives that were synced before they were complete.
+    pub(crate) promises: bool,
+    /// Its handles were synced before it was complete: it stays (in `State::detached`) until
+    /// it is.
+    pub(crate) detached: bool,
+    /// Its place among this rank's groups, in the order they were first entered here.
+    pub(crate) ord: u64,
     pub(crate) handles: usize,
     pub(crate) started: Instant,
     /// Signals (which, round) that arrived before the team was known here.
@@ -212,22 +293,28 @@ impl Group {
             members: Vec::new(),
             closed: false,
             merged: Merged::default(),
-            entry: Dissemination::new(0, 1),
-            exit: Dissemination::new(0, 1),
+            entry: Signal::new(SignalAlg::Dissemination, 0, 1),
+            exit: Signal::new(SignalAlg::Dissemination, 0, 1),
             complete: false,
+            syncable: false,
+            promises: false,
+            detached: false,
+            ord: 0,
             handles: 0,
             started: Instant::now(),
             early: Vec::new(),
         }
     }
 
-    /// The group's team is known: shape the signals and replay what arrived before.
-    fn set_geo(&mut self, geo: &Arc<Geo>) {
+    /// The group's team is known: shape the signals (scheme `alg`, the team's) and replay what
+    /// arrived before.
+    fn set_geo(&mut self, geo: &Arc<Geo>, alg: impl FnOnce() -> SignalAlg) {
         if self.geo.is_some() {
             return;
         }
-        self.entry = Dissemination::new(geo.me, geo.size());
-        self.exit = Dissemination::new(geo.me, geo.size());
+        let alg = alg();
+        self.entry = Signal::new(alg, geo.me, geo.size());
+        self.exit = Signal::new(alg, geo.me, geo.size());
         self.geo = Some(geo.clone());
         for (which, round) in std::mem::take(&mut self.early) {
             self.arrive(which, round);
@@ -293,6 +380,14 @@ pub(crate) struct State {
     /// Collectives that failed and are gone: a message for one that arrives late (a peer's
     /// signature or data sent before it learnt of the failure) is dropped, not kept forever.
     pub(crate) failed: FastSet<Key>,
+    /// The last `Group::ord` given (numbers start at 1).
+    pub(crate) next_ord: u64,
+    /// Groups whose every handle was synced before they were complete (`OUT_NOSYNC`), by
+    /// `Group::ord`: later syncs that promise data, and barriers, wait for them.
+    pub(crate) detached: std::collections::BTreeMap<u64, Key>,
+    /// Errors of detached groups, found after their sync succeeded: the next barrier on the
+    /// rank reports them.
+    pub(crate) late_errors: Vec<String>,
 }
 
 impl State {
@@ -427,7 +522,8 @@ impl Shared {
                         }
                     ))
                 } else {
-                    None
+                    drop(st);
+                    s.settle_detached()
                 }
             }))?;
         // Collectives move along inside any amnet call that polls, not only inside coll calls.
@@ -459,6 +555,7 @@ impl Shared {
         entries: &[(usize, crate::engine::Area, crate::engine::Area)],
         sched: Option<Sched>,
         sig: Option<Vec<u8>>,
+        seg_dst: bool,
     ) -> Option<String> {
         let mut mismatch = None;
         let seq = key.seq;
@@ -469,6 +566,7 @@ impl Shared {
             op.spec = Some(spec.clone());
             op.mode = Some(mode);
             op.geo = Some(geo.clone());
+            op.direct = !image_space && seg_dst && sched.is_none() && self.direct_puts(spec, &mode);
             op.sched = sched.map(SchedState::new);
             let n = geo.members.len();
             for ph in &mut op.stage {
@@ -482,9 +580,19 @@ impl Shared {
             };
             op.first = first;
             op.image_space = image_space;
+            let direct = op.direct;
             op.parts = (0..count)
                 .map(|i| Part {
-                    want: spec.incoming(first + i),
+                    want: if direct {
+                        // Only its own block comes by a local copy; the rest is put.
+                        spec.transfers_from(first + i)
+                            .iter()
+                            .filter(|t| t.to == first + i)
+                            .map(|t| t.len)
+                            .sum()
+                    } else {
+                        spec.incoming(first + i)
+                    },
                     ..Part::default()
                 })
                 .collect();
@@ -518,21 +626,55 @@ impl Shared {
             part.entered = true;
             part.src = src;
             part.dst = dst;
+            part.dst_seg = dst.len == 0 || self.in_segment(dst);
         }
         if !st.groups.contains_key(&group) {
             st.pending.insert(group);
         }
         st.dirty.insert(group);
+        // Numbers start at 1: 0 marks a group not entered here yet.
+        let ord = st.next_ord + 1;
         let g = st.groups.entry(group).or_insert_with(Group::new);
-        g.set_geo(geo);
+        g.set_geo(geo, || self.selector.signal(geo, self.ep.conduit_name()));
+        if g.ord == 0 {
+            g.ord = ord;
+            st.next_ord = ord;
+        }
         if !g.members.contains(&seq) {
             g.members.push(seq);
             g.merged.add(&mode);
+            g.promises |= mode.output != OutSync::No;
         }
         if !mode.aggregate {
             g.closed = true;
         }
         mismatch
+    }
+
+    /// Whether a collective whose every destination is the same segment offset on its rank
+    /// (`SINGLE`, `Addr::Seg`, rank participants, the flat algorithm) writes its blocks for other
+    /// ranks with the core's put, straight into their segments, instead of Medium messages and
+    /// early buffers. Only under `IN_NOSYNC` (a destination may be written before its owner
+    /// entered), not `OUT_MYSYNC` (a receiver would not know when its data is in place), not in
+    /// checked mode (no data moves before the signatures agree), and for the operations whose
+    /// every participant has a destination and none reads its source from it while others
+    /// write there: broadcast and gather_all. Every rank decides the same from the agreed
+    /// arguments.
+    fn direct_puts(&self, spec: &Spec, mode: &Mode) -> bool {
+        !self.check
+            && mode.input == InSync::No
+            && mode.output != OutSync::My
+            && matches!(spec.kind, Kind::Broadcast | Kind::GatherAll)
+            && self.ep.segment_ptr().is_ok()
+    }
+
+    /// Area `a` lies inside this rank's segment.
+    fn in_segment(&self, a: Area) -> bool {
+        let (Ok(base), Ok(len)) = (self.ep.segment_ptr(), self.ep.segment_len()) else {
+            return false;
+        };
+        let base = base as usize;
+        a.ptr >= base && a.ptr.checked_add(a.len).is_some_and(|e| e <= base + len)
     }
 
     /// Move every collective along as far as it can go without waiting. Returns whether
@@ -639,6 +781,25 @@ impl Shared {
                 return Ok(());
             }
         }
+    }
+
+    /// A block for rank `to` under `direct_puts`: written with the core's put at the segment
+    /// offset of `dst` (this participant's destination: the same offset on every rank) plus
+    /// `off`.
+    fn put_data(
+        &self,
+        to: Rank,
+        dst: Area,
+        off: usize,
+        src: usize,
+        len: usize,
+    ) -> Result<amnet_core::Handle> {
+        let base = self.ep.segment_ptr()? as usize;
+        let at = (dst.ptr - base + off) as u64;
+        // SAFETY: as in `send_data`: the source area was resolved and checked at entry and
+        // stays valid and untouched until the collective is synced, after this put's handle.
+        let bytes = unsafe { std::slice::from_raw_parts(src as *const u8, len) };
+        self.ep.put_nb(to, at, bytes)
     }
 
     fn send_stage(&self, to: Rank, from: u32, key: Key, phase: u32, bytes: &[u8]) -> Result<()> {
@@ -782,13 +943,17 @@ impl Shared {
             let entry_done = !merged.entry || g.entry.done();
             // Members: pushes, opening, reductions.
             let mut all_local = true;
+            // Every member done here, or (OUT_NOSYNC) its own part done.
+            let mut all_own = true;
             for &key in &members {
                 let Some(op) = st.ops.get_mut(&key) else {
                     all_local = false;
+                    all_own = false;
                     continue;
                 };
                 let Some(mode) = op.mode else {
                     all_local = false;
+                    all_own = false;
                     continue;
                 };
                 if op.error.is_some() {
@@ -801,6 +966,7 @@ impl Shared {
                         && !op.working
                         && op.parts.iter().all(|p| !p.pushing);
                     all_local &= op.local_done;
+                    all_own &= op.local_done;
                     continue;
                 }
                 let may_move = op.checked_ok && (!mode.needs_entry_signal() || entry_done);
@@ -812,6 +978,7 @@ impl Shared {
                     }
                     op.local_done = op.sched.as_ref().is_some_and(|ss| ss.done);
                     all_local &= op.local_done;
+                    all_own &= op.local_done || (mode.output == OutSync::No && op.sent_all());
                     continue;
                 }
                 if may_move {
@@ -852,8 +1019,13 @@ impl Shared {
                     op.local_done = done;
                 }
                 all_local &= op.local_done;
+                all_own &= op.local_done || (mode.output == OutSync::No && op.sent_all());
             }
             let g = st.groups.get_mut(&gid).expect("group present");
+            if closed && entry_done && all_own && !merged.exit {
+                // OUT_NOSYNC members need no more than their own part: the handle may go.
+                g.syncable = true;
+            }
             if all_local && closed {
                 if merged.exit && !g.exit.started() {
                     g.exit.start();
@@ -861,16 +1033,143 @@ impl Shared {
                 signal_sends(&mut g.exit, &geo, gid, SIG_EXIT, &mut outs);
                 if !merged.exit || g.exit.done() {
                     g.complete = true;
+                    g.syncable = true;
                     st.pending.remove(&gid);
+                    if g.detached {
+                        self.free_group(st, gid);
+                    }
                 }
             }
         }
         (outs, jobs)
     }
 
+    /// Forget group `gid` and its members (every handle was synced and it is complete). A
+    /// member that failed leaves its key in `failed`; one that failed after its handle was
+    /// synced (a detached group) leaves its error for the next barrier.
+    fn free_group(&self, st: &mut State, gid: Key) {
+        let Some(g) = st.groups.remove(&gid) else {
+            return;
+        };
+        if g.detached {
+            st.detached.remove(&g.ord);
+        }
+        for seq in g.members {
+            let k = Key {
+                team: gid.team,
+                seq,
+            };
+            if let Some(op) = st.ops.remove(&k) {
+                if let Some(e) = op.error {
+                    st.failed.insert(k);
+                    if g.detached {
+                        let text = format!("{} (synced early, OUT_NOSYNC): {e}", describe(k));
+                        amnet_core::diag!("amnet coll: rank {}: {text}", self.rank);
+                        st.late_errors.push(text);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Complete handle `h` if its group may be synced: Ok(true) when it was (the handle is dead
+    /// then). A group that promises data waits for every earlier detached group; the last
+    /// handle of a group that is not complete yet leaves it detached.
+    pub(crate) fn finish_handle(&self, h: u64) -> Result<bool> {
+        let mut st = self.lock();
+        let Some(rec) = st.handles.get(&h) else {
+            return Err(Error::BadHandle(
+                "unknown collective handle (already synced, or from another rank)",
+            ));
+        };
+        if rec.thread != std::thread::current().id() {
+            return Err(Error::BadHandle(
+                "a collective handle must be synced by the thread that started it",
+            ));
+        }
+        let gid = rec.group;
+        let Some(g) = st.groups.get(&gid) else {
+            return Err(Error::BadHandle("collective handle without a group"));
+        };
+        if !g.syncable || (g.promises && st.detached.range(..g.ord).next().is_some()) {
+            return Ok(false);
+        }
+        st.handles.remove(&h);
+        st.unsynced = st.unsynced.saturating_sub(1);
+        if let Some(ts) = st.teams.get_mut(&gid.team) {
+            ts.unsynced = ts.unsynced.saturating_sub(1);
+        }
+        let g = st.groups.get_mut(&gid).expect("checked above");
+        g.handles = g.handles.saturating_sub(1);
+        let last = g.handles == 0;
+        let complete = g.complete;
+        let members = g.members.clone();
+        let err = members.iter().find_map(|&seq| {
+            st.ops
+                .get(&Key {
+                    team: gid.team,
+                    seq,
+                })
+                .and_then(|o| o.error.clone())
+        });
+        if last {
+            if complete {
+                self.free_group(&mut st, gid);
+            } else {
+                let g = st.groups.get_mut(&gid).expect("checked above");
+                g.detached = true;
+                let ord = g.ord;
+                st.detached.insert(ord, gid);
+                st.dirty.insert(gid);
+            }
+        }
+        match err {
+            Some(e) => Err(e),
+            None => Ok(true),
+        }
+    }
+
+    /// Before a barrier: complete every detached group here (their data may still be on its
+    /// way), so that what the barrier separates is in place. Returns why the barrier may not
+    /// start, if something keeps them from completing (a hang with `AMNET_HANG_TIMEOUT`), or
+    /// an error that a detached collective met after its sync.
+    fn settle_detached(&self) -> Option<String> {
+        let mut idle = self.ep.backoff();
+        let mut last = Instant::now();
+        loop {
+            {
+                let mut st = self.lock();
+                if st.detached.is_empty() {
+                    return (!st.late_errors.is_empty())
+                        .then(|| std::mem::take(&mut st.late_errors).join("; "));
+                }
+            }
+            let n = match self.ep.poll() {
+                Ok(n) => n,
+                Err(e) => return Some(format!("collectives synced early could not complete: {e}")),
+            };
+            let moved = match self.advance() {
+                Ok(m) => m,
+                Err(e) => return Some(format!("collectives synced early could not complete: {e}")),
+            };
+            if n > 0 || moved {
+                idle.reset();
+                last = Instant::now();
+                continue;
+            }
+            if self.hang.is_some_and(|t| last.elapsed() >= t) {
+                return Some(format!(
+                    "collectives synced early (OUT_NOSYNC) are not complete: {}",
+                    self.report()
+                ));
+            }
+            idle.snooze(|| self.ep.keep_awake());
+        }
+    }
+
     /// Issue the sends of local participant `idx` of `key`, then open its destination.
     fn push(&self, key: Key, idx: usize) -> Result<()> {
-        let (spec, src, first, image_space, geo) = {
+        let (spec, src, dst, first, image_space, geo, direct) = {
             let st = self.lock();
             let Some(op) = st.ops.get(&key) else {
                 return Ok(());
@@ -878,12 +1177,24 @@ impl Shared {
             let (Some(spec), Some(geo)) = (op.spec.clone(), op.geo.clone()) else {
                 return Ok(());
             };
-            (spec, op.parts[idx].src, op.first, op.image_space, geo)
+            let part = &op.parts[idx];
+            let (src, dst) = (part.src, part.dst);
+            (spec, src, dst, op.first, op.image_space, geo, op.direct)
         };
         let p = first + idx;
+        let mut puts = Vec::new();
         for t in spec.transfers_from(p) {
             let to = geo.world(geo.owner(image_space, t.to));
-            self.send_data(to, key, t.to, t.dst_off, src.ptr + t.src_off, t.len)?;
+            if direct && to != self.rank {
+                puts.push(self.put_data(to, dst, t.dst_off, src.ptr + t.src_off, t.len)?);
+            } else {
+                self.send_data(to, key, t.to, t.dst_off, src.ptr + t.src_off, t.len)?;
+            }
+        }
+        // The participant has pushed once its puts are in place at their targets: a barrier
+        // after its sync then separates them from what follows everywhere.
+        for mut h in puts {
+            self.ep.wait_sync(&mut h)?;
         }
         let mut st = self.lock();
         if let Some(op) = st.ops.get_mut(&key) {
@@ -1079,29 +1390,37 @@ impl Shared {
         let r = crate::reduce::step(self, key);
         let mut st = self.lock();
         st.touch(key);
-        if let Some(op) = st.ops.get_mut(&key) {
-            op.working = false;
-            let geo = op.geo.clone();
-            match (r, geo) {
-                (Ok(outs), Some(geo)) => {
-                    drop(st);
-                    self.send_all(
-                        outs.into_iter()
-                            .map(|(to, phase, bytes)| Out::Stage {
-                                to: geo.world(to),
-                                from: geo.me,
-                                key,
-                                phase,
-                                bytes,
-                            })
-                            .collect(),
-                    )?;
+        let Some(op) = st.ops.get_mut(&key) else {
+            return Ok(());
+        };
+        let geo = op.geo.clone();
+        match (r, geo) {
+            (Ok(outs), Some(geo)) => {
+                // The op stays `working` until its streams are out: `sent_all` needs them.
+                drop(st);
+                let sent = self.send_all(
+                    outs.into_iter()
+                        .map(|(to, phase, bytes)| Out::Stage {
+                            to: geo.world(to),
+                            from: geo.me,
+                            key,
+                            phase,
+                            bytes,
+                        })
+                        .collect(),
+                );
+                let mut st = self.lock();
+                st.touch(key);
+                if let Some(op) = st.ops.get_mut(&key) {
+                    op.working = false;
                 }
-                (Ok(_), None) => {}
-                (Err(e), _) => {
-                    op.error = Some(e);
-                    op.rphase = 3;
-                }
+                sent?;
+            }
+            (Ok(_), None) => op.working = false,
+            (Err(e), _) => {
+                op.working = false;
+                op.error = Some(e);
+                op.rphase = 3;
             }
         }
         Ok(())
@@ -1251,9 +1570,7 @@ impl Shared {
             let mut what = Vec::new();
             if g.merged.entry && !g.entry.done() {
                 match g.entry.waiting_for() {
-                    Some((k, from)) => {
-                        what.push(format!("entry signal round {k} from {}", who(from)))
-                    }
+                    Some((k, from)) => what.push(wait_text(&g.entry, "entry", k, &who(from))),
                     None => what.push("every local participant to enter (entry signal)".into()),
                 }
             }
@@ -1295,13 +1612,14 @@ impl Shared {
             }
             if g.merged.exit && g.exit.started() && !g.exit.done() {
                 if let Some((k, from)) = g.exit.waiting_for() {
-                    what.push(format!("exit signal round {k} from {}", who(from)));
+                    what.push(wait_text(&g.exit, "exit", k, &who(from)));
                 }
             }
             lines.push(format!(
-                "  {} group #{} ({} member(s), {:.1} s old) waits for: {}",
+                "  {} group #{}{} ({} member(s), {:.1} s old) waits for: {}",
                 team_name(gid.team),
                 gid.seq,
+                if g.detached { " (synced early)" } else { "" },
                 g.members.len(),
                 g.started.elapsed().as_secs_f64(),
                 if what.is_empty() {
@@ -1324,13 +1642,25 @@ impl Shared {
 }
 
 /// Queue the signals `d` may send now for `group` (peers are team ranks of `geo`).
-fn signal_sends(d: &mut Dissemination, geo: &Geo, group: Key, which: u32, outs: &mut Vec<Out>) {
+fn signal_sends(d: &mut Signal, geo: &Geo, group: Key, which: u32, outs: &mut Vec<Out>) {
     outs.extend(d.sends().into_iter().map(|(to, round)| Out::Sig {
         to: geo.world(to),
         group,
         which,
         round,
     }));
+}
+
+/// What a signal waits for, for hang reports: "entry signal round K from rank F" (dissemination),
+/// "entry signal (tree) from child rank F" or "... release from rank F" (tree).
+fn wait_text(sig: &Signal, which: &str, round: u32, who: &str) -> String {
+    match sig.alg() {
+        SignalAlg::Dissemination => format!("{which} signal round {round} from {who}"),
+        SignalAlg::Tree if round == TREE_DOWN => {
+            format!("{which} signal (tree) release from {who}")
+        }
+        SignalAlg::Tree => format!("{which} signal (tree) from child {who}"),
+    }
 }
 
 /// "team 0x.." for messages, "world" for the world team.

@@ -21,11 +21,14 @@ pub(crate) enum Kind {
     ReduceElemsAll,
     ScanElems,
     ExclusiveScanElems,
+    /// The team barrier: no data, only the entry signal (`Coll::barrier`); its algorithms are
+    /// the signal schemes every entry and exit signal uses.
+    Barrier,
 }
 
 impl Kind {
     /// Every operation, in code order.
-    pub(crate) const ALL: [Kind; 13] = [
+    pub(crate) const ALL: [Kind; 14] = [
         Kind::Broadcast,
         Kind::Scatter,
         Kind::Gather,
@@ -39,6 +42,7 @@ impl Kind {
         Kind::ReduceElemsAll,
         Kind::ScanElems,
         Kind::ExclusiveScanElems,
+        Kind::Barrier,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -56,6 +60,7 @@ impl Kind {
             Kind::ReduceElemsAll => "reduce_elems_to_all",
             Kind::ScanElems => "scan_elems",
             Kind::ExclusiveScanElems => "exclusive_scan_elems",
+            Kind::Barrier => "barrier",
         }
     }
 

@@ -97,6 +97,9 @@ pub(crate) enum Imp {
     Flat,
     /// A schedule from a generator (`algs/`).
     Sched,
+    /// A signal scheme (`barrier`): the entry and exit signals of every collective on a team
+    /// and the team barrier run it.
+    Signal,
 }
 
 /// A call as the selector and the cost model see it.
@@ -550,7 +553,52 @@ pub(crate) static ALGS: &[Alg] = &[
         // The shift, then the scan over the other ranks.
         cost: |m, c| (1.0 + log2_ceil(c.ranks.saturating_sub(1))) * (m.alpha + m.beta * bytes(c)),
     },
+    // The signal schemes (`amnet_sync_modes::Signal`): the team barrier, and the entry and exit
+    // signals of IN_ALLSYNC and OUT_ALLSYNC, chosen per team with 0 bytes.
+    Alg {
+        name: "dissemination",
+        kind: Kind::Barrier,
+        imp: Imp::Signal,
+        requires: 0,
+        forbids: 0,
+        // ⌈log₂ np⌉ rounds of one message per rank.
+        cost: |m, c| log2_ceil(c.ranks) * m.alpha,
+    },
+    Alg {
+        name: "tree",
+        kind: Kind::Barrier,
+        imp: Imp::Signal,
+        requires: 0,
+        forbids: 0,
+        // Up and down a binomial tree: twice the steps, 2(np − 1) messages in all instead of
+        // np·⌈log₂ np⌉. The model counts steps only, so it never prefers the tree;
+        // AMNET_COLL_TUNE or a tuning table selects it.
+        cost: |m, c| 2.0 * log2_ceil(c.ranks) * m.alpha,
+    },
 ];
+
+/// The bits of a team's own characteristics, the same on every member.
+pub(crate) fn team_bits(geo: &crate::team::Geo, conduit: &str) -> u64 {
+    use bits::*;
+    let mut m = 0;
+    let size = geo.size();
+    if size == 1 {
+        m |= ONE_RANK;
+    }
+    if size.is_power_of_two() {
+        m |= POW2;
+    }
+    if geo.images.windows(2).all(|w| w[0] == w[1]) {
+        m |= UNIFORM_IMAGES;
+    }
+    if geo.images.iter().any(|&n| n > 1) {
+        m |= MULTI_IMAGE;
+    }
+    if conduit == "smp" {
+        m |= DIRECT_SEGMENTS;
+    }
+    m
+}
 
 /// The flat algorithm of every other operation.
 static FLAT: Alg = Alg {
@@ -897,6 +945,27 @@ pub(crate) struct Choice {
     pub(crate) params: Vec<(String, u64)>,
 }
 
+impl Selector {
+    /// The signal scheme of `geo`'s team: the `barrier` algorithm selected for it (0 bytes,
+    /// the team's bits), the same on every member.
+    pub(crate) fn signal(
+        &self,
+        geo: &crate::team::Geo,
+        conduit: &str,
+    ) -> amnet_sync_modes::SignalAlg {
+        let c = CallInfo {
+            kind: Kind::Barrier,
+            mask: team_bits(geo, conduit),
+            bytes: 0,
+            ranks: geo.size(),
+        };
+        match self.choose(&c) {
+            Ok(ch) if ch.alg.name == "tree" => amnet_sync_modes::SignalAlg::Tree,
+            _ => amnet_sync_modes::SignalAlg::Dissemination,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1004,6 +1073,20 @@ mod tests {
         assert_eq!(soft.choose(&c).unwrap().alg.name, "flat");
         let plain = CallInfo { mask: 0, ..c };
         assert_eq!(soft.choose(&plain).unwrap().alg.name, "binomial");
+    }
+
+    #[test]
+    fn the_signal_schemes_are_barrier_algorithms() {
+        assert_eq!(algorithms("barrier"), Some(vec!["dissemination", "tree"]));
+        let geo = crate::team::Geo::new(0, (0..6).collect(), 2, &[1; 6]);
+        let sel = Selector::from_parts(Vec::new(), Vec::new(), Model::for_conduit("udp"));
+        use amnet_sync_modes::SignalAlg;
+        assert_eq!(sel.signal(&geo, "udp"), SignalAlg::Dissemination);
+        sel.set_forced("barrier:-:tree").unwrap();
+        assert_eq!(sel.signal(&geo, "udp"), SignalAlg::Tree);
+        sel.set_forced("barrier:-:dissemination").unwrap();
+        assert_eq!(sel.signal(&geo, "smp"), SignalAlg::Dissemination);
+        assert!(parse_tune("barrier:-:ring").is_err());
     }
 
     #[test]

@@ -36,6 +36,12 @@ fn data_movement_every_mode() {
             let p = ranks as usize;
             for (m, &mode) in MODES.iter().enumerate() {
                 let f = mode | flags::SINGLE;
+                // OUT_NOSYNC data is in place after a barrier, not at the return.
+                let settle = || {
+                    if mode & flags::OUT_NOSYNC != 0 {
+                        ep.barrier().unwrap();
+                    }
+                };
                 let nb = 100 + m;
                 let src: Vec<u8> = (0..nb * p).map(|i| (i * 7 + me * 13 + m) as u8).collect();
                 ep.write_local(0, &src).unwrap();
@@ -43,6 +49,7 @@ fn data_movement_every_mode() {
                 let root = (p - 1) as u32;
                 coll.broadcast(coll.world(), Addr::seg(65536), root, Addr::seg(0), nb, f)
                     .unwrap();
+                settle();
                 let mut got = vec![0u8; nb];
                 ep.read_local(65536, &mut got).unwrap();
                 let want: Vec<u8> = (0..nb).map(|i| (i * 7 + (p - 1) * 13 + m) as u8).collect();
@@ -51,6 +58,7 @@ fn data_movement_every_mode() {
                 // gather_all: block i from rank i (its first nb bytes)
                 coll.gather_all(coll.world(), Addr::seg(131072), Addr::seg(0), nb, f)
                     .unwrap();
+                settle();
                 let mut got = vec![0u8; nb * p];
                 ep.read_local(131072, &mut got).unwrap();
                 for r in 0..p {
@@ -65,6 +73,7 @@ fn data_movement_every_mode() {
                 // exchange: block j of rank i -> block i of rank j
                 coll.exchange(coll.world(), Addr::seg(262144), Addr::seg(0), nb, f)
                     .unwrap();
+                settle();
                 let mut got = vec![0u8; nb * p];
                 ep.read_local(262144, &mut got).unwrap();
                 for r in 0..p {

@@ -417,6 +417,230 @@ impl Dissemination {
     }
 }
 
+/// The round number a [`Tree`] gives its release ("down") message; an "up" message from the
+/// child `parent + 2^k` carries round `k`.
+pub const TREE_DOWN: u32 = 32;
+
+/// The binomial-tree signal among `size` ranks, rooted at rank 0: gather, then release. Rank
+/// `r`'s children are `r + 2^k` for every `2^k` below the lowest set bit of `r` (every `2^k`
+/// for rank 0) that is a rank; its parent is `r` minus its lowest set bit. A rank sends "up"
+/// to its parent once it started and every child's "up" arrived; the root then sends "down"
+/// to its children, and every other rank forwards "down" once it arrives. `2(size - 1)`
+/// messages in all (a rank sends one per child and one up), `2 ceil(log2 size)` steps on the
+/// longest path; no rank is released before every rank started. The same interface as
+/// [`Dissemination`].
+#[derive(Debug, Clone)]
+pub struct Tree {
+    rank: u32,
+    size: u32,
+    /// Bit k: the "up" of child `rank + 2^k` arrived.
+    up: u64,
+    /// Bit k: `rank + 2^k` is a child.
+    children: u64,
+    down: bool,
+    sent_up: bool,
+    sent_down: bool,
+    started: bool,
+}
+
+impl Tree {
+    /// A signal not started yet (arrivals may already be recorded).
+    pub fn new(rank: u32, size: u32) -> Self {
+        let limit = if rank == 0 {
+            u64::MAX
+        } else {
+            u64::from(rank & rank.wrapping_neg())
+        };
+        let mut children = 0u64;
+        let mut k = 0;
+        while k < 32 && (1u64 << k) < limit && u64::from(rank) + (1u64 << k) < u64::from(size) {
+            children |= 1 << k;
+            k += 1;
+        }
+        Tree {
+            rank,
+            size,
+            up: 0,
+            children,
+            down: false,
+            sent_up: false,
+            sent_down: false,
+            started: false,
+        }
+    }
+
+    fn parent(&self) -> Option<u32> {
+        (self.rank != 0).then(|| self.rank - (self.rank & self.rank.wrapping_neg()))
+    }
+
+    fn child_ups_in(&self) -> bool {
+        self.up & self.children == self.children
+    }
+
+    /// Messages a rank receives in all: one per child and, but on the root, one from its
+    /// parent.
+    pub fn rounds(&self) -> u32 {
+        self.children.count_ones() + u32::from(self.rank != 0)
+    }
+
+    /// Record a message: round `k < 32` is the "up" of child `rank + 2^k`, [`TREE_DOWN`] the
+    /// release from the parent. Messages no rank of this shape sends are ignored and reported
+    /// as false.
+    pub fn arrive(&mut self, round: u32) -> bool {
+        if round == TREE_DOWN && self.rank != 0 {
+            self.down = true;
+            true
+        } else if round < 32 && self.children & (1 << round) != 0 {
+            self.up |= 1 << round;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// This rank is ready.
+    pub fn start(&mut self) {
+        self.started = true;
+    }
+
+    /// Whether [`Tree::start`] was called.
+    pub fn started(&self) -> bool {
+        self.started
+    }
+
+    /// The messages to send now, as (peer, round); each is returned once.
+    pub fn sends(&mut self) -> Vec<(u32, u32)> {
+        let mut out = Vec::new();
+        if !self.started || !self.child_ups_in() {
+            return out;
+        }
+        if let Some(p) = self.parent() {
+            if !self.sent_up {
+                self.sent_up = true;
+                out.push((p, self.rank.trailing_zeros()));
+            }
+        }
+        let release = self.parent().is_none() || self.down;
+        if release && !self.sent_down {
+            self.sent_down = true;
+            out.extend(
+                (0..32)
+                    .filter(|k| self.children & (1 << k) != 0)
+                    .map(|k| (self.rank + (1 << k), TREE_DOWN)),
+            );
+        }
+        out
+    }
+
+    /// This rank is released and forwarded the release to its children.
+    pub fn done(&self) -> bool {
+        self.started && self.child_ups_in() && self.sent_down && (self.rank == 0 || self.down)
+    }
+
+    /// The first message still missing, as (round, rank it comes from), for hang reports.
+    pub fn waiting_for(&self) -> Option<(u32, u32)> {
+        if !self.started {
+            return None;
+        }
+        if let Some(k) = (0..32).find(|&k| self.children & !self.up & (1 << k) != 0) {
+            return Some((k, self.rank + (1 << k)));
+        }
+        match self.parent() {
+            Some(p) if !self.down => Some((TREE_DOWN, p)),
+            _ => None,
+        }
+    }
+
+    /// The number of ranks.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+}
+
+/// Which scheme an entry or exit signal (and a barrier) runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SignalAlg {
+    /// [`Dissemination`]: `ceil(log2 P)` rounds, `ceil(log2 P)` messages per rank.
+    Dissemination,
+    /// [`Tree`]: gather to rank 0, then release; `2(P - 1)` messages in all.
+    Tree,
+}
+
+/// An entry or exit signal of one of the [`SignalAlg`] schemes.
+#[derive(Debug, Clone)]
+pub enum Signal {
+    /// Dissemination rounds.
+    Dissemination(Dissemination),
+    /// A binomial tree.
+    Tree(Tree),
+}
+
+impl Signal {
+    /// A signal of scheme `alg` not started yet.
+    pub fn new(alg: SignalAlg, rank: u32, size: u32) -> Signal {
+        match alg {
+            SignalAlg::Dissemination => Signal::Dissemination(Dissemination::new(rank, size)),
+            SignalAlg::Tree => Signal::Tree(Tree::new(rank, size)),
+        }
+    }
+
+    /// Its scheme.
+    pub fn alg(&self) -> SignalAlg {
+        match self {
+            Signal::Dissemination(_) => SignalAlg::Dissemination,
+            Signal::Tree(_) => SignalAlg::Tree,
+        }
+    }
+
+    /// Record an arrival (see the scheme's `arrive`).
+    pub fn arrive(&mut self, round: u32) -> bool {
+        match self {
+            Signal::Dissemination(d) => d.arrive(round),
+            Signal::Tree(t) => t.arrive(round),
+        }
+    }
+
+    /// This rank is ready.
+    pub fn start(&mut self) {
+        match self {
+            Signal::Dissemination(d) => d.start(),
+            Signal::Tree(t) => t.start(),
+        }
+    }
+
+    /// Whether it was started.
+    pub fn started(&self) -> bool {
+        match self {
+            Signal::Dissemination(d) => d.started(),
+            Signal::Tree(t) => t.started(),
+        }
+    }
+
+    /// The messages to send now, as (peer, round).
+    pub fn sends(&mut self) -> Vec<(u32, u32)> {
+        match self {
+            Signal::Dissemination(d) => d.sends(),
+            Signal::Tree(t) => t.sends(),
+        }
+    }
+
+    /// Every rank started and this rank sent all it has to send.
+    pub fn done(&self) -> bool {
+        match self {
+            Signal::Dissemination(d) => d.done(),
+            Signal::Tree(t) => t.done(),
+        }
+    }
+
+    /// The first message still missing: (round, rank it comes from).
+    pub fn waiting_for(&self) -> Option<(u32, u32)> {
+        match self {
+            Signal::Dissemination(d) => d.waiting_for(),
+            Signal::Tree(t) => t.waiting_for(),
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::cast_possible_truncation)] // random indices reduced modulo small lengths
 mod tests {
@@ -491,6 +715,86 @@ mod tests {
             }
         );
         assert_eq!(Merged::of([&b]), Merged::default());
+    }
+
+    /// Simulate every size up to 40 with random start and delivery orders, for both schemes:
+    /// every rank finishes, no rank finishes before every rank started, and the tree sends
+    /// 2(size - 1) messages in all.
+    #[test]
+    fn signals_complete_only_after_all_start() {
+        let mut seed = 99u64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for alg in [SignalAlg::Dissemination, SignalAlg::Tree] {
+            for size in 1..=40u32 {
+                let mut st: Vec<Signal> = (0..size).map(|r| Signal::new(alg, r, size)).collect();
+                let mut inflight: Vec<(u32, u32)> = Vec::new();
+                let mut order: Vec<u32> = (0..size).collect();
+                for i in (1..order.len()).rev() {
+                    order.swap(i, (rnd() % (i as u64 + 1)) as usize);
+                }
+                let (mut started, mut sent) = (0, 0);
+                loop {
+                    if started < size && (inflight.is_empty() || rnd() % 3 == 0) {
+                        let r = order[started as usize];
+                        st[r as usize].start();
+                        started += 1;
+                        let out = st[r as usize].sends();
+                        sent += out.len();
+                        inflight.extend(out);
+                    } else if !inflight.is_empty() {
+                        let i = (rnd() % inflight.len() as u64) as usize;
+                        let (to, k) = inflight.swap_remove(i);
+                        assert!(
+                            st[to as usize].arrive(k),
+                            "{alg:?} size {size}: {k} at {to}"
+                        );
+                        let out = st[to as usize].sends();
+                        sent += out.len();
+                        inflight.extend(out);
+                    } else {
+                        break;
+                    }
+                    if started < size && size > 1 {
+                        assert!(
+                            st.iter().all(|s| !s.done()),
+                            "{alg:?} size {size}: done before all started"
+                        );
+                    }
+                }
+                assert!(st.iter().all(Signal::done), "{alg:?} size {size}");
+                assert!(
+                    st.iter().all(|s| s.waiting_for().is_none()),
+                    "{alg:?} {size}"
+                );
+                if alg == SignalAlg::Tree {
+                    assert_eq!(sent, 2 * (size as usize - 1), "size {size}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn tree_shape() {
+        // Rank 0 of 6: children 1, 2, 4; rank 4: child 5; rank 2: child 3; rank 5: none.
+        let t = Tree::new(0, 6);
+        assert_eq!(t.children, 0b111);
+        assert_eq!(Tree::new(4, 6).children, 0b1);
+        assert_eq!(Tree::new(2, 6).children, 0b1);
+        assert_eq!(Tree::new(5, 6).children, 0);
+        assert_eq!(Tree::new(4, 6).parent(), Some(0));
+        assert_eq!(Tree::new(6, 8).parent(), Some(4));
+        let mut leaf = Tree::new(5, 6);
+        leaf.start();
+        assert_eq!(leaf.sends(), vec![(4, 0)]);
+        assert_eq!(leaf.waiting_for(), Some((TREE_DOWN, 4)));
+        assert!(!leaf.arrive(3));
+        assert!(leaf.arrive(TREE_DOWN));
+        assert!(leaf.sends().is_empty() && leaf.done());
     }
 
     /// Simulate every size up to 40 with random delivery order: every rank finishes, and no

@@ -29,7 +29,9 @@ pub fn tests() -> Vec<Test> {
         t("coll_typed", typed, 30),
         t("coll_in_allsync", in_allsync, 30),
         t("coll_out_allsync", out_allsync, 30),
+        t("coll_out_nosync", out_nosync, 30),
         t("coll_aggregate_merges_sync", aggregate_messages, 30),
+        t("coll_barrier_schemes", barrier_schemes, 60),
         t("coll_rules", rules, 30),
         t("coll_rule_in_handler", rule_in_handler, 30),
         t("coll_in_place_scatter", in_place_scatter, 30),
@@ -463,6 +465,134 @@ fn out_allsync(c: &Ctx<'_>) -> Verdict {
     Ok(())
 }
 
+/// OUT_NOSYNC: a sync needs only this rank's own part. Rank 0 enters a broadcast late (after
+/// putting a flag into every rank): the others' syncs of it return before the flag is set,
+/// without its data. A later `OUT_MYSYNC` broadcast from another root, whose data comes at once,
+/// syncs only once the first one's data is in place too (the first is `IN_MYSYNC`: its data
+/// travels in messages the receiver tracks; `IN_NOSYNC` data written by direct puts is in
+/// place after a barrier). Then a gather_all with the late rank
+/// synced early everywhere is in place after a barrier (the core's, then the team's). A
+/// destination outside the segment is in place at the sync.
+fn out_nosync(c: &Ctx<'_>) -> Verdict {
+    let co = coll(c)?;
+    let (me, p) = (c.rank(), c.size());
+    if p < 2 {
+        return Ok(());
+    }
+    ck("tune", co.tune("broadcast:-:flat;gather_all:-:flat"))?;
+    let late = 0;
+    let n = 64usize;
+    let first = pattern(0x0d, 0, 0, 1, n);
+    let second = pattern(0x0d, 0, p as usize - 1, 2, n);
+    ck("write", c.ep.write_local(SM_SRC, &first))?;
+    ck("write", c.ep.write_local(SM_SRC + 4096, &second))?;
+    ck("write", c.ep.write_local(SM_DST, &vec![0u8; 8192]))?;
+    ck("write", c.ep.write_local(SM_FLAG, &[0u8; 8]))?;
+    ck("barrier", c.ep.barrier())?;
+    if me == late {
+        std::thread::sleep(Duration::from_millis(100));
+        for r in (0..p).filter(|&r| r != late) {
+            ck("put", c.ep.put(r, SM_FLAG, &1u64.to_le_bytes()))?;
+        }
+    }
+    let nosync = f::NOSYNC | f::SINGLE;
+    let h = ck(
+        "broadcast_nb",
+        co.broadcast_nb(
+            co.world(),
+            Addr::Seg(SM_DST),
+            late,
+            Addr::Seg(SM_SRC),
+            n,
+            f::IN_MYSYNC | f::OUT_NOSYNC | f::SINGLE,
+        ),
+    )?;
+    ck("wait_sync", co.wait_sync(h))?;
+    if me != late {
+        let mut flag = [0u8; 8];
+        ck("read", c.ep.read_local(SM_FLAG, &mut flag))?;
+        ensure(flag == [0u8; 8], || {
+            "an OUT_NOSYNC sync without sends of its own waited for the late root".into()
+        })?;
+    }
+    let h = ck(
+        "broadcast_nb",
+        co.broadcast_nb(
+            co.world(),
+            Addr::Seg(SM_DST + 4096),
+            p - 1,
+            Addr::Seg(SM_SRC + 4096),
+            n,
+            f::MYSYNC | f::SINGLE,
+        ),
+    )?;
+    ck("wait_sync", co.wait_sync(h))?;
+    let mut got = vec![0u8; n];
+    ck("read", c.ep.read_local(SM_DST, &mut got))?;
+    ensure(got == first, || {
+        "an OUT_MYSYNC sync returned before an earlier OUT_NOSYNC broadcast's data was in place"
+            .into()
+    })?;
+    ck("read", c.ep.read_local(SM_DST + 4096, &mut got))?;
+    ensure(got == second, || {
+        "the OUT_MYSYNC broadcast's data is wrong".into()
+    })?;
+    // A destination outside the segment (`Addr::ptr`) must be done by the sync: OUT_NOSYNC
+    // gives OUT_MYSYNC's guarantee there.
+    if me == late {
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let mut heap = vec![0u8; n];
+    // SAFETY: `heap` outlives the collective, which the wait_sync completes.
+    let dst = unsafe { Addr::ptr(heap.as_mut_ptr()) };
+    let h = ck(
+        "broadcast_nb",
+        co.broadcast_nb(co.world(), dst, late, Addr::Seg(SM_SRC), n, nosync),
+    )?;
+    ck("wait_sync", co.wait_sync(h))?;
+    ensure(heap == first, || {
+        "an OUT_NOSYNC broadcast into memory outside the segment returned before its data".into()
+    })?;
+    // Late data for collectives synced early: in place after a barrier.
+    for (round, core) in [(0u64, true), (1, false)] {
+        let mine = pattern(0x0e + round, 0, me as usize, 3, n);
+        ck("write", c.ep.write_local(SM_SRC, &mine))?;
+        ck(
+            "write",
+            c.ep.write_local(SM_DST, &vec![0u8; n * p as usize]),
+        )?;
+        ck("barrier", c.ep.barrier())?;
+        if me == late {
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        let h = ck(
+            "gather_all_nb",
+            co.gather_all_nb(co.world(), Addr::Seg(SM_DST), Addr::Seg(SM_SRC), n, nosync),
+        )?;
+        ck("wait_sync", co.wait_sync(h))?;
+        if core {
+            ck("barrier", c.ep.barrier())?;
+        } else {
+            ck("team barrier", co.barrier(co.world()))?;
+        }
+        let mut all = vec![0u8; n * p as usize];
+        ck("read", c.ep.read_local(SM_DST, &mut all))?;
+        let want: Vec<u8> = (0..p as usize)
+            .flat_map(|r| pattern(0x0e + round, 0, r, 3, n))
+            .collect();
+        crate::coll_oracle::diff(
+            &format!(
+                "an OUT_NOSYNC gather_all after {}",
+                if core { "a barrier" } else { "a team barrier" }
+            ),
+            &all,
+            &want,
+        )?;
+    }
+    ck("tune", co.tune(&env_tune()))?;
+    ck("barrier", c.ep.barrier())
+}
+
 fn requests(c: &Ctx<'_>) -> u64 {
     c.ep.stats().requests_sent.messages()
 }
@@ -502,7 +632,17 @@ fn aggregate_messages(c: &Ctx<'_>) -> Verdict {
     let co = coll(c)?;
     let p = u64::from(c.size());
     let k = 8usize;
-    let log = u64::from(64 - (p - 1).leading_zeros()); // ceil(log2 p)
+    // Signal messages this rank sends per entry or exit signal: ceil(log2 p) rounds of
+    // dissemination, or one per child and one up in the tree.
+    let log = if ck(
+        "selected",
+        co.selected(co.world(), "barrier", 0, f::ALLSYNC),
+    )? == "tree"
+    {
+        tree_children(c.rank(), c.size()) + u64::from(c.rank() != 0)
+    } else {
+        u64::from(64 - (p - 1).leading_zeros())
+    };
     let sep = count_broadcasts(c, co, k, f::ALLSYNC, false)?;
     let agg = count_broadcasts(c, co, k, f::ALLSYNC, true)?;
     let bound = sep.saturating_sub((k as u64 - 1) * 2 * log);
@@ -523,10 +663,118 @@ fn aggregate_messages(c: &Ctx<'_>) -> Verdict {
                 format!("requests: ALLSYNC {sep}, NOSYNC {nosync}, MYSYNC {mysync}, IN_ALLSYNC {in_all}, OUT_ALLSYNC {out_all}: weaker modes should send fewer")
             },
         )?;
-        ensure(nosync + k as u64 * 2 * log == sep, || {
-            format!("ALLSYNC sent {sep} requests, NOSYNC {nosync}: expected exactly {} signal messages more", k as u64 * 2 * log)
+        ensure(mysync + k as u64 * 2 * log == sep, || {
+            format!("ALLSYNC sent {sep} requests, MYSYNC {mysync}: expected exactly {} signal messages more", k as u64 * 2 * log)
         })?;
+        // NOSYNC broadcasts into the segment (the flat algorithm) are puts: no data messages
+        // where a put is a direct copy.
+        let direct = ck(
+            "selected",
+            co.selected(co.world(), "broadcast", 8, f::NOSYNC),
+        )? == "flat"
+            && (0..c.size())
+                .all(|r| r == c.rank() || matches!(c.ep.rma_path(r), Ok(amnet::RmaPath::Direct)));
+        ensure(
+            nosync <= mysync && (!direct || c.rank() != 0 || nosync < mysync),
+            || {
+                format!("NOSYNC broadcasts sent {nosync} requests, MYSYNC {mysync}: NOSYNC should send fewer (direct puts)")
+            },
+        )?;
     }
+    Ok(())
+}
+
+/// Children of team rank `r` in the binomial tree of `p` ranks rooted at 0 (the `tree` signal).
+fn tree_children(r: u32, p: u32) -> u64 {
+    let limit = if r == 0 {
+        u64::MAX
+    } else {
+        u64::from(r & r.wrapping_neg())
+    };
+    (0..32u32)
+        .take_while(|&k| (1u64 << k) < limit && u64::from(r) + (1u64 << k) < u64::from(p))
+        .count() as u64
+}
+
+/// The AMNET_COLL_TUNE a job started with (restored after a test that calls `Coll::tune`).
+fn env_tune() -> String {
+    std::env::var("AMNET_COLL_TUNE").unwrap_or_default()
+}
+
+/// The team barrier and the entry signals under each signal scheme (`barrier`'s algorithms,
+/// forced through `Coll::tune`): nobody leaves a barrier before the late rank of the round put
+/// its round number into every rank's flag, and each rank sends what its scheme sends: one
+/// message per round (dissemination) or one per child and one up (tree).
+fn barrier_schemes(c: &Ctx<'_>) -> Verdict {
+    let co = coll(c)?;
+    let (me, p) = (c.rank(), c.size());
+    let log = u64::from(32 - (p - 1).leading_zeros()); // ceil(log2 p)
+    let algs = Coll::algorithms("barrier").unwrap_or_default();
+    ensure(algs == ["dissemination", "tree"], || {
+        format!("barrier's algorithms are {algs:?}")
+    })?;
+    for scheme in ["dissemination", "tree"] {
+        ck(
+            "tune",
+            co.tune(&format!("barrier:-:{scheme};broadcast:-:flat")),
+        )?;
+        let sel = ck(
+            "selected",
+            co.selected(co.world(), "barrier", 0, f::ALLSYNC),
+        )?;
+        ensure(sel == scheme, || {
+            format!("selected {sel} with {scheme} forced")
+        })?;
+        let want = if scheme == "tree" {
+            tree_children(me, p) + u64::from(me != 0)
+        } else {
+            log
+        };
+        for round in 1..=4u64 {
+            let late = u32::try_from(round % u64::from(p)).unwrap_or(0);
+            ck("barrier", c.ep.barrier())?;
+            if me == late {
+                std::thread::sleep(Duration::from_millis(20));
+                for r in 0..p {
+                    ck("put", c.ep.put(r, SM_FLAG, &round.to_le_bytes()))?;
+                }
+            }
+            let before = requests(c);
+            ck("team barrier", co.barrier(co.world()))?;
+            let sent = requests(c) - before;
+            let mut got = [0u8; 8];
+            ck("read", c.ep.read_local(SM_FLAG, &mut got))?;
+            ensure(u64::from_le_bytes(got) == round, || {
+                format!("{scheme} round {round}: left the barrier before rank {late} entered it")
+            })?;
+            ensure(sent == want, || {
+                format!("{scheme}: a barrier sent {sent} requests from rank {me}, expected {want}")
+            })?;
+        }
+        // An IN_ALLSYNC broadcast's entry signal runs the same scheme.
+        let before = requests(c);
+        let h = ck(
+            "broadcast_nb",
+            co.broadcast_nb(
+                co.world(),
+                Addr::Seg(SM_DST),
+                0,
+                Addr::Seg(SM_SRC),
+                8,
+                f::IN_ALLSYNC | f::OUT_MYSYNC | f::SINGLE,
+            ),
+        )?;
+        ck("wait_sync", co.wait_sync(h))?;
+        let sent = requests(c) - before;
+        let data = if me == 0 { u64::from(p) - 1 } else { 0 };
+        ensure(sent == want + data, || {
+            format!(
+                "{scheme}: an IN_ALLSYNC broadcast sent {sent} requests from rank {me}, expected                  {want} signals and {data} data messages"
+            )
+        })?;
+        ck("barrier", c.ep.barrier())?;
+    }
+    ck("tune", co.tune(&env_tune()))?;
     Ok(())
 }
 
@@ -796,7 +1044,8 @@ fn rule_in_handler(c: &Ctx<'_>) -> Verdict {
 
 // ----- many outstanding ---------------------------------------------------------------------
 
-/// At least 65,535 tiny non-blocking NOSYNC collectives outstanding, then one wait_sync_all.
+/// At least 65,535 tiny non-blocking collectives outstanding, then one wait_sync_all
+/// (`IN_NOSYNC|OUT_MYSYNC`: a sync waits for this rank's data).
 fn outstanding(c: &Ctx<'_>) -> Verdict {
     let co = coll(c)?;
     let n = 65_536usize;
@@ -818,7 +1067,7 @@ fn outstanding(c: &Ctx<'_>) -> Verdict {
                     0,
                     Addr::Seg(SM_SRC + i as u64),
                     1,
-                    f::NOSYNC | f::SINGLE,
+                    f::IN_NOSYNC | f::OUT_MYSYNC | f::SINGLE,
                 )
                 .map_err(|e| format!("broadcast_nb #{i}: {e}"))?;
             hs.push(h);
@@ -905,7 +1154,7 @@ fn progress_in_core_waits(c: &Ctx<'_>) -> Verdict {
             0,
             Addr::Seg(SM_SRC),
             64,
-            f::NOSYNC | f::SINGLE,
+            f::IN_NOSYNC | f::OUT_MYSYNC | f::SINGLE,
         ),
     )?;
     if has_children(me) {

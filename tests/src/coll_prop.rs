@@ -494,8 +494,8 @@ impl Caller<'_> {
         (base as u64, (base + SLOT / 2) as u64)
     }
 
-    /// Fill this caller's areas and issue `c`.
-    pub fn issue(&self, c: &GCall) -> Result<Issued, String> {
+    /// Fill this caller's areas for `c`.
+    fn fill(&self, c: &GCall) -> Result<Vec<Mine>, String> {
         let d = &c.desc;
         let mut mine = Vec::new();
         for p in self.parts(c) {
@@ -519,6 +519,18 @@ impl Caller<'_> {
                 dst_buf,
             });
         }
+        Ok(mine)
+    }
+
+    /// Fill this caller's areas and issue `c`.
+    pub fn issue(&self, c: &GCall) -> Result<Issued, String> {
+        let mine = self.fill(c)?;
+        self.start(c, mine)
+    }
+
+    /// Issue `c` on areas `fill` prepared.
+    fn start(&self, c: &GCall, mut mine: Vec<Mine>) -> Result<Issued, String> {
+        let d = &c.desc;
         let mut flags = c.sync | if c.local { f::LOCAL } else { f::SINGLE };
         if c.form == Form::AllThreads {
             flags |= f::ALL_THREADS;
@@ -976,11 +988,40 @@ impl Caller<'_> {
         Ok(())
     }
 
-    /// Issue, sync and check one unit.
+    /// A barrier of the unit's callers on the team: every image thread for an `ALL_THREADS`
+    /// unit, one thread per rank otherwise.
+    fn unit_barrier(&self, u: &Unit) -> Result<(), String> {
+        let r = if u.all_threads {
+            self.coll.barrier_images(self.team)
+        } else {
+            self.coll.barrier(self.team)
+        };
+        r.map_err(|e| format!("seed {}: team barrier: {e}", self.seed))
+    }
+
+    /// Issue, sync and check one unit. A unit with an `IN_NOSYNC` call fills every caller's
+    /// areas and meets in a barrier before any call: `IN_NOSYNC` promises that every area is
+    /// ready when the first participant enters, and data may land in a destination before its
+    /// owner enters. A unit with an `OUT_NOSYNC` call meets in a barrier after the syncs: its
+    /// data is in place only then.
     pub fn run_unit(&self, u: &Unit, r: &mut Rng) -> Result<(), String> {
+        let in_nosync = u.calls.iter().any(|c| c.sync & f::IN_NOSYNC != 0);
+        let out_nosync = u.calls.iter().any(|c| c.sync & f::OUT_NOSYNC != 0);
+        let mut filled = Vec::new();
+        if in_nosync {
+            for c in &u.calls {
+                filled.push(self.fill(c)?);
+            }
+            self.unit_barrier(u)?;
+        }
+        let mut filled = filled.into_iter();
         let mut issued = Vec::new();
         for c in &u.calls {
-            match self.issue(c) {
+            let started = match filled.next() {
+                Some(mine) => self.start(c, mine),
+                None => self.issue(c),
+            };
+            match started {
                 Ok(i) => issued.push(i),
                 Err(e) => {
                     // Sync what was started, so that this failure does not also fail every
@@ -1001,6 +1042,9 @@ impl Caller<'_> {
             .filter(|h| !h.is_invalid())
             .collect();
         self.sync(r, &mut hs)?;
+        if out_nosync {
+            self.unit_barrier(u)?;
+        }
         for i in &issued {
             self.check(i)?;
         }
