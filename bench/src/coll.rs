@@ -49,6 +49,7 @@
 //! block-cyclic layout with one block per rank (so each rank holds about `bytes / ranks`).
 
 use amnet::coll::builtin::builtin_index;
+use amnet::coll::raw::Collectives;
 use amnet::coll::{flags, Addr, Coll, ElemType, Layout, RedOp, Team};
 use amnet::{Endpoint, Error};
 

@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use amnet::coll::builtin::builtin_index;
+use amnet::coll::raw::Collectives;
 use amnet::coll::{flags, Addr, Coll, ElemType, Layout, RedOp, Team};
 use amnet::{Error, HandlerTable};
 

@@ -1318,25 +1318,50 @@ impl Coll {
     }
 }
 
-macro_rules! both {
-    ($(#[$doc:meta])* $nb:ident, $blk:ident, ($($a:ident : $t:ty),*), $call:expr) => {
-        impl Coll {
-            $(#[$doc])*
-            /// Non-blocking: returns a handle to sync.
-            #[allow(clippy::too_many_arguments)]
-            pub fn $nb(&self, team: &Team, $($a: $t),*) -> Result<CollHandle> {
-                let c: Call<'_> = $call;
-                self.run(team, c, false)
-            }
-            $(#[$doc])*
-            /// Blocking.
-            #[allow(clippy::too_many_arguments)]
-            pub fn $blk(&self, team: &Team, $($a: $t),*) -> Result<()> {
-                let c: Call<'_> = $call;
-                self.run(team, c, true).map(|_| ())
-            }
+/// The UPC/GASNet-shaped operations: every `both!(doc, nb, blocking, (args), call)` entry is
+/// a non-blocking and a blocking method of [`Collectives`], implemented for [`Coll`].
+macro_rules! raw_collectives {
+    ($(both!($(#[$doc:meta])* $nb:ident, $blk:ident, ($($a:ident : $t:ty),*), $call:expr);)*) => {
+        /// The collectives in the UPC/GASNet shape, implemented for [`Coll`]: raw [`Addr`]esses
+        /// (segment offsets, or pointers that only the unsafe [`Addr::ptr`] makes), byte
+        /// counts, `u32` flag words (`flags`), and a [`CollHandle`] to sync with
+        /// [`Coll::try_sync`], [`Coll::wait_sync`] and their `_all`/`_some` forms. Bring it
+        /// into scope with `use amnet::coll::raw::Collectives;`.
+        ///
+        /// The trait is sealed: [`Coll`] is its only implementation.
+        #[allow(clippy::too_many_arguments)]
+        pub trait Collectives: sealed::Sealed {
+            $(
+                $(#[$doc])*
+                /// Non-blocking: returns a handle to sync.
+                fn $nb(&self, team: &Team, $($a: $t),*) -> Result<CollHandle>;
+                $(#[$doc])*
+                /// Blocking.
+                fn $blk(&self, team: &Team, $($a: $t),*) -> Result<()>;
+            )*
+        }
+
+        #[allow(clippy::too_many_arguments)]
+        impl Collectives for Coll {
+            $(
+                fn $nb(&self, team: &Team, $($a: $t),*) -> Result<CollHandle> {
+                    let c: Call<'_> = $call;
+                    self.run(team, c, false)
+                }
+                fn $blk(&self, team: &Team, $($a: $t),*) -> Result<()> {
+                    let c: Call<'_> = $call;
+                    self.run(team, c, true).map(|_| ())
+                }
+            )*
         }
     };
+}
+
+mod sealed {
+    /// Seals [`Collectives`](super::Collectives): only [`Coll`](super::Coll) implements it.
+    pub trait Sealed {}
+
+    impl Sealed for super::Coll {}
 }
 
 pub(crate) fn call<'a>(
@@ -1367,6 +1392,44 @@ fn many<'a>(src: AddrList<'a>, dst: AddrList<'a>) -> Addrs<'a> {
     Addrs::Many { src, dst }
 }
 
+fn red_call<'a>(
+    op: &'static str,
+    kind: Kind,
+    root: Option<u32>,
+    addrs: Addrs<'a>,
+    r: Red,
+    flags: u32,
+) -> Call<'a> {
+    Call {
+        op,
+        kind,
+        root_image: root,
+        counts: Counts::None,
+        red: Some(r),
+        addrs,
+        flags,
+        blocking: false,
+    }
+}
+
+fn red(es: usize, n: usize, src_lay: Layout, dst_lay: Layout, func: usize, arg: u32) -> Red {
+    Red {
+        es,
+        n,
+        src_lay,
+        dst_lay,
+        func,
+        arg,
+    }
+}
+
+/// A vector reduction's arguments: `count` elements per participant, no layout.
+fn vred(es: usize, count: usize, func: usize, arg: u32) -> Red {
+    let lay = Layout::indefinite(0);
+    red(es, count, lay, lay, func, arg)
+}
+
+raw_collectives! {
 both!(
     /// Broadcast `nbytes` from the root image's `src` to every participant's `dst`.
     broadcast_nb, broadcast, (dst: Addr, root: u32, src: Addr, nbytes: usize, flags: u32),
@@ -1459,36 +1522,7 @@ both!(
     call("exchange_vm", Kind::Exchange, None, Counts::Matrix(counts), many(AddrList::List(src), AddrList::List(dst)), flags)
 );
 
-fn red_call<'a>(
-    op: &'static str,
-    kind: Kind,
-    root: Option<u32>,
-    addrs: Addrs<'a>,
-    r: Red,
-    flags: u32,
-) -> Call<'a> {
-    Call {
-        op,
-        kind,
-        root_image: root,
-        counts: Counts::None,
-        red: Some(r),
-        addrs,
-        flags,
-        blocking: false,
-    }
-}
 
-fn red(es: usize, n: usize, src_lay: Layout, dst_lay: Layout, func: usize, arg: u32) -> Red {
-    Red {
-        es,
-        n,
-        src_lay,
-        dst_lay,
-        func,
-        arg,
-    }
-}
 
 both!(
     /// Reduce the `elem_count` elements of the distributed array (`src`, `src_lay`) with
@@ -1535,11 +1569,6 @@ both!(
     red_call("exclusive_prefix_reducem", Kind::ExclusivePrefix, None, many(AddrList::List(src), AddrList::List(dst)), red(elem_size, elem_count, src_lay, dst_lay, func, arg), flags)
 );
 
-/// A vector reduction's arguments: `count` elements per participant, no layout.
-fn vred(es: usize, count: usize, func: usize, arg: u32) -> Red {
-    let lay = Layout::indefinite(0);
-    red(es, count, lay, lay, func, arg)
-}
 
 both!(
     /// Vector reduction (MPI's reduce): every participant's `src` holds `count` elements of
@@ -1569,6 +1598,7 @@ both!(
     exclusive_scan_elems_nb, exclusive_scan_elems, (dst: Addr, src: Addr, elem_size: usize, count: usize, func: usize, arg: u32, flags: u32),
     red_call("exclusive_scan_elems", Kind::ExclusiveScanElems, None, one(src, dst), vred(elem_size, count, func, arg), flags)
 );
+}
 
 // ----- typed API ---------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@
 //! threads per rank), aggregation, and a registered function table with built-in reductions.
 //!
 //! ```no_run
+//! use amnet::coll::raw::Collectives;
 //! use amnet::coll::{flags, Addr, Coll, RedOp};
 //! use amnet::Endpoint;
 //!
@@ -26,6 +27,7 @@ pub mod builtin;
 mod create;
 mod engine;
 mod plan;
+pub mod raw;
 mod reduce;
 mod sched;
 mod select;

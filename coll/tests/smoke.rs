@@ -2,6 +2,7 @@
 //! Smoke tests of the collectives in thread mode (the conduit test suite has the full
 //! property tests as multi-process jobs).
 
+use amnet_coll::raw::Collectives;
 use amnet_coll::{flags, Addr, Coll, Layout, RedOp};
 use amnet_core::{Endpoint, HandlerTable};
 

@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use amnet::coll::raw::Collectives;
 use amnet::coll::{Addr, Coll, CollHandle, RedOp};
 use amnet::sync_modes::flags as f;
 use amnet::{Error, Token};

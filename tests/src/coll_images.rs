@@ -4,6 +4,7 @@
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use amnet::coll::raw::Collectives;
 use amnet::coll::{Addr, Coll, RedOp};
 use amnet::sync_modes::flags as f;
 use amnet::{Endpoint, Error};

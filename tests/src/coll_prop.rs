@@ -6,6 +6,7 @@
 //! (and guard bytes after them) against the oracle. The same generator drives the one-image
 //! suite tests and the multi-image nested jobs ([`crate::coll_images`]).
 
+use amnet::coll::raw::Collectives;
 use amnet::coll::{
     builtin, fn_flags, Addr, Coll, CollHandle, ElemType, FnEntry, Layout, RedOp, Team,
 };

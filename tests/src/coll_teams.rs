@@ -2,6 +2,7 @@
 //! destruction, the oracle property tests on every kind of team, and collectives on two teams
 //! from two threads of a rank at once.
 
+use amnet::coll::raw::Collectives;
 use amnet::coll::{Addr, Coll, Team};
 use amnet::sync_modes::flags as f;
 use amnet::Error;
