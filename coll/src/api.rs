@@ -9,7 +9,7 @@ use amnet_sync_modes::{CallShape, Mode};
 
 use crate::builtin::{self, Elem, Loc, RedOp, N_BUILTIN};
 use crate::engine::{Area, HandleRec, Key, Shared, State, TeamSeq};
-use crate::plan::{area_elems, Kind, Spec};
+use crate::plan::{area_elems, CallFn, Kind, Spec};
 use crate::select::{CallInfo, Imp};
 use crate::team::{Geo, Team};
 use crate::types::{Addr, CollHandle, FnEntry, Layout};
@@ -131,6 +131,8 @@ pub(crate) struct Call<'a> {
     addrs: Addrs<'a>,
     flags: u32,
     blocking: bool,
+    /// A reduction function passed with the call, instead of a table entry.
+    pub(crate) call_fn: Option<CallFn>,
 }
 
 #[derive(Clone, Copy)]
@@ -460,7 +462,7 @@ impl Coll {
 
     // ----- initiation ------------------------------------------------------------------
 
-    fn multi_image(&self) -> bool {
+    pub(crate) fn multi_image(&self) -> bool {
         self.sh.images.iter().any(|&n| n > 1)
     }
 
@@ -512,7 +514,10 @@ impl Coll {
             m |= IN_PLACE;
         }
         if c.red.is_some() {
-            let flags = self.sh.fns.get(red.func).map_or(0, |f| f.flags);
+            let flags = match &c.call_fn {
+                Some(f) => f.0.flags,
+                None => self.sh.fns.get(red.func).map_or(0, |f| f.flags),
+            };
             if flags & crate::types::fn_flags::NONCOMM == 0 {
                 m |= COMMUTATIVE;
             }
@@ -561,7 +566,7 @@ impl Coll {
     }
 
     /// The calling image's number in `geo`'s team (node-major within the team).
-    fn team_image(&self, geo: &Geo) -> u32 {
+    pub(crate) fn team_image(&self, geo: &Geo) -> u32 {
         let local = self.image - self.sh.img_first[self.sh.rank as usize];
         geo.img_first[geo.me as usize] + local
     }
@@ -589,6 +594,18 @@ impl Coll {
     }
 
     fn start(&self, team: &Team, c: Call<'_>) -> Result<CollHandle> {
+        self.start_keyed(team, c, &mut None).map(|(h, _)| h)
+    }
+
+    /// Initiate `c` on `team`: its handle, and the key of the group (aggregate) it closes.
+    /// `entered` is set once the collective holds the call's areas (to its handle, if it got
+    /// one, and its group): an error after that point leaves it in flight.
+    pub(crate) fn start_keyed(
+        &self,
+        team: &Team,
+        c: Call<'_>,
+        entered: &mut Option<(Option<u64>, Key)>,
+    ) -> Result<(CollHandle, Key)> {
         let sh = &self.sh;
         if let Some(h) = sh.ep.current_handler() {
             return Err(Error::InHandler {
@@ -681,7 +698,7 @@ impl Coll {
             arg: 0,
         });
         if c.red.is_some() {
-            self.check_red(c.op, c.kind, &red, np)?;
+            self.check_red(c.op, c.kind, &red, np, c.call_fn.as_ref())?;
         }
         let entries = self.entries(&geo, c.op, &c.addrs, &mode, image_space, np)?;
         let info = CallInfo {
@@ -712,6 +729,7 @@ impl Coll {
             arg: red.arg,
             alg: alg.name,
             params: choice.params,
+            call_fn: c.call_fn.clone(),
         });
         let mut areas = Vec::with_capacity(entries.len());
         for e in &entries {
@@ -817,6 +835,7 @@ impl Coll {
             st.unsynced += 1;
             Some(h)
         };
+        *entered = Some((handle, group));
         drop(st);
         if let Some(sig) = sig {
             sh.send_signature(&geo, key, &sig)?;
@@ -830,18 +849,25 @@ impl Coll {
         sh.ep.poll()?;
         sh.advance()?;
         match handle {
-            None => Ok(CollHandle::INVALID),
+            None => Ok((CollHandle::INVALID, group)),
             Some(h) => {
                 if self.try_finish(h)? {
-                    Ok(CollHandle::INVALID)
+                    Ok((CollHandle::INVALID, group))
                 } else {
-                    Ok(CollHandle(h))
+                    Ok((CollHandle(h), group))
                 }
             }
         }
     }
 
-    fn check_red(&self, op: &'static str, kind: Kind, r: &Red, np: usize) -> Result<()> {
+    fn check_red(
+        &self,
+        op: &'static str,
+        kind: Kind,
+        r: &Red,
+        np: usize,
+        call_fn: Option<&CallFn>,
+    ) -> Result<()> {
         if r.es == 0 {
             return Err(usage(op, "elem_size is 0"));
         }
@@ -855,7 +881,11 @@ impl Coll {
                 },
             ));
         }
-        let Some(_) = self.sh.fns.get(r.func) else {
+        let known = match call_fn {
+            Some(f) => f.index() == r.func,
+            None => r.func < self.sh.fns.len(),
+        };
+        if !known {
             return Err(usage(
                 op,
                 format!(
@@ -865,7 +895,7 @@ impl Coll {
                     N_BUILTIN
                 ),
             ));
-        };
+        }
         if r.func < N_BUILTIN {
             let (o, t) = builtin::decode(r.func);
             let want = builtin::builtin_elem_size(o, t);
@@ -1381,6 +1411,7 @@ pub(crate) fn call<'a>(
         addrs,
         flags,
         blocking: false,
+        call_fn: None,
     }
 }
 
@@ -1392,7 +1423,7 @@ fn many<'a>(src: AddrList<'a>, dst: AddrList<'a>) -> Addrs<'a> {
     Addrs::Many { src, dst }
 }
 
-fn red_call<'a>(
+pub(crate) fn red_call<'a>(
     op: &'static str,
     kind: Kind,
     root: Option<u32>,
@@ -1409,6 +1440,7 @@ fn red_call<'a>(
         addrs,
         flags,
         blocking: false,
+        call_fn: None,
     }
 }
 
@@ -1424,7 +1456,7 @@ fn red(es: usize, n: usize, src_lay: Layout, dst_lay: Layout, func: usize, arg: 
 }
 
 /// A vector reduction's arguments: `count` elements per participant, no layout.
-fn vred(es: usize, count: usize, func: usize, arg: u32) -> Red {
+pub(crate) fn vred(es: usize, count: usize, func: usize, arg: u32) -> Red {
     let lay = Layout::indefinite(0);
     red(es, count, lay, lay, func, arg)
 }

@@ -68,7 +68,7 @@ pub(crate) struct Part {
     /// Its sends are issued (its source was read).
     pushed: bool,
     /// A thread is issuing its sends.
-    pushing: bool,
+    pub(crate) pushing: bool,
     /// Its destination may be written.
     open: bool,
     got: usize,
@@ -98,7 +98,8 @@ pub(crate) struct Op {
     pub(crate) rphase: u8,
     /// Prefix reductions: the operands of this rank's destination runs, kept between steps.
     pub(crate) xs: Vec<Vec<u8>>,
-    working: bool,
+    /// A thread runs a reduction or schedule step of it (outside the lock).
+    pub(crate) working: bool,
     /// Checked mode: signatures per team rank.
     sigs: Vec<Option<Vec<u8>>>,
     /// Checked mode: the image whose call gave this rank's signature.
@@ -111,6 +112,8 @@ pub(crate) struct Op {
     /// Messages of a scheduled algorithm by (sender's team rank, tag): (bytes, bytes arrived).
     /// They may come before this rank entered, or before the round that takes them.
     sched_in: HashMap<(u32, u32), (Vec<u8>, usize)>,
+    /// Library copies that stand in for client areas it was detached from (`detach.rs`).
+    pub(crate) kept: Vec<Vec<u8>>,
 }
 
 /// Where a scheduled collective stands on this rank.
@@ -161,6 +164,7 @@ impl Op {
             error: None,
             sched: None,
             sched_in: HashMap::new(),
+            kept: Vec::new(),
         }
     }
 
@@ -916,8 +920,7 @@ impl Shared {
                     return Ok(());
                 };
                 let fe = op.spec.as_ref().and_then(|s| {
-                    self.fns
-                        .get(s.func)
+                    s.function(&self.fns)
                         .map(|e| (e.f.clone(), e.flags, s.es, s.arg))
                 });
                 let (Some(geo), Some(part)) = (op.geo.clone(), op.parts.first()) else {
