@@ -1358,27 +1358,52 @@ macro_rules! raw_collectives {
         /// [`Coll::try_sync`], [`Coll::wait_sync`] and their `_all`/`_some` forms. Bring it
         /// into scope with `use amnet::coll::raw::Collectives;`.
         ///
+        /// Every method takes addresses and is `unsafe`: the library writes through them from
+        /// any thread of the process until the collective is synced, and nothing ties that
+        /// to a borrow. The safe form is the typed API ([`Comm`](crate::Comm)).
+        ///
+        /// # Safety
+        ///
+        /// For every method, with addresses `a` among its arguments (single or in lists):
+        /// - an `Addr::Ptr` address is valid for reads (a source) or writes (a destination)
+        ///   of every byte the call addresses through it, from the call until a sync of the
+        ///   collective succeeds on this rank (the blocking form: until it returns `Ok`), and
+        ///   the caller does not otherwise access those bytes in between; when no sync
+        ///   succeeds (an error, `Error::Hang`), the memory stays valid and untouched for the
+        ///   rest of the process (leak it);
+        /// - `Addr::Seg` addresses have no requirement beyond the call's own checks: the
+        ///   library checks them against the segment, and the segment is shared memory that
+        ///   remote puts write too.
+        ///
         /// The trait is sealed: [`Coll`] is its only implementation.
         #[allow(clippy::too_many_arguments)]
         pub trait Collectives: sealed::Sealed {
             $(
                 $(#[$doc])*
                 /// Non-blocking: returns a handle to sync.
-                fn $nb(&self, team: &Team, $($a: $t),*) -> Result<CollHandle>;
+                ///
+                /// # Safety
+                /// See the trait's: every `Addr::Ptr` address stays valid and untouched until
+                /// the handle's sync succeeds.
+                unsafe fn $nb(&self, team: &Team, $($a: $t),*) -> Result<CollHandle>;
                 $(#[$doc])*
                 /// Blocking.
-                fn $blk(&self, team: &Team, $($a: $t),*) -> Result<()>;
+                ///
+                /// # Safety
+                /// See the trait's: every `Addr::Ptr` address stays valid and untouched until
+                /// the call returns `Ok` (for good when it fails).
+                unsafe fn $blk(&self, team: &Team, $($a: $t),*) -> Result<()>;
             )*
         }
 
         #[allow(clippy::too_many_arguments)]
         impl Collectives for Coll {
             $(
-                fn $nb(&self, team: &Team, $($a: $t),*) -> Result<CollHandle> {
+                unsafe fn $nb(&self, team: &Team, $($a: $t),*) -> Result<CollHandle> {
                     let c: Call<'_> = $call;
                     self.run(team, c, false)
                 }
-                fn $blk(&self, team: &Team, $($a: $t),*) -> Result<()> {
+                unsafe fn $blk(&self, team: &Team, $($a: $t),*) -> Result<()> {
                     let c: Call<'_> = $call;
                     self.run(team, c, true).map(|_| ())
                 }

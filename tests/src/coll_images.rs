@@ -95,14 +95,17 @@ pub fn main_images(seed: u64) -> i32 {
                 if li == 0 {
                     // LOCAL single-address without ALL_THREADS is refused with several images.
                     if w.multi() {
-                        let r = co.broadcast(
-                            co.world(),
-                            Addr::Seg(0),
-                            0,
-                            Addr::Seg(64),
-                            8,
-                            f::ALLSYNC | f::LOCAL,
-                        );
+                        // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                        let r = unsafe {
+                            co.broadcast(
+                                co.world(),
+                                Addr::Seg(0),
+                                0,
+                                Addr::Seg(64),
+                                8,
+                                f::ALLSYNC | f::LOCAL,
+                            )
+                        };
                         if !matches!(r, Err(Error::Usage { .. })) {
                             fail(
                                 img,
@@ -204,25 +207,31 @@ fn mixed_callers(ep: &Endpoint, co: &Coll, w: &World, me: usize, li: usize) -> V
             .map_err(|x| e("write", x))?;
         let fl = f::IN_MYSYNC | f::OUT_MYSYNC;
         hs.push(
-            co.gather_all_nb(
-                co.world(),
-                Addr::Seg(dst(k)),
-                Addr::Seg(src(k)),
-                8,
-                fl | f::LOCAL | f::ALL_THREADS,
-            )
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            unsafe {
+                co.gather_all_nb(
+                    co.world(),
+                    Addr::Seg(dst(k)),
+                    Addr::Seg(src(k)),
+                    8,
+                    fl | f::LOCAL | f::ALL_THREADS,
+                )
+            }
             .map_err(|x| e("gather_all_nb", x))?,
         );
         if li == 0 {
             hs.push(
-                co.broadcast_nb(
-                    co.world(),
-                    Addr::Seg(MIX + 1024 + 8 * k),
-                    0,
-                    Addr::Seg(MIX + 8 * k),
-                    8,
-                    fl | f::SINGLE,
-                )
+                // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                unsafe {
+                    co.broadcast_nb(
+                        co.world(),
+                        Addr::Seg(MIX + 1024 + 8 * k),
+                        0,
+                        Addr::Seg(MIX + 8 * k),
+                        8,
+                        fl | f::SINGLE,
+                    )
+                }
                 .map_err(|x| e("broadcast_nb", x))?,
             );
             MIX_REPS.store(k + 1, Ordering::Release);
@@ -308,7 +317,8 @@ pub fn check_mismatch(ep: &Endpoint) -> Result<(), String> {
     if ep.rank() == 0 {
         ep.write_local(0, &[7u8; 8]).map_err(|e| e.to_string())?;
     }
-    co.broadcast(co.world(), Addr::Seg(64), 0, Addr::Seg(0), 8, fl)
+    // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+    unsafe { co.broadcast(co.world(), Addr::Seg(64), 0, Addr::Seg(0), 8, fl) }
         .map_err(|e| format!("a matching broadcast in checked mode: {e}"))?;
     let mut got = [0u8; 8];
     ep.read_local(64, &mut got).map_err(|e| e.to_string())?;
@@ -321,9 +331,11 @@ pub fn check_mismatch(ep: &Endpoint) -> Result<(), String> {
     ep.write_local(128, &[1u8; 16]).map_err(|e| e.to_string())?;
     let (dst, src) = (Addr::Seg(256), Addr::Seg(128));
     let r = if ep.rank() == 1 {
-        co.scan_elems(co.world(), dst, src, 8, 2, sum, 0, fl)
+        // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+        unsafe { co.scan_elems(co.world(), dst, src, 8, 2, sum, 0, fl) }
     } else {
-        co.reduce_elems_to_all(co.world(), dst, src, 8, 2, sum, 0, fl)
+        // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+        unsafe { co.reduce_elems_to_all(co.world(), dst, src, 8, 2, sum, 0, fl) }
     };
     match r {
         Err(Error::Mismatch { detail, .. })
@@ -338,7 +350,8 @@ pub fn check_mismatch(ep: &Endpoint) -> Result<(), String> {
         }
     }
     let root = u32::from(ep.rank() == 1);
-    match co.broadcast(co.world(), Addr::Seg(64), root, Addr::Seg(0), 8, fl) {
+    // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+    match unsafe { co.broadcast(co.world(), Addr::Seg(64), root, Addr::Seg(0), 8, fl) } {
         Err(Error::Mismatch { detail, .. })
             if detail.contains("rank 1") && detail.contains("root") =>
         {
@@ -373,7 +386,8 @@ pub fn check_team_order(ep: &Endpoint) -> Result<(), String> {
         .ok_or("no team b")?;
     let fl = f::NOSYNC | f::SINGLE;
     let bc = |t: &amnet::coll::Team, at: u64| {
-        co.broadcast_nb(t, Addr::Seg(at + 8), 0, Addr::Seg(at), 8, fl)
+        // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+        unsafe { co.broadcast_nb(t, Addr::Seg(at + 8), 0, Addr::Seg(at), 8, fl) }
     };
     // A non-blocking start may complete (and fail) at once: its result is the op's.
     let sync = |h: amnet::Result<amnet::coll::CollHandle>| h.and_then(|h| co.wait_sync(h));
@@ -434,7 +448,8 @@ pub fn check_image_mismatch(ep: &Endpoint) -> Result<(), String> {
                 };
                 let fl = f::ALLSYNC | f::LOCAL | f::ALL_THREADS;
                 let dst = Addr::Seg(64 + 64 * u64::from(li));
-                if let Err(e) = co.broadcast(co.world(), dst, 0, Addr::Seg(0), 8, fl) {
+                // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                if let Err(e) = unsafe { co.broadcast(co.world(), dst, 0, Addr::Seg(0), 8, fl) } {
                     return report(format!("a matching ALL_THREADS broadcast: {e}"));
                 }
                 let n = if img == 1 { 16 } else { 8 };
@@ -448,7 +463,8 @@ pub fn check_image_mismatch(ep: &Endpoint) -> Result<(), String> {
                     if late {
                         std::thread::sleep(Duration::from_millis(100));
                     }
-                    match co.broadcast(co.world(), dst, 0, Addr::Seg(0), n, fl) {
+                    // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                    match unsafe { co.broadcast(co.world(), dst, 0, Addr::Seg(0), n, fl) } {
                         Err(Error::Mismatch { detail, .. })
                             if detail.contains("bytes in all") && detail.contains("16") => {}
                         other => report(format!(
@@ -458,7 +474,8 @@ pub fn check_image_mismatch(ep: &Endpoint) -> Result<(), String> {
                     }
                 }
                 // After the failures the ranks still agree on the numbering.
-                if let Err(e) = co.broadcast(co.world(), dst, 0, Addr::Seg(0), 8, fl) {
+                // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                if let Err(e) = unsafe { co.broadcast(co.world(), dst, 0, Addr::Seg(0), 8, fl) } {
                     report(format!("a matching broadcast after the failed ones: {e}"));
                 }
             });
@@ -480,14 +497,17 @@ pub fn hang_report(ep: &Endpoint) -> Result<(), String> {
         return Err("park returned".into());
     }
     let t0 = Instant::now();
-    let r = co.broadcast(
-        co.world(),
-        Addr::Seg(64),
-        0,
-        Addr::Seg(0),
-        8,
-        f::ALLSYNC | f::SINGLE,
-    );
+    // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+    let r = unsafe {
+        co.broadcast(
+            co.world(),
+            Addr::Seg(64),
+            0,
+            Addr::Seg(0),
+            8,
+            f::ALLSYNC | f::SINGLE,
+        )
+    };
     let took = t0.elapsed();
     match r {
         Err(Error::Hang { detail, .. })

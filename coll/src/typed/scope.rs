@@ -59,7 +59,7 @@ impl std::fmt::Debug for Scope<'_> {
 ///
 /// A buffer cannot be used while a request may write it:
 ///
-/// ```compile_fail
+/// ```compile_fail,E0506
 /// # fn f(comm: &amnet::coll::Comm) -> amnet::Result<()> {
 /// let mut buf = [0u32; 8];
 /// amnet::coll::scope(|s| {
@@ -72,7 +72,7 @@ impl std::fmt::Debug for Scope<'_> {
 ///
 /// nor dropped:
 ///
-/// ```compile_fail
+/// ```compile_fail,E0505
 /// # fn f(comm: &amnet::coll::Comm) -> amnet::Result<()> {
 /// let mut buf = vec![0u32; 8];
 /// amnet::coll::scope(|s| {
@@ -85,7 +85,7 @@ impl std::fmt::Debug for Scope<'_> {
 ///
 /// and a buffer that ends before the scope cannot be lent at all:
 ///
-/// ```compile_fail
+/// ```compile_fail,E0597
 /// # fn f(comm: &amnet::coll::Comm) -> amnet::Result<()> {
 /// amnet::coll::scope(|s| {
 ///     let mut buf = [0u32; 8];
