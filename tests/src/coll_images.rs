@@ -5,12 +5,13 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use amnet::coll::raw::Collectives;
-use amnet::coll::{Addr, Coll, RedOp};
+use amnet::coll::{Addr, Coll, Op, RedOp};
 use amnet::sync_modes::flags as f;
 use amnet::{Endpoint, Error};
 use amnet_launch::LaunchOptions;
 
 use crate::coll_prop::{fn_table, gen_units, Caller, Form, Rng, World};
+use crate::coll_typed::{affine, affine_fold, compose};
 use crate::{handler_table, State, Verdict};
 
 /// The suite entry: rank 0 runs the multi-image property test as a nested job of the same
@@ -142,6 +143,10 @@ pub fn main_images(seed: u64) -> i32 {
                     fail(img, format!("prefix_reduce_typed: {x:?}"));
                 }
                 bar.wait();
+                if let Err(e) = typed_views(&co, w, me, li, bar) {
+                    fail(img, e);
+                }
+                bar.wait();
                 if let Err(e) = mixed_callers(&ep, &co, w, me, li) {
                     fail(img, e);
                 }
@@ -156,6 +161,111 @@ pub fn main_images(seed: u64) -> i32 {
         return 1;
     }
     0
+}
+
+/// The typed API with several images per rank. The ranks view (`Coll::team`): one
+/// representative thread per rank calls, with ranks as participants, while the other image
+/// threads make no call (a reduction, a closure reduction, a broadcast and a split team). The
+/// images view (`Coll::team_images`): every image thread calls, with images as participants.
+fn typed_views(co: &Coll, w: &World, me: usize, li: usize, bar: &Barrier) -> Verdict {
+    let ranks = co.team(co.world());
+    let p = u64::from(ranks.size());
+    let r = me as u64;
+    if li == 0 {
+        let e = |what: &str, x: Error| format!("typed ranks view, representative: {what}: {x}");
+        if ranks.rank() as usize != me || ranks.size() as usize != w.images.len() {
+            return Err(format!(
+                "typed ranks view: rank {} of {}",
+                ranks.rank(),
+                ranks.size()
+            ));
+        }
+        let mut s = [0u64; 2];
+        ranks
+            .reduce_to_all(&[r + 1, 1], &mut s, Op::sum())
+            .map_err(|x| e("reduce_to_all", x))?;
+        if s != [p * (p + 1) / 2, p] {
+            return Err(format!("typed ranks view: reduce_to_all gave {s:?}"));
+        }
+        // Rank order through an associative, non-commutative closure.
+        let mut d = [[0u64; 2]];
+        ranks
+            .reduce_to_all(&[affine(r, 0)], &mut d, Op::custom(compose))
+            .map_err(|x| e("reduce_to_all with a closure", x))?;
+        let want = affine_fold(0, p, 0);
+        if d[0] != want {
+            return Err(format!(
+                "typed ranks view: closure gave {:?}, want {want:?}",
+                d[0]
+            ));
+        }
+        let root = ranks.size() - 1;
+        let mut b = [if ranks.rank() == root { 0x5eed } else { 0u64 }; 3];
+        ranks
+            .broadcast(&mut b, root)
+            .map_err(|x| e("broadcast", x))?;
+        if b != [0x5eed; 3] {
+            return Err(format!("typed ranks view: broadcast gave {b:?}"));
+        }
+        let half = ranks
+            .split(Some(ranks.rank() % 2), 0)
+            .map_err(|x| e("split", x))?
+            .ok_or("typed ranks view: no parity team")?;
+        let mut hs = [0u64];
+        half.reduce_to_all(&[r], &mut hs, Op::sum())
+            .map_err(|x| e("reduce_to_all on the parity team", x))?;
+        let want: u64 = (0..p).filter(|i| i % 2 == r % 2).sum();
+        if hs[0] != want {
+            return Err(format!(
+                "typed ranks view: parity team sum {}, want {want}",
+                hs[0]
+            ));
+        }
+        half.destroy().map_err(|x| e("destroy", x))?;
+    }
+    bar.wait();
+    // Every image thread calls on the images view.
+    let images = co.team_images(co.world());
+    let ni = w.nimages() as u64;
+    let img = (w.first[me] + li) as u64;
+    let e = |what: &str, x: Error| format!("typed images view, image {img}: {what}: {x}");
+    if u64::from(images.rank()) != img || u64::from(images.size()) != ni {
+        return Err(format!(
+            "typed images view: participant {} of {}, expected {img} of {ni}",
+            images.rank(),
+            images.size()
+        ));
+    }
+    let mut s = [0u64];
+    images
+        .reduce_to_all(&[img + 1], &mut s, Op::sum())
+        .map_err(|x| e("reduce_to_all", x))?;
+    if s[0] != ni * (ni + 1) / 2 {
+        return Err(format!("typed images view: reduce_to_all gave {}", s[0]));
+    }
+    #[allow(clippy::cast_possible_truncation)] // < 2^32 images
+    let mut g = vec![0u32; ni as usize];
+    #[allow(clippy::cast_possible_truncation)]
+    images
+        .gather_all(&[img as u32], &mut g)
+        .map_err(|x| e("gather_all", x))?;
+    #[allow(clippy::cast_possible_truncation)]
+    let want: Vec<u32> = (0..ni as u32).collect();
+    if g != want {
+        return Err(format!("typed images view: gather_all gave {g:?}"));
+    }
+    let mut sc = [[0u64; 2]];
+    images
+        .scan(&[affine(img, 1)], &mut sc, Op::custom(compose))
+        .map_err(|x| e("scan with a closure", x))?;
+    let want = affine_fold(0, img + 1, 1);
+    if sc[0] != want {
+        return Err(format!(
+            "typed images view: scan gave {:?}, want {want:?}",
+            sc[0]
+        ));
+    }
+    Ok(())
 }
 
 /// Where `mixed_callers` works: above the property test's slots.
@@ -301,7 +411,7 @@ fn image_barrier(ep: &Endpoint, co: &Coll, w: &World, img: usize, seed: u64) -> 
 
 // ----- scenarios ----------------------------------------------------------------------------
 
-fn attach_coll(ep: &Endpoint) -> Result<Coll, String> {
+pub(crate) fn attach_coll(ep: &Endpoint) -> Result<Coll, String> {
     let st = Arc::new(State::new(ep.size()));
     let t = handler_table(&st).map_err(|e| e.to_string())?;
     ep.attach(t, 1 << 20).map_err(|e| e.to_string())?;
