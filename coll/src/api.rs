@@ -1711,13 +1711,21 @@ impl Coll {
 
     /// Every participant contributes `value`; every participant gets the reduction (in
     /// participant order).
+    ///
+    /// Participants are ranks, or, when some rank hosts several images, images: then every
+    /// image thread of every rank must call (`ALL_THREADS`), and a call by one representative
+    /// thread waits for the others (until the watchdog's `Error::Hang`, if set). For one call
+    /// per rank in such a job, use the ranks view:
+    /// `coll.team(coll.world()).reduce_to_all(&[value], &mut out, op)` ([`Comm`](crate::Comm)).
+    /// The same holds for [`Coll::reduce_typed`], [`Coll::prefix_reduce_typed`] and
+    /// [`Coll::reduce_to_all_loc`].
     pub fn reduce_to_all_typed<T: Elem>(&self, op: RedOp, value: T, sync: u32) -> Result<T> {
         self.check_typed::<T>(op)?;
         self.typed(Kind::ReduceAll, op, T::TYPE, None, value, sync)
     }
 
     /// Every participant contributes `value`; the root image gets the reduction (`Some` on
-    /// the root's caller only).
+    /// the root's caller only). Participants as in [`Coll::reduce_to_all_typed`].
     pub fn reduce_typed<T: Elem>(
         &self,
         root: u32,
@@ -1736,7 +1744,7 @@ impl Coll {
     }
 
     /// Inclusive (or exclusive) scan of one value per participant; the exclusive scan gives
-    /// participant 0 its own value back.
+    /// participant 0 its own value back. Participants as in [`Coll::reduce_to_all_typed`].
     pub fn prefix_reduce_typed<T: Elem>(
         &self,
         op: RedOp,
@@ -1754,7 +1762,7 @@ impl Coll {
     }
 
     /// MINLOC/MAXLOC to every participant: the extreme value and, on ties, the smallest
-    /// `loc`.
+    /// `loc`. Participants as in [`Coll::reduce_to_all_typed`].
     pub fn reduce_to_all_loc<T: Elem>(
         &self,
         op: RedOp,
