@@ -216,7 +216,8 @@ struct RedArgs {
 }
 
 /// A typed collective started on this rank: what its wait needs to finish it and to let go
-/// of the caller's buffers.
+/// of the caller's buffers. Dropping one that did not end (a panic between its start and
+/// its end) detaches it as [`Started::end`] does, before the borrow of its buffers ends.
 pub(crate) struct Started {
     coll: Coll,
     what: &'static str,
@@ -224,6 +225,8 @@ pub(crate) struct Started {
     group: Key,
     lent: Vec<Lent>,
     panic: Option<PanicSlot>,
+    /// The collective was detached from `lent`.
+    ended: bool,
 }
 
 impl Started {
@@ -241,12 +244,8 @@ impl Started {
     /// Let go of the buffers after the sync's outcome `r`: a collective still in flight (a
     /// failed wait) is detached from them, a complete one fenced off; then `r`, or the
     /// closure's panic.
-    pub(crate) fn end(self, r: Result<()>) -> Result<()> {
-        let h = (!self.handle.is_invalid()).then_some(self.handle.0);
-        // SAFETY: `lent` are the buffers this call borrowed, and the borrow lasts until this
-        // returns (a blocking call holds it for the call, a request for its scope, which
-        // ends only after every request ended here).
-        unsafe { self.coll.sh.detach(self.group, h, &self.lent) };
+    pub(crate) fn end(mut self, r: Result<()>) -> Result<()> {
+        self.detach();
         r?;
         if let Some(p) = self.panic.as_ref().and_then(|s| s.get()) {
             return Err(usage(
@@ -259,6 +258,28 @@ impl Started {
             ));
         }
         Ok(())
+    }
+}
+
+impl Started {
+    /// Detach the collective from the lent buffers (once) and retire its handle.
+    fn detach(&mut self) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        let h = (!self.handle.is_invalid()).then_some(self.handle.0);
+        // SAFETY: `lent` are the buffers this call borrowed, and the borrow lasts until this
+        // returns: a blocking call holds it for the call and a request for its scope, and
+        // both end a `Started` (by `end`, or by dropping it, also while unwinding) before
+        // their borrow ends.
+        unsafe { self.coll.sh.detach(self.group, h, &self.lent) };
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        self.detach();
     }
 }
 
@@ -421,6 +442,7 @@ impl Comm {
                 group,
                 lent,
                 panic,
+                ended: false,
             }),
             Err(e) => {
                 if let Some((h, group)) = entered {

@@ -94,6 +94,16 @@ impl std::fmt::Debug for Scope<'_> {
 /// })
 /// # }
 /// ```
+///
+/// A request cannot leave its scope either (so none outlives the waits at its end):
+///
+/// ```compile_fail
+/// # fn f(comm: &amnet::coll::Comm) -> amnet::Result<()> {
+/// let mut buf = [0u32; 8];
+/// let escaped = amnet::coll::scope(|s| comm.broadcast_nb(s, &mut buf, 0))?; // error
+/// escaped.wait()
+/// # }
+/// ```
 pub fn scope<'a, R>(f: impl for<'s> FnOnce(&'s Scope<'a>) -> Result<R>) -> Result<R> {
     let s = Scope {
         pending: RefCell::new(Vec::new()),
