@@ -552,13 +552,37 @@ impl Shared {
                 return Ok(any);
             }
             any = true;
-            self.send_all(outs)?;
-            for j in jobs {
-                match j {
-                    Job::Push { key, idx } => self.push(key, idx)?,
-                    Job::Reduce { key } => self.reduce_step(key)?,
-                    Job::Sched { key } => self.sched_run(key)?,
+            let mut jobs = jobs.into_iter();
+            let r = self.send_all(outs).and_then(|()| {
+                for j in jobs.by_ref() {
+                    match j {
+                        Job::Push { key, idx } => self.push(key, idx)?,
+                        Job::Reduce { key } => self.reduce_step(key)?,
+                        Job::Sched { key } => self.sched_run(key)?,
+                    }
                 }
+                Ok(())
+            });
+            if let Err(e) = r {
+                // The jobs not run give back their marks (`pushing`, `working`), which
+                // `collect` set: nothing runs them now, and a later pass (or a detach,
+                // which waits for the marks to clear) must not wait for them.
+                let mut st = self.lock();
+                for j in jobs {
+                    let (Job::Push { key, .. } | Job::Reduce { key } | Job::Sched { key }) = j;
+                    let Some(op) = st.ops.get_mut(&key) else {
+                        continue;
+                    };
+                    match j {
+                        Job::Push { idx, .. } => {
+                            if let Some(p) = op.parts.get_mut(idx) {
+                                p.pushing = false;
+                            }
+                        }
+                        Job::Reduce { .. } | Job::Sched { .. } => op.working = false,
+                    }
+                }
+                return Err(e);
             }
         }
     }
@@ -885,9 +909,19 @@ impl Shared {
             (spec, op.parts[idx].src, op.first, op.image_space, geo)
         };
         let p = first + idx;
-        for t in spec.transfers_from(p) {
+        let sent = spec.transfers_from(p).into_iter().try_for_each(|t| {
             let to = geo.world(geo.owner(image_space, t.to));
-            self.send_data(to, key, t.to, t.dst_off, src.ptr + t.src_off, t.len)?;
+            self.send_data(to, key, t.to, t.dst_off, src.ptr + t.src_off, t.len)
+        });
+        if let Err(e) = sent {
+            // Some sends may be out: the part is not pushed again, and the collective fails.
+            let mut st = self.lock();
+            if let Some(op) = st.ops.get_mut(&key) {
+                op.parts[idx].pushing = false;
+                op.parts[idx].pushed = true;
+                op.error.get_or_insert_with(|| e.clone());
+            }
+            return Err(e);
         }
         let mut st = self.lock();
         if let Some(op) = st.ops.get_mut(&key) {
