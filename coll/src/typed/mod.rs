@@ -121,6 +121,15 @@ impl Default for SyncMode {
 /// sent; the raw layer's checks follow (`spec/coll.md` §4). A disagreement between ranks
 /// is detected by checked mode (`AMNET_COLL_CHECK=1`) or at the receiver.
 ///
+/// # When a call ends
+///
+/// A blocking call, and a request's `wait` or `test` that finishes it, first detach the
+/// collective from the buffers it was lent. If the wait failed (`Error::Hang` from the
+/// watchdog, a failed peer) the collective goes on in library copies of those buffers, and
+/// nothing writes into them afterwards: the call returns its error with the buffers free
+/// (their contents unspecified), even if they lived in a stack frame that is about to go.
+/// A completed collective is fenced off the same way (`spec/coll.md` §10a).
+///
 /// ```no_run
 /// use amnet::coll::{Coll, Op, SyncMode};
 ///
