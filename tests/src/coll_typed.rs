@@ -470,34 +470,50 @@ fn nonblocking(c: &Ctx<'_>) -> Verdict {
 }
 
 /// Nested job (2 ranks, `AMNET_HANG_TIMEOUT=1`): a typed wait that fails leaves the lent
-/// buffer alone. Rank 1 enters two broadcasts (root 1) only after rank 0's waits for them
-/// reported `Hang`; the data then arrives at rank 0, and must land in library memory, not in
-/// the buffer rank 0 lent (here kept alive and watched; in a program, possibly a stack frame
-/// that is gone). Once nothing is in flight, both ranks check a normal call.
+/// buffer alone. Rank 1 enters two broadcasts (root 1) and an in-place reduce_to_all only
+/// after rank 0's waits for them reported `Hang`; the data then arrives at rank 0, and must
+/// land in library memory, not in the buffer rank 0 lent (here kept alive and watched; in a
+/// program, possibly a stack frame that is gone), while rank 1 still gets rank 0's operands.
+/// Once nothing is in flight, both ranks check a normal call.
 pub fn failed_wait_detaches(ep: &Endpoint) -> Result<(), String> {
     let co = crate::coll_images::attach_coll(ep)?;
     let comm = co.team(co.world());
     let me = ep.rank();
     let fill = 0xAAAA_AAAA_AAAA_AAAAu64;
-    for round in 0..2u32 {
+    for round in 0..3u32 {
         if me == 1 {
             // Enter late: after rank 0's wait gave up (1 s).
             std::thread::sleep(Duration::from_millis(2500));
-            let mut data = [u64::from(round) + 7; 4];
-            comm.broadcast(&mut data, 1)
-                .map_err(|e| format!("round {round}: the late root's broadcast: {e}"))?;
+            if round < 2 {
+                let mut data = [u64::from(round) + 7; 4];
+                comm.broadcast(&mut data, 1)
+                    .map_err(|e| format!("round {round}: the late root's broadcast: {e}"))?;
+            } else {
+                // Rank 0's operands still count: they left before its wait failed.
+                let mut out = [0u64; 4];
+                comm.reduce_to_all(&[2u64; 4], &mut out, Op::sum())
+                    .map_err(|e| format!("round {round}: the late reduce_to_all: {e}"))?;
+                if out != [3; 4] {
+                    return Err(format!(
+                        "round {round}: the late reduce_to_all gave {out:?}"
+                    ));
+                }
+            }
             continue;
         }
-        let mut buf = [fill; 4];
+        // Rounds 0 and 1: a broadcast's destination (scope and blocking form); round 2: an
+        // in-place reduction's operand and result.
+        let start = if round < 2 { fill } else { 1 };
+        let mut buf = [start; 4];
         let t0 = Instant::now();
-        let r = if round == 0 {
-            scope(|s| comm.broadcast_nb(s, &mut buf, 1)?.wait())
-        } else {
-            comm.broadcast(&mut buf, 1)
+        let r = match round {
+            0 => scope(|s| comm.broadcast_nb(s, &mut buf, 1)?.wait()),
+            1 => comm.broadcast(&mut buf, 1),
+            _ => comm.reduce_to_all_in_place(&mut buf, Op::sum()),
         };
         if !matches!(r, Err(Error::Hang { .. })) {
             return Err(format!(
-                "round {round}: a broadcast whose root is late gave {r:?}"
+                "round {round}: a call whose peer is late gave {r:?}"
             ));
         }
         // The collective is still in flight; its data comes once rank 1 enters.
@@ -506,13 +522,13 @@ pub fn failed_wait_detaches(ep: &Endpoint) -> Result<(), String> {
             co.poll().map_err(|e| format!("round {round}: poll: {e}"))?;
             if t0.elapsed() > Duration::from_secs(15) {
                 return Err(format!(
-                    "round {round}: the detached broadcast never finished: {}",
+                    "round {round}: the detached call never finished: {}",
                     co.in_flight_report()
                 ));
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        if buf != [fill; 4] {
+        if buf != [start; 4] {
             return Err(format!(
                 "round {round}: data arrived in the buffer after its wait failed: {buf:x?}"
             ));
