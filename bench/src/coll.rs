@@ -51,6 +51,7 @@
 //! `bytes / 8` u64 elements, combined elementwise.
 
 use amnet::coll::builtin::builtin_index;
+use amnet::coll::raw::Collectives;
 use amnet::coll::{flags, Addr, Coll, ElemType, Layout, RedOp, Team};
 use amnet::{Endpoint, Error};
 
@@ -258,17 +259,29 @@ fn call(
 ) -> amnet::Result<()> {
     let (src, dst) = (Addr::seg(l.src as u64), Addr::seg(l.dst as u64));
     match op {
-        Op::Broadcast => coll.broadcast(w, dst, 0, src, n, fl),
-        Op::Scatter => coll.scatter(w, dst, 0, src, n, fl),
-        Op::Gather => coll.gather(w, 0, dst, src, n, fl),
-        Op::GatherAll => coll.gather_all(w, dst, src, n, fl),
-        Op::Exchange => coll.exchange(w, dst, src, n, fl),
+        Op::Broadcast =>
+        // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+        unsafe { coll.broadcast(w, dst, 0, src, n, fl) },
+        Op::Scatter =>
+        // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+        unsafe { coll.scatter(w, dst, 0, src, n, fl) },
+        Op::Gather =>
+        // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+        unsafe { coll.gather(w, 0, dst, src, n, fl) },
+        Op::GatherAll =>
+        // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+        unsafe { coll.gather_all(w, dst, src, n, fl) },
+        Op::Exchange =>
+        // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+        unsafe { coll.exchange(w, dst, src, n, fl) },
         Op::ReduceElemsToAll | Op::ScanElems => {
             let func = builtin_index(RedOp::Sum, ElemType::U64).unwrap_or(0);
             if op == Op::ScanElems {
-                coll.scan_elems(w, dst, src, 8, n / 8, func, 0, fl)
+                // SAFETY: segment offsets only: no pointer address to keep valid.
+                unsafe { coll.scan_elems(w, dst, src, 8, n / 8, func, 0, fl) }
             } else {
-                coll.reduce_elems_to_all(w, dst, src, 8, n / 8, func, 0, fl)
+                // SAFETY: segment offsets only: no pointer address to keep valid.
+                unsafe { coll.reduce_elems_to_all(w, dst, src, 8, n / 8, func, 0, fl) }
             }
         }
         Op::TeamSplit | Op::TeamCreate => Err(Error::Usage {
@@ -280,9 +293,11 @@ fn call(
             let lay = Layout::block_cyclic(count.div_ceil(ranks).max(1), 0);
             let func = builtin_index(RedOp::Sum, ElemType::U64).unwrap_or(0);
             if op == Op::ReduceToAll {
-                coll.reduce_to_all(w, dst, src, lay, 8, count, func, 0, fl)
+                // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                unsafe { coll.reduce_to_all(w, dst, src, lay, 8, count, func, 0, fl) }
             } else {
-                coll.prefix_reduce(w, dst, lay, src, lay, 8, count, func, 0, fl)
+                // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                unsafe { coll.prefix_reduce(w, dst, lay, src, lay, 8, count, func, 0, fl) }
             }
         }
     }
@@ -491,14 +506,17 @@ pub(crate) fn run(
     let bytes: Vec<u8> = figs.iter().flat_map(|v| v.to_ne_bytes()).collect();
     ep.write_local(l.mine as u64, &bytes)?;
     ep.barrier()?;
-    coll.gather(
-        coll.world(),
-        0,
-        Addr::seg(l.gathered as u64),
-        Addr::seg(l.mine as u64),
-        l.results,
-        flags::ALLSYNC | flags::SINGLE,
-    )?;
+    // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+    unsafe {
+        coll.gather(
+            coll.world(),
+            0,
+            Addr::seg(l.gathered as u64),
+            Addr::seg(l.mine as u64),
+            l.results,
+            flags::ALLSYNC | flags::SINGLE,
+        )
+    }?;
     ep.barrier()?;
     if ep.rank() != 0 {
         return Ok(Vec::new());

@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use amnet::coll::builtin::builtin_index;
+use amnet::coll::raw::Collectives;
 use amnet::coll::{flags, Addr, Coll, ElemType, Layout, RedOp, Team};
 use amnet::{Error, HandlerTable};
 
@@ -75,20 +76,23 @@ fn call(coll: &Coll, team: &Team, op: &str, n: usize, half: u64) -> amnet::Resul
     let (src, dst) = (Addr::seg(0), Addr::seg(half));
     let fl = flags::ALLSYNC | flags::SINGLE;
     let ranks = team.size() as usize;
-    match op {
-        "broadcast" => coll.broadcast(team, dst, 0, src, n, fl),
-        "scatter" => coll.scatter(team, dst, 0, src, n, fl),
-        "gather" => coll.gather(team, 0, dst, src, n, fl),
-        "gather_all" => coll.gather_all(team, dst, src, n, fl),
-        "exchange" => coll.exchange(team, dst, src, n, fl),
-        _ => {
-            let count = (n / 8).max(1);
-            let lay = Layout::block_cyclic(count.div_ceil(ranks).max(1), 0);
-            let func = builtin_index(RedOp::Sum, ElemType::U64).unwrap_or(0);
-            if op == "reduce_to_all" {
-                coll.reduce_to_all(team, dst, src, lay, 8, count, func, 0, fl)
-            } else {
-                coll.prefix_reduce(team, dst, lay, src, lay, 8, count, func, 0, fl)
+    // SAFETY: segment offsets only: no pointer address to keep valid.
+    unsafe {
+        match op {
+            "broadcast" => coll.broadcast(team, dst, 0, src, n, fl),
+            "scatter" => coll.scatter(team, dst, 0, src, n, fl),
+            "gather" => coll.gather(team, 0, dst, src, n, fl),
+            "gather_all" => coll.gather_all(team, dst, src, n, fl),
+            "exchange" => coll.exchange(team, dst, src, n, fl),
+            _ => {
+                let count = (n / 8).max(1);
+                let lay = Layout::block_cyclic(count.div_ceil(ranks).max(1), 0);
+                let func = builtin_index(RedOp::Sum, ElemType::U64).unwrap_or(0);
+                if op == "reduce_to_all" {
+                    coll.reduce_to_all(team, dst, src, lay, 8, count, func, 0, fl)
+                } else {
+                    coll.prefix_reduce(team, dst, lay, src, lay, 8, count, func, 0, fl)
+                }
             }
         }
     }
@@ -126,10 +130,11 @@ fn measure(
     let mut buf = vec![0u8; 8 * (team.size() as usize + 1)];
     buf[..8].copy_from_slice(&mean.to_le_bytes());
     let (s, d) = (buf.as_mut_ptr(), buf[8..].as_mut_ptr());
-    // SAFETY: both ranges lie in `buf`, dropped only after the blocking gather returned Ok (it
-    // completed here) and leaked when it failed (it may still be in flight).
+    // SAFETY: both ranges lie in `buf`, and are passed only to the gather below.
     let (s, d) = unsafe { (Addr::ptr(s), Addr::ptr(d)) };
-    if let Err(e) = coll.gather_all(team, d, s, 8, flags::ALLSYNC | flags::SINGLE) {
+    // SAFETY: both ranges lie in `buf`, untouched and dropped only after the blocking gather
+    // returned Ok (it completed here), leaked when it failed (it may still be in flight).
+    if let Err(e) = unsafe { coll.gather_all(team, d, s, 8, flags::ALLSYNC | flags::SINGLE) } {
         std::mem::forget(buf);
         return Err(e);
     }

@@ -9,7 +9,7 @@ use amnet_sync_modes::{CallShape, Mode};
 
 use crate::builtin::{self, Elem, Loc, RedOp, N_BUILTIN};
 use crate::engine::{Area, HandleRec, Key, Shared, State, TeamSeq};
-use crate::plan::{area_elems, Kind, Spec};
+use crate::plan::{area_elems, CallFn, Kind, Spec};
 use crate::select::{CallInfo, Imp};
 use crate::team::{Geo, Team};
 use crate::types::{Addr, CollHandle, FnEntry, Layout};
@@ -131,6 +131,8 @@ pub(crate) struct Call<'a> {
     addrs: Addrs<'a>,
     flags: u32,
     blocking: bool,
+    /// A reduction function passed with the call, instead of a table entry.
+    pub(crate) call_fn: Option<CallFn>,
 }
 
 #[derive(Clone, Copy)]
@@ -460,7 +462,7 @@ impl Coll {
 
     // ----- initiation ------------------------------------------------------------------
 
-    fn multi_image(&self) -> bool {
+    pub(crate) fn multi_image(&self) -> bool {
         self.sh.images.iter().any(|&n| n > 1)
     }
 
@@ -494,7 +496,10 @@ impl Coll {
             m |= IN_PLACE;
         }
         if c.red.is_some() {
-            let flags = self.sh.fns.get(red.func).map_or(0, |f| f.flags);
+            let flags = match &c.call_fn {
+                Some(f) => f.0.flags,
+                None => self.sh.fns.get(red.func).map_or(0, |f| f.flags),
+            };
             if flags & crate::types::fn_flags::NONCOMM == 0 {
                 m |= COMMUTATIVE;
             }
@@ -543,7 +548,7 @@ impl Coll {
     }
 
     /// The calling image's number in `geo`'s team (node-major within the team).
-    fn team_image(&self, geo: &Geo) -> u32 {
+    pub(crate) fn team_image(&self, geo: &Geo) -> u32 {
         let local = self.image - self.sh.img_first[self.sh.rank as usize];
         geo.img_first[geo.me as usize] + local
     }
@@ -571,6 +576,18 @@ impl Coll {
     }
 
     fn start(&self, team: &Team, c: Call<'_>) -> Result<CollHandle> {
+        self.start_keyed(team, c, &mut None).map(|(h, _)| h)
+    }
+
+    /// Initiate `c` on `team`: its handle, and the key of the group (aggregate) it closes.
+    /// `entered` is set once the collective holds the call's areas (to its handle, if it got
+    /// one, and its group): an error after that point leaves it in flight.
+    pub(crate) fn start_keyed(
+        &self,
+        team: &Team,
+        c: Call<'_>,
+        entered: &mut Option<(Option<u64>, Key)>,
+    ) -> Result<(CollHandle, Key)> {
         let sh = &self.sh;
         if let Some(h) = sh.ep.current_handler() {
             return Err(Error::InHandler {
@@ -663,7 +680,7 @@ impl Coll {
             arg: 0,
         });
         if c.red.is_some() {
-            self.check_red(c.op, c.kind, &red, np)?;
+            self.check_red(c.op, c.kind, &red, np, c.call_fn.as_ref())?;
         }
         let entries = self.entries(&geo, c.op, &c.addrs, &mode, image_space, np)?;
         let info = CallInfo {
@@ -694,6 +711,7 @@ impl Coll {
             arg: red.arg,
             alg: alg.name,
             params: choice.params,
+            call_fn: c.call_fn.clone(),
         });
         let mut areas = Vec::with_capacity(entries.len());
         for e in &entries {
@@ -807,6 +825,7 @@ impl Coll {
             st.unsynced += 1;
             Some(h)
         };
+        *entered = Some((handle, group));
         drop(st);
         if let Some(sig) = sig {
             sh.send_signature(&geo, key, &sig)?;
@@ -820,18 +839,25 @@ impl Coll {
         sh.ep.poll()?;
         sh.advance()?;
         match handle {
-            None => Ok(CollHandle::INVALID),
+            None => Ok((CollHandle::INVALID, group)),
             Some(h) => {
                 if self.try_finish(h)? {
-                    Ok(CollHandle::INVALID)
+                    Ok((CollHandle::INVALID, group))
                 } else {
-                    Ok(CollHandle(h))
+                    Ok((CollHandle(h), group))
                 }
             }
         }
     }
 
-    fn check_red(&self, op: &'static str, kind: Kind, r: &Red, np: usize) -> Result<()> {
+    fn check_red(
+        &self,
+        op: &'static str,
+        kind: Kind,
+        r: &Red,
+        np: usize,
+        call_fn: Option<&CallFn>,
+    ) -> Result<()> {
         if r.es == 0 {
             return Err(usage(op, "elem_size is 0"));
         }
@@ -845,7 +871,11 @@ impl Coll {
                 },
             ));
         }
-        let Some(_) = self.sh.fns.get(r.func) else {
+        let known = match call_fn {
+            Some(f) => f.index() == r.func,
+            None => r.func < self.sh.fns.len(),
+        };
+        if !known {
             return Err(usage(
                 op,
                 format!(
@@ -855,7 +885,7 @@ impl Coll {
                     N_BUILTIN
                 ),
             ));
-        };
+        }
         if r.func < N_BUILTIN {
             let (o, t) = builtin::decode(r.func);
             let want = builtin::builtin_elem_size(o, t);
@@ -1262,25 +1292,75 @@ impl Coll {
     }
 }
 
-macro_rules! both {
-    ($(#[$doc:meta])* $nb:ident, $blk:ident, ($($a:ident : $t:ty),*), $call:expr) => {
-        impl Coll {
-            $(#[$doc])*
-            /// Non-blocking: returns a handle to sync.
-            #[allow(clippy::too_many_arguments)]
-            pub fn $nb(&self, team: &Team, $($a: $t),*) -> Result<CollHandle> {
-                let c: Call<'_> = $call;
-                self.run(team, c, false)
-            }
-            $(#[$doc])*
-            /// Blocking.
-            #[allow(clippy::too_many_arguments)]
-            pub fn $blk(&self, team: &Team, $($a: $t),*) -> Result<()> {
-                let c: Call<'_> = $call;
-                self.run(team, c, true).map(|_| ())
-            }
+/// The UPC/GASNet-shaped operations: every `both!(doc, nb, blocking, (args), call)` entry is
+/// a non-blocking and a blocking method of [`Collectives`], implemented for [`Coll`].
+macro_rules! raw_collectives {
+    ($(both!($(#[$doc:meta])* $nb:ident, $blk:ident, ($($a:ident : $t:ty),*), $call:expr);)*) => {
+        /// The collectives in the UPC/GASNet shape, implemented for [`Coll`]: raw [`Addr`]esses
+        /// (segment offsets, or pointers that only the unsafe [`Addr::ptr`] makes), byte
+        /// counts, `u32` flag words (`flags`), and a [`CollHandle`] to sync with
+        /// [`Coll::try_sync`], [`Coll::wait_sync`] and their `_all`/`_some` forms. Bring it
+        /// into scope with `use amnet::coll::raw::Collectives;`.
+        ///
+        /// Every method takes addresses and is `unsafe`: the library writes through them from
+        /// any thread of the process until the collective is synced, and nothing ties that
+        /// to a borrow. The safe form is the typed API ([`Comm`](crate::Comm)).
+        ///
+        /// # Safety
+        ///
+        /// For every method, with addresses `a` among its arguments (single or in lists):
+        /// - an `Addr::Ptr` address is valid for reads (a source) or writes (a destination)
+        ///   of every byte the call addresses through it, from the call until a sync of the
+        ///   collective succeeds on this rank (the blocking form: until it returns `Ok`), and
+        ///   the caller does not otherwise access those bytes in between; when no sync
+        ///   succeeds (an error, `Error::Hang`), the memory stays valid and untouched for the
+        ///   rest of the process (leak it);
+        /// - `Addr::Seg` addresses have no requirement beyond the call's own checks: the
+        ///   library checks them against the segment, and the segment is shared memory that
+        ///   remote puts write too.
+        ///
+        /// The trait is sealed: [`Coll`] is its only implementation.
+        #[allow(clippy::too_many_arguments)]
+        pub trait Collectives: sealed::Sealed {
+            $(
+                $(#[$doc])*
+                /// Non-blocking: returns a handle to sync.
+                ///
+                /// # Safety
+                /// See the trait's: every `Addr::Ptr` address stays valid and untouched until
+                /// the handle's sync succeeds.
+                unsafe fn $nb(&self, team: &Team, $($a: $t),*) -> Result<CollHandle>;
+                $(#[$doc])*
+                /// Blocking.
+                ///
+                /// # Safety
+                /// See the trait's: every `Addr::Ptr` address stays valid and untouched until
+                /// the call returns `Ok` (for good when it fails).
+                unsafe fn $blk(&self, team: &Team, $($a: $t),*) -> Result<()>;
+            )*
+        }
+
+        #[allow(clippy::too_many_arguments)]
+        impl Collectives for Coll {
+            $(
+                unsafe fn $nb(&self, team: &Team, $($a: $t),*) -> Result<CollHandle> {
+                    let c: Call<'_> = $call;
+                    self.run(team, c, false)
+                }
+                unsafe fn $blk(&self, team: &Team, $($a: $t),*) -> Result<()> {
+                    let c: Call<'_> = $call;
+                    self.run(team, c, true).map(|_| ())
+                }
+            )*
         }
     };
+}
+
+mod sealed {
+    /// Seals [`Collectives`](super::Collectives): only [`Coll`](super::Coll) implements it.
+    pub trait Sealed {}
+
+    impl Sealed for super::Coll {}
 }
 
 pub(crate) fn call<'a>(
@@ -1300,6 +1380,7 @@ pub(crate) fn call<'a>(
         addrs,
         flags,
         blocking: false,
+        call_fn: None,
     }
 }
 
@@ -1311,6 +1392,45 @@ fn many<'a>(src: AddrList<'a>, dst: AddrList<'a>) -> Addrs<'a> {
     Addrs::Many { src, dst }
 }
 
+pub(crate) fn red_call<'a>(
+    op: &'static str,
+    kind: Kind,
+    root: Option<u32>,
+    addrs: Addrs<'a>,
+    r: Red,
+    flags: u32,
+) -> Call<'a> {
+    Call {
+        op,
+        kind,
+        root_image: root,
+        counts: Counts::None,
+        red: Some(r),
+        addrs,
+        flags,
+        blocking: false,
+        call_fn: None,
+    }
+}
+
+fn red(es: usize, n: usize, src_lay: Layout, dst_lay: Layout, func: usize, arg: u32) -> Red {
+    Red {
+        es,
+        n,
+        src_lay,
+        dst_lay,
+        func,
+        arg,
+    }
+}
+
+/// A vector reduction's arguments: `count` elements per participant, no layout.
+pub(crate) fn vred(es: usize, count: usize, func: usize, arg: u32) -> Red {
+    let lay = Layout::indefinite(0);
+    red(es, count, lay, lay, func, arg)
+}
+
+raw_collectives! {
 both!(
     /// Broadcast `nbytes` from the root image's `src` to every participant's `dst`.
     broadcast_nb, broadcast, (dst: Addr, root: u32, src: Addr, nbytes: usize, flags: u32),
@@ -1403,36 +1523,7 @@ both!(
     call("exchange_vm", Kind::Exchange, None, Counts::Matrix(counts), many(AddrList::List(src), AddrList::List(dst)), flags)
 );
 
-fn red_call<'a>(
-    op: &'static str,
-    kind: Kind,
-    root: Option<u32>,
-    addrs: Addrs<'a>,
-    r: Red,
-    flags: u32,
-) -> Call<'a> {
-    Call {
-        op,
-        kind,
-        root_image: root,
-        counts: Counts::None,
-        red: Some(r),
-        addrs,
-        flags,
-        blocking: false,
-    }
-}
 
-fn red(es: usize, n: usize, src_lay: Layout, dst_lay: Layout, func: usize, arg: u32) -> Red {
-    Red {
-        es,
-        n,
-        src_lay,
-        dst_lay,
-        func,
-        arg,
-    }
-}
 
 both!(
     /// Reduce the `elem_count` elements of the distributed array (`src`, `src_lay`) with
@@ -1479,11 +1570,6 @@ both!(
     red_call("exclusive_prefix_reducem", Kind::ExclusivePrefix, None, many(AddrList::List(src), AddrList::List(dst)), red(elem_size, elem_count, src_lay, dst_lay, func, arg), flags)
 );
 
-/// A vector reduction's arguments: `count` elements per participant, no layout.
-fn vred(es: usize, count: usize, func: usize, arg: u32) -> Red {
-    let lay = Layout::indefinite(0);
-    red(es, count, lay, lay, func, arg)
-}
 
 both!(
     /// Vector reduction (MPI's reduce): every participant's `src` holds `count` elements of
@@ -1513,6 +1599,7 @@ both!(
     exclusive_scan_elems_nb, exclusive_scan_elems, (dst: Addr, src: Addr, elem_size: usize, count: usize, func: usize, arg: u32, flags: u32),
     red_call("exclusive_scan_elems", Kind::ExclusiveScanElems, None, one(src, dst), vred(elem_size, count, func, arg), flags)
 );
+}
 
 // ----- typed API ---------------------------------------------------------------------------
 
@@ -1575,13 +1662,21 @@ impl Coll {
 
     /// Every participant contributes `value`; every participant gets the reduction (in
     /// participant order).
+    ///
+    /// Participants are ranks, or, when some rank hosts several images, images: then every
+    /// image thread of every rank must call (`ALL_THREADS`), and a call by one representative
+    /// thread waits for the others (until the watchdog's `Error::Hang`, if set). For one call
+    /// per rank in such a job, use the ranks view:
+    /// `coll.team(coll.world()).reduce_to_all(&[value], &mut out, op)` ([`Comm`](crate::Comm)).
+    /// The same holds for [`Coll::reduce_typed`], [`Coll::prefix_reduce_typed`] and
+    /// [`Coll::reduce_to_all_loc`].
     pub fn reduce_to_all_typed<T: Elem>(&self, op: RedOp, value: T, sync: u32) -> Result<T> {
         self.check_typed::<T>(op)?;
         self.typed(Kind::ReduceAll, op, T::TYPE, None, value, sync)
     }
 
     /// Every participant contributes `value`; the root image gets the reduction (`Some` on
-    /// the root's caller only).
+    /// the root's caller only). Participants as in [`Coll::reduce_to_all_typed`].
     pub fn reduce_typed<T: Elem>(
         &self,
         root: u32,
@@ -1600,7 +1695,7 @@ impl Coll {
     }
 
     /// Inclusive (or exclusive) scan of one value per participant; the exclusive scan gives
-    /// participant 0 its own value back.
+    /// participant 0 its own value back. Participants as in [`Coll::reduce_to_all_typed`].
     pub fn prefix_reduce_typed<T: Elem>(
         &self,
         op: RedOp,
@@ -1618,7 +1713,7 @@ impl Coll {
     }
 
     /// MINLOC/MAXLOC to every participant: the extreme value and, on ties, the smallest
-    /// `loc`.
+    /// `loc`. Participants as in [`Coll::reduce_to_all_typed`].
     pub fn reduce_to_all_loc<T: Elem>(
         &self,
         op: RedOp,

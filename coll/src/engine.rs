@@ -69,7 +69,7 @@ pub(crate) struct Part {
     /// Its sends are issued (its source was read).
     pushed: bool,
     /// A thread is issuing its sends.
-    pushing: bool,
+    pub(crate) pushing: bool,
     /// Its destination may be written.
     open: bool,
     /// Its destination is empty or lies in this rank's segment, which stays valid after a
@@ -105,7 +105,8 @@ pub(crate) struct Op {
     pub(crate) rphase: u8,
     /// Prefix reductions: the operands of this rank's destination runs, kept between steps.
     pub(crate) xs: Vec<Vec<u8>>,
-    working: bool,
+    /// A thread runs a reduction or schedule step of it (outside the lock).
+    pub(crate) working: bool,
     /// Checked mode: signatures per team rank.
     sigs: Vec<Option<Vec<u8>>>,
     /// Checked mode: the image whose call gave this rank's signature.
@@ -118,6 +119,8 @@ pub(crate) struct Op {
     /// Messages of a scheduled algorithm by (sender's team rank, tag): (bytes, bytes arrived).
     /// They may come before this rank entered, or before the round that takes them.
     sched_in: FastMap<(u32, u32), (Vec<u8>, usize)>,
+    /// Library copies that stand in for client areas it was detached from (`detach.rs`).
+    pub(crate) kept: Vec<Vec<u8>>,
 }
 
 /// Where a scheduled collective stands on this rank.
@@ -199,6 +202,7 @@ impl Op {
             error: None,
             sched: None,
             sched_in: FastMap::default(),
+            kept: Vec::new(),
         }
     }
 
@@ -690,13 +694,37 @@ impl Shared {
                 return Ok(any);
             }
             any = true;
-            self.send_all(outs)?;
-            for j in jobs {
-                match j {
-                    Job::Push { key, idx } => self.push(key, idx)?,
-                    Job::Reduce { key } => self.reduce_step(key)?,
-                    Job::Sched { key } => self.sched_run(key)?,
+            let mut jobs = jobs.into_iter();
+            let r = self.send_all(outs).and_then(|()| {
+                for j in jobs.by_ref() {
+                    match j {
+                        Job::Push { key, idx } => self.push(key, idx)?,
+                        Job::Reduce { key } => self.reduce_step(key)?,
+                        Job::Sched { key } => self.sched_run(key)?,
+                    }
                 }
+                Ok(())
+            });
+            if let Err(e) = r {
+                // The jobs not run give back their marks (`pushing`, `working`), which
+                // `collect` set: nothing runs them now, and a later pass (or a detach,
+                // which waits for the marks to clear) must not wait for them.
+                let mut st = self.lock();
+                for j in jobs {
+                    let (Job::Push { key, .. } | Job::Reduce { key } | Job::Sched { key }) = j;
+                    let Some(op) = st.ops.get_mut(&key) else {
+                        continue;
+                    };
+                    match j {
+                        Job::Push { idx, .. } => {
+                            if let Some(p) = op.parts.get_mut(idx) {
+                                p.pushing = false;
+                            }
+                        }
+                        Job::Reduce { .. } | Job::Sched { .. } => op.working = false,
+                    }
+                }
+                return Err(e);
             }
         }
     }
@@ -1183,18 +1211,27 @@ impl Shared {
         };
         let p = first + idx;
         let mut puts = Vec::new();
-        for t in spec.transfers_from(p) {
+        let sent = spec.transfers_from(p).into_iter().try_for_each(|t| {
             let to = geo.world(geo.owner(image_space, t.to));
             if direct && to != self.rank {
                 puts.push(self.put_data(to, dst, t.dst_off, src.ptr + t.src_off, t.len)?);
+                Ok(())
             } else {
-                self.send_data(to, key, t.to, t.dst_off, src.ptr + t.src_off, t.len)?;
+                self.send_data(to, key, t.to, t.dst_off, src.ptr + t.src_off, t.len)
             }
-        }
+        });
         // The participant has pushed once its puts are in place at their targets: a barrier
         // after its sync then separates them from what follows everywhere.
-        for mut h in puts {
-            self.ep.wait_sync(&mut h)?;
+        let sent = sent.and_then(|()| puts.iter_mut().try_for_each(|h| self.ep.wait_sync(h)));
+        if let Err(e) = sent {
+            // Some sends may be out: the part is not pushed again, and the collective fails.
+            let mut st = self.lock();
+            if let Some(op) = st.ops.get_mut(&key) {
+                op.parts[idx].pushing = false;
+                op.parts[idx].pushed = true;
+                op.error.get_or_insert_with(|| e.clone());
+            }
+            return Err(e);
         }
         let mut st = self.lock();
         if let Some(op) = st.ops.get_mut(&key) {
@@ -1227,8 +1264,7 @@ impl Shared {
                     return Ok(());
                 };
                 let fe = op.spec.as_ref().and_then(|s| {
-                    self.fns
-                        .get(s.func)
+                    s.function(&self.fns)
                         .map(|e| (e.f.clone(), e.flags, s.es, s.arg))
                 });
                 let (Some(geo), Some(part)) = (op.geo.clone(), op.parts.first()) else {

@@ -5,16 +5,31 @@
 //! ("m") forms, variable-contribution ("v") forms, in-place forms, images (several language
 //! threads per rank), aggregation, and a registered function table with built-in reductions.
 //!
+//! Two front doors:
+//! - the typed API, safe: [`Comm`] (made by [`Coll::team`] or [`Coll::team_images`]) takes
+//!   slices of [`Plain`] elements, [`SyncMode`] values and [`Op`] values (built-in reductions
+//!   or closures); its non-blocking calls borrow their buffers for a [`scope`];
+//! - the UPC/GASNet shape, [`raw::Collectives`]: addresses, byte counts, flag words and
+//!   function-table indices, `unsafe` because the library writes through the addresses until
+//!   a sync that nothing ties to a borrow.
+//!
 //! ```no_run
-//! use amnet::coll::{flags, Addr, Coll, RedOp};
+//! use amnet::coll::{Coll, Op};
 //! use amnet::Endpoint;
 //!
-//! /// On an attached endpoint: rank 0's 8 bytes at segment offset 0 go to offset 64 of every
-//! /// rank's segment, then every rank gets the sum of the rank numbers.
-//! fn example(ep: &Endpoint) -> amnet::Result<u64> {
+//! /// On an attached endpoint: rank 0's three values go to every rank, then every rank gets
+//! /// the elementwise sums of every rank's vector.
+//! fn example(ep: &Endpoint) -> amnet::Result<[u64; 2]> {
 //!     let coll = Coll::init(ep, None, 0, &[])?;
-//!     coll.broadcast(coll.world(), Addr::seg(64), 0, Addr::seg(0), 8, flags::ALLSYNC | flags::SINGLE)?;
-//!     coll.reduce_to_all_typed(RedOp::Sum, u64::from(ep.rank()), flags::ALLSYNC)
+//!     let world = coll.team(coll.world());
+//!     let mut params = [0.0f64; 3];
+//!     if world.rank() == 0 {
+//!         params = [0.5, 1.5, 2.5];
+//!     }
+//!     world.broadcast(&mut params, 0)?;
+//!     let mut total = [0u64; 2];
+//!     world.reduce_to_all(&[u64::from(ep.rank()), 1], &mut total, Op::sum())?;
+//!     Ok(total)
 //! }
 //! ```
 //!
@@ -24,17 +39,21 @@ mod algs;
 mod api;
 pub mod builtin;
 mod create;
+mod detach;
 mod engine;
 mod fasthash;
 mod plan;
+pub mod raw;
 mod reduce;
 mod sched;
 mod select;
 mod team;
+mod typed;
 mod types;
 
 pub use amnet_sync_modes::{flags, InSync, Mode, OutSync};
 pub use api::Coll;
 pub use builtin::{Elem, ElemType, Loc, RedOp};
 pub use team::Team;
+pub use typed::{scope, Comm, ElemKind, Op, Plain, Request, Scope, SyncMode};
 pub use types::{fn_flags, Addr, CollHandle, FnEntry, Layout, RawPtr, ReduceFn};

@@ -2,7 +2,7 @@
 //! transfers of the data-movement operations and the runs of the block-cyclic layouts of the
 //! reductions. Every rank computes the same plan independently; nothing here communicates.
 
-use crate::types::Layout;
+use crate::types::{fn_flags, FnEntry, Layout};
 
 /// The operation of a collective.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -105,12 +105,64 @@ pub(crate) struct Spec {
     /// The algorithm the selector chose (`select::ALGS`), and its parameters.
     pub(crate) alg: &'static str,
     pub(crate) params: Vec<(String, u64)>,
+    /// Reductions: a function this rank passed with the call, used instead of table entry
+    /// `func` (then one of [`CallFn::index`]'s values). It stays on this rank.
+    pub(crate) call_fn: Option<CallFn>,
 }
 
 impl Spec {
     /// The algorithm parameter `name`, if `AMNET_COLL_TUNE` gave one.
     pub(crate) fn param(&self, name: &str) -> Option<u64> {
         self.params.iter().find(|(k, _)| k == name).map(|(_, v)| *v)
+    }
+
+    /// The reduction function: the call's own, else entry `func` of `table`.
+    pub(crate) fn function<'a>(&'a self, table: &'a [FnEntry]) -> Option<&'a FnEntry> {
+        match &self.call_fn {
+            Some(f) => Some(&f.0),
+            None => table.get(self.func),
+        }
+    }
+}
+
+/// A reduction function given with one call rather than registered in the table (the typed
+/// API's closures). Every rank passes its own; only its commutativity is agreed, through the
+/// function index the call carries ([`CallFn::index`]).
+#[derive(Clone)]
+pub(crate) struct CallFn(pub(crate) FnEntry);
+
+impl CallFn {
+    /// The function index that stands for a call's own function in the spec and the
+    /// checked-mode signature: `usize::MAX - 1` for a commutative one, `usize::MAX` for a
+    /// `NONCOMM` one (far beyond any table).
+    pub(crate) fn index(&self) -> usize {
+        if self.0.flags & fn_flags::NONCOMM != 0 {
+            usize::MAX
+        } else {
+            usize::MAX - 1
+        }
+    }
+}
+
+impl std::fmt::Debug for CallFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("CallFn").field(&self.0).finish()
+    }
+}
+
+/// Two specs agree when their call functions agree in flags (the functions are each rank's
+/// own and never compared).
+impl PartialEq for CallFn {
+    fn eq(&self, other: &CallFn) -> bool {
+        self.0.flags == other.0.flags
+    }
+}
+
+impl Eq for CallFn {}
+
+impl std::hash::Hash for CallFn {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.0.flags.hash(h);
     }
 }
 
@@ -351,6 +403,7 @@ mod tests {
             arg: 0,
             alg: "flat",
             params: Vec::new(),
+            call_fn: None,
         };
         let t = spec.transfers_from(1);
         assert_eq!(

@@ -202,7 +202,7 @@ pub(crate) fn step(s: &Shared, key: Key) -> Result<StageOut> {
         let (Some(spec), Some(geo)) = (op.spec.clone(), op.geo.clone()) else {
             return Ok(Vec::new());
         };
-        let Some(entry) = s.fns.get(spec.func) else {
+        let Some(entry) = spec.function(&s.fns) else {
             return Err(Error::Usage {
                 op: spec.kind.name(),
                 detail: format!(

@@ -8,8 +8,9 @@ use std::sync::Arc;
 /// `Seg(offset)` is an offset into the segment of the rank that owns the participant: the
 /// same value means the same place on every rank, so it is the natural single-valued address.
 /// `Ptr` is a raw pointer into the calling process, made only with the unsafe [`Addr::ptr`]
-/// (its [`RawPtr`] has no safe constructor, so safe code cannot point a collective at memory
-/// it does not own).
+/// (its [`RawPtr`] has no safe constructor) and taken only by the unsafe entries of
+/// [`raw::Collectives`](crate::raw::Collectives): safe code can neither forge one nor make a
+/// collective write through one.
 /// `InPlace` (sources only) takes the data from the destination, per operation (see the
 /// spec).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -31,9 +32,11 @@ impl Addr {
     /// An address anywhere in this process.
     ///
     /// # Safety
-    /// - `p` is valid for reads (sources) or writes (destinations) of every byte the
-    ///   collective addresses through it, from the initiation until its sync succeeds on this
-    ///   rank, and the caller does not access those bytes in between (bulk semantics).
+    /// - Every collective the address is passed to (an unsafe entry of
+    ///   [`raw::Collectives`](crate::raw::Collectives)) may read (a source) or write (a
+    ///   destination) through `p`: its caller meets that entry's contract for it (`p` valid
+    ///   and not otherwise accessed from the initiation until its sync succeeds on this rank,
+    ///   bulk semantics).
     pub unsafe fn ptr(p: *mut u8) -> Addr {
         Addr::Ptr(RawPtr(p as usize))
     }

@@ -2,6 +2,7 @@
 //! Smoke tests of the collectives in thread mode (the conduit test suite has the full
 //! property tests as multi-process jobs).
 
+use amnet_coll::raw::Collectives;
 use amnet_coll::{flags, Addr, Coll, Layout, RedOp};
 use amnet_core::{Endpoint, HandlerTable};
 
@@ -47,8 +48,11 @@ fn data_movement_every_mode() {
                 ep.write_local(0, &src).unwrap();
                 // broadcast from the last rank
                 let root = (p - 1) as u32;
-                coll.broadcast(coll.world(), Addr::seg(65536), root, Addr::seg(0), nb, f)
-                    .unwrap();
+                // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                unsafe {
+                    coll.broadcast(coll.world(), Addr::seg(65536), root, Addr::seg(0), nb, f)
+                }
+                .unwrap();
                 settle();
                 let mut got = vec![0u8; nb];
                 ep.read_local(65536, &mut got).unwrap();
@@ -56,7 +60,8 @@ fn data_movement_every_mode() {
                 assert_eq!(got, want, "broadcast rank {me} mode {m}");
                 ep.barrier().unwrap();
                 // gather_all: block i from rank i (its first nb bytes)
-                coll.gather_all(coll.world(), Addr::seg(131072), Addr::seg(0), nb, f)
+                // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                unsafe { coll.gather_all(coll.world(), Addr::seg(131072), Addr::seg(0), nb, f) }
                     .unwrap();
                 settle();
                 let mut got = vec![0u8; nb * p];
@@ -71,7 +76,8 @@ fn data_movement_every_mode() {
                 }
                 ep.barrier().unwrap();
                 // exchange: block j of rank i -> block i of rank j
-                coll.exchange(coll.world(), Addr::seg(262144), Addr::seg(0), nb, f)
+                // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                unsafe { coll.exchange(coll.world(), Addr::seg(262144), Addr::seg(0), nb, f) }
                     .unwrap();
                 settle();
                 let mut got = vec![0u8; nb * p];
@@ -136,18 +142,21 @@ fn block_cyclic_prefix_with_reblocking() {
         ep.write_local(4096, &[0u8; 512]).unwrap();
         let func = amnet_coll::builtin::builtin_index(RedOp::Sum, amnet_coll::ElemType::U64)
             .expect("sum:u64 exists");
-        coll.prefix_reduce(
-            coll.world(),
-            Addr::seg(4096),
-            Layout::block_cyclic(dblk, doff),
-            Addr::seg(0),
-            Layout::block_cyclic(sblk, soff),
-            8,
-            n,
-            func,
-            0,
-            flags::ALLSYNC | flags::SINGLE,
-        )
+        // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+        unsafe {
+            coll.prefix_reduce(
+                coll.world(),
+                Addr::seg(4096),
+                Layout::block_cyclic(dblk, doff),
+                Addr::seg(0),
+                Layout::block_cyclic(sblk, soff),
+                8,
+                n,
+                func,
+                0,
+                flags::ALLSYNC | flags::SINGLE,
+            )
+        }
         .unwrap();
         let mut out = vec![0u8; 512];
         ep.read_local(4096, &mut out).unwrap();
@@ -194,16 +203,19 @@ fn vector_reductions_sum() {
             let tri = |k: u64| k * (k + 1) / 2;
             let f = flags::MYSYNC | flags::SINGLE;
             ep.write_local(0, &src).unwrap();
-            coll.reduce_elems_to_all(
-                coll.world(),
-                Addr::seg(4096),
-                Addr::seg(0),
-                8,
-                n,
-                func,
-                0,
-                f,
-            )
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            unsafe {
+                coll.reduce_elems_to_all(
+                    coll.world(),
+                    Addr::seg(4096),
+                    Addr::seg(0),
+                    8,
+                    n,
+                    func,
+                    0,
+                    f,
+                )
+            }
             .unwrap();
             let got = read(4096);
             assert!(got
@@ -212,16 +224,19 @@ fn vector_reductions_sum() {
                 .all(|(i, &v)| v == tri(p) * (i as u64 + 1)));
             // In place: the destination holds the source.
             ep.write_local(8192, &src).unwrap();
-            coll.scan_elems(
-                coll.world(),
-                Addr::seg(8192),
-                Addr::InPlace,
-                8,
-                n,
-                func,
-                0,
-                f,
-            )
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            unsafe {
+                coll.scan_elems(
+                    coll.world(),
+                    Addr::seg(8192),
+                    Addr::InPlace,
+                    8,
+                    n,
+                    func,
+                    0,
+                    f,
+                )
+            }
             .unwrap();
             let got = read(8192);
             assert!(got
@@ -229,16 +244,19 @@ fn vector_reductions_sum() {
                 .enumerate()
                 .all(|(i, &v)| v == tri(me + 1) * (i as u64 + 1)));
             ep.write_local(12288, &[0xee; 800]).unwrap();
-            coll.exclusive_scan_elems(
-                coll.world(),
-                Addr::seg(12288),
-                Addr::seg(0),
-                8,
-                n,
-                func,
-                0,
-                f,
-            )
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            unsafe {
+                coll.exclusive_scan_elems(
+                    coll.world(),
+                    Addr::seg(12288),
+                    Addr::seg(0),
+                    8,
+                    n,
+                    func,
+                    0,
+                    f,
+                )
+            }
             .unwrap();
             let got = read(12288);
             if me == 0 {
@@ -250,17 +268,20 @@ fn vector_reductions_sum() {
                     .all(|(i, &v)| v == tri(me) * (i as u64 + 1)));
             }
             let root = ranks - 1;
-            coll.reduce_elems(
-                coll.world(),
-                root,
-                Addr::seg(16384),
-                Addr::seg(0),
-                8,
-                n,
-                func,
-                0,
-                f,
-            )
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            unsafe {
+                coll.reduce_elems(
+                    coll.world(),
+                    root,
+                    Addr::seg(16384),
+                    Addr::seg(0),
+                    8,
+                    n,
+                    func,
+                    0,
+                    f,
+                )
+            }
             .unwrap();
             if ep.rank() == root {
                 let got = read(16384);

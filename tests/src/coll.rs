@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use amnet::coll::raw::Collectives;
 use amnet::coll::{Addr, Coll, CollHandle, RedOp};
 use amnet::sync_modes::flags as f;
 use amnet::{Error, Token};
@@ -171,9 +172,11 @@ fn in_place_scatter(c: &Ctx<'_>) -> Verdict {
             let fl = f::IN_MYSYNC | f::OUT_MYSYNC | f::LOCAL;
             let what = if v { "scatter_v" } else { "scatter" };
             let res = if v {
-                co.scatter_v(co.world(), dst, r, Addr::Seg(SM_SRC), &counts, fl)
+                // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                unsafe { co.scatter_v(co.world(), dst, r, Addr::Seg(SM_SRC), &counts, fl) }
             } else {
-                co.scatter(co.world(), dst, r, Addr::Seg(SM_SRC), 300, fl)
+                // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                unsafe { co.scatter(co.world(), dst, r, Addr::Seg(SM_SRC), 300, fl) }
             };
             ck(what, res)?;
             let at: usize = counts[..me].iter().sum();
@@ -404,12 +407,24 @@ fn in_allsync(c: &Ctx<'_>) -> Verdict {
         let fl = f::IN_ALLSYNC | f::OUT_MYSYNC | f::SINGLE;
         let (d, s) = (Addr::Seg(SM_DST), Addr::Seg(SM_SRC));
         match round {
-            0 => ck("broadcast", co.broadcast(co.world(), d, 0, s, 64, fl))?,
+            0 => ck(
+                "broadcast",
+                // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                unsafe { co.broadcast(co.world(), d, 0, s, 64, fl) },
+            )?,
             1 => {
-                let h = ck("broadcast_nb", co.broadcast_nb(co.world(), d, 0, s, 64, fl))?;
+                let h = ck(
+                    "broadcast_nb",
+                    // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                    unsafe { co.broadcast_nb(co.world(), d, 0, s, 64, fl) },
+                )?;
                 ck("wait_sync", co.wait_sync(h))?;
             }
-            _ => ck("gather_all", co.gather_all(co.world(), d, s, 64, fl))?,
+            _ => ck(
+                "gather_all",
+                // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                unsafe { co.gather_all(co.world(), d, s, 64, fl) },
+            )?,
         }
         let mut got = vec![0u8; 64];
         ck("read", c.ep.read_local(SM_DST, &mut got))?;
@@ -443,7 +458,8 @@ fn out_allsync(c: &Ctx<'_>) -> Verdict {
         let fl = ins | f::OUT_ALLSYNC | f::SINGLE;
         let h = ck(
             "gather_all_nb",
-            co.gather_all_nb(co.world(), Addr::Seg(SM_DST), Addr::Seg(SM_SRC), nb, fl),
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            unsafe { co.gather_all_nb(co.world(), Addr::Seg(SM_DST), Addr::Seg(SM_SRC), nb, fl) },
         )?;
         ck("wait_sync", co.wait_sync(h))?;
         let mut want = Vec::new();
@@ -498,14 +514,17 @@ fn out_nosync(c: &Ctx<'_>) -> Verdict {
     let nosync = f::NOSYNC | f::SINGLE;
     let h = ck(
         "broadcast_nb",
-        co.broadcast_nb(
-            co.world(),
-            Addr::Seg(SM_DST),
-            late,
-            Addr::Seg(SM_SRC),
-            n,
-            f::IN_MYSYNC | f::OUT_NOSYNC | f::SINGLE,
-        ),
+        // SAFETY: segment offsets only: no pointer address to keep valid.
+        unsafe {
+            co.broadcast_nb(
+                co.world(),
+                Addr::Seg(SM_DST),
+                late,
+                Addr::Seg(SM_SRC),
+                n,
+                f::IN_MYSYNC | f::OUT_NOSYNC | f::SINGLE,
+            )
+        },
     )?;
     ck("wait_sync", co.wait_sync(h))?;
     if me != late {
@@ -517,14 +536,17 @@ fn out_nosync(c: &Ctx<'_>) -> Verdict {
     }
     let h = ck(
         "broadcast_nb",
-        co.broadcast_nb(
-            co.world(),
-            Addr::Seg(SM_DST + 4096),
-            p - 1,
-            Addr::Seg(SM_SRC + 4096),
-            n,
-            f::MYSYNC | f::SINGLE,
-        ),
+        // SAFETY: segment offsets only: no pointer address to keep valid.
+        unsafe {
+            co.broadcast_nb(
+                co.world(),
+                Addr::Seg(SM_DST + 4096),
+                p - 1,
+                Addr::Seg(SM_SRC + 4096),
+                n,
+                f::MYSYNC | f::SINGLE,
+            )
+        },
     )?;
     ck("wait_sync", co.wait_sync(h))?;
     let mut got = vec![0u8; n];
@@ -547,9 +569,15 @@ fn out_nosync(c: &Ctx<'_>) -> Verdict {
     let dst = unsafe { Addr::ptr(heap.as_mut_ptr()) };
     let h = ck(
         "broadcast_nb",
-        co.broadcast_nb(co.world(), dst, late, Addr::Seg(SM_SRC), n, nosync),
+        // SAFETY: `heap`, behind `dst`, lives until the wait_sync below completes the
+        // collective (outside the segment OUT_NOSYNC gives OUT_MYSYNC's guarantee), and is
+        // leaked if that sync fails; the source is a segment offset.
+        unsafe { co.broadcast_nb(co.world(), dst, late, Addr::Seg(SM_SRC), n, nosync) },
     )?;
-    ck("wait_sync", co.wait_sync(h))?;
+    if let Err(e) = co.wait_sync(h) {
+        std::mem::forget(heap);
+        return Err(format!("wait_sync: {e}"));
+    }
     ensure(heap == first, || {
         "an OUT_NOSYNC broadcast into memory outside the segment returned before its data".into()
     })?;
@@ -567,7 +595,10 @@ fn out_nosync(c: &Ctx<'_>) -> Verdict {
         }
         let h = ck(
             "gather_all_nb",
-            co.gather_all_nb(co.world(), Addr::Seg(SM_DST), Addr::Seg(SM_SRC), n, nosync),
+            // SAFETY: segment offsets only: no pointer address to keep valid.
+            unsafe {
+                co.gather_all_nb(co.world(), Addr::Seg(SM_DST), Addr::Seg(SM_SRC), n, nosync)
+            },
         )?;
         ck("wait_sync", co.wait_sync(h))?;
         if core {
@@ -617,7 +648,8 @@ fn count_broadcasts(
         let d = Addr::Seg(SM_DST + 64 * i as u64);
         let h = ck(
             "broadcast_nb",
-            co.broadcast_nb(co.world(), d, 0, Addr::Seg(SM_SRC), 8, fl | f::SINGLE | a),
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            unsafe { co.broadcast_nb(co.world(), d, 0, Addr::Seg(SM_SRC), 8, fl | f::SINGLE | a) },
         )?;
         hs.push(h);
     }
@@ -755,14 +787,17 @@ fn barrier_schemes(c: &Ctx<'_>) -> Verdict {
         let before = requests(c);
         let h = ck(
             "broadcast_nb",
-            co.broadcast_nb(
-                co.world(),
-                Addr::Seg(SM_DST),
-                0,
-                Addr::Seg(SM_SRC),
-                8,
-                f::IN_ALLSYNC | f::OUT_MYSYNC | f::SINGLE,
-            ),
+            // SAFETY: segment offsets only: no pointer address to keep valid.
+            unsafe {
+                co.broadcast_nb(
+                    co.world(),
+                    Addr::Seg(SM_DST),
+                    0,
+                    Addr::Seg(SM_SRC),
+                    8,
+                    f::IN_ALLSYNC | f::OUT_MYSYNC | f::SINGLE,
+                )
+            },
         )?;
         ck("wait_sync", co.wait_sync(h))?;
         let sent = requests(c) - before;
@@ -787,14 +822,17 @@ fn still_works(c: &Ctx<'_>, co: &Coll, what: &str) -> Verdict {
         ck("write", c.ep.write_local(SM_SRC, &v))?;
     }
     ck("write", c.ep.write_local(SM_DST, &[0u8; 40]))?;
-    co.broadcast(
-        co.world(),
-        Addr::Seg(SM_DST),
-        0,
-        Addr::Seg(SM_SRC),
-        40,
-        f::ALLSYNC | f::SINGLE,
-    )
+    // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+    unsafe {
+        co.broadcast(
+            co.world(),
+            Addr::Seg(SM_DST),
+            0,
+            Addr::Seg(SM_SRC),
+            40,
+            f::ALLSYNC | f::SINGLE,
+        )
+    }
     .map_err(|e| format!("a broadcast after {what} failed: {e}"))?;
     let mut got = vec![0u8; 40];
     ck("read", c.ep.read_local(SM_DST, &mut got))?;
@@ -839,86 +877,104 @@ fn rules(c: &Ctx<'_>) -> Verdict {
     let cases: Vec<Case<'_>> = vec![
         (
             "AGGREGATE on a blocking call",
-            co.broadcast(t, d, 0, s, 8, f::ALLSYNC | f::SINGLE | f::AGGREGATE),
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            unsafe { co.broadcast(t, d, 0, s, 8, f::ALLSYNC | f::SINGLE | f::AGGREGATE) },
             is_usage,
         ),
         (
             "no IN flag",
-            co.broadcast(t, d, 0, s, 8, f::OUT_MYSYNC | f::SINGLE),
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            unsafe { co.broadcast(t, d, 0, s, 8, f::OUT_MYSYNC | f::SINGLE) },
             is_usage,
         ),
         (
             "two OUT flags",
-            co.broadcast(
-                t,
-                d,
-                0,
-                s,
-                8,
-                f::IN_MYSYNC | f::OUT_MYSYNC | f::OUT_NOSYNC | f::SINGLE,
-            ),
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            unsafe {
+                co.broadcast(
+                    t,
+                    d,
+                    0,
+                    s,
+                    8,
+                    f::IN_MYSYNC | f::OUT_MYSYNC | f::OUT_NOSYNC | f::SINGLE,
+                )
+            },
             is_usage,
         ),
         (
             "no SINGLE/LOCAL",
-            co.broadcast(t, d, 0, s, 8, f::ALLSYNC),
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            unsafe { co.broadcast(t, d, 0, s, 8, f::ALLSYNC) },
             is_usage,
         ),
         (
             "SINGLE and LOCAL",
-            co.broadcast(t, d, 0, s, 8, f::ALLSYNC | f::SINGLE | f::LOCAL),
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            unsafe { co.broadcast(t, d, 0, s, 8, f::ALLSYNC | f::SINGLE | f::LOCAL) },
             is_usage,
         ),
         (
             "nbytes 0",
-            co.broadcast(t, d, 0, s, 0, f::ALLSYNC | f::SINGLE),
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            unsafe { co.broadcast(t, d, 0, s, 0, f::ALLSYNC | f::SINGLE) },
             is_usage,
         ),
         (
             "root out of range",
-            co.broadcast(t, d, c.size(), s, 8, f::ALLSYNC | f::SINGLE),
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            unsafe { co.broadcast(t, d, c.size(), s, 8, f::ALLSYNC | f::SINGLE) },
             is_usage,
         ),
         (
             "counts one too long",
-            co.scatter_v(t, d, 0, s, &vec![1; p + 1], f::ALLSYNC | f::SINGLE),
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            unsafe { co.scatter_v(t, d, 0, s, &vec![1; p + 1], f::ALLSYNC | f::SINGLE) },
             is_usage,
         ),
         (
             "exchange_v counts of length P*P+1",
-            co.exchange_v(t, d, s, &vec![1; p * p + 1], f::ALLSYNC | f::SINGLE),
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            unsafe { co.exchange_v(t, d, s, &vec![1; p * p + 1], f::ALLSYNC | f::SINGLE) },
             is_usage,
         ),
         (
             "destination beyond the segment",
-            co.broadcast(
-                t,
-                Addr::Seg(crate::SEG_LEN as u64 - 4),
-                0,
-                s,
-                8,
-                f::ALLSYNC | f::SINGLE,
-            ),
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            unsafe {
+                co.broadcast(
+                    t,
+                    Addr::Seg(crate::SEG_LEN as u64 - 4),
+                    0,
+                    s,
+                    8,
+                    f::ALLSYNC | f::SINGLE,
+                )
+            },
             |e| matches!(e, Error::OutOfSegment { .. }),
         ),
         (
             "m list of the wrong length",
-            co.broadcastm(t, &vec![d; p + 1], 0, s, 8, f::ALLSYNC | f::SINGLE),
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            unsafe { co.broadcastm(t, &vec![d; p + 1], 0, s, 8, f::ALLSYNC | f::SINGLE) },
             is_usage,
         ),
         (
             "function index past the table",
-            co.reduce_to_all(
-                t,
-                d,
-                s,
-                amnet::coll::Layout::block_cyclic(1, 0),
-                8,
-                p,
-                10_000,
-                0,
-                f::ALLSYNC | f::SINGLE,
-            ),
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            unsafe {
+                co.reduce_to_all(
+                    t,
+                    d,
+                    s,
+                    amnet::coll::Layout::block_cyclic(1, 0),
+                    8,
+                    p,
+                    10_000,
+                    0,
+                    f::ALLSYNC | f::SINGLE,
+                )
+            },
             is_usage,
         ),
     ];
@@ -936,7 +992,8 @@ fn rules(c: &Ctx<'_>) -> Verdict {
     // (ALLSYNC, so that the handle stays live until every rank synced it, with 2+ ranks.)
     let h = ck(
         "broadcast_nb",
-        co.broadcast_nb(t, d, 0, s, 8, f::ALLSYNC | f::SINGLE),
+        // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+        unsafe { co.broadcast_nb(t, d, 0, s, 8, f::ALLSYNC | f::SINGLE) },
     )?;
     if !h.is_invalid() {
         notify_refused(c, "barrier_notify with an unsynced collective")?;
@@ -966,7 +1023,8 @@ fn rules(c: &Ctx<'_>) -> Verdict {
     // An aggregate left open also stops a barrier, until a plain call closes it.
     let h0 = ck(
         "aggregate member",
-        co.broadcast_nb(t, d, 0, s, 8, f::NOSYNC | f::SINGLE | f::AGGREGATE),
+        // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+        unsafe { co.broadcast_nb(t, d, 0, s, 8, f::NOSYNC | f::SINGLE | f::AGGREGATE) },
     )?;
     ensure(h0.is_invalid(), || {
         "an aggregate member returned a live handle".into()
@@ -974,7 +1032,8 @@ fn rules(c: &Ctx<'_>) -> Verdict {
     notify_refused(c, "barrier_notify with an aggregate open")?;
     let h1 = ck(
         "closing call",
-        co.broadcast_nb(t, Addr::Seg(SM_DST + 64), 0, s, 8, f::NOSYNC | f::SINGLE),
+        // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+        unsafe { co.broadcast_nb(t, Addr::Seg(SM_DST + 64), 0, s, 8, f::NOSYNC | f::SINGLE) },
     )?;
     ck("wait_sync", co.wait_sync(h1))?;
     ck("barrier after the aggregate", c.ep.barrier())?;
@@ -992,25 +1051,31 @@ pub fn in_handler(st: &State, tok: &mut Token<'_>) {
     match st.coll.get() {
         None => out.push("no Coll on this rank".to_string()),
         Some(co) => {
-            let r = co.broadcast(
-                co.world(),
-                Addr::Seg(SM_DST),
-                0,
-                Addr::Seg(SM_SRC),
-                8,
-                f::ALLSYNC | f::SINGLE,
-            );
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            let r = unsafe {
+                co.broadcast(
+                    co.world(),
+                    Addr::Seg(SM_DST),
+                    0,
+                    Addr::Seg(SM_SRC),
+                    8,
+                    f::ALLSYNC | f::SINGLE,
+                )
+            };
             if !matches!(r, Err(Error::InHandler { .. })) {
                 out.push(format!("broadcast in a handler: {r:?}"));
             }
-            let r = co.broadcast_nb(
-                co.world(),
-                Addr::Seg(SM_DST),
-                0,
-                Addr::Seg(SM_SRC),
-                8,
-                f::NOSYNC | f::SINGLE,
-            );
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            let r = unsafe {
+                co.broadcast_nb(
+                    co.world(),
+                    Addr::Seg(SM_DST),
+                    0,
+                    Addr::Seg(SM_SRC),
+                    8,
+                    f::NOSYNC | f::SINGLE,
+                )
+            };
             if !matches!(r, Err(Error::InHandler { .. })) {
                 out.push(format!("broadcast_nb in a handler: {r:?}"));
             }
@@ -1060,8 +1125,9 @@ fn outstanding(c: &Ctx<'_>) -> Verdict {
     let t0 = Instant::now();
     let issue = |hs: &mut Vec<CollHandle>| -> Verdict {
         for i in 0..n {
-            let h = co
-                .broadcast_nb(
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            let h = unsafe {
+                co.broadcast_nb(
                     co.world(),
                     Addr::Seg(SM_DST + i as u64),
                     0,
@@ -1069,7 +1135,8 @@ fn outstanding(c: &Ctx<'_>) -> Verdict {
                     1,
                     f::IN_NOSYNC | f::OUT_MYSYNC | f::SINGLE,
                 )
-                .map_err(|e| format!("broadcast_nb #{i}: {e}"))?;
+            }
+            .map_err(|e| format!("broadcast_nb #{i}: {e}"))?;
             hs.push(h);
         }
         Ok(())
@@ -1148,14 +1215,17 @@ fn progress_in_core_waits(c: &Ctx<'_>) -> Verdict {
     }
     let h = ck(
         "broadcast_nb",
-        co.broadcast_nb(
-            co.world(),
-            Addr::Seg(SM_DST),
-            0,
-            Addr::Seg(SM_SRC),
-            64,
-            f::IN_NOSYNC | f::OUT_MYSYNC | f::SINGLE,
-        ),
+        // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+        unsafe {
+            co.broadcast_nb(
+                co.world(),
+                Addr::Seg(SM_DST),
+                0,
+                Addr::Seg(SM_SRC),
+                64,
+                f::IN_NOSYNC | f::OUT_MYSYNC | f::SINGLE,
+            )
+        },
     )?;
     if has_children(me) {
         let want = leaves.len() as u64;

@@ -4,12 +4,14 @@
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use amnet::coll::{Addr, Coll, RedOp};
+use amnet::coll::raw::Collectives;
+use amnet::coll::{Addr, Coll, Op, RedOp};
 use amnet::sync_modes::flags as f;
 use amnet::{Endpoint, Error};
 use amnet_launch::LaunchOptions;
 
 use crate::coll_prop::{fn_table, gen_units, Caller, Form, Rng, World};
+use crate::coll_typed::{affine, affine_fold, compose};
 use crate::{handler_table, State, Verdict};
 
 /// The suite entry: rank 0 runs the multi-image property test as a nested job of the same
@@ -94,14 +96,17 @@ pub fn main_images(seed: u64) -> i32 {
                 if li == 0 {
                     // LOCAL single-address without ALL_THREADS is refused with several images.
                     if w.multi() {
-                        let r = co.broadcast(
-                            co.world(),
-                            Addr::Seg(0),
-                            0,
-                            Addr::Seg(64),
-                            8,
-                            f::ALLSYNC | f::LOCAL,
-                        );
+                        // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                        let r = unsafe {
+                            co.broadcast(
+                                co.world(),
+                                Addr::Seg(0),
+                                0,
+                                Addr::Seg(64),
+                                8,
+                                f::ALLSYNC | f::LOCAL,
+                            )
+                        };
                         if !matches!(r, Err(Error::Usage { .. })) {
                             fail(
                                 img,
@@ -138,6 +143,10 @@ pub fn main_images(seed: u64) -> i32 {
                     fail(img, format!("prefix_reduce_typed: {x:?}"));
                 }
                 bar.wait();
+                if let Err(e) = typed_views(&co, w, me, li, bar) {
+                    fail(img, e);
+                }
+                bar.wait();
                 if let Err(e) = mixed_callers(&ep, &co, w, me, li) {
                     fail(img, e);
                 }
@@ -152,6 +161,111 @@ pub fn main_images(seed: u64) -> i32 {
         return 1;
     }
     0
+}
+
+/// The typed API with several images per rank. The ranks view (`Coll::team`): one
+/// representative thread per rank calls, with ranks as participants, while the other image
+/// threads make no call (a reduction, a closure reduction, a broadcast and a split team). The
+/// images view (`Coll::team_images`): every image thread calls, with images as participants.
+fn typed_views(co: &Coll, w: &World, me: usize, li: usize, bar: &Barrier) -> Verdict {
+    let ranks = co.team(co.world());
+    let p = u64::from(ranks.size());
+    let r = me as u64;
+    if li == 0 {
+        let e = |what: &str, x: Error| format!("typed ranks view, representative: {what}: {x}");
+        if ranks.rank() as usize != me || ranks.size() as usize != w.images.len() {
+            return Err(format!(
+                "typed ranks view: rank {} of {}",
+                ranks.rank(),
+                ranks.size()
+            ));
+        }
+        let mut s = [0u64; 2];
+        ranks
+            .reduce_to_all(&[r + 1, 1], &mut s, Op::sum())
+            .map_err(|x| e("reduce_to_all", x))?;
+        if s != [p * (p + 1) / 2, p] {
+            return Err(format!("typed ranks view: reduce_to_all gave {s:?}"));
+        }
+        // Rank order through an associative, non-commutative closure.
+        let mut d = [[0u64; 2]];
+        ranks
+            .reduce_to_all(&[affine(r, 0)], &mut d, Op::custom(compose))
+            .map_err(|x| e("reduce_to_all with a closure", x))?;
+        let want = affine_fold(0, p, 0);
+        if d[0] != want {
+            return Err(format!(
+                "typed ranks view: closure gave {:?}, want {want:?}",
+                d[0]
+            ));
+        }
+        let root = ranks.size() - 1;
+        let mut b = [if ranks.rank() == root { 0x5eed } else { 0u64 }; 3];
+        ranks
+            .broadcast(&mut b, root)
+            .map_err(|x| e("broadcast", x))?;
+        if b != [0x5eed; 3] {
+            return Err(format!("typed ranks view: broadcast gave {b:?}"));
+        }
+        let half = ranks
+            .split(Some(ranks.rank() % 2), 0)
+            .map_err(|x| e("split", x))?
+            .ok_or("typed ranks view: no parity team")?;
+        let mut hs = [0u64];
+        half.reduce_to_all(&[r], &mut hs, Op::sum())
+            .map_err(|x| e("reduce_to_all on the parity team", x))?;
+        let want: u64 = (0..p).filter(|i| i % 2 == r % 2).sum();
+        if hs[0] != want {
+            return Err(format!(
+                "typed ranks view: parity team sum {}, want {want}",
+                hs[0]
+            ));
+        }
+        half.destroy().map_err(|x| e("destroy", x))?;
+    }
+    bar.wait();
+    // Every image thread calls on the images view.
+    let images = co.team_images(co.world());
+    let ni = w.nimages() as u64;
+    let img = (w.first[me] + li) as u64;
+    let e = |what: &str, x: Error| format!("typed images view, image {img}: {what}: {x}");
+    if u64::from(images.rank()) != img || u64::from(images.size()) != ni {
+        return Err(format!(
+            "typed images view: participant {} of {}, expected {img} of {ni}",
+            images.rank(),
+            images.size()
+        ));
+    }
+    let mut s = [0u64];
+    images
+        .reduce_to_all(&[img + 1], &mut s, Op::sum())
+        .map_err(|x| e("reduce_to_all", x))?;
+    if s[0] != ni * (ni + 1) / 2 {
+        return Err(format!("typed images view: reduce_to_all gave {}", s[0]));
+    }
+    #[allow(clippy::cast_possible_truncation)] // < 2^32 images
+    let mut g = vec![0u32; ni as usize];
+    #[allow(clippy::cast_possible_truncation)]
+    images
+        .gather_all(&[img as u32], &mut g)
+        .map_err(|x| e("gather_all", x))?;
+    #[allow(clippy::cast_possible_truncation)]
+    let want: Vec<u32> = (0..ni as u32).collect();
+    if g != want {
+        return Err(format!("typed images view: gather_all gave {g:?}"));
+    }
+    let mut sc = [[0u64; 2]];
+    images
+        .scan(&[affine(img, 1)], &mut sc, Op::custom(compose))
+        .map_err(|x| e("scan with a closure", x))?;
+    let want = affine_fold(0, img + 1, 1);
+    if sc[0] != want {
+        return Err(format!(
+            "typed images view: scan gave {:?}, want {want:?}",
+            sc[0]
+        ));
+    }
+    Ok(())
 }
 
 /// Where `mixed_callers` works: above the property test's slots.
@@ -203,25 +317,31 @@ fn mixed_callers(ep: &Endpoint, co: &Coll, w: &World, me: usize, li: usize) -> V
             .map_err(|x| e("write", x))?;
         let fl = f::IN_MYSYNC | f::OUT_MYSYNC;
         hs.push(
-            co.gather_all_nb(
-                co.world(),
-                Addr::Seg(dst(k)),
-                Addr::Seg(src(k)),
-                8,
-                fl | f::LOCAL | f::ALL_THREADS,
-            )
+            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+            unsafe {
+                co.gather_all_nb(
+                    co.world(),
+                    Addr::Seg(dst(k)),
+                    Addr::Seg(src(k)),
+                    8,
+                    fl | f::LOCAL | f::ALL_THREADS,
+                )
+            }
             .map_err(|x| e("gather_all_nb", x))?,
         );
         if li == 0 {
             hs.push(
-                co.broadcast_nb(
-                    co.world(),
-                    Addr::Seg(MIX + 1024 + 8 * k),
-                    0,
-                    Addr::Seg(MIX + 8 * k),
-                    8,
-                    fl | f::SINGLE,
-                )
+                // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                unsafe {
+                    co.broadcast_nb(
+                        co.world(),
+                        Addr::Seg(MIX + 1024 + 8 * k),
+                        0,
+                        Addr::Seg(MIX + 8 * k),
+                        8,
+                        fl | f::SINGLE,
+                    )
+                }
                 .map_err(|x| e("broadcast_nb", x))?,
             );
             MIX_REPS.store(k + 1, Ordering::Release);
@@ -291,7 +411,7 @@ fn image_barrier(ep: &Endpoint, co: &Coll, w: &World, img: usize, seed: u64) -> 
 
 // ----- scenarios ----------------------------------------------------------------------------
 
-fn attach_coll(ep: &Endpoint) -> Result<Coll, String> {
+pub(crate) fn attach_coll(ep: &Endpoint) -> Result<Coll, String> {
     let st = Arc::new(State::new(ep.size()));
     let t = handler_table(&st).map_err(|e| e.to_string())?;
     ep.attach(t, 1 << 20).map_err(|e| e.to_string())?;
@@ -307,7 +427,8 @@ pub fn check_mismatch(ep: &Endpoint) -> Result<(), String> {
     if ep.rank() == 0 {
         ep.write_local(0, &[7u8; 8]).map_err(|e| e.to_string())?;
     }
-    co.broadcast(co.world(), Addr::Seg(64), 0, Addr::Seg(0), 8, fl)
+    // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+    unsafe { co.broadcast(co.world(), Addr::Seg(64), 0, Addr::Seg(0), 8, fl) }
         .map_err(|e| format!("a matching broadcast in checked mode: {e}"))?;
     let mut got = [0u8; 8];
     ep.read_local(64, &mut got).map_err(|e| e.to_string())?;
@@ -320,9 +441,11 @@ pub fn check_mismatch(ep: &Endpoint) -> Result<(), String> {
     ep.write_local(128, &[1u8; 16]).map_err(|e| e.to_string())?;
     let (dst, src) = (Addr::Seg(256), Addr::Seg(128));
     let r = if ep.rank() == 1 {
-        co.scan_elems(co.world(), dst, src, 8, 2, sum, 0, fl)
+        // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+        unsafe { co.scan_elems(co.world(), dst, src, 8, 2, sum, 0, fl) }
     } else {
-        co.reduce_elems_to_all(co.world(), dst, src, 8, 2, sum, 0, fl)
+        // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+        unsafe { co.reduce_elems_to_all(co.world(), dst, src, 8, 2, sum, 0, fl) }
     };
     match r {
         Err(Error::Mismatch { detail, .. })
@@ -337,7 +460,8 @@ pub fn check_mismatch(ep: &Endpoint) -> Result<(), String> {
         }
     }
     let root = u32::from(ep.rank() == 1);
-    match co.broadcast(co.world(), Addr::Seg(64), root, Addr::Seg(0), 8, fl) {
+    // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+    match unsafe { co.broadcast(co.world(), Addr::Seg(64), root, Addr::Seg(0), 8, fl) } {
         Err(Error::Mismatch { detail, .. })
             if detail.contains("rank 1") && detail.contains("root") =>
         {
@@ -372,7 +496,8 @@ pub fn check_team_order(ep: &Endpoint) -> Result<(), String> {
         .ok_or("no team b")?;
     let fl = f::NOSYNC | f::SINGLE;
     let bc = |t: &amnet::coll::Team, at: u64| {
-        co.broadcast_nb(t, Addr::Seg(at + 8), 0, Addr::Seg(at), 8, fl)
+        // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+        unsafe { co.broadcast_nb(t, Addr::Seg(at + 8), 0, Addr::Seg(at), 8, fl) }
     };
     // A non-blocking start may complete (and fail) at once: its result is the op's.
     let sync = |h: amnet::Result<amnet::coll::CollHandle>| h.and_then(|h| co.wait_sync(h));
@@ -433,7 +558,8 @@ pub fn check_image_mismatch(ep: &Endpoint) -> Result<(), String> {
                 };
                 let fl = f::ALLSYNC | f::LOCAL | f::ALL_THREADS;
                 let dst = Addr::Seg(64 + 64 * u64::from(li));
-                if let Err(e) = co.broadcast(co.world(), dst, 0, Addr::Seg(0), 8, fl) {
+                // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                if let Err(e) = unsafe { co.broadcast(co.world(), dst, 0, Addr::Seg(0), 8, fl) } {
                     return report(format!("a matching ALL_THREADS broadcast: {e}"));
                 }
                 let n = if img == 1 { 16 } else { 8 };
@@ -447,7 +573,8 @@ pub fn check_image_mismatch(ep: &Endpoint) -> Result<(), String> {
                     if late {
                         std::thread::sleep(Duration::from_millis(100));
                     }
-                    match co.broadcast(co.world(), dst, 0, Addr::Seg(0), n, fl) {
+                    // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                    match unsafe { co.broadcast(co.world(), dst, 0, Addr::Seg(0), n, fl) } {
                         Err(Error::Mismatch { detail, .. })
                             if detail.contains("bytes in all") && detail.contains("16") => {}
                         other => report(format!(
@@ -457,7 +584,8 @@ pub fn check_image_mismatch(ep: &Endpoint) -> Result<(), String> {
                     }
                 }
                 // After the failures the ranks still agree on the numbering.
-                if let Err(e) = co.broadcast(co.world(), dst, 0, Addr::Seg(0), 8, fl) {
+                // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                if let Err(e) = unsafe { co.broadcast(co.world(), dst, 0, Addr::Seg(0), 8, fl) } {
                     report(format!("a matching broadcast after the failed ones: {e}"));
                 }
             });
@@ -479,14 +607,17 @@ pub fn hang_report(ep: &Endpoint) -> Result<(), String> {
         return Err("park returned".into());
     }
     let t0 = Instant::now();
-    let r = co.broadcast(
-        co.world(),
-        Addr::Seg(64),
-        0,
-        Addr::Seg(0),
-        8,
-        f::ALLSYNC | f::SINGLE,
-    );
+    // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+    let r = unsafe {
+        co.broadcast(
+            co.world(),
+            Addr::Seg(64),
+            0,
+            Addr::Seg(0),
+            8,
+            f::ALLSYNC | f::SINGLE,
+        )
+    };
     let took = t0.elapsed();
     match r {
         Err(Error::Hang { detail, .. })

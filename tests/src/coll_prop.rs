@@ -6,6 +6,7 @@
 //! (and guard bytes after them) against the oracle. The same generator drives the one-image
 //! suite tests and the multi-image nested jobs ([`crate::coll_images`]).
 
+use amnet::coll::raw::Collectives;
 use amnet::coll::{
     builtin, fn_flags, Addr, Coll, CollHandle, ElemType, FnEntry, Layout, RedOp, Team,
 };
@@ -622,9 +623,13 @@ impl Caller<'_> {
         macro_rules! go {
             ($nb:ident, $b:ident, $($a:expr),*) => {
                 if c.blocking {
-                    co.$b(t, $($a),*).map(|()| CollHandle::INVALID)
+                    // SAFETY: pointer addresses point into `mine`'s Vecs, which the `Issued`
+                    // of the call keeps, untouched, until it is synced and checked (they are
+                    // leaked when the call or its sync fails); the rest are segment offsets.
+                    unsafe { co.$b(t, $($a),*) }.map(|()| CollHandle::INVALID)
                 } else {
-                    co.$nb(t, $($a),*)
+                    // SAFETY: as for the blocking form.
+                    unsafe { co.$nb(t, $($a),*) }
                 }
             };
         }
@@ -857,7 +862,14 @@ impl Caller<'_> {
                 ))
             }
         };
-        let handle = r.map_err(|e| format!("{}: issue failed: {e}", ctx(c, self.seed)))?;
+        let handle = match r {
+            Ok(h) => h,
+            Err(e) => {
+                // The collective may be in flight with these buffers: keep them for good.
+                std::mem::forget(mine);
+                return Err(format!("{}: issue failed: {e}", ctx(c, self.seed)));
+            }
+        };
         if (c.blocking || c.aggregate) && !handle.is_invalid() {
             return Err(format!(
                 "{}: a blocking or aggregated call returned a live handle",
@@ -1031,7 +1043,10 @@ impl Caller<'_> {
                         .map(|i| i.handle)
                         .filter(|h| !h.is_invalid())
                         .collect();
-                    let _ = self.coll.wait_sync_all(&mut hs);
+                    if self.coll.wait_sync_all(&mut hs).is_err() {
+                        // Some may still be in flight with their buffers: keep them for good.
+                        std::mem::forget(issued);
+                    }
                     return Err(e);
                 }
             }
@@ -1041,7 +1056,11 @@ impl Caller<'_> {
             .map(|i| i.handle)
             .filter(|h| !h.is_invalid())
             .collect();
-        self.sync(r, &mut hs)?;
+        if let Err(e) = self.sync(r, &mut hs) {
+            // Some may still be in flight with their buffers: keep them for good.
+            std::mem::forget(issued);
+            return Err(e);
+        }
         if out_nosync {
             self.unit_barrier(u)?;
         }

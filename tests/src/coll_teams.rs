@@ -2,6 +2,7 @@
 //! destruction, the oracle property tests on every kind of team, and collectives on two teams
 //! from two threads of a rank at once.
 
+use amnet::coll::raw::Collectives;
 use amnet::coll::{Addr, Coll, Team};
 use amnet::sync_modes::flags as f;
 use amnet::Error;
@@ -16,10 +17,12 @@ fn gather_u64(co: &Coll, team: &Team, v: u64) -> Result<Vec<u64>, String> {
     let mut buf = vec![0u8; 8 * (team.size() as usize + 1)];
     buf[..8].copy_from_slice(&v.to_le_bytes());
     let (s, d) = (buf.as_mut_ptr(), buf[8..].as_mut_ptr());
-    // SAFETY: both ranges lie in `buf`, dropped only after the blocking gather returned Ok (it
-    // completed here) and leaked when it failed (it may still be in flight).
+    // SAFETY: both ranges lie in `buf`, and are passed only to the gather below.
     let (s, d) = unsafe { (Addr::ptr(s), Addr::ptr(d)) };
-    if let Err(e) = co.gather_all(team, d, s, 8, f::IN_MYSYNC | f::OUT_MYSYNC | f::SINGLE) {
+    let fl = f::IN_MYSYNC | f::OUT_MYSYNC | f::SINGLE;
+    // SAFETY: both ranges lie in `buf`, untouched and dropped only after the blocking gather
+    // returned Ok (it completed here), leaked when it failed (it may still be in flight).
+    if let Err(e) = unsafe { co.gather_all(team, d, s, 8, fl) } {
         std::mem::forget(buf);
         return Err(format!("gather_all on a team: {e}"));
     }
@@ -35,14 +38,17 @@ fn bcast_u64(co: &Coll, team: &Team, v: u64, at: u64) -> Result<u64, String> {
     ck("write_local", ep.write_local(at, &v.to_le_bytes()))?;
     ck(
         "broadcast on a team",
-        co.broadcast(
-            team,
-            Addr::Seg(at + 8),
-            0,
-            Addr::Seg(at),
-            8,
-            f::ALLSYNC | f::SINGLE,
-        ),
+        // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+        unsafe {
+            co.broadcast(
+                team,
+                Addr::Seg(at + 8),
+                0,
+                Addr::Seg(at),
+                8,
+                f::ALLSYNC | f::SINGLE,
+            )
+        },
     )?;
     let mut b = [0u8; 8];
     ck("read_local", ep.read_local(at + 8, &mut b))?;
@@ -154,14 +160,17 @@ pub fn structure(c: &Ctx<'_>) -> Verdict {
     ck("destroy", co.destroy(&half))?;
     usage_containing(
         "broadcast on a destroyed team",
-        co.broadcast(
-            &half,
-            Addr::Seg(64),
-            0,
-            Addr::Seg(0),
-            8,
-            f::ALLSYNC | f::SINGLE,
-        ),
+        // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+        unsafe {
+            co.broadcast(
+                &half,
+                Addr::Seg(64),
+                0,
+                Addr::Seg(0),
+                8,
+                f::ALLSYNC | f::SINGLE,
+            )
+        },
         "destroyed",
     )?;
     usage_containing("destroy the world", co.destroy(&world), "world")?;

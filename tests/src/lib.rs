@@ -24,6 +24,7 @@ pub mod coll_images;
 pub mod coll_oracle;
 pub mod coll_prop;
 pub mod coll_teams;
+pub mod coll_typed;
 pub mod pattern;
 pub mod rma;
 pub mod rules;
@@ -88,6 +89,7 @@ pub fn all_tests() -> Vec<Test> {
     v.extend(barrier::tests());
     v.extend(storm::tests());
     v.extend(coll::tests());
+    v.extend(coll_typed::tests());
     v.extend(scenarios::tests());
     v
 }

@@ -239,6 +239,16 @@ pub fn scenarios() -> Vec<Scenario> {
             only_conduit: None,
         },
         Scenario {
+            name: "coll_typed_failed_wait_detaches",
+            ranks: 2,
+            codes: &[0],
+            log: None,
+            timeout: T,
+            env: &[("AMNET_HANG_TIMEOUT", "1")],
+            body: crate::coll_typed::failed_wait_detaches,
+            only_conduit: None,
+        },
+        Scenario {
             name: "udp-peer-timeout",
             ranks: 3,
             codes: &[42],

@@ -211,6 +211,7 @@ pub(crate) mod oracle {
             arg: 0,
             alg: "test",
             params: Vec::new(),
+            call_fn: None,
         }
     }
 
