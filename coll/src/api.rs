@@ -384,8 +384,9 @@ impl Coll {
     }
 
     /// The algorithm a single-address call of operation `op` with `bytes` per block and the
-    /// sync flags `flags` would get on `team` (for a reduction: a commutative built-in on
-    /// one element per rank).
+    /// sync flags `flags` would get on `team` (for a reduction: a commutative built-in; an
+    /// array reduction with one run of elements per participant, in participant order, in
+    /// the same layout at source and destination).
     pub fn selected(&self, team: &Team, op: &str, bytes: usize, flags: u32) -> Result<String> {
         let kind = Kind::ALL
             .into_iter()
@@ -404,6 +405,9 @@ impl Coll {
         if kind.is_reduction() {
             use crate::select::bits::*;
             mask |= COMMUTATIVE | BUILTIN_FN | ALL_CONTRIBUTE | ORDER_SAFE;
+            if !kind.is_vector() {
+                mask |= RUNS_IN_ORDER | SAME_LAYOUT;
+            }
         }
         if mode.input == amnet_sync_modes::InSync::All {
             mask |= crate::select::bits::IN_ALL;
