@@ -104,6 +104,28 @@ struct Entry {
     dst: Addr,
 }
 
+/// Why an in-place address cannot go with direct puts (`Shared::direct_puts`), if one is
+/// given: an exchange reads its in-place source from the destination that the other ranks'
+/// puts may already be writing, and an in-place scatter root does not know the segment offset
+/// its blocks go to.
+fn direct_in_place(spec: &Spec, entries: &[Entry]) -> Option<String> {
+    const MODES: &str = "IN_NOSYNC with OUT_NOSYNC or OUT_ALLSYNC on SINGLE addresses";
+    entries.iter().find_map(|e| match spec.kind {
+        Kind::Exchange if e.src == Addr::InPlace && matches!(e.dst, Addr::Seg(_)) => Some(format!(
+            "an in-place exchange source under {MODES}: the other ranks put their blocks into \
+             participant {}'s segment destination before it reads its source there; use \
+             IN_MYSYNC or a separate source",
+            e.p
+        )),
+        Kind::Scatter if e.dst == Addr::InPlace => Some(format!(
+            "an in-place scatter root under {MODES}: the root puts every block straight into \
+             the segment offset of the others' destinations, which it takes from its own; \
+             use IN_MYSYNC or pass the root's Addr::Seg destination",
+        )),
+        _ => None,
+    })
+}
+
 /// The addresses of one call.
 pub(crate) enum Addrs<'a> {
     One {
@@ -699,6 +721,23 @@ impl Coll {
         for e in &entries {
             areas.push(self.resolve(c.op, &spec, &mode, *e)?);
         }
+        // Direct puts (`Shared::direct_puts`): the segment offset of this rank's destination,
+        // the same on every rank under SINGLE; blocks for other ranks are put there.
+        let single = mode.addressing == amnet_sync_modes::Addressing::Single;
+        let direct_kind =
+            single && !image_space && alg.imp == Imp::Flat && sh.direct_puts(&spec, &mode);
+        if direct_kind {
+            if let Some(why) = direct_in_place(&spec, &entries) {
+                return Err(usage(c.op, why));
+            }
+        }
+        let seg_dst = match c.addrs {
+            Addrs::One {
+                dst: Addr::Seg(off),
+                ..
+            } if direct_kind => Some(off),
+            _ => None,
+        };
         let sched = match alg.imp {
             Imp::Flat | Imp::Signal => None,
             Imp::Sched => Some(crate::algs::generate(alg, &spec, geo.me, &areas)?),
@@ -780,14 +819,7 @@ impl Coll {
             &areas,
             sched,
             sig.clone(),
-            mode.addressing == amnet_sync_modes::Addressing::Single
-                && matches!(
-                    c.addrs,
-                    Addrs::One {
-                        dst: Addr::Seg(_),
-                        ..
-                    }
-                ),
+            seg_dst,
         );
         let handle = if mode.aggregate {
             None

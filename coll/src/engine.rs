@@ -98,6 +98,8 @@ pub(crate) struct Op {
     /// Blocks for other ranks are written straight into their segments with the core's put
     /// (`direct_puts`); this rank's participants expect only their blocks from themselves.
     pub(crate) direct: bool,
+    /// Under `direct`: the segment offset of the destination, the same on every rank.
+    direct_off: u64,
     /// Reductions: phase -> source team rank -> packed stream.
     pub(crate) stage: [Vec<Vec<u8>>; 2],
     pub(crate) stage_got: [usize; 2],
@@ -187,6 +189,7 @@ impl Op {
             parts: Vec::new(),
             early: Vec::new(),
             direct: false,
+            direct_off: 0,
             stage: [Vec::new(), Vec::new()],
             stage_got: [0, 0],
             rphase: 0,
@@ -555,7 +558,7 @@ impl Shared {
         entries: &[(usize, crate::engine::Area, crate::engine::Area)],
         sched: Option<Sched>,
         sig: Option<Vec<u8>>,
-        seg_dst: bool,
+        seg_dst: Option<u64>,
     ) -> Option<String> {
         let mut mismatch = None;
         let seq = key.seq;
@@ -566,7 +569,11 @@ impl Shared {
             op.spec = Some(spec.clone());
             op.mode = Some(mode);
             op.geo = Some(geo.clone());
-            op.direct = !image_space && seg_dst && sched.is_none() && self.direct_puts(spec, &mode);
+            op.direct = !image_space
+                && seg_dst.is_some()
+                && sched.is_none()
+                && self.direct_puts(spec, &mode);
+            op.direct_off = seg_dst.unwrap_or(0);
             op.sched = sched.map(SchedState::new);
             let n = geo.members.len();
             for ph in &mut op.stage {
@@ -656,15 +663,20 @@ impl Shared {
     /// ranks with the core's put, straight into their segments, instead of Medium messages and
     /// early buffers. Only under `IN_NOSYNC` (a destination may be written before its owner
     /// entered), not `OUT_MYSYNC` (a receiver would not know when its data is in place), not in
-    /// checked mode (no data moves before the signatures agree), and for the operations whose
-    /// every participant has a destination and none reads its source from it while others
-    /// write there: broadcast and gather_all. Every rank decides the same from the agreed
-    /// arguments.
-    fn direct_puts(&self, spec: &Spec, mode: &Mode) -> bool {
+    /// checked mode (no data moves before the signatures agree), and for the data-movement
+    /// operations: broadcast, scatter, gather, gather_all and exchange (their `_v` forms
+    /// included). A sender without a destination of its own (a gather's non-root) takes the
+    /// offset from its `SINGLE` destination argument. The initiation refuses the in-place
+    /// addresses that cannot go with it (`api::direct_in_place`). Every rank decides the same
+    /// from the agreed arguments.
+    pub(crate) fn direct_puts(&self, spec: &Spec, mode: &Mode) -> bool {
         !self.check
             && mode.input == InSync::No
             && mode.output != OutSync::My
-            && matches!(spec.kind, Kind::Broadcast | Kind::GatherAll)
+            && matches!(
+                spec.kind,
+                Kind::Broadcast | Kind::Scatter | Kind::Gather | Kind::GatherAll | Kind::Exchange
+            )
             && self.ep.segment_ptr().is_ok()
     }
 
@@ -783,19 +795,17 @@ impl Shared {
         }
     }
 
-    /// A block for rank `to` under `direct_puts`: written with the core's put at the segment
-    /// offset of `dst` (this participant's destination: the same offset on every rank) plus
-    /// `off`.
+    /// A block for rank `to` under `direct_puts`: written with the core's put at segment
+    /// offset `dst` (the destination's, the same on every rank) plus `off`.
     fn put_data(
         &self,
         to: Rank,
-        dst: Area,
+        dst: u64,
         off: usize,
         src: usize,
         len: usize,
     ) -> Result<amnet_core::Handle> {
-        let base = self.ep.segment_ptr()? as usize;
-        let at = (dst.ptr - base + off) as u64;
+        let at = dst + off as u64;
         // SAFETY: as in `send_data`: the source area was resolved and checked at entry and
         // stays valid and untouched until the collective is synced, after this put's handle.
         let bytes = unsafe { std::slice::from_raw_parts(src as *const u8, len) };
@@ -1169,7 +1179,7 @@ impl Shared {
 
     /// Issue the sends of local participant `idx` of `key`, then open its destination.
     fn push(&self, key: Key, idx: usize) -> Result<()> {
-        let (spec, src, dst, first, image_space, geo, direct) = {
+        let (spec, src, first, image_space, geo, direct) = {
             let st = self.lock();
             let Some(op) = st.ops.get(&key) else {
                 return Ok(());
@@ -1177,15 +1187,15 @@ impl Shared {
             let (Some(spec), Some(geo)) = (op.spec.clone(), op.geo.clone()) else {
                 return Ok(());
             };
-            let part = &op.parts[idx];
-            let (src, dst) = (part.src, part.dst);
-            (spec, src, dst, op.first, op.image_space, geo, op.direct)
+            let src = op.parts[idx].src;
+            let direct = op.direct.then_some(op.direct_off);
+            (spec, src, op.first, op.image_space, geo, direct)
         };
         let p = first + idx;
         let mut puts = Vec::new();
         for t in spec.transfers_from(p) {
             let to = geo.world(geo.owner(image_space, t.to));
-            if direct && to != self.rank {
+            if let Some(dst) = direct.filter(|_| to != self.rank) {
                 puts.push(self.put_data(to, dst, t.dst_off, src.ptr + t.src_off, t.len)?);
             } else {
                 self.send_data(to, key, t.to, t.dst_off, src.ptr + t.src_off, t.len)?;
