@@ -173,6 +173,25 @@ pub(crate) struct Red {
     arg: u32,
 }
 
+/// `AMNET_COLL_EARLY_BYTES` when unset: 16 MiB.
+const DEFAULT_EARLY_BYTES: usize = 16 << 20;
+
+/// The early-data flow control of one rank (`Coll::flow_stats`, spec/coll.md §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FlowStats {
+    /// The budget: bytes this rank may hold for collectives it has not entered, from all
+    /// other ranks together (each sender keeps to its share, budget / (ranks − 1)).
+    pub budget: usize,
+    /// Bytes held now for collectives not entered here.
+    pub early_bytes: usize,
+    /// The most such bytes held at once so far.
+    pub early_peak: usize,
+    /// Times a collective's sends on this rank waited for a peer to catch up.
+    pub deferrals: u64,
+    /// Flow-control asks this rank sent (each answered by one message).
+    pub asks: u64,
+}
+
 impl Coll {
     /// Initialize the collectives: collective, once per image thread, after attach and
     /// before any other collective.
@@ -297,6 +316,11 @@ impl Coll {
                             ..State::default()
                         }),
                         work: std::sync::atomic::AtomicBool::new(false),
+                        early_budget: std::sync::atomic::AtomicUsize::new(
+                            ep.config_source()
+                                .count_usize(&vars::COLL_EARLY_BYTES)?
+                                .unwrap_or(DEFAULT_EARLY_BYTES),
+                        ),
                     });
                     sh.install()?;
                     *g = Some(sh.clone());
@@ -401,6 +425,32 @@ impl Coll {
             .selector
             .set_forced(text)
             .map_err(|e| usage("tune", e))
+    }
+
+    /// This rank's early-data flow control: its budget and counters.
+    pub fn flow_stats(&self) -> FlowStats {
+        let st = self.sh.lock();
+        FlowStats {
+            budget: self
+                .sh
+                .early_budget
+                .load(std::sync::atomic::Ordering::Relaxed),
+            early_bytes: st.flow.early_now,
+            early_peak: st.flow.early_peak,
+            deferrals: st.flow.deferrals,
+            asks: st.flow.asks,
+        }
+    }
+
+    /// Replace this rank's early-data budget (`AMNET_COLL_EARLY_BYTES`, at least 1 byte) and
+    /// restart the peak count. Every rank should use the same value: a sender keeps to its
+    /// share of its own budget. Not collective; collectives already admitted are not recounted.
+    pub fn set_early_budget(&self, bytes: usize) {
+        self.sh
+            .early_budget
+            .store(bytes.max(1), std::sync::atomic::Ordering::Relaxed);
+        let mut st = self.sh.lock();
+        st.flow.early_peak = st.flow.early_now;
     }
 
     /// The algorithm a single-address call of operation `op` with `bytes` per block and the

@@ -34,6 +34,12 @@ const CHECK_MISMATCH: u32 = 1;
 
 const SIG_ENTRY: u32 = 0;
 const SIG_EXIT: u32 = 1;
+/// `H_SIG` kind of the early-data flow control (`Flow`): the sender asks to hear once this
+/// rank has numbered collective `seq` of team `team` (the group words carry the sequence).
+const SIG_ASK: u32 = 2;
+/// `H_SIG` kind: the answer to `SIG_ASK`: the highest sequence this rank has numbered on the
+/// team.
+const SIG_TOLD: u32 = 3;
 
 fn lo(v: u64) -> u32 {
     (v & 0xffff_ffff) as u32
@@ -100,6 +106,10 @@ pub(crate) struct Op {
     pub(crate) direct: bool,
     /// Under `direct`: the segment offset of the destination, the same on every rank.
     direct_off: u64,
+    /// Bytes that arrived for it before it was entered here (counted in `Flow::early_now`).
+    pre_bytes: usize,
+    /// The early-data flow control admitted its sends (`Shared::flow_admit`).
+    flow_ok: bool,
     /// Reductions: phase -> source team rank -> packed stream.
     pub(crate) stage: [Vec<Vec<u8>>; 2],
     pub(crate) stage_got: [usize; 2],
@@ -190,6 +200,8 @@ impl Op {
             early: Vec::new(),
             direct: false,
             direct_off: 0,
+            pre_bytes: 0,
+            flow_ok: false,
             stage: [Vec::new(), Vec::new()],
             stage_got: [0, 0],
             rphase: 0,
@@ -391,6 +403,127 @@ pub(crate) struct State {
     /// Errors of detached groups, found after their sync succeeded: the next barrier on the
     /// rank reports them.
     pub(crate) late_errors: Vec<String>,
+    /// The early-data flow control.
+    pub(crate) flow: Flow,
+}
+
+/// Flow control of early data: data that arrives for a collective its receiver has not
+/// entered waits in the receiver's memory. A sender counts, per peer rank, the bytes it sent
+/// for collectives that peer was not known to have numbered; a collective whose sends would
+/// take that count past the peer's share of the budget (`AMNET_COLL_EARLY_BYTES` over the
+/// other ranks) waits, unless the count is zero (so one collective always moves), and the
+/// sender asks the peer (`SIG_ASK`) to tell it (`SIG_TOLD`) once it has numbered the oldest
+/// collective counted. Only what the peer has numbered is forgotten, so the early bytes a
+/// rank holds from one sender stay below that sender's largest of its share and one
+/// collective's bytes. A waiting collective needs only its peers to enter it, never to
+/// complete anything, so (collectives being entered in one order everywhere) it cannot wait
+/// in a cycle.
+#[derive(Default)]
+pub(crate) struct Flow {
+    /// Per peer job rank: what this rank sent ahead of it.
+    ahead: FastMap<Rank, Ahead>,
+    /// Peers' asks: (peer, team) -> the sequence they wait for this rank to number.
+    watch: FastMap<(Rank, u64), u64>,
+    /// Groups with a collective waiting for the flow control: visited again on an answer.
+    blocked: FastSet<Key>,
+    /// Bytes held here for collectives not entered here yet, now and at most so far.
+    pub(crate) early_now: usize,
+    pub(crate) early_peak: usize,
+    /// Times a collective's sends were held back, and asks sent.
+    pub(crate) deferrals: u64,
+    pub(crate) asks: u64,
+}
+
+/// What this rank sent ahead of one peer.
+#[derive(Default)]
+struct Ahead {
+    /// Per team: the highest sequence the peer told it has numbered.
+    told: FastMap<u64, u64>,
+    /// Bytes per collective (team, seq) not known to be numbered there, and their sum.
+    sent: std::collections::BTreeMap<(u64, u64), usize>,
+    total: usize,
+    /// Teams with an ask outstanding.
+    asked: FastSet<u64>,
+}
+
+impl Flow {
+    /// Bytes arrived for a collective not entered here.
+    fn hold(&mut self, op: &mut Op, n: usize) {
+        if op.spec.is_none() {
+            op.pre_bytes += n;
+            self.early_now += n;
+            self.early_peak = self.early_peak.max(self.early_now);
+        }
+    }
+}
+
+/// Whether collective `key` may send `charges` (bytes per peer) now (see `Flow`); if so they
+/// are counted, and a peer whose count passes half its share is asked ahead of need.
+fn flow_admit(
+    flow: &mut Flow,
+    budget: usize,
+    size: u32,
+    key: Key,
+    charges: &[(Rank, usize)],
+    outs: &mut Vec<Out>,
+) -> bool {
+    let share = (budget / (size as usize).saturating_sub(1).max(1)).max(1);
+    let known = |a: &Ahead| a.told.get(&key.team).is_some_and(|&s| s >= key.seq);
+    let mut ok = true;
+    for &(to, n) in charges {
+        let a = flow.ahead.entry(to).or_default();
+        if known(a) || a.total == 0 || a.total + n <= share {
+            continue;
+        }
+        ok = false;
+        flow_ask(flow, to, Some(key), outs);
+    }
+    if !ok {
+        flow.deferrals += 1;
+        return false;
+    }
+    for &(to, n) in charges {
+        let a = flow.ahead.entry(to).or_default();
+        if known(a) {
+            continue;
+        }
+        *a.sent.entry((key.team, key.seq)).or_default() += n;
+        a.total += n;
+        if a.total > share / 2 {
+            flow_ask(flow, to, None, outs);
+        }
+    }
+    true
+}
+
+/// Ask `to` about the oldest collective counted for it on each team (and on `key`'s team, up to
+/// `key`), where no ask is outstanding.
+fn flow_ask(flow: &mut Flow, to: Rank, key: Option<Key>, outs: &mut Vec<Out>) {
+    let Some(a) = flow.ahead.get_mut(&to) else {
+        return;
+    };
+    let mut want: Vec<(u64, u64)> = Vec::new();
+    for &(team, seq) in a.sent.keys() {
+        if want.last().is_none_or(|w| w.0 != team) {
+            want.push((team, seq));
+        }
+    }
+    if let Some(k) = key {
+        if !want.iter().any(|w| w.0 == k.team) {
+            want.push((k.team, k.seq));
+        }
+    }
+    for (team, seq) in want {
+        if a.asked.insert(team) {
+            flow.asks += 1;
+            outs.push(Out::Sig {
+                to,
+                group: Key { team, seq },
+                which: SIG_ASK,
+                round: 0,
+            });
+        }
+    }
 }
 
 impl State {
@@ -441,6 +574,9 @@ pub(crate) struct Shared {
     /// A message arrived since the progress function last looked: the core's progress hook
     /// runs `advance` only then.
     pub(crate) work: std::sync::atomic::AtomicBool,
+    /// `AMNET_COLL_EARLY_BYTES` (or `Coll::set_early_budget`): the early data a rank may hold
+    /// from all the others together (`Flow`).
+    pub(crate) early_budget: std::sync::atomic::AtomicUsize,
 }
 
 /// A message to send once the lock is released. Destinations are job ranks; `from` is this
@@ -566,6 +702,7 @@ impl Shared {
         let op = st.ops.entry(key).or_insert_with(|| Op::new(key));
         op.group = Some(group);
         if op.spec.is_none() {
+            st.flow.early_now -= std::mem::take(&mut op.pre_bytes);
             op.spec = Some(spec.clone());
             op.mode = Some(mode);
             op.geo = Some(geo.clone());
@@ -678,6 +815,92 @@ impl Shared {
                 Kind::Broadcast | Kind::Scatter | Kind::Gather | Kind::GatherAll | Kind::Exchange
             )
             && self.ep.segment_ptr().is_ok()
+    }
+
+    /// The bytes each peer rank may receive from this rank for `op` (at most; zero-byte
+    /// entries left out): its planned blocks (none by direct puts, which land in the segment),
+    /// a schedule's messages, or for a flat reduction twice its element bytes per peer (its
+    /// operand or partial streams).
+    fn flow_charges(&self, op: &Op, spec: &Spec) -> Vec<(Rank, usize)> {
+        let Some(geo) = op.geo.as_ref() else {
+            return Vec::new();
+        };
+        let mut per: FastMap<Rank, usize> = FastMap::default();
+        let mut add = |to: Rank, n: usize| {
+            if to != self.rank && n > 0 {
+                *per.entry(to).or_default() += n;
+            }
+        };
+        if let Some(ss) = &op.sched {
+            for r in &ss.sched.rounds {
+                for snd in &r.sends {
+                    add(geo.world(snd.to), snd.from.len);
+                }
+            }
+        } else if spec.kind.is_reduction() {
+            for t in 0..geo.size() {
+                add(geo.world(t), 2 * spec.n * spec.es);
+            }
+        } else if !op.direct {
+            for p in op.first..op.first + op.parts.len() {
+                for t in spec.transfers_from(p) {
+                    add(geo.world(geo.owner(op.image_space, t.to)), t.len);
+                }
+            }
+        }
+        let mut v: Vec<(Rank, usize)> = per.into_iter().collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Answer the asks of peers about teams on which this rank has numbered what they wait for.
+    fn flow_answer(&self, st: &mut State, outs: &mut Vec<Out>) {
+        let teams = &st.teams;
+        st.flow.watch.retain(|&(to, team), seq| {
+            let numbered = teams.get(&team).map_or(0, |t| t.next_seq.saturating_sub(1));
+            if numbered < *seq {
+                return true;
+            }
+            outs.push(Out::Sig {
+                to,
+                group: Key {
+                    team,
+                    seq: numbered,
+                },
+                which: SIG_TOLD,
+                round: 0,
+            });
+            false
+        });
+    }
+
+    /// A flow-control message from rank `from` (handler context: records only).
+    fn flow_arrived(&self, from: Rank, which: u32, k: Key) {
+        if from >= self.size || from == self.rank {
+            return;
+        }
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if which == SIG_ASK {
+            let w = st.flow.watch.entry((from, k.team)).or_insert(k.seq);
+            *w = (*w).min(k.seq);
+        } else {
+            let a = st.flow.ahead.entry(from).or_default();
+            let t = a.told.entry(k.team).or_default();
+            *t = (*t).max(k.seq);
+            a.asked.remove(&k.team);
+            let gone: Vec<(u64, u64)> = a
+                .sent
+                .range((k.team, 0)..=(k.team, k.seq))
+                .map(|(c, _)| *c)
+                .collect();
+            for c in gone {
+                a.total -= a.sent.remove(&c).unwrap_or(0);
+            }
+            let blocked = std::mem::take(&mut st.flow.blocked);
+            st.dirty.extend(blocked);
+        }
+        self.work.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Area `a` lies inside this rank's segment.
@@ -848,7 +1071,8 @@ impl Shared {
 
     /// Data for local participant `part` at `off` of its destination.
     pub(crate) fn deliver(&self, key: Key, part: usize, off: usize, bytes: &[u8]) {
-        let mut st = self.lock();
+        let mut guard = self.lock();
+        let st = &mut *guard;
         if st.failed.contains(&key) {
             return;
         }
@@ -856,6 +1080,7 @@ impl Shared {
         let idx = part.checked_sub(op.first);
         let open = op.spec.is_some() && idx.is_some_and(|i| i < op.parts.len() && op.parts[i].open);
         if !open {
+            st.flow.hold(op, bytes.len());
             op.early.push((part, off, bytes.to_vec()));
             return;
         }
@@ -867,7 +1092,8 @@ impl Shared {
 
     /// Part of the stream that team rank `src` sends in `phase` of reduction `key`.
     fn stage_arrived(&self, src: u32, key: Key, phase: u32, off: usize, bytes: &[u8]) {
-        let mut st = self.lock();
+        let mut guard = self.lock();
+        let st = &mut *guard;
         if st.failed.contains(&key) {
             return;
         }
@@ -878,6 +1104,7 @@ impl Shared {
         if src >= self.size as usize {
             return;
         }
+        st.flow.hold(op, bytes.len());
         if op.stage[ph].len() <= src {
             op.stage[ph].resize(src + 1, Vec::new());
         }
@@ -910,6 +1137,9 @@ impl Shared {
         let mut jobs = Vec::new();
         if self.check {
             self.check_signatures(st);
+        }
+        if !st.flow.watch.is_empty() {
+            self.flow_answer(st, &mut outs);
         }
         let dirty = std::mem::take(&mut st.dirty);
         for gid in dirty {
@@ -981,6 +1211,23 @@ impl Shared {
                 }
                 let may_move = op.checked_ok && (!mode.needs_entry_signal() || entry_done);
                 let spec = op.spec.clone().expect("entered op has a spec");
+                // Outside checked mode and IN_ALLSYNC (where every rank entered before data
+                // moves), sends wait for the early-data flow control.
+                let may_move = may_move
+                    && (op.flow_ok || self.check || mode.needs_entry_signal() || {
+                        let charges = self.flow_charges(op, &spec);
+                        let budget = self.early_budget.load(std::sync::atomic::Ordering::Relaxed);
+                        let ok =
+                            flow_admit(&mut st.flow, budget, self.size, key, &charges, &mut outs);
+                        if !ok {
+                            st.flow.blocked.insert(gid);
+                        }
+                        ok
+                    });
+                let Some(op) = st.ops.get_mut(&key) else {
+                    continue;
+                };
+                op.flow_ok |= may_move;
                 if op.sched.is_some() {
                     if may_move && op.all_entered() && !op.working && op.sched_ready() {
                         op.working = true;
@@ -1372,7 +1619,8 @@ impl Shared {
 
     /// Part of a scheduled message from team rank `from`: `bytes` at `off` of `total`.
     fn sched_arrived(&self, key: Key, from: u32, tag: u32, off: usize, total: usize, bytes: &[u8]) {
-        let mut st = self.lock();
+        let mut guard = self.lock();
+        let st = &mut *guard;
         if st.failed.contains(&key) || from >= self.size {
             return;
         }
@@ -1384,13 +1632,16 @@ impl Shared {
         if e.0.len() < total {
             e.0.resize(total, 0);
         }
+        let mut held = 0;
         if let Some(d) = off
             .checked_add(bytes.len())
             .and_then(|end| e.0.get_mut(off..end))
         {
             d.copy_from_slice(bytes);
             e.1 += bytes.len();
+            held = bytes.len();
         }
+        st.flow.hold(op, held);
         st.touch(key);
         self.work.store(true, std::sync::atomic::Ordering::Release);
     }
@@ -1761,11 +2012,15 @@ fn on_stage(s: &Shared, _tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
     );
 }
 
-fn on_sig(s: &Shared, _tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
+fn on_sig(s: &Shared, tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
     let [gl, gh, which, round, tl, th, ..] = *args else {
         return;
     };
-    s.sig_arrived(key(gl, gh, tl, th), which, round);
+    if which == SIG_ASK || which == SIG_TOLD {
+        s.flow_arrived(tok.src(), which, key(gl, gh, tl, th));
+    } else {
+        s.sig_arrived(key(gl, gh, tl, th), which, round);
+    }
 }
 
 fn on_check(s: &Shared, _tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {

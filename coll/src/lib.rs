@@ -34,7 +34,7 @@ mod team;
 mod types;
 
 pub use amnet_sync_modes::{flags, InSync, Mode, OutSync};
-pub use api::Coll;
+pub use api::{Coll, FlowStats};
 pub use builtin::{Elem, ElemType, Loc, RedOp};
 pub use team::Team;
 pub use types::{fn_flags, Addr, CollHandle, FnEntry, Layout, RawPtr, ReduceFn};

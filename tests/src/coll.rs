@@ -32,6 +32,7 @@ pub fn tests() -> Vec<Test> {
         t("coll_out_nosync", out_nosync, 30),
         t("coll_aggregate_merges_sync", aggregate_messages, 30),
         t("coll_direct_puts", direct_puts, 60),
+        t("coll_early_data_bound", early_data_bound, 60),
         t("coll_barrier_schemes", barrier_schemes, 60),
         t("coll_rules", rules, 30),
         t("coll_rule_in_handler", rule_in_handler, 30),
@@ -825,6 +826,89 @@ fn direct_puts(c: &Ctx<'_>) -> Verdict {
         ck("in-place exchange", r)?;
     }
     ck("barrier", c.ep.barrier())
+}
+
+/// Early data stays within the budget (`AMNET_COLL_EARLY_BYTES`, here set small): every rank
+/// but 0 issues `K` flat exchanges while rank 0 waits before it enters any; rank 0 then holds
+/// at most each sender's share (or one collective's block, if larger) per sender, the senders'
+/// later exchanges wait for it (deferrals), and every block arrives.
+fn early_data_bound(c: &Ctx<'_>) -> Verdict {
+    let co = coll(c)?;
+    let (me, p) = (c.rank() as usize, c.size() as usize);
+    let w = co.world();
+    let k = 32usize;
+    let n = 512usize;
+    let budget = 2048usize;
+    let old = co.flow_stats().budget;
+    ck("tune", co.tune("exchange:-:flat"))?;
+    let src: Vec<Vec<u8>> = (0..p).map(|r| pattern(0xe7, 0, r, 0, n * p)).collect();
+    ck("write", c.ep.write_local(SM_SRC, &src[me]))?;
+    ck("write", c.ep.write_local(SM_DST, &vec![0u8; k * n * p]))?;
+    ck("barrier", c.ep.barrier())?;
+    co.set_early_budget(budget);
+    let fl = f::IN_MYSYNC | f::OUT_MYSYNC | f::SINGLE;
+    let issue = || -> Result<Vec<CollHandle>, String> {
+        (0..k)
+            .map(|i| {
+                let d = Addr::Seg(SM_DST + (i * n * p) as u64);
+                ck(
+                    "exchange_nb",
+                    co.exchange_nb(w, d, Addr::Seg(SM_SRC), n, fl),
+                )
+            })
+            .collect()
+    };
+    let mut peak = 0;
+    let mut hs = if me == 0 {
+        // Late: let the others run ahead, then take in whatever they sent before entering.
+        std::thread::sleep(Duration::from_millis(30));
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(20) {
+            ck("poll", co.poll())?;
+        }
+        peak = co.flow_stats().early_peak;
+        issue()?
+    } else {
+        issue()?
+    };
+    ck("wait_sync_all", co.wait_sync_all(&mut hs))?;
+    let st = co.flow_stats();
+    co.set_early_budget(old);
+    ck("tune", co.tune(&env_tune()))?;
+    ck("barrier", c.ep.barrier())?;
+    let mut got = vec![0u8; k * n * p];
+    ck("read", c.ep.read_local(SM_DST, &mut got))?;
+    for i in 0..k {
+        for (q, sq) in src.iter().enumerate() {
+            let at = i * n * p + q * n;
+            ensure(got[at..at + n] == sq[me * n..(me + 1) * n], || {
+                format!("exchange #{i}: rank {me} got the wrong block from rank {q}")
+            })?;
+        }
+    }
+    ensure(st.early_bytes == 0, || {
+        format!(
+            "rank {me} still counts {} early bytes with nothing in flight",
+            st.early_bytes
+        )
+    })?;
+    if p > 1 {
+        let bound = (p - 1) * (budget / (p - 1)).max(n);
+        if me == 0 {
+            println!(
+                "note: rank 0 held at most {peak} early bytes (bound {bound}; {} senders x {k} exchanges x {n} bytes unbounded)",
+                p - 1
+            );
+            ensure(peak > 0 && st.early_peak <= bound, || {
+                format!("rank 0 held {} early bytes at most ({peak} before it entered); the bound is {bound}", st.early_peak)
+            })?;
+        } else {
+            ensure(st.deferrals > 0 && st.asks > 0, || {
+                format!("rank {me} ran {k} exchanges ahead of rank 0 without waiting: {st:?}")
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// Children of team rank `r` in the binomial tree of `p` ranks rooted at 0 (the `tree` signal).
