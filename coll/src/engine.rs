@@ -37,6 +37,9 @@ const SIG_EXIT: u32 = 1;
 /// `H_SIG` kind of the early-data flow control (`Flow`): the sender asks to hear once this
 /// rank has numbered collective `seq` of team `team` (the group words carry the sequence).
 const SIG_ASK: u32 = 2;
+/// What the early-data flow control counts for a collective's record on a peer, besides its
+/// bytes: so the records that data makes for collectives not entered are bounded too.
+const FLOW_RECORD: usize = 256;
 /// `H_SIG` kind: the answer to `SIG_ASK`: the highest sequence this rank has numbered on the
 /// team.
 const SIG_TOLD: u32 = 3;
@@ -155,6 +158,52 @@ fn reads_src(l: &crate::sched::Local) -> bool {
             from.buf == Buf::Src || carry.is_some_and(|c| c.buf == Buf::Src)
         }
     }
+}
+
+/// Under `OUT_NOSYNC`, whose sync needs only this rank's sends and source reads: a schedule
+/// whose final steps read the source (a prefix scheme's local prefixes) copies what they
+/// read into scratch space at the start of its first round and reads it there, so that the
+/// source is done once the last send is out rather than once every message arrived.
+pub(crate) fn read_src_early(sched: &mut Sched) {
+    use crate::sched::Local;
+    if sched.rounds.is_empty() || !sched.post.iter().any(reads_src) {
+        return;
+    }
+    let src_end = |r: &Range| (r.buf == Buf::Src).then_some(r.off + r.len);
+    let end = sched
+        .post
+        .iter()
+        .filter_map(|l| match l {
+            Local::Copy { from, .. } | Local::Fold { from, .. } => src_end(from),
+            Local::Scan { carry, from, .. } => src_end(from).max(carry.as_ref().and_then(src_end)),
+        })
+        .max()
+        .unwrap_or(0);
+    let base = sched.tmp;
+    sched.tmp += end;
+    let moved = |r: &mut Range| {
+        if r.buf == Buf::Src {
+            *r = Range::new(Buf::Tmp, base + r.off, r.len);
+        }
+    };
+    for l in &mut sched.post {
+        match l {
+            Local::Copy { from, .. } | Local::Fold { from, .. } => moved(from),
+            Local::Scan { carry, from, .. } => {
+                moved(from);
+                if let Some(c) = carry.as_mut() {
+                    moved(c);
+                }
+            }
+        }
+    }
+    sched.rounds[0].pre.insert(
+        0,
+        Local::Copy {
+            from: Range::new(Buf::Src, 0, end),
+            to: Range::new(Buf::Tmp, base, end),
+        },
+    );
 }
 
 impl SchedState {
@@ -711,7 +760,12 @@ impl Shared {
                 && sched.is_none()
                 && self.direct_puts(spec, &mode);
             op.direct_off = seg_dst.unwrap_or(0);
-            op.sched = sched.map(SchedState::new);
+            op.sched = sched.map(|mut s| {
+                if mode.output == OutSync::No {
+                    read_src_early(&mut s);
+                }
+                SchedState::new(s)
+            });
             let n = geo.members.len();
             for ph in &mut op.stage {
                 ph.resize(n.max(ph.len()), Vec::new());
@@ -817,10 +871,10 @@ impl Shared {
             && self.ep.segment_ptr().is_ok()
     }
 
-    /// The bytes each peer rank may receive from this rank for `op` (at most; zero-byte
-    /// entries left out): its planned blocks (none by direct puts, which land in the segment),
+    /// The bytes each peer rank may receive from this rank for `op` (at most; peers that get
+    /// nothing left out): its planned blocks (none by direct puts, which land in the segment),
     /// a schedule's messages, or for a flat reduction twice its element bytes per peer (its
-    /// operand or partial streams).
+    /// operand or partial streams), each plus `FLOW_RECORD` for the peer's record of it.
     fn flow_charges(&self, op: &Op, spec: &Spec) -> Vec<(Rank, usize)> {
         let Some(geo) = op.geo.as_ref() else {
             return Vec::new();
@@ -848,7 +902,10 @@ impl Shared {
                 }
             }
         }
-        let mut v: Vec<(Rank, usize)> = per.into_iter().collect();
+        let mut v: Vec<(Rank, usize)> = per
+            .into_iter()
+            .map(|(to, n)| (to, n + FLOW_RECORD))
+            .collect();
         v.sort_unstable();
         v
     }
