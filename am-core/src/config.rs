@@ -330,6 +330,15 @@ pub mod vars {
         meaning: "a tuning table (as `amnet-tune` writes it): the measured best algorithm per \
                   operation, team size and call size",
     };
+    /// `AMNET_COLL_EARLY_BYTES`.
+    pub const COLL_EARLY_BYTES: Var = Var {
+        name: "AMNET_COLL_EARLY_BYTES",
+        scope: Scope::Coll,
+        kind: count(1, 1 << 48),
+        default: "16777216",
+        meaning: "bytes of collective data a rank may hold for collectives it has not entered, \
+                  from all other ranks together; a rank further ahead waits (spec/coll.md §6)",
+    };
     /// `AMNET_COLL_TRACE`.
     pub const COLL_TRACE: Var = Var {
         name: "AMNET_COLL_TRACE",
@@ -561,6 +570,7 @@ pub const VARS: &[&Var] = &[
     &vars::COLL_TUNE,
     &vars::COLL_TUNING,
     &vars::COLL_TRACE,
+    &vars::COLL_EARLY_BYTES,
     &vars::SMP_JOB,
     &vars::UDP_BOOT,
     &vars::UDP_BIND,

@@ -104,6 +104,28 @@ struct Entry {
     dst: Addr,
 }
 
+/// Why an in-place address cannot go with direct puts (`Shared::direct_puts`), if one is
+/// given: an exchange reads its in-place source from the destination that the other ranks'
+/// puts may already be writing, and an in-place scatter root does not know the segment offset
+/// its blocks go to.
+fn direct_in_place(spec: &Spec, entries: &[Entry]) -> Option<String> {
+    const MODES: &str = "IN_NOSYNC with OUT_NOSYNC or OUT_ALLSYNC on SINGLE addresses";
+    entries.iter().find_map(|e| match spec.kind {
+        Kind::Exchange if e.src == Addr::InPlace && matches!(e.dst, Addr::Seg(_)) => Some(format!(
+            "an in-place exchange source under {MODES}: the other ranks put their blocks into \
+             participant {}'s segment destination before it reads its source there; use \
+             IN_MYSYNC or a separate source",
+            e.p
+        )),
+        Kind::Scatter if e.dst == Addr::InPlace => Some(format!(
+            "an in-place scatter root under {MODES}: the root puts every block straight into \
+             the segment offset of the others' destinations, which it takes from its own; \
+             use IN_MYSYNC or pass the root's Addr::Seg destination",
+        )),
+        _ => None,
+    })
+}
+
 /// The addresses of one call.
 pub(crate) enum Addrs<'a> {
     One {
@@ -151,6 +173,25 @@ pub(crate) struct Red {
     dst_lay: Layout,
     func: usize,
     arg: u32,
+}
+
+/// `AMNET_COLL_EARLY_BYTES` when unset: 16 MiB.
+const DEFAULT_EARLY_BYTES: usize = 16 << 20;
+
+/// The early-data flow control of one rank (`Coll::flow_stats`, spec/coll.md §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FlowStats {
+    /// The budget: bytes this rank may hold for collectives it has not entered, from all
+    /// other ranks together (each sender keeps to its share, budget / (ranks − 1)).
+    pub budget: usize,
+    /// Bytes held now for collectives not entered here.
+    pub early_bytes: usize,
+    /// The most such bytes held at once so far.
+    pub early_peak: usize,
+    /// Times a collective's sends on this rank waited for a peer to catch up.
+    pub deferrals: u64,
+    /// Flow-control asks this rank sent (each answered by one message).
+    pub asks: u64,
 }
 
 impl Coll {
@@ -277,6 +318,11 @@ impl Coll {
                             ..State::default()
                         }),
                         work: std::sync::atomic::AtomicBool::new(false),
+                        early_budget: std::sync::atomic::AtomicUsize::new(
+                            ep.config_source()
+                                .count_usize(&vars::COLL_EARLY_BYTES)?
+                                .unwrap_or(DEFAULT_EARLY_BYTES),
+                        ),
                     });
                     sh.install()?;
                     *g = Some(sh.clone());
@@ -381,6 +427,32 @@ impl Coll {
             .selector
             .set_forced(text)
             .map_err(|e| usage("tune", e))
+    }
+
+    /// This rank's early-data flow control: its budget and counters.
+    pub fn flow_stats(&self) -> FlowStats {
+        let st = self.sh.lock();
+        FlowStats {
+            budget: self
+                .sh
+                .early_budget
+                .load(std::sync::atomic::Ordering::Relaxed),
+            early_bytes: st.flow.early_now,
+            early_peak: st.flow.early_peak,
+            deferrals: st.flow.deferrals,
+            asks: st.flow.asks,
+        }
+    }
+
+    /// Replace this rank's early-data budget (`AMNET_COLL_EARLY_BYTES`, at least 1 byte) and
+    /// restart the peak count. Every rank should use the same value: a sender keeps to its
+    /// share of its own budget. Not collective; collectives already admitted are not recounted.
+    pub fn set_early_budget(&self, bytes: usize) {
+        self.sh
+            .early_budget
+            .store(bytes.max(1), std::sync::atomic::Ordering::Relaxed);
+        let mut st = self.sh.lock();
+        st.flow.early_peak = st.flow.early_now;
     }
 
     /// The algorithm a single-address call of operation `op` with `bytes` per block and the
@@ -721,6 +793,23 @@ impl Coll {
         for e in &entries {
             areas.push(self.resolve(c.op, &spec, &mode, *e)?);
         }
+        // Direct puts (`Shared::direct_puts`): the segment offset of this rank's destination,
+        // the same on every rank under SINGLE; blocks for other ranks are put there.
+        let single = mode.addressing == amnet_sync_modes::Addressing::Single;
+        let direct_kind =
+            single && !image_space && alg.imp == Imp::Flat && sh.direct_puts(&spec, &mode);
+        if direct_kind {
+            if let Some(why) = direct_in_place(&spec, &entries) {
+                return Err(usage(c.op, why));
+            }
+        }
+        let seg_dst = match c.addrs {
+            Addrs::One {
+                dst: Addr::Seg(off),
+                ..
+            } if direct_kind => Some(off),
+            _ => None,
+        };
         let sched = match alg.imp {
             Imp::Flat | Imp::Signal => None,
             Imp::Sched => Some(crate::algs::generate(alg, &spec, geo.me, &areas)?),
@@ -802,14 +891,7 @@ impl Coll {
             &areas,
             sched,
             sig.clone(),
-            mode.addressing == amnet_sync_modes::Addressing::Single
-                && matches!(
-                    c.addrs,
-                    Addrs::One {
-                        dst: Addr::Seg(_),
-                        ..
-                    }
-                ),
+            seg_dst,
         );
         let handle = if mode.aggregate {
             None

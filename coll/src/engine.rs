@@ -34,6 +34,15 @@ const CHECK_MISMATCH: u32 = 1;
 
 const SIG_ENTRY: u32 = 0;
 const SIG_EXIT: u32 = 1;
+/// `H_SIG` kind of the early-data flow control (`Flow`): the sender asks to hear once this
+/// rank has numbered collective `seq` of team `team` (the group words carry the sequence).
+const SIG_ASK: u32 = 2;
+/// What the early-data flow control counts for a collective's record on a peer, besides its
+/// bytes: so the records that data makes for collectives not entered are bounded too.
+const FLOW_RECORD: usize = 256;
+/// `H_SIG` kind: the answer to `SIG_ASK`: the highest sequence this rank has numbered on the
+/// team.
+const SIG_TOLD: u32 = 3;
 
 fn lo(v: u64) -> u32 {
     (v & 0xffff_ffff) as u32
@@ -98,6 +107,12 @@ pub(crate) struct Op {
     /// Blocks for other ranks are written straight into their segments with the core's put
     /// (`direct_puts`); this rank's participants expect only their blocks from themselves.
     pub(crate) direct: bool,
+    /// Under `direct`: the segment offset of the destination, the same on every rank.
+    direct_off: u64,
+    /// Bytes that arrived for it before it was entered here (counted in `Flow::early_now`).
+    pre_bytes: usize,
+    /// The early-data flow control admitted its sends (`Shared::flow_admit`).
+    flow_ok: bool,
     /// Reductions: phase -> source team rank -> packed stream.
     pub(crate) stage: [Vec<Vec<u8>>; 2],
     pub(crate) stage_got: [usize; 2],
@@ -148,6 +163,52 @@ fn reads_src(l: &crate::sched::Local) -> bool {
     }
 }
 
+/// Under `OUT_NOSYNC`, whose sync needs only this rank's sends and source reads: a schedule
+/// whose final steps read the source (a prefix scheme's local prefixes) copies what they
+/// read into scratch space at the start of its first round and reads it there, so that the
+/// source is done once the last send is out rather than once every message arrived.
+pub(crate) fn read_src_early(sched: &mut Sched) {
+    use crate::sched::Local;
+    if sched.rounds.is_empty() || !sched.post.iter().any(reads_src) {
+        return;
+    }
+    let src_end = |r: &Range| (r.buf == Buf::Src).then_some(r.off + r.len);
+    let end = sched
+        .post
+        .iter()
+        .filter_map(|l| match l {
+            Local::Copy { from, .. } | Local::Fold { from, .. } => src_end(from),
+            Local::Scan { carry, from, .. } => src_end(from).max(carry.as_ref().and_then(src_end)),
+        })
+        .max()
+        .unwrap_or(0);
+    let base = sched.tmp;
+    sched.tmp += end;
+    let moved = |r: &mut Range| {
+        if r.buf == Buf::Src {
+            *r = Range::new(Buf::Tmp, base + r.off, r.len);
+        }
+    };
+    for l in &mut sched.post {
+        match l {
+            Local::Copy { from, .. } | Local::Fold { from, .. } => moved(from),
+            Local::Scan { carry, from, .. } => {
+                moved(from);
+                if let Some(c) = carry.as_mut() {
+                    moved(c);
+                }
+            }
+        }
+    }
+    sched.rounds[0].pre.insert(
+        0,
+        Local::Copy {
+            from: Range::new(Buf::Src, 0, end),
+            to: Range::new(Buf::Tmp, base, end),
+        },
+    );
+}
+
 impl SchedState {
     pub(crate) fn new(sched: Sched) -> SchedState {
         let tmp = vec![0u8; sched.tmp];
@@ -190,6 +251,9 @@ impl Op {
             parts: Vec::new(),
             early: Vec::new(),
             direct: false,
+            direct_off: 0,
+            pre_bytes: 0,
+            flow_ok: false,
             stage: [Vec::new(), Vec::new()],
             stage_got: [0, 0],
             rphase: 0,
@@ -392,6 +456,127 @@ pub(crate) struct State {
     /// Errors of detached groups, found after their sync succeeded: the next barrier on the
     /// rank reports them.
     pub(crate) late_errors: Vec<String>,
+    /// The early-data flow control.
+    pub(crate) flow: Flow,
+}
+
+/// Flow control of early data: data that arrives for a collective its receiver has not
+/// entered waits in the receiver's memory. A sender counts, per peer rank, the bytes it sent
+/// for collectives that peer was not known to have numbered; a collective whose sends would
+/// take that count past the peer's share of the budget (`AMNET_COLL_EARLY_BYTES` over the
+/// other ranks) waits, unless the count is zero (so one collective always moves), and the
+/// sender asks the peer (`SIG_ASK`) to tell it (`SIG_TOLD`) once it has numbered the oldest
+/// collective counted. Only what the peer has numbered is forgotten, so the early bytes a
+/// rank holds from one sender stay below that sender's largest of its share and one
+/// collective's bytes. A waiting collective needs only its peers to enter it, never to
+/// complete anything, so (collectives being entered in one order everywhere) it cannot wait
+/// in a cycle.
+#[derive(Default)]
+pub(crate) struct Flow {
+    /// Per peer job rank: what this rank sent ahead of it.
+    ahead: FastMap<Rank, Ahead>,
+    /// Peers' asks: (peer, team) -> the sequence they wait for this rank to number.
+    watch: FastMap<(Rank, u64), u64>,
+    /// Groups with a collective waiting for the flow control: visited again on an answer.
+    blocked: FastSet<Key>,
+    /// Bytes held here for collectives not entered here yet, now and at most so far.
+    pub(crate) early_now: usize,
+    pub(crate) early_peak: usize,
+    /// Times a collective's sends were held back, and asks sent.
+    pub(crate) deferrals: u64,
+    pub(crate) asks: u64,
+}
+
+/// What this rank sent ahead of one peer.
+#[derive(Default)]
+struct Ahead {
+    /// Per team: the highest sequence the peer told it has numbered.
+    told: FastMap<u64, u64>,
+    /// Bytes per collective (team, seq) not known to be numbered there, and their sum.
+    sent: std::collections::BTreeMap<(u64, u64), usize>,
+    total: usize,
+    /// Teams with an ask outstanding.
+    asked: FastSet<u64>,
+}
+
+impl Flow {
+    /// Bytes arrived for a collective not entered here.
+    fn hold(&mut self, op: &mut Op, n: usize) {
+        if op.spec.is_none() {
+            op.pre_bytes += n;
+            self.early_now += n;
+            self.early_peak = self.early_peak.max(self.early_now);
+        }
+    }
+}
+
+/// Whether collective `key` may send `charges` (bytes per peer) now (see `Flow`); if so they
+/// are counted, and a peer whose count passes half its share is asked ahead of need.
+fn flow_admit(
+    flow: &mut Flow,
+    budget: usize,
+    size: u32,
+    key: Key,
+    charges: &[(Rank, usize)],
+    outs: &mut Vec<Out>,
+) -> bool {
+    let share = (budget / (size as usize).saturating_sub(1).max(1)).max(1);
+    let known = |a: &Ahead| a.told.get(&key.team).is_some_and(|&s| s >= key.seq);
+    let mut ok = true;
+    for &(to, n) in charges {
+        let a = flow.ahead.entry(to).or_default();
+        if known(a) || a.total == 0 || a.total + n <= share {
+            continue;
+        }
+        ok = false;
+        flow_ask(flow, to, Some(key), outs);
+    }
+    if !ok {
+        flow.deferrals += 1;
+        return false;
+    }
+    for &(to, n) in charges {
+        let a = flow.ahead.entry(to).or_default();
+        if known(a) {
+            continue;
+        }
+        *a.sent.entry((key.team, key.seq)).or_default() += n;
+        a.total += n;
+        if a.total > share / 2 {
+            flow_ask(flow, to, None, outs);
+        }
+    }
+    true
+}
+
+/// Ask `to` about the oldest collective counted for it on each team (and on `key`'s team, up to
+/// `key`), where no ask is outstanding.
+fn flow_ask(flow: &mut Flow, to: Rank, key: Option<Key>, outs: &mut Vec<Out>) {
+    let Some(a) = flow.ahead.get_mut(&to) else {
+        return;
+    };
+    let mut want: Vec<(u64, u64)> = Vec::new();
+    for &(team, seq) in a.sent.keys() {
+        if want.last().is_none_or(|w| w.0 != team) {
+            want.push((team, seq));
+        }
+    }
+    if let Some(k) = key {
+        if !want.iter().any(|w| w.0 == k.team) {
+            want.push((k.team, k.seq));
+        }
+    }
+    for (team, seq) in want {
+        if a.asked.insert(team) {
+            flow.asks += 1;
+            outs.push(Out::Sig {
+                to,
+                group: Key { team, seq },
+                which: SIG_ASK,
+                round: 0,
+            });
+        }
+    }
 }
 
 impl State {
@@ -442,6 +627,9 @@ pub(crate) struct Shared {
     /// A message arrived since the progress function last looked: the core's progress hook
     /// runs `advance` only then.
     pub(crate) work: std::sync::atomic::AtomicBool,
+    /// `AMNET_COLL_EARLY_BYTES` (or `Coll::set_early_budget`): the early data a rank may hold
+    /// from all the others together (`Flow`).
+    pub(crate) early_budget: std::sync::atomic::AtomicUsize,
 }
 
 /// A message to send once the lock is released. Destinations are job ranks; `from` is this
@@ -559,7 +747,7 @@ impl Shared {
         entries: &[(usize, crate::engine::Area, crate::engine::Area)],
         sched: Option<Sched>,
         sig: Option<Vec<u8>>,
-        seg_dst: bool,
+        seg_dst: Option<u64>,
     ) -> Option<String> {
         let mut mismatch = None;
         let seq = key.seq;
@@ -567,11 +755,21 @@ impl Shared {
         let op = st.ops.entry(key).or_insert_with(|| Op::new(key));
         op.group = Some(group);
         if op.spec.is_none() {
+            st.flow.early_now -= std::mem::take(&mut op.pre_bytes);
             op.spec = Some(spec.clone());
             op.mode = Some(mode);
             op.geo = Some(geo.clone());
-            op.direct = !image_space && seg_dst && sched.is_none() && self.direct_puts(spec, &mode);
-            op.sched = sched.map(SchedState::new);
+            op.direct = !image_space
+                && seg_dst.is_some()
+                && sched.is_none()
+                && self.direct_puts(spec, &mode);
+            op.direct_off = seg_dst.unwrap_or(0);
+            op.sched = sched.map(|mut s| {
+                if mode.output == OutSync::No {
+                    read_src_early(&mut s);
+                }
+                SchedState::new(s)
+            });
             let n = geo.members.len();
             for ph in &mut op.stage {
                 ph.resize(n.max(ph.len()), Vec::new());
@@ -660,16 +858,110 @@ impl Shared {
     /// ranks with the core's put, straight into their segments, instead of Medium messages and
     /// early buffers. Only under `IN_NOSYNC` (a destination may be written before its owner
     /// entered), not `OUT_MYSYNC` (a receiver would not know when its data is in place), not in
-    /// checked mode (no data moves before the signatures agree), and for the operations whose
-    /// every participant has a destination and none reads its source from it while others
-    /// write there: broadcast and gather_all. Every rank decides the same from the agreed
-    /// arguments.
-    fn direct_puts(&self, spec: &Spec, mode: &Mode) -> bool {
+    /// checked mode (no data moves before the signatures agree), and for the data-movement
+    /// operations: broadcast, scatter, gather, gather_all and exchange (their `_v` forms
+    /// included). A sender without a destination of its own (a gather's non-root) takes the
+    /// offset from its `SINGLE` destination argument. The initiation refuses the in-place
+    /// addresses that cannot go with it (`api::direct_in_place`). Every rank decides the same
+    /// from the agreed arguments.
+    pub(crate) fn direct_puts(&self, spec: &Spec, mode: &Mode) -> bool {
         !self.check
             && mode.input == InSync::No
             && mode.output != OutSync::My
-            && matches!(spec.kind, Kind::Broadcast | Kind::GatherAll)
+            && matches!(
+                spec.kind,
+                Kind::Broadcast | Kind::Scatter | Kind::Gather | Kind::GatherAll | Kind::Exchange
+            )
             && self.ep.segment_ptr().is_ok()
+    }
+
+    /// The bytes each peer rank may receive from this rank for `op` (at most; peers that get
+    /// nothing left out): its planned blocks (none by direct puts, which land in the segment),
+    /// a schedule's messages, or for a flat reduction twice its element bytes per peer (its
+    /// operand or partial streams), each plus `FLOW_RECORD` for the peer's record of it.
+    fn flow_charges(&self, op: &Op, spec: &Spec) -> Vec<(Rank, usize)> {
+        let Some(geo) = op.geo.as_ref() else {
+            return Vec::new();
+        };
+        let mut per: FastMap<Rank, usize> = FastMap::default();
+        let mut add = |to: Rank, n: usize| {
+            if to != self.rank && n > 0 {
+                *per.entry(to).or_default() += n;
+            }
+        };
+        if let Some(ss) = &op.sched {
+            for r in &ss.sched.rounds {
+                for snd in &r.sends {
+                    add(geo.world(snd.to), snd.from.len);
+                }
+            }
+        } else if spec.kind.is_reduction() {
+            for t in 0..geo.size() {
+                add(geo.world(t), 2 * spec.n * spec.es);
+            }
+        } else if !op.direct {
+            for p in op.first..op.first + op.parts.len() {
+                for t in spec.transfers_from(p) {
+                    add(geo.world(geo.owner(op.image_space, t.to)), t.len);
+                }
+            }
+        }
+        let mut v: Vec<(Rank, usize)> = per
+            .into_iter()
+            .map(|(to, n)| (to, n + FLOW_RECORD))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Answer the asks of peers about teams on which this rank has numbered what they wait for.
+    fn flow_answer(&self, st: &mut State, outs: &mut Vec<Out>) {
+        let teams = &st.teams;
+        st.flow.watch.retain(|&(to, team), seq| {
+            let numbered = teams.get(&team).map_or(0, |t| t.next_seq.saturating_sub(1));
+            if numbered < *seq {
+                return true;
+            }
+            outs.push(Out::Sig {
+                to,
+                group: Key {
+                    team,
+                    seq: numbered,
+                },
+                which: SIG_TOLD,
+                round: 0,
+            });
+            false
+        });
+    }
+
+    /// A flow-control message from rank `from` (handler context: records only).
+    fn flow_arrived(&self, from: Rank, which: u32, k: Key) {
+        if from >= self.size || from == self.rank {
+            return;
+        }
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if which == SIG_ASK {
+            let w = st.flow.watch.entry((from, k.team)).or_insert(k.seq);
+            *w = (*w).min(k.seq);
+        } else {
+            let a = st.flow.ahead.entry(from).or_default();
+            let t = a.told.entry(k.team).or_default();
+            *t = (*t).max(k.seq);
+            a.asked.remove(&k.team);
+            let gone: Vec<(u64, u64)> = a
+                .sent
+                .range((k.team, 0)..=(k.team, k.seq))
+                .map(|(c, _)| *c)
+                .collect();
+            for c in gone {
+                a.total -= a.sent.remove(&c).unwrap_or(0);
+            }
+            let blocked = std::mem::take(&mut st.flow.blocked);
+            st.dirty.extend(blocked);
+        }
+        self.work.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Area `a` lies inside this rank's segment.
@@ -811,19 +1103,17 @@ impl Shared {
         }
     }
 
-    /// A block for rank `to` under `direct_puts`: written with the core's put at the segment
-    /// offset of `dst` (this participant's destination: the same offset on every rank) plus
-    /// `off`.
+    /// A block for rank `to` under `direct_puts`: written with the core's put at segment
+    /// offset `dst` (the destination's, the same on every rank) plus `off`.
     fn put_data(
         &self,
         to: Rank,
-        dst: Area,
+        dst: u64,
         off: usize,
         src: usize,
         len: usize,
     ) -> Result<amnet_core::Handle> {
-        let base = self.ep.segment_ptr()? as usize;
-        let at = (dst.ptr - base + off) as u64;
+        let at = dst + off as u64;
         // SAFETY: as in `send_data`: the source area was resolved and checked at entry and
         // stays valid and untouched until the collective is synced, after this put's handle.
         let bytes = unsafe { std::slice::from_raw_parts(src as *const u8, len) };
@@ -866,7 +1156,8 @@ impl Shared {
 
     /// Data for local participant `part` at `off` of its destination.
     pub(crate) fn deliver(&self, key: Key, part: usize, off: usize, bytes: &[u8]) {
-        let mut st = self.lock();
+        let mut guard = self.lock();
+        let st = &mut *guard;
         if st.failed.contains(&key) {
             return;
         }
@@ -874,6 +1165,7 @@ impl Shared {
         let idx = part.checked_sub(op.first);
         let open = op.spec.is_some() && idx.is_some_and(|i| i < op.parts.len() && op.parts[i].open);
         if !open {
+            st.flow.hold(op, bytes.len());
             op.early.push((part, off, bytes.to_vec()));
             return;
         }
@@ -885,7 +1177,8 @@ impl Shared {
 
     /// Part of the stream that team rank `src` sends in `phase` of reduction `key`.
     fn stage_arrived(&self, src: u32, key: Key, phase: u32, off: usize, bytes: &[u8]) {
-        let mut st = self.lock();
+        let mut guard = self.lock();
+        let st = &mut *guard;
         if st.failed.contains(&key) {
             return;
         }
@@ -896,6 +1189,7 @@ impl Shared {
         if src >= self.size as usize {
             return;
         }
+        st.flow.hold(op, bytes.len());
         if op.stage[ph].len() <= src {
             op.stage[ph].resize(src + 1, Vec::new());
         }
@@ -928,6 +1222,9 @@ impl Shared {
         let mut jobs = Vec::new();
         if self.check {
             self.check_signatures(st);
+        }
+        if !st.flow.watch.is_empty() {
+            self.flow_answer(st, &mut outs);
         }
         let dirty = std::mem::take(&mut st.dirty);
         for gid in dirty {
@@ -999,6 +1296,23 @@ impl Shared {
                 }
                 let may_move = op.checked_ok && (!mode.needs_entry_signal() || entry_done);
                 let spec = op.spec.clone().expect("entered op has a spec");
+                // Outside checked mode and IN_ALLSYNC (where every rank entered before data
+                // moves), sends wait for the early-data flow control.
+                let may_move = may_move
+                    && (op.flow_ok || self.check || mode.needs_entry_signal() || {
+                        let charges = self.flow_charges(op, &spec);
+                        let budget = self.early_budget.load(std::sync::atomic::Ordering::Relaxed);
+                        let ok =
+                            flow_admit(&mut st.flow, budget, self.size, key, &charges, &mut outs);
+                        if !ok {
+                            st.flow.blocked.insert(gid);
+                        }
+                        ok
+                    });
+                let Some(op) = st.ops.get_mut(&key) else {
+                    continue;
+                };
+                op.flow_ok |= may_move;
                 if op.sched.is_some() {
                     if may_move && op.all_entered() && !op.working && op.sched_ready() {
                         op.working = true;
@@ -1197,7 +1511,7 @@ impl Shared {
 
     /// Issue the sends of local participant `idx` of `key`, then open its destination.
     fn push(&self, key: Key, idx: usize) -> Result<()> {
-        let (spec, src, dst, first, image_space, geo, direct) = {
+        let (spec, src, first, image_space, geo, direct) = {
             let st = self.lock();
             let Some(op) = st.ops.get(&key) else {
                 return Ok(());
@@ -1205,15 +1519,15 @@ impl Shared {
             let (Some(spec), Some(geo)) = (op.spec.clone(), op.geo.clone()) else {
                 return Ok(());
             };
-            let part = &op.parts[idx];
-            let (src, dst) = (part.src, part.dst);
-            (spec, src, dst, op.first, op.image_space, geo, op.direct)
+            let src = op.parts[idx].src;
+            let direct = op.direct.then_some(op.direct_off);
+            (spec, src, op.first, op.image_space, geo, direct)
         };
         let p = first + idx;
         let mut puts = Vec::new();
         let sent = spec.transfers_from(p).into_iter().try_for_each(|t| {
             let to = geo.world(geo.owner(image_space, t.to));
-            if direct && to != self.rank {
+            if let Some(dst) = direct.filter(|_| to != self.rank) {
                 puts.push(self.put_data(to, dst, t.dst_off, src.ptr + t.src_off, t.len)?);
                 Ok(())
             } else {
@@ -1398,7 +1712,8 @@ impl Shared {
 
     /// Part of a scheduled message from team rank `from`: `bytes` at `off` of `total`.
     fn sched_arrived(&self, key: Key, from: u32, tag: u32, off: usize, total: usize, bytes: &[u8]) {
-        let mut st = self.lock();
+        let mut guard = self.lock();
+        let st = &mut *guard;
         if st.failed.contains(&key) || from >= self.size {
             return;
         }
@@ -1410,13 +1725,16 @@ impl Shared {
         if e.0.len() < total {
             e.0.resize(total, 0);
         }
+        let mut held = 0;
         if let Some(d) = off
             .checked_add(bytes.len())
             .and_then(|end| e.0.get_mut(off..end))
         {
             d.copy_from_slice(bytes);
             e.1 += bytes.len();
+            held = bytes.len();
         }
+        st.flow.hold(op, held);
         st.touch(key);
         self.work.store(true, std::sync::atomic::Ordering::Release);
     }
@@ -1787,11 +2105,15 @@ fn on_stage(s: &Shared, _tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
     );
 }
 
-fn on_sig(s: &Shared, _tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
+fn on_sig(s: &Shared, tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
     let [gl, gh, which, round, tl, th, ..] = *args else {
         return;
     };
-    s.sig_arrived(key(gl, gh, tl, th), which, round);
+    if which == SIG_ASK || which == SIG_TOLD {
+        s.flow_arrived(tok.src(), which, key(gl, gh, tl, th));
+    } else {
+        s.sig_arrived(key(gl, gh, tl, th), which, round);
+    }
 }
 
 fn on_check(s: &Shared, _tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {

@@ -52,7 +52,7 @@ mod typed;
 mod types;
 
 pub use amnet_sync_modes::{flags, InSync, Mode, OutSync};
-pub use api::Coll;
+pub use api::{Coll, FlowStats};
 pub use builtin::{Elem, ElemType, Loc, RedOp};
 pub use team::Team;
 pub use typed::{scope, Comm, ElemKind, Op, Plain, Request, Scope, SyncMode};

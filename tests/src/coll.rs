@@ -32,6 +32,8 @@ pub fn tests() -> Vec<Test> {
         t("coll_out_allsync", out_allsync, 30),
         t("coll_out_nosync", out_nosync, 30),
         t("coll_aggregate_merges_sync", aggregate_messages, 30),
+        t("coll_direct_puts", direct_puts, 60),
+        t("coll_early_data_bound", early_data_bound, 60),
         t("coll_barrier_schemes", barrier_schemes, 60),
         t("coll_rules", rules, 30),
         t("coll_rule_in_handler", rule_in_handler, 30),
@@ -712,6 +714,238 @@ fn aggregate_messages(c: &Ctx<'_>) -> Verdict {
                 format!("NOSYNC broadcasts sent {nosync} requests, MYSYNC {mysync}: NOSYNC should send fewer (direct puts)")
             },
         )?;
+    }
+    Ok(())
+}
+
+/// Scatter, gather and exchange (uniform and `_v`) with `IN_NOSYNC` and `OUT_NOSYNC` or
+/// `OUT_ALLSYNC` on `SINGLE` segment destinations write other ranks' blocks with puts (the
+/// flat algorithm): the data lands right (guards untouched), and where a put is a direct copy
+/// a rank that sends blocks to others sends fewer AM requests than under `MYSYNC`. An in-place
+/// exchange source is refused under those modes.
+fn direct_puts(c: &Ctx<'_>) -> Verdict {
+    let co = coll(c)?;
+    let (me, p) = (c.rank() as usize, c.size() as usize);
+    let w = co.world();
+    let root = c.size() - 1;
+    let direct_path = (0..c.size())
+        .all(|r| r == c.rank() || matches!(c.ep.rma_path(r), Ok(amnet::RmaPath::Direct)));
+    // Exchange matrix (row = source); the rooted forms use row 0 as their counts.
+    let m = |v: bool, i: usize, j: usize| if v { (i * 7 + j * 13) % 40 } else { 96 };
+    let guard = 16;
+    for op in ["scatter", "gather", "exchange"] {
+        for v in [false, true] {
+            let counts: Vec<usize> = if op == "exchange" {
+                (0..p * p).map(|k| m(v, k / p, k % p)).collect()
+            } else {
+                (0..p).map(|q| m(v, 1, q) + usize::from(v)).collect()
+            };
+            let mut sent = Vec::new();
+            for (fl, name) in [
+                (f::NOSYNC, "NOSYNC"),
+                (f::IN_NOSYNC | f::OUT_ALLSYNC, "IN_NOSYNC|OUT_ALLSYNC"),
+                (f::MYSYNC, "MYSYNC"),
+            ] {
+                let call = sent.len();
+                let what = format!("{op}{} {name}", if v { "_v" } else { "" });
+                let pat = |r: usize, len: usize| pattern(0xd1, call, r, u64::from(v), len);
+                // Areas: my source, and my destination with what it must hold.
+                let (src, want): (Vec<u8>, Vec<u8>) = match op {
+                    "scatter" => {
+                        let total: usize = counts.iter().sum();
+                        let at: usize = counts[..me].iter().sum();
+                        let rs = pat(root as usize, total);
+                        let mine = if me == root as usize {
+                            rs.clone()
+                        } else {
+                            Vec::new()
+                        };
+                        (mine, rs[at..at + counts[me]].to_vec())
+                    }
+                    "gather" => {
+                        let want = if me == root as usize {
+                            (0..p).flat_map(|q| pat(q, counts[q])).collect()
+                        } else {
+                            Vec::new()
+                        };
+                        (pat(me, counts[me]), want)
+                    }
+                    _ => {
+                        let row = |i: usize| (0..p).map(|j| counts[i * p + j]).sum::<usize>();
+                        let want = (0..p)
+                            .flat_map(|i| {
+                                let at: usize = (0..me).map(|j| counts[i * p + j]).sum();
+                                pat(i, row(i))[at..at + counts[i * p + me]].to_vec()
+                            })
+                            .collect();
+                        (pat(me, row(me)), want)
+                    }
+                };
+                let fill = vec![0x5au8; want.len() + guard];
+                ck("write", c.ep.write_local(SM_DST, &fill))?;
+                ck("write", c.ep.write_local(SM_SRC, &src))?;
+                ck("barrier", c.ep.barrier())?;
+                let before = requests(c);
+                let (d, s) = (Addr::Seg(SM_DST), Addr::Seg(SM_SRC));
+                let fl = fl | f::SINGLE;
+                // SAFETY: segment offsets only: no pointer address to keep valid.
+                let r = unsafe {
+                    match (op, v) {
+                        ("scatter", false) => co.scatter(w, d, root, s, counts[0], fl),
+                        ("scatter", true) => co.scatter_v(w, d, root, s, &counts, fl),
+                        ("gather", false) => co.gather(w, root, d, s, counts[0], fl),
+                        ("gather", true) => co.gather_v(w, root, d, s, &counts, fl),
+                        (_, false) => co.exchange(w, d, s, counts[0], fl),
+                        (_, true) => co.exchange_v(w, d, s, &counts, fl),
+                    }
+                };
+                ck(&what, r)?;
+                sent.push(requests(c) - before);
+                // NOSYNC data is in place after a core barrier.
+                ck("barrier", c.ep.barrier())?;
+                let mut got = vec![0u8; fill.len()];
+                ck("read", c.ep.read_local(SM_DST, &mut got))?;
+                ensure(got[..want.len()] == want[..], || {
+                    format!("{what}: rank {me} got the wrong data")
+                })?;
+                ensure(got[want.len()..] == fill[want.len()..], || {
+                    format!("{what}: rank {me}'s guard after its destination changed")
+                })?;
+            }
+            let label = format!("{op}{}", if v { "_v" } else { "" });
+            let sends_to_others = match op {
+                "scatter" => me == root as usize && (0..p).any(|q| q != me && counts[q] > 0),
+                "gather" => me != root as usize && counts[me] > 0,
+                _ => (0..p).any(|j| j != me && counts[me * p + j] > 0),
+            };
+            if me == 0 {
+                println!(
+                    "note: rank 0 requests for {label} at {p} ranks: NOSYNC {}, IN_NOSYNC|OUT_ALLSYNC {}, MYSYNC {}",
+                    sent[0], sent[1], sent[2]
+                );
+            }
+            let most = counts.iter().copied().max().unwrap_or(0);
+            let flat = ck("selected", co.selected(w, op, most, f::NOSYNC))? == "flat";
+            ensure(
+                sent[0] <= sent[2] && sent[1] <= sent[2] + 2 * p as u64,
+                || {
+                    format!("{label}: rank {me} sent NOSYNC {} IN_NOSYNC|OUT_ALLSYNC {} MYSYNC {} requests", sent[0], sent[1], sent[2])
+                },
+            )?;
+            if flat && direct_path && sends_to_others {
+                ensure(sent[0] < sent[2], || {
+                    format!("{label}: rank {me} sent {} requests under NOSYNC and {} under MYSYNC: direct puts should send fewer", sent[0], sent[2])
+                })?;
+            }
+        }
+    }
+    // An in-place exchange source cannot go with direct puts.
+    let flat = ck("selected", co.selected(w, "exchange", 8, f::NOSYNC))? == "flat";
+    // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+    let r = unsafe {
+        co.exchange(
+            w,
+            Addr::Seg(SM_DST),
+            Addr::InPlace,
+            8,
+            f::NOSYNC | f::SINGLE,
+        )
+    };
+    if flat && c.ep.segment_len().is_ok() {
+        match r {
+            Err(Error::Usage { detail, .. }) if detail.contains("in-place exchange source") => {}
+            other => {
+                return Err(format!(
+                    "in-place NOSYNC exchange: expected a refusal, got {other:?}"
+                ))
+            }
+        }
+    } else {
+        ck("in-place exchange", r)?;
+    }
+    ck("barrier", c.ep.barrier())
+}
+
+/// Early data stays within the budget (`AMNET_COLL_EARLY_BYTES`, here set small): every rank
+/// but 0 issues `K` flat exchanges while rank 0 waits before it enters any; rank 0 then holds
+/// at most each sender's share (or one collective's block, if larger) per sender, the senders'
+/// later exchanges wait for it (deferrals), and every block arrives.
+fn early_data_bound(c: &Ctx<'_>) -> Verdict {
+    let co = coll(c)?;
+    let (me, p) = (c.rank() as usize, c.size() as usize);
+    let w = co.world();
+    let k = 32usize;
+    let n = 512usize;
+    let budget = 2048usize;
+    let old = co.flow_stats().budget;
+    ck("tune", co.tune("exchange:-:flat"))?;
+    let src: Vec<Vec<u8>> = (0..p).map(|r| pattern(0xe7, 0, r, 0, n * p)).collect();
+    ck("write", c.ep.write_local(SM_SRC, &src[me]))?;
+    ck("write", c.ep.write_local(SM_DST, &vec![0u8; k * n * p]))?;
+    ck("barrier", c.ep.barrier())?;
+    co.set_early_budget(budget);
+    let fl = f::IN_MYSYNC | f::OUT_MYSYNC | f::SINGLE;
+    let issue = || -> Result<Vec<CollHandle>, String> {
+        (0..k)
+            .map(|i| {
+                let d = Addr::Seg(SM_DST + (i * n * p) as u64);
+                ck(
+                    "exchange_nb",
+                    // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                    unsafe { co.exchange_nb(w, d, Addr::Seg(SM_SRC), n, fl) },
+                )
+            })
+            .collect()
+    };
+    let mut peak = 0;
+    let mut hs = if me == 0 {
+        // Late: let the others run ahead, then take in whatever they sent before entering.
+        std::thread::sleep(Duration::from_millis(30));
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(20) {
+            ck("poll", co.poll())?;
+        }
+        peak = co.flow_stats().early_peak;
+        issue()?
+    } else {
+        issue()?
+    };
+    ck("wait_sync_all", co.wait_sync_all(&mut hs))?;
+    let st = co.flow_stats();
+    co.set_early_budget(old);
+    ck("tune", co.tune(&env_tune()))?;
+    ck("barrier", c.ep.barrier())?;
+    let mut got = vec![0u8; k * n * p];
+    ck("read", c.ep.read_local(SM_DST, &mut got))?;
+    for i in 0..k {
+        for (q, sq) in src.iter().enumerate() {
+            let at = i * n * p + q * n;
+            ensure(got[at..at + n] == sq[me * n..(me + 1) * n], || {
+                format!("exchange #{i}: rank {me} got the wrong block from rank {q}")
+            })?;
+        }
+    }
+    ensure(st.early_bytes == 0, || {
+        format!(
+            "rank {me} still counts {} early bytes with nothing in flight",
+            st.early_bytes
+        )
+    })?;
+    if p > 1 {
+        let bound = (p - 1) * (budget / (p - 1)).max(n);
+        if me == 0 {
+            println!(
+                "note: rank 0 held at most {peak} early bytes (bound {bound}; {} senders x {k} exchanges x {n} bytes unbounded)",
+                p - 1
+            );
+            ensure(peak > 0 && st.early_peak <= bound, || {
+                format!("rank 0 held {} early bytes at most ({peak} before it entered); the bound is {bound}", st.early_peak)
+            })?;
+        } else {
+            ensure(st.deferrals > 0 && st.asks > 0, || {
+                format!("rank {me} ran {k} exchanges ahead of rank 0 without waiting: {st:?}")
+            })?;
+        }
     }
     Ok(())
 }

@@ -337,6 +337,19 @@ fn gen_call(g: &mut Rng, w: &World, idx: usize, form: Form, slot: usize) -> Opti
         return None;
     }
     let sync = g.pick(&IN) | g.pick(&OUT);
+    // An in-place exchange source cannot go with direct puts (IN_NOSYNC, OUT_NOSYNC or
+    // OUT_ALLSYNC, SINGLE segment destinations): the initiation refuses it.
+    let mut desc = desc;
+    if desc.in_place
+        && kind == OKind::Exchange
+        && sync & f::IN_NOSYNC != 0
+        && sync & f::OUT_MYSYNC == 0
+        && form == Form::Single
+        && !local
+        && !ptr
+    {
+        desc.in_place = false;
+    }
     Some(GCall {
         idx,
         desc,

@@ -234,6 +234,13 @@ mod tests {
     type Gen = fn(u32, usize, &[Run], bool) -> Sched;
 
     fn check(gen: Gen, name: &str, msgs: fn(usize) -> usize) {
+        for early in [false, true] {
+            check_one(gen, name, msgs, early);
+        }
+    }
+
+    /// `early`: the schedules as `OUT_NOSYNC` runs them (`engine::read_src_early`).
+    fn check_one(gen: Gen, name: &str, msgs: fn(usize) -> usize, early: bool) {
         let es = 16;
         for np in 1..=17usize {
             for (lay, n) in cases(np) {
@@ -242,7 +249,13 @@ mod tests {
                 for exclusive in [false, true] {
                     #[allow(clippy::cast_possible_truncation)] // np <= 17
                     let scheds: Vec<Sched> = (0..np)
-                        .map(|me| gen(me as u32, es, &rs, exclusive))
+                        .map(|me| {
+                            let mut s = gen(me as u32, es, &rs, exclusive);
+                            if early {
+                                crate::engine::read_src_early(&mut s);
+                            }
+                            s
+                        })
                         .collect();
                     let mut areas: Vec<(Vec<u8>, Vec<u8>)> = (0..np)
                         .map(|t| {
