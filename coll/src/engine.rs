@@ -500,6 +500,34 @@ struct Ahead {
 }
 
 impl Flow {
+    /// Rank `from` sent something for collective `key` (data or a signal), so it has numbered
+    /// it and every earlier one of its team: forget what was counted for them, as a `SIG_TOLD`
+    /// would. Returns whether that may let a waiting collective move.
+    fn heard(&mut self, from: Rank, key: Key) -> bool {
+        let Some(a) = self.ahead.get_mut(&from) else {
+            return false;
+        };
+        let t = a.told.entry(key.team).or_default();
+        if *t >= key.seq {
+            return false;
+        }
+        *t = key.seq;
+        let gone: Vec<(u64, u64)> = a
+            .sent
+            .range((key.team, 0)..=(key.team, key.seq))
+            .map(|(c, _)| *c)
+            .collect();
+        for c in &gone {
+            a.total -= a.sent.remove(c).unwrap_or(0);
+        }
+        !gone.is_empty() && !self.blocked.is_empty()
+    }
+
+    /// Wake the collectives waiting for the flow control.
+    fn unblock(&mut self, dirty: &mut std::collections::BTreeSet<Key>) {
+        dirty.extend(std::mem::take(&mut self.blocked));
+    }
+
     /// Bytes arrived for a collective not entered here.
     fn hold(&mut self, op: &mut Op, n: usize) {
         if op.spec.is_none() {
@@ -946,20 +974,11 @@ impl Shared {
             let w = st.flow.watch.entry((from, k.team)).or_insert(k.seq);
             *w = (*w).min(k.seq);
         } else {
-            let a = st.flow.ahead.entry(from).or_default();
-            let t = a.told.entry(k.team).or_default();
-            *t = (*t).max(k.seq);
-            a.asked.remove(&k.team);
-            let gone: Vec<(u64, u64)> = a
-                .sent
-                .range((k.team, 0)..=(k.team, k.seq))
-                .map(|(c, _)| *c)
-                .collect();
-            for c in gone {
-                a.total -= a.sent.remove(&c).unwrap_or(0);
+            st.flow.heard(from, k);
+            if let Some(a) = st.flow.ahead.get_mut(&from) {
+                a.asked.remove(&k.team);
             }
-            let blocked = std::mem::take(&mut st.flow.blocked);
-            st.dirty.extend(blocked);
+            st.flow.unblock(&mut st.dirty);
         }
         self.work.store(true, std::sync::atomic::Ordering::Release);
     }
@@ -1075,7 +1094,7 @@ impl Shared {
         // this send returns.
         let bytes = unsafe { std::slice::from_raw_parts(src as *const u8, len) };
         if to == self.rank {
-            self.deliver(key, part, off, bytes);
+            self.deliver(self.rank, key, part, off, bytes);
             return Ok(());
         }
         let chunk = self.chunk();
@@ -1126,7 +1145,7 @@ impl Shared {
             return Ok(());
         }
         if to == self.rank {
-            self.stage_arrived(from, key, phase, 0, bytes);
+            self.stage_arrived(self.rank, from, key, phase, 0, bytes);
             return Ok(());
         }
         let chunk = self.chunk();
@@ -1154,12 +1173,15 @@ impl Shared {
         }
     }
 
-    /// Data for local participant `part` at `off` of its destination.
-    pub(crate) fn deliver(&self, key: Key, part: usize, off: usize, bytes: &[u8]) {
+    /// Data from job rank `from` for local participant `part` at `off` of its destination.
+    pub(crate) fn deliver(&self, from: Rank, key: Key, part: usize, off: usize, bytes: &[u8]) {
         let mut guard = self.lock();
         let st = &mut *guard;
         if st.failed.contains(&key) {
             return;
+        }
+        if st.flow.heard(from, key) {
+            st.flow.unblock(&mut st.dirty);
         }
         let op = st.ops.entry(key).or_insert_with(|| Op::new(key));
         let idx = part.checked_sub(op.first);
@@ -1176,11 +1198,14 @@ impl Shared {
     }
 
     /// Part of the stream that team rank `src` sends in `phase` of reduction `key`.
-    fn stage_arrived(&self, src: u32, key: Key, phase: u32, off: usize, bytes: &[u8]) {
+    fn stage_arrived(&self, from: Rank, src: u32, key: Key, phase: u32, off: usize, bytes: &[u8]) {
         let mut guard = self.lock();
         let st = &mut *guard;
         if st.failed.contains(&key) {
             return;
+        }
+        if st.flow.heard(from, key) {
+            st.flow.unblock(&mut st.dirty);
         }
         let op = st.ops.entry(key).or_insert_with(|| Op::new(key));
         let ph = (phase & 1) as usize;
@@ -1680,7 +1705,7 @@ impl Shared {
             detail: format!("a scheduled message of {} bytes exceeds 4 GiB", bytes.len()),
         })?;
         if to == geo.me {
-            self.sched_arrived(key, geo.me, tag, 0, bytes.len(), bytes);
+            self.sched_arrived(self.rank, key, geo.me, tag, 0, bytes.len(), bytes);
             return Ok(());
         }
         let dest = geo.world(to);
@@ -1711,11 +1736,24 @@ impl Shared {
     }
 
     /// Part of a scheduled message from team rank `from`: `bytes` at `off` of `total`.
-    fn sched_arrived(&self, key: Key, from: u32, tag: u32, off: usize, total: usize, bytes: &[u8]) {
+    #[allow(clippy::too_many_arguments)]
+    fn sched_arrived(
+        &self,
+        sender: Rank,
+        key: Key,
+        from: u32,
+        tag: u32,
+        off: usize,
+        total: usize,
+        bytes: &[u8],
+    ) {
         let mut guard = self.lock();
         let st = &mut *guard;
         if st.failed.contains(&key) || from >= self.size {
             return;
+        }
+        if st.flow.heard(sender, key) {
+            st.flow.unblock(&mut st.dirty);
         }
         let op = st.ops.entry(key).or_insert_with(|| Op::new(key));
         let e = op
@@ -2080,11 +2118,12 @@ fn key(sl: u32, sh: u32, tl: u32, th: u32) -> Key {
     }
 }
 
-fn on_data(s: &Shared, _tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
+fn on_data(s: &Shared, tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
     let [sl, sh, part, ol, oh, tl, th, ..] = *args else {
         return;
     };
     s.deliver(
+        tok.src(),
         key(sl, sh, tl, th),
         part as usize,
         addr(join(ol, oh)),
@@ -2092,11 +2131,12 @@ fn on_data(s: &Shared, _tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
     );
 }
 
-fn on_stage(s: &Shared, _tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
+fn on_stage(s: &Shared, tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
     let [sl, sh, phase, ol, oh, tl, th, from, ..] = *args else {
         return;
     };
     s.stage_arrived(
+        tok.src(),
         from,
         key(sl, sh, tl, th),
         phase,
@@ -2127,11 +2167,12 @@ fn on_check(s: &Shared, _tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
     }
 }
 
-fn on_sched(s: &Shared, _tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
+fn on_sched(s: &Shared, tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
     let [sl, sh, tag, ol, oh, tl, th, from, total, ..] = *args else {
         return;
     };
     s.sched_arrived(
+        tok.src(),
         key(sl, sh, tl, th),
         from,
         tag,
