@@ -1536,7 +1536,7 @@ impl Shared {
 
     /// Issue the sends of local participant `idx` of `key`, then open its destination.
     fn push(&self, key: Key, idx: usize) -> Result<()> {
-        let (spec, src, first, image_space, geo, direct) = {
+        let (spec, src, dst, first, image_space, geo, direct) = {
             let st = self.lock();
             let Some(op) = st.ops.get(&key) else {
                 return Ok(());
@@ -1544,15 +1544,24 @@ impl Shared {
             let (Some(spec), Some(geo)) = (op.spec.clone(), op.geo.clone()) else {
                 return Ok(());
             };
-            let src = op.parts[idx].src;
+            let (src, dst) = (op.parts[idx].src, op.parts[idx].dst);
             let direct = op.direct.then_some(op.direct_off);
-            (spec, src, op.first, op.image_space, geo, direct)
+            (spec, src, dst, op.first, op.image_space, geo, direct)
         };
         let p = first + idx;
+        // The participant's blocks to itself go straight from its source to its destination
+        // once it is open (below), instead of through an early-data copy, where the two areas
+        // are apart: nothing written into the destination meanwhile can change the source.
+        let apart = src.ptr.saturating_add(src.len) <= dst.ptr
+            || dst.ptr.saturating_add(dst.len) <= src.ptr;
+        let mut own = Vec::new();
         let mut puts = Vec::new();
         let sent = spec.transfers_from(p).into_iter().try_for_each(|t| {
             let to = geo.world(geo.owner(image_space, t.to));
-            if let Some(dst) = direct.filter(|_| to != self.rank) {
+            if apart && t.to == p {
+                own.push(t);
+                Ok(())
+            } else if let Some(dst) = direct.filter(|_| to != self.rank) {
                 puts.push(self.put_data(to, dst, t.dst_off, src.ptr + t.src_off, t.len)?);
                 Ok(())
             } else {
@@ -1586,6 +1595,16 @@ impl Shared {
                 } else {
                     op.early.push((q, off, bytes));
                 }
+            }
+            for t in own {
+                // SAFETY: as in `send_data`: the source area was resolved and checked at
+                // entry to hold this block, and the bulk contract keeps it valid and
+                // untouched until the collective is synced; it does not overlap the
+                // destination (`apart`).
+                let bytes = unsafe {
+                    std::slice::from_raw_parts((src.ptr + t.src_off) as *const u8, t.len)
+                };
+                write_into(op, idx, t.dst_off, bytes);
             }
         }
         st.touch(key);
