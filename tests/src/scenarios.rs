@@ -234,7 +234,13 @@ pub fn scenarios() -> Vec<Scenario> {
             codes: &[42],
             log: None,
             timeout: T,
-            env: &[("AMNET_HANG_TIMEOUT", "1")],
+            // As below: the 1 s watchdog times the late rank, without injected faults.
+            env: &[
+                ("AMNET_HANG_TIMEOUT", "1"),
+                ("AMNET_UDP_LOSS", ""),
+                ("AMNET_UDP_DUP", ""),
+                ("AMNET_UDP_REORDER", ""),
+            ],
             body: crate::coll_images::hang_report,
             only_conduit: None,
         },
@@ -244,7 +250,14 @@ pub fn scenarios() -> Vec<Scenario> {
             codes: &[0],
             log: None,
             timeout: T,
-            env: &[("AMNET_HANG_TIMEOUT", "1")],
+            // The 1 s watchdog times the late rank, so the job runs without injected faults
+            // (an empty value is the default: none), which a lossy suite run would add.
+            env: &[
+                ("AMNET_HANG_TIMEOUT", "1"),
+                ("AMNET_UDP_LOSS", ""),
+                ("AMNET_UDP_DUP", ""),
+                ("AMNET_UDP_REORDER", ""),
+            ],
             body: crate::coll_typed::failed_wait_detaches,
             only_conduit: None,
         },
