@@ -413,8 +413,9 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Flat,
         requires: 0,
         forbids: 0,
-        // Every rank sends its runs' partials to every rank.
-        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c),
+        // Two exchanges: the operands to the ranks that own their results, then every rank's
+        // runs' partials to every rank.
+        cost: |m, c| 2.0 * (f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c)),
     },
     Alg {
         name: "dissemination",
@@ -439,7 +440,8 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Flat,
         requires: 0,
         forbids: 0,
-        cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c),
+        // As the inclusive one.
+        cost: |m, c| 2.0 * (f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c)),
     },
     Alg {
         name: "dissemination",
