@@ -60,13 +60,13 @@ pub fn main_images(seed: u64) -> i32 {
     let ep = match amnet::init() {
         Ok(ep) => ep,
         Err(e) => {
-            eprintln!("amnet-testsuite: init: {e}");
+            say!("amnet-testsuite: init: {e}");
             return 2;
         }
     };
     let st = Arc::new(State::new(ep.size()));
     if let Err(e) = handler_table(&st).and_then(|t| ep.attach(t, crate::SEG_LEN)) {
-        eprintln!("amnet-testsuite: attach: {e}");
+        say!("amnet-testsuite: attach: {e}");
         return 2;
     }
     let w = World::new(images_for(seed, ep.size()));
@@ -80,7 +80,7 @@ pub fn main_images(seed: u64) -> i32 {
     );
     let bar = Barrier::new(n_local);
     let fail = |img: usize, e: String| -> ! {
-        eprintln!("amnet-testsuite: multi-image job, rank {me} image {img}: {e}");
+        say!("amnet-testsuite: multi-image job, rank {me} image {img}: {e}");
         ep.exit(1)
     };
     std::thread::scope(|sc| {
@@ -157,7 +157,7 @@ pub fn main_images(seed: u64) -> i32 {
         }
     });
     if let Err(e) = ep.barrier() {
-        eprintln!("amnet-testsuite: final barrier: {e}");
+        say!("amnet-testsuite: final barrier: {e}");
         return 1;
     }
     0
@@ -433,7 +433,7 @@ pub fn check_mismatch(ep: &Endpoint) -> Result<(), String> {
     let mut got = [0u8; 8];
     ep.read_local(64, &mut got).map_err(|e| e.to_string())?;
     if got != [7u8; 8] {
-        eprintln!("rank {}: checked broadcast moved {got:?}", ep.rank());
+        say!("rank {}: checked broadcast moved {got:?}", ep.rank());
         ep.exit(1);
     }
     // Rank 1 calls a different vector reduction: the report names both operations.
@@ -452,7 +452,7 @@ pub fn check_mismatch(ep: &Endpoint) -> Result<(), String> {
             if detail.contains("operation = scan_elems")
                 && detail.contains("reduce_elems_to_all") => {}
         other => {
-            eprintln!(
+            say!(
                 "rank {}: scan_elems on rank 1 against reduce_elems_to_all gave {other:?}",
                 ep.rank()
             );
@@ -470,7 +470,7 @@ pub fn check_mismatch(ep: &Endpoint) -> Result<(), String> {
             ep.exit(0)
         }
         other => {
-            eprintln!(
+            say!(
                 "rank {}: a broadcast with a different root on rank 1 gave {other:?}",
                 ep.rank()
             );
@@ -517,7 +517,7 @@ pub fn check_team_order(ep: &Endpoint) -> Result<(), String> {
                 && detail.contains(&format!("{:#x}", b.id())))
     };
     if !(named(&ra) || named(&rb)) {
-        eprintln!("rank {me}: the crossed order gave {ra:?} and {rb:?}");
+        say!("rank {me}: the crossed order gave {ra:?} and {rb:?}");
         ep.exit(1);
     }
     // The same order on both ranks works.
@@ -549,7 +549,7 @@ pub fn check_image_mismatch(ep: &Endpoint) -> Result<(), String> {
             sc.spawn(move || {
                 let img = 2 * me + li;
                 let report = |m: String| {
-                    eprintln!("rank {me} image {img}: {m}");
+                    say!("rank {me} image {img}: {m}");
                     bad.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 };
                 let co = match Coll::init(&ep, Some(images), img, &fn_table()) {
@@ -626,13 +626,13 @@ pub fn hang_report(ep: &Endpoint) -> Result<(), String> {
                 && detail.contains("entry signal") =>
         {
             if took > Duration::from_secs(5) {
-                eprintln!("rank {}: the hang was reported after {took:?}", ep.rank());
+                say!("rank {}: the hang was reported after {took:?}", ep.rank());
                 ep.exit(1);
             }
             ep.exit(42)
         }
         other => {
-            eprintln!(
+            say!(
                 "rank {}: a broadcast without the last rank gave {other:?}",
                 ep.rank()
             );

@@ -1090,7 +1090,7 @@ pub fn seed(default: u64) -> u64 {
     match amnet::Source::env().count(&amnet::config::vars::TEST_SEED) {
         Ok(s) => s.unwrap_or(default),
         Err(e) => {
-            eprintln!("amnet-testsuite: {e}; using seed {default}");
+            say!("amnet-testsuite: {e}; using seed {default}");
             default
         }
     }

@@ -17,6 +17,24 @@ use std::time::{Duration, Instant};
 
 use amnet::{Endpoint, Error, HandlerTable};
 
+/// `eprintln!` in one `write` call: ranks of one job share the launcher's stderr, and a line
+/// written in pieces can interleave with another rank's.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::say_line(&::std::format!($($arg)*))
+    };
+}
+
+/// Write `text` and a newline to stderr with one `write_all` (see [`say!`]).
+pub fn say_line(text: &str) {
+    use std::io::Write;
+    let mut line = String::with_capacity(text.len() + 1);
+    line.push_str(text);
+    line.push('\n');
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
 pub mod am;
 pub mod barrier;
 pub mod coll;
@@ -149,7 +167,7 @@ fn start_watchdog(ep: &Endpoint, watch: &Arc<Watch>) -> std::thread::JoinHandle<
                     .map(|(n, _, lim)| (n.clone(), *lim))
             };
             if let Some((name, lim)) = over {
-                eprintln!(
+                say!(
                     "amnet-testsuite: rank {}: test {name} exceeded its limit of {} s; ending the job",
                     ep.rank(),
                     lim.as_secs()
@@ -279,7 +297,7 @@ pub fn run_attached(
         if let Some(path) = path {
             let line = format!("{} {} {}\n", sum.passed, sum.failed, sum.skipped);
             if let Err(e) = std::fs::write(&path, line) {
-                eprintln!("amnet-testsuite: cannot write {path}: {e}");
+                say!("amnet-testsuite: cannot write {path}: {e}");
             }
         }
         if sum.skipped > 0 {

@@ -4,6 +4,8 @@
 //! `amnet-testsuite --list`: print the test names.
 //! `--summary PATH` (before FILTER): rank 0 also writes `passed failed skipped` to PATH.
 
+use amnet_testsuite::say;
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
@@ -42,13 +44,13 @@ fn main() {
     // The suite's own settings are checked before the job starts: a bad value is a start-up
     // failure (2), not a default used in silence.
     if let Err(e) = amnet_testsuite::check_settings() {
-        eprintln!("amnet-testsuite: {e}");
+        say!("amnet-testsuite: {e}");
         std::process::exit(2);
     }
     let ep = match amnet::init() {
         Ok(ep) => ep,
         Err(e) => {
-            eprintln!("amnet-testsuite: {e}");
+            say!("amnet-testsuite: {e}");
             std::process::exit(2);
         }
     };
@@ -56,7 +58,7 @@ fn main() {
     let attached =
         amnet_testsuite::handler_table(&st).and_then(|t| ep.attach(t, amnet_testsuite::SEG_LEN));
     if let Err(e) = attached {
-        eprintln!("amnet-testsuite: rank {}: attach: {e}", ep.rank());
+        say!("amnet-testsuite: rank {}: attach: {e}", ep.rank());
         ep.exit(2);
     }
     match amnet_testsuite::run_attached(&ep, &st, filter.as_deref(), true, summary.as_deref()) {
@@ -65,7 +67,7 @@ fn main() {
         Ok(s) if ep.rank() == 0 => ep.exit(i32::from(s.failed > 0)),
         Ok(_) => {
             let r = ep.wait_until(|| false);
-            eprintln!(
+            say!(
                 "amnet-testsuite: rank {}: waiting for rank 0's verdict: {r:?}",
                 ep.rank()
             );
@@ -74,7 +76,7 @@ fn main() {
         // The suite could not finish (a rank failed mid-run): a failure of the run, not of its
         // start.
         Err(e) => {
-            eprintln!(
+            say!(
                 "amnet-testsuite: rank {}: the suite could not finish: {e}",
                 ep.rank()
             );

@@ -373,7 +373,7 @@ pub fn run_nested(s: &Scenario, conduit: &str) -> Verdict {
 /// Entry point of `--scenario NAME`: returns the process exit code.
 pub fn main_scenario(name: &str) -> i32 {
     let Some(s) = scenarios().into_iter().find(|s| s.name == name) else {
-        eprintln!("amnet-testsuite: no scenario {name:?}");
+        say!("amnet-testsuite: no scenario {name:?}");
         return 2;
     };
     // Still one thread: nothing else reads the environment yet.
@@ -383,14 +383,14 @@ pub fn main_scenario(name: &str) -> i32 {
     let ep = match amnet::init() {
         Ok(ep) => ep,
         Err(e) => {
-            eprintln!("amnet-testsuite: init: {e}");
+            say!("amnet-testsuite: init: {e}");
             return 2;
         }
     };
     match (s.body)(&ep) {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("amnet-testsuite: scenario {name} rank {}: {e}", ep.rank());
+            say!("amnet-testsuite: scenario {name} rank {}: {e}", ep.rank());
             1
         }
     }
@@ -531,7 +531,7 @@ fn quiet_panic_hook() {
             .copied()
             .or_else(|| info.payload().downcast_ref::<String>().map(String::as_str))
             .unwrap_or("(no message)");
-        eprintln!("amnet-testsuite: deliberate panic: {msg}");
+        say!("amnet-testsuite: deliberate panic: {msg}");
     }));
 }
 
@@ -584,7 +584,7 @@ fn udp_peer_timeout(ep: &Endpoint) -> Result<(), String> {
             ep.exit(42)
         }
         other => {
-            eprintln!(
+            say!(
                 "rank {}: waiting on a stopped rank 2 gave {other:?} after {took:?}",
                 ep.rank()
             );
@@ -687,7 +687,7 @@ fn use_before_attach(ep: &Endpoint) -> Result<(), String> {
         Ok::<(), String>(())
     })();
     if let Err(e) = r {
-        eprintln!("rank {}: {e}", ep.rank());
+        say!("rank {}: {e}", ep.rank());
         ep.exit(1);
     }
     attach(ep)?;
@@ -705,7 +705,7 @@ fn segment_too_large(ep: &Endpoint) -> Result<(), String> {
             ep.exit(0)
         }
         other => {
-            eprintln!(
+            say!(
                 "rank {}: attach of a 1 TiB segment gave {other:?}",
                 ep.rank()
             );
@@ -730,7 +730,7 @@ fn tables_differ(ep: &Endpoint) -> Result<(), String> {
             ep.exit(0)
         }
         other => {
-            eprintln!(
+            say!(
                 "rank {}: attach with differing tables gave {other:?}",
                 ep.rank()
             );

@@ -22,7 +22,7 @@ pub fn per_pair() -> u64 {
     match amnet::Source::env().count(&amnet::config::vars::STORM) {
         Ok(n) => n.unwrap_or(100_000),
         Err(e) => {
-            eprintln!("amnet-testsuite: {e}; sending 100000 per pair");
+            say!("amnet-testsuite: {e}; sending 100000 per pair");
             100_000
         }
     }
