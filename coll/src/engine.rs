@@ -1079,6 +1079,30 @@ impl Shared {
         self.ep.max_medium().max(64)
     }
 
+    /// Send `bytes` to `dest` as requests of handler `h` carrying at most `chunk()` bytes each
+    /// (at least one request, empty when `bytes` is); `args(done)` gives the arguments of the
+    /// piece that starts `done` bytes in.
+    fn send_pieces<const N: usize>(
+        &self,
+        dest: Rank,
+        h: u8,
+        bytes: &[u8],
+        args: impl Fn(usize) -> [u32; N],
+    ) -> Result<()> {
+        let chunk = self.chunk();
+        let mut done = 0;
+        loop {
+            let n = chunk.min(bytes.len() - done);
+            self.ep
+                .layer(Layer::Coll)
+                .request(dest, h, &args(done), &bytes[done..done + n])?;
+            done += n;
+            if done >= bytes.len() {
+                return Ok(());
+            }
+        }
+    }
+
     fn send_data(
         &self,
         to: Rank,
@@ -1097,13 +1121,10 @@ impl Shared {
             self.deliver(self.rank, key, part, off, bytes);
             return Ok(());
         }
-        let chunk = self.chunk();
-        let mut done = 0;
-        loop {
-            let n = chunk.min(len - done);
+        #[allow(clippy::cast_possible_truncation)] // participants fit in u32
+        self.send_pieces(to, H_DATA, bytes, |done| {
             let o = (off + done) as u64;
-            #[allow(clippy::cast_possible_truncation)] // participants fit in u32
-            let args = [
+            [
                 lo(key.seq),
                 hi(key.seq),
                 part as u32,
@@ -1111,15 +1132,8 @@ impl Shared {
                 hi(o),
                 lo(key.team),
                 hi(key.team),
-            ];
-            self.ep
-                .layer(Layer::Coll)
-                .request(to, H_DATA, &args, &bytes[done..done + n])?;
-            done += n;
-            if done >= len {
-                return Ok(());
-            }
-        }
+            ]
+        })
     }
 
     /// A block for rank `to` under `direct_puts`: written with the core's put at segment
@@ -1148,12 +1162,9 @@ impl Shared {
             self.stage_arrived(self.rank, from, key, phase, 0, bytes);
             return Ok(());
         }
-        let chunk = self.chunk();
-        let mut done = 0;
-        loop {
-            let n = chunk.min(bytes.len() - done);
+        self.send_pieces(to, H_STAGE, bytes, |done| {
             let o = done as u64;
-            let args = [
+            [
                 lo(key.seq),
                 hi(key.seq),
                 phase,
@@ -1162,15 +1173,8 @@ impl Shared {
                 lo(key.team),
                 hi(key.team),
                 from,
-            ];
-            self.ep
-                .layer(Layer::Coll)
-                .request(to, H_STAGE, &args, &bytes[done..done + n])?;
-            done += n;
-            if done >= bytes.len() {
-                return Ok(());
-            }
-        }
+            ]
+        })
     }
 
     /// Data from job rank `from` for local participant `part` at `off` of its destination.
@@ -1727,13 +1731,9 @@ impl Shared {
             self.sched_arrived(self.rank, key, geo.me, tag, 0, bytes.len(), bytes);
             return Ok(());
         }
-        let dest = geo.world(to);
-        let chunk = self.chunk();
-        let mut done = 0;
-        loop {
-            let n = chunk.min(bytes.len() - done);
+        self.send_pieces(geo.world(to), H_SCHED, bytes, |done| {
             let o = done as u64;
-            let args = [
+            [
                 lo(key.seq),
                 hi(key.seq),
                 tag,
@@ -1743,15 +1743,8 @@ impl Shared {
                 hi(key.team),
                 geo.me,
                 total,
-            ];
-            self.ep
-                .layer(Layer::Coll)
-                .request(dest, H_SCHED, &args, &bytes[done..done + n])?;
-            done += n;
-            if done >= bytes.len() {
-                return Ok(());
-            }
-        }
+            ]
+        })
     }
 
     /// Part of a scheduled message from team rank `from`: `bytes` at `off` of `total`.

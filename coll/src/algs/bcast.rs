@@ -33,37 +33,12 @@ fn binomial(v: u32, np: u32) -> (Option<u32>, Vec<u32>) {
     (parent, children)
 }
 
-/// The k-nomial tree's parent and children of relative rank `v` (largest subtrees first).
+/// The k-nomial tree's parent and children of relative rank `v` (largest subtrees first): the
+/// reduction tree's levels (`tree::knomial_levels`), farthest level and child first.
 fn knomial(v: u32, np: u32, k: u32) -> (Option<u32>, Vec<u32>) {
-    let k = u64::from(k.max(2));
-    let (v, n) = (u64::from(v), u64::from(np));
-    // The lowest base-k digit of v that is not 0 names the parent; the root has none.
-    let mut mask = 1u64;
-    let mut parent = None;
-    while mask < n {
-        let digit = (v / mask) % k;
-        if digit != 0 {
-            parent = Some(v - digit * mask);
-            break;
-        }
-        mask *= k;
-    }
-    let mut children = Vec::new();
-    let mut m = mask / k;
-    while m > 0 {
-        for j in (1..k).rev() {
-            let c = v + j * m;
-            if c < n {
-                children.push(c);
-            }
-        }
-        m /= k;
-    }
-    let narrow = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
-    (
-        parent.map(narrow),
-        children.into_iter().map(narrow).collect(),
-    )
+    let (parent, levels) = super::tree::knomial_levels(v, np, k);
+    let children = levels.iter().rev().flat_map(|l| l.iter().rev().copied());
+    (parent, children.collect())
 }
 
 /// Binomial-tree broadcast of `len` bytes from `root` among `np` ranks; `src_is_dst` when the
