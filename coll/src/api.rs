@@ -796,12 +796,19 @@ impl Coll {
         // Direct puts (`Shared::direct_puts`): the segment offset of this rank's destination,
         // the same on every rank under SINGLE; blocks for other ranks are put there.
         let single = mode.addressing == amnet_sync_modes::Addressing::Single;
-        let direct_kind =
+        let mut direct_kind =
             single && !image_space && alg.imp == Imp::Flat && sh.direct_puts(&spec, &mode);
-        if direct_kind {
+        if direct_kind && crate::engine::direct_any_size(&mode) {
             if let Some(why) = direct_in_place(&spec, &entries) {
                 return Err(usage(c.op, why));
             }
+        } else if direct_kind {
+            // Large blocks under the other modes: an in-place address (the same on every rank
+            // under SINGLE) keeps the data in Medium messages instead.
+            direct_kind = !matches!(
+                c.addrs,
+                Addrs::One { src, dst } if src == Addr::InPlace || dst == Addr::InPlace
+            );
         }
         let seg_dst = match c.addrs {
             Addrs::One {

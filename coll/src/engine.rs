@@ -43,6 +43,17 @@ const FLOW_RECORD: usize = 256;
 /// `H_SIG` kind: the answer to `SIG_ASK`: the highest sequence this rank has numbered on the
 /// team.
 const SIG_TOLD: u32 = 3;
+/// `H_SIG` kind of direct puts under `IN_MYSYNC` (`Shared::direct_puts`): the sender's
+/// destination for the collective named by the key is open, so its peers may put into it.
+const SIG_OPEN: u32 = 4;
+/// `H_SIG` kind of direct puts under `OUT_MYSYNC`: every block the sender puts into this
+/// rank's destination for the collective named by the key is in place.
+const SIG_LANDED: u32 = 5;
+/// The smallest block (bytes) for which a collective under `IN_MYSYNC`, `IN_ALLSYNC` or
+/// `OUT_MYSYNC` moves its data with direct puts (`Shared::direct_puts`): where the notices
+/// those modes need (one per peer and direction) cost less than copying the block through
+/// Medium messages and early buffers.
+pub(crate) const DIRECT_MIN_BYTES: usize = 32 * 1024;
 
 fn lo(v: u64) -> u32 {
     (v & 0xffff_ffff) as u32
@@ -109,6 +120,15 @@ pub(crate) struct Op {
     pub(crate) direct: bool,
     /// Under `direct`: the segment offset of the destination, the same on every rank.
     direct_off: u64,
+    /// Under `direct` and `IN_MYSYNC`: the ranks this rank puts into, whose `SIG_OPEN` it
+    /// waits for, and how many came; whether this rank sent its own `SIG_OPEN`s.
+    open_want: u32,
+    open_got: u32,
+    open_sent: bool,
+    /// Under `direct` and `OUT_MYSYNC`: the ranks that put into this rank's destination, and
+    /// how many of their `SIG_LANDED` came.
+    landed_want: u32,
+    landed_got: u32,
     /// Bytes that arrived for it before it was entered here (counted in `Flow::early_now`).
     pre_bytes: usize,
     /// The early-data flow control admitted its sends (`Shared::flow_admit`).
@@ -252,6 +272,11 @@ impl Op {
             early: Vec::new(),
             direct: false,
             direct_off: 0,
+            open_want: 0,
+            open_got: 0,
+            open_sent: false,
+            landed_want: 0,
+            landed_got: 0,
             pre_bytes: 0,
             flow_ok: false,
             stage: [Vec::new(), Vec::new()],
@@ -792,6 +817,16 @@ impl Shared {
                 && sched.is_none()
                 && self.direct_puts(spec, &mode);
             op.direct_off = seg_dst.unwrap_or(0);
+            if op.direct && !image_space {
+                // Rank participants: participant numbers are team ranks.
+                let me = geo.me as usize;
+                if mode.input == InSync::My {
+                    op.open_want = u32::try_from(put_targets(spec, me).len()).unwrap_or(u32::MAX);
+                }
+                if mode.output == OutSync::My {
+                    op.landed_want = u32::try_from(put_sources(spec, me).len()).unwrap_or(u32::MAX);
+                }
+            }
             op.sched = sched.map(|mut s| {
                 if mode.output == OutSync::No {
                     read_src_early(&mut s);
@@ -884,23 +919,31 @@ impl Shared {
     /// Whether a collective whose every destination is the same segment offset on its rank
     /// (`SINGLE`, `Addr::Seg`, rank participants, the flat algorithm) writes its blocks for other
     /// ranks with the core's put, straight into their segments, instead of Medium messages and
-    /// early buffers. Only under `IN_NOSYNC` (a destination may be written before its owner
-    /// entered), not `OUT_MYSYNC` (a receiver would not know when its data is in place), not in
-    /// checked mode (no data moves before the signatures agree), and for the data-movement
-    /// operations: broadcast, scatter, gather, gather_all and exchange (their `_v` forms
-    /// included). A sender without a destination of its own (a gather's non-root) takes the
-    /// offset from its `SINGLE` destination argument. The initiation refuses the in-place
-    /// addresses that cannot go with it (`api::direct_in_place`). Every rank decides the same
-    /// from the agreed arguments.
+    /// early buffers. For the data-movement operations (broadcast, scatter, gather, gather_all
+    /// and exchange, their `_v` forms included), not in checked mode (no data moves before the
+    /// signatures agree), and:
+    /// - under `IN_NOSYNC` with `OUT_NOSYNC` or `OUT_ALLSYNC`, at every size: a destination may
+    ///   be written before its owner entered, and no receiver needs to know when its data is
+    ///   in place (the exit signal or a later barrier says it);
+    /// - otherwise where some block has at least `DIRECT_MIN_BYTES`: under `IN_MYSYNC` a
+    ///   receiver tells the ranks that put into it that its destination is open (`SIG_OPEN`)
+    ///   and they put after that (under `IN_ALLSYNC` the entry signal says it); under
+    ///   `OUT_MYSYNC` a sender tells each rank it put into that its blocks are in place
+    ///   (`SIG_LANDED`), once its puts completed.
+    ///
+    /// A sender without a destination of its own (a gather's non-root) takes the offset from
+    /// its `SINGLE` destination argument. The initiation refuses the in-place addresses that
+    /// cannot go with the first case (`api::direct_in_place`) and does not use direct puts
+    /// with an in-place address in the second. Every rank decides the same from the agreed
+    /// arguments.
     pub(crate) fn direct_puts(&self, spec: &Spec, mode: &Mode) -> bool {
         !self.check
-            && mode.input == InSync::No
-            && mode.output != OutSync::My
             && matches!(
                 spec.kind,
                 Kind::Broadcast | Kind::Scatter | Kind::Gather | Kind::GatherAll | Kind::Exchange
             )
             && self.ep.segment_ptr().is_ok()
+            && (direct_any_size(mode) || spec.counts.iter().any(|&c| c >= DIRECT_MIN_BYTES))
     }
 
     /// The bytes each peer rank may receive from this rank for `op` (at most; peers that get
@@ -983,6 +1026,24 @@ impl Shared {
         self.work.store(true, std::sync::atomic::Ordering::Release);
     }
 
+    /// A direct-put notice (`SIG_OPEN` or `SIG_LANDED`) for collective `k`: each peer sends
+    /// at most one of each kind per collective, so counting them tells when all came.
+    fn note_arrived(&self, which: u32, k: Key) {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if st.failed.contains(&k) {
+            return;
+        }
+        let op = st.ops.entry(k).or_insert_with(|| Op::new(k));
+        if which == SIG_OPEN {
+            op.open_got += 1;
+        } else {
+            op.landed_got += 1;
+        }
+        st.touch(k);
+        self.work.store(true, std::sync::atomic::Ordering::Release);
+    }
+
     /// Area `a` lies inside this rank's segment.
     fn in_segment(&self, a: Area) -> bool {
         let (Ok(base), Ok(len)) = (self.ep.segment_ptr(), self.ep.segment_len()) else {
@@ -1057,7 +1118,9 @@ impl Shared {
                         lo(group.team),
                         hi(group.team),
                     ];
-                    if to == self.rank {
+                    if to == self.rank && (which == SIG_OPEN || which == SIG_LANDED) {
+                        self.note_arrived(which, group);
+                    } else if to == self.rank {
                         self.sig_arrived(group, which, round);
                     } else {
                         self.ep.layer(Layer::Coll).request(to, H_SIG, &args, &[])?;
@@ -1352,6 +1415,24 @@ impl Shared {
                     all_own &= op.local_done || (mode.output == OutSync::No && op.sent_all());
                     continue;
                 }
+                if op.direct && mode.input == InSync::My && !op.open_sent && op.all_entered() {
+                    // Direct puts under IN_MYSYNC: this rank's destination is open to the
+                    // ranks that put into it.
+                    op.open_sent = true;
+                    if let Some(geo) = op.geo.as_ref() {
+                        for q in put_sources(&spec, geo.me as usize) {
+                            #[allow(clippy::cast_possible_truncation)] // team ranks fit in u32
+                            outs.push(Out::Sig {
+                                to: geo.world(q as u32),
+                                group: key,
+                                which: SIG_OPEN,
+                                round: 0,
+                            });
+                        }
+                    }
+                }
+                // Direct puts under IN_MYSYNC: the sends wait until every destination is open.
+                let may_move = may_move && op.open_got >= op.open_want;
                 if may_move {
                     for (i, p) in op.parts.iter_mut().enumerate() {
                         if p.entered && !p.pushed && !p.pushing {
@@ -1382,6 +1463,7 @@ impl Shared {
                         op.rphase == 3
                     } else {
                         op.all_entered()
+                            && op.landed_got >= op.landed_want
                             && op
                                 .parts
                                 .iter()
@@ -1538,9 +1620,12 @@ impl Shared {
         }
     }
 
-    /// Issue the sends of local participant `idx` of `key`, then open its destination.
+    /// Issue the sends of local participant `idx` of `key` and open its destination: before
+    /// the sends where its source and destination are apart (data from peers then lands in
+    /// place instead of in early buffers while this participant is still sending), after them
+    /// where they overlap (in place: nothing may be written before the source was read).
     fn push(&self, key: Key, idx: usize) -> Result<()> {
-        let (spec, src, dst, first, image_space, geo, direct) = {
+        let (spec, src, dst, first, image_space, geo, direct, landed) = {
             let st = self.lock();
             let Some(op) = st.ops.get(&key) else {
                 return Ok(());
@@ -1550,20 +1635,36 @@ impl Shared {
             };
             let (src, dst) = (op.parts[idx].src, op.parts[idx].dst);
             let direct = op.direct.then_some(op.direct_off);
-            (spec, src, dst, op.first, op.image_space, geo, direct)
+            let landed = op.direct && op.mode.is_some_and(|m| m.output == OutSync::My);
+            (
+                spec,
+                src,
+                dst,
+                op.first,
+                op.image_space,
+                geo,
+                direct,
+                landed,
+            )
         };
         let p = first + idx;
-        // The participant's blocks to itself go straight from its source to its destination
-        // once it is open (below), instead of through an early-data copy, where the two areas
-        // are apart: nothing written into the destination meanwhile can change the source.
         let apart = src.ptr.saturating_add(src.len) <= dst.ptr
             || dst.ptr.saturating_add(dst.len) <= src.ptr;
-        let mut own = Vec::new();
+        let transfers = spec.transfers_from(p);
+        if apart {
+            // The participant's blocks to itself go straight from its source to its
+            // destination, instead of through an early-data copy: nothing written into the
+            // destination meanwhile can change the source.
+            let mut st = self.lock();
+            if let Some(op) = st.ops.get_mut(&key) {
+                open_part(op, idx, p, src, transfers.iter().filter(|t| t.to == p));
+            }
+            st.touch(key);
+        }
         let mut puts = Vec::new();
-        let sent = spec.transfers_from(p).into_iter().try_for_each(|t| {
+        let sent = transfers.iter().try_for_each(|t| {
             let to = geo.world(geo.owner(image_space, t.to));
             if apart && t.to == p {
-                own.push(t);
                 Ok(())
             } else if let Some(dst) = direct.filter(|_| to != self.rank) {
                 puts.push(self.put_data(to, dst, t.dst_off, src.ptr + t.src_off, t.len)?);
@@ -1575,6 +1676,23 @@ impl Shared {
         // The participant has pushed once its puts are in place at their targets: a barrier
         // after its sync then separates them from what follows everywhere.
         let sent = sent.and_then(|()| puts.iter_mut().try_for_each(|h| self.ep.wait_sync(h)));
+        // Under OUT_MYSYNC, each rank put into learns that its blocks are in place.
+        let sent = sent.and_then(|()| {
+            if !landed {
+                return Ok(());
+            }
+            #[allow(clippy::cast_possible_truncation)] // team ranks fit in u32
+            let outs = put_targets(&spec, p)
+                .into_iter()
+                .map(|q| Out::Sig {
+                    to: geo.world(q as u32),
+                    group: key,
+                    which: SIG_LANDED,
+                    round: 0,
+                })
+                .collect();
+            self.send_all(outs)
+        });
         if let Err(e) = sent {
             // Some sends may be out: the part is not pushed again, and the collective fails.
             let mut st = self.lock();
@@ -1590,25 +1708,8 @@ impl Shared {
             let part = &mut op.parts[idx];
             part.pushing = false;
             part.pushed = true;
-            part.open = true;
-            // Apply what arrived early for this participant.
-            let early = std::mem::take(&mut op.early);
-            for (q, off, bytes) in early {
-                if q == p {
-                    write_into(op, idx, off, &bytes);
-                } else {
-                    op.early.push((q, off, bytes));
-                }
-            }
-            for t in own {
-                // SAFETY: as in `send_data`: the source area was resolved and checked at
-                // entry to hold this block, and the bulk contract keeps it valid and
-                // untouched until the collective is synced; it does not overlap the
-                // destination (`apart`).
-                let bytes = unsafe {
-                    std::slice::from_raw_parts((src.ptr + t.src_off) as *const u8, t.len)
-                };
-                write_into(op, idx, t.dst_off, bytes);
+            if !part.open {
+                open_part(op, idx, p, src, std::iter::empty());
             }
         }
         st.touch(key);
@@ -2085,6 +2186,35 @@ pub(crate) fn describe(key: Key) -> String {
     }
 }
 
+/// Open local participant `idx` (participant `p`) of `op`: apply what arrived early for it,
+/// then its blocks to itself in `own`, copied from its source area `src`.
+fn open_part<'a>(
+    op: &mut Op,
+    idx: usize,
+    p: usize,
+    src: Area,
+    own: impl Iterator<Item = &'a crate::plan::Transfer>,
+) {
+    op.parts[idx].open = true;
+    let early = std::mem::take(&mut op.early);
+    for (q, off, bytes) in early {
+        if q == p {
+            write_into(op, idx, off, &bytes);
+        } else {
+            op.early.push((q, off, bytes));
+        }
+    }
+    for t in own {
+        // SAFETY: as in `send_data`: the source area was resolved and checked at entry to
+        // hold this block, and the bulk contract keeps it valid and untouched until the
+        // collective is synced; the caller passes own blocks only where the source does not
+        // overlap the destination.
+        let bytes =
+            unsafe { std::slice::from_raw_parts((src.ptr + t.src_off) as *const u8, t.len) };
+        write_into(op, idx, t.dst_off, bytes);
+    }
+}
+
 fn write_into(op: &mut Op, i: usize, off: usize, bytes: &[u8]) {
     let part = &mut op.parts[i];
     let end = off.checked_add(bytes.len());
@@ -2115,6 +2245,34 @@ fn write_into(op: &mut Op, i: usize, off: usize, bytes: &[u8]) {
         }
     }
     part.got += bytes.len();
+}
+
+/// Direct puts at every block size (`Shared::direct_puts`): under `IN_NOSYNC` with
+/// `OUT_NOSYNC` or `OUT_ALLSYNC`, where they need no notices.
+pub(crate) fn direct_any_size(mode: &Mode) -> bool {
+    mode.input == InSync::No && mode.output != OutSync::My
+}
+
+/// Under direct puts (rank participants): the participants that participant `me` puts blocks
+/// into, in order.
+fn put_targets(spec: &Spec, me: usize) -> Vec<usize> {
+    let mut v: Vec<usize> = spec
+        .transfers_from(me)
+        .into_iter()
+        .map(|t| t.to)
+        .filter(|&q| q != me)
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Under direct puts (rank participants): the participants that put blocks into participant
+/// `me`, in order.
+fn put_sources(spec: &Spec, me: usize) -> Vec<usize> {
+    (0..spec.np)
+        .filter(|&q| q != me && spec.transfers_from(q).iter().any(|t| t.to == me))
+        .collect()
 }
 
 fn reduction_ready(op: &Op, spec: &Spec) -> bool {
@@ -2163,6 +2321,8 @@ fn on_sig(s: &Shared, tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
     };
     if which == SIG_ASK || which == SIG_TOLD {
         s.flow_arrived(tok.src(), which, key(gl, gh, tl, th));
+    } else if which == SIG_OPEN || which == SIG_LANDED {
+        s.note_arrived(which, key(gl, gh, tl, th));
     } else {
         s.sig_arrived(key(gl, gh, tl, th), which, round);
     }

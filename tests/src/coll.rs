@@ -33,6 +33,7 @@ pub fn tests() -> Vec<Test> {
         t("coll_out_nosync", out_nosync, 30),
         t("coll_aggregate_merges_sync", aggregate_messages, 30),
         t("coll_direct_puts", direct_puts, 60),
+        t("coll_direct_puts_large", direct_puts_large, 120),
         t("coll_early_data_bound", early_data_bound, 60),
         t("coll_barrier_schemes", barrier_schemes, 60),
         t("coll_rules", rules, 30),
@@ -864,6 +865,126 @@ fn direct_puts(c: &Ctx<'_>) -> Verdict {
         ck("in-place exchange", r)?;
     }
     ck("barrier", c.ep.barrier())
+}
+
+/// Large blocks (several Medium messages each, above the engine's 32 KiB threshold) under
+/// the sync modes that need notices, on `SINGLE` segment areas with the flat algorithm, go
+/// by direct puts: every byte for another rank is put (the put counters say exactly how
+/// many), the data is right and in place when an `OUT_MYSYNC` or `OUT_ALLSYNC` sync returns,
+/// and under `IN_MYSYNC` and `IN_ALLSYNC` no peer writes a destination before its owner
+/// entered (a late rank finds its destination untouched while the others wait in the call).
+fn direct_puts_large(c: &Ctx<'_>) -> Verdict {
+    const SRC: u64 = 4 << 20;
+    const DST: u64 = 14 << 20;
+    let co = coll(c)?;
+    let (me, p) = (c.rank() as usize, c.size() as usize);
+    let w = co.world();
+    let root = c.size() - 1;
+    let block = (4 * c.ep.max_medium() + 3).max(32 * 1024 + 5);
+    let guard = 16;
+    let modes = [
+        (f::MYSYNC, "MYSYNC"),
+        (f::IN_ALLSYNC | f::OUT_MYSYNC, "IN_ALLSYNC|OUT_MYSYNC"),
+        (f::IN_MYSYNC | f::OUT_ALLSYNC, "IN_MYSYNC|OUT_ALLSYNC"),
+        (f::ALLSYNC, "ALLSYNC"),
+        (f::IN_NOSYNC | f::OUT_MYSYNC, "IN_NOSYNC|OUT_MYSYNC"),
+        (f::IN_MYSYNC | f::OUT_NOSYNC, "IN_MYSYNC|OUT_NOSYNC"),
+    ];
+    let mut call = 0usize;
+    for op in ["broadcast", "scatter", "gather", "gather_all", "exchange"] {
+        let flat = ck("selected", co.selected(w, op, block, f::MYSYNC | f::SINGLE))? == "flat";
+        for (fl, name) in modes {
+            call += 1;
+            let what = format!("{op} of {block}-byte blocks under {name}");
+            let pat = |r: usize, len: usize| pattern(0x1a, call, r, 0, len);
+            let r0 = root as usize;
+            // My source, my destination's expected bytes, and the bytes I send to others.
+            let (src, want, to_others): (Vec<u8>, Vec<u8>, usize) = match op {
+                "broadcast" => {
+                    let b = pat(r0, block);
+                    let out = if me == r0 { (p - 1) * block } else { 0 };
+                    (if me == r0 { b.clone() } else { Vec::new() }, b, out)
+                }
+                "scatter" => {
+                    let all = pat(r0, p * block);
+                    let mine = all[me * block..(me + 1) * block].to_vec();
+                    let out = if me == r0 { (p - 1) * block } else { 0 };
+                    (if me == r0 { all } else { Vec::new() }, mine, out)
+                }
+                "gather" => {
+                    let want = if me == r0 {
+                        (0..p).flat_map(|q| pat(q, block)).collect()
+                    } else {
+                        Vec::new()
+                    };
+                    (pat(me, block), want, if me == r0 { 0 } else { block })
+                }
+                "gather_all" => {
+                    let want = (0..p).flat_map(|q| pat(q, block)).collect();
+                    (pat(me, block), want, (p - 1) * block)
+                }
+                _ => {
+                    let want = (0..p)
+                        .flat_map(|q| pat(q, p * block)[me * block..(me + 1) * block].to_vec())
+                        .collect();
+                    (pat(me, p * block), want, (p - 1) * block)
+                }
+            };
+            let fill = vec![0xa5u8; want.len() + guard];
+            ck("write", c.ep.write_local(DST, &fill))?;
+            ck("write", c.ep.write_local(SRC, &src))?;
+            ck("barrier", c.ep.barrier())?;
+            // One rank enters late; under IN_MYSYNC and IN_ALLSYNC its destination must still
+            // be untouched then, though the others entered and wait in the call.
+            let late = call % p;
+            if me == late && p > 1 {
+                std::thread::sleep(Duration::from_millis(30));
+                if fl & f::IN_NOSYNC == 0 {
+                    let mut now = vec![0u8; fill.len()];
+                    ck("read", c.ep.read_local(DST, &mut now))?;
+                    ensure(now == fill, || {
+                        format!("{what}: a peer wrote rank {me}'s destination before it entered")
+                    })?;
+                }
+            }
+            let before = c.ep.stats();
+            let (d, s) = (Addr::Seg(DST), Addr::Seg(SRC));
+            let fl = fl | f::SINGLE;
+            // SAFETY: segment offsets only: no pointer address to keep valid.
+            let r = unsafe {
+                match op {
+                    "broadcast" => co.broadcast(w, d, root, s, block, fl),
+                    "scatter" => co.scatter(w, d, root, s, block, fl),
+                    "gather" => co.gather(w, root, d, s, block, fl),
+                    "gather_all" => co.gather_all(w, d, s, block, fl),
+                    _ => co.exchange(w, d, s, block, fl),
+                }
+            };
+            ck(&what, r)?;
+            let after = c.ep.stats();
+            // OUT_MYSYNC and OUT_ALLSYNC: my destination is complete now; OUT_NOSYNC: after
+            // a barrier.
+            if fl & f::OUT_NOSYNC != 0 {
+                ck("barrier", c.ep.barrier())?;
+            }
+            let mut got = vec![0u8; fill.len()];
+            ck("read", c.ep.read_local(DST, &mut got))?;
+            ensure(got[..want.len()] == want[..], || {
+                format!("{what}: rank {me} got the wrong data")
+            })?;
+            ensure(got[want.len()..] == fill[want.len()..], || {
+                format!("{what}: rank {me}'s guard after its destination changed")
+            })?;
+            if flat {
+                let put = after.put_bytes - before.put_bytes;
+                ensure(put == to_others as u64, || {
+                    format!("{what}: rank {me} put {put} bytes; its blocks for other ranks hold {to_others} (direct puts)")
+                })?;
+            }
+            ck("barrier", c.ep.barrier())?;
+        }
+    }
+    Ok(())
 }
 
 /// Early data stays within the budget (`AMNET_COLL_EARLY_BYTES`, here set small): every rank
