@@ -465,11 +465,11 @@ pub(crate) struct State {
     pub(crate) unsynced: usize,
     /// The groups not complete yet: the only ones `collect` visits, so that its cost follows
     /// the work in flight rather than every handle not yet synced.
-    pub(crate) pending: std::collections::BTreeSet<Key>,
+    pub(crate) pending: FastSet<Key>,
     /// The pending groups something happened to since `collect` last looked (an entry, data,
     /// a signal, a finished push or reduction step): the only ones it visits, so that a poll
     /// costs what changed, not what is in flight (65,535 collectives may be).
-    pub(crate) dirty: std::collections::BTreeSet<Key>,
+    pub(crate) dirty: Dirty,
     /// Collectives that failed and are gone: a message for one that arrives late (a peer's
     /// signature or data sent before it learnt of the failure) is dropped, not kept forever.
     pub(crate) failed: FastSet<Key>,
@@ -496,6 +496,22 @@ pub(crate) struct State {
 /// collective's bytes. A waiting collective needs only its peers to enter it, never to
 /// complete anything, so (collectives being entered in one order everywhere) it cannot wait
 /// in a cycle.
+/// The groups something happened to since `collect` last looked, in any order and possibly
+/// repeated (`collect` sorts them and drops repeats); its buffer is kept between visits, so
+/// marking a group allocates nothing.
+#[derive(Default)]
+pub(crate) struct Dirty {
+    v: Vec<Key>,
+}
+
+impl Dirty {
+    pub(crate) fn insert(&mut self, k: Key) {
+        if self.v.last() != Some(&k) {
+            self.v.push(k);
+        }
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct Flow {
     /// Per peer job rank: what this rank sent ahead of it.
@@ -517,8 +533,9 @@ pub(crate) struct Flow {
 struct Ahead {
     /// Per team: the highest sequence the peer told it has numbered.
     told: FastMap<u64, u64>,
-    /// Bytes per collective (team, seq) not known to be numbered there, and their sum.
-    sent: std::collections::BTreeMap<(u64, u64), usize>,
+    /// Per team: bytes per collective (seq, bytes) not known to be numbered there, in
+    /// sequence order, and the sum over every team.
+    sent: FastMap<u64, std::collections::VecDeque<(u64, usize)>>,
     total: usize,
     /// Teams with an ask outstanding.
     asked: FastSet<u64>,
@@ -537,20 +554,24 @@ impl Flow {
             return false;
         }
         *t = key.seq;
-        let gone: Vec<(u64, u64)> = a
-            .sent
-            .range((key.team, 0)..=(key.team, key.seq))
-            .map(|(c, _)| *c)
-            .collect();
-        for c in &gone {
-            a.total -= a.sent.remove(c).unwrap_or(0);
+        let Some(q) = a.sent.get_mut(&key.team) else {
+            return false;
+        };
+        let mut gone = false;
+        while let Some(&(seq, n)) = q.front() {
+            if seq > key.seq {
+                break;
+            }
+            q.pop_front();
+            a.total -= n;
+            gone = true;
         }
-        !gone.is_empty() && !self.blocked.is_empty()
+        gone && !self.blocked.is_empty()
     }
 
     /// Wake the collectives waiting for the flow control.
-    fn unblock(&mut self, dirty: &mut std::collections::BTreeSet<Key>) {
-        dirty.extend(std::mem::take(&mut self.blocked));
+    fn unblock(&mut self, dirty: &mut Dirty) {
+        dirty.v.extend(self.blocked.drain());
     }
 
     /// Bytes arrived for a collective not entered here.
@@ -593,7 +614,19 @@ fn flow_admit(
         if known(a) {
             continue;
         }
-        *a.sent.entry((key.team, key.seq)).or_default() += n;
+        // Collectives of a team are mostly admitted in sequence order: appended at the back.
+        let q = a.sent.entry(key.team).or_default();
+        match q.back_mut() {
+            Some(b) if b.0 == key.seq => b.1 += n,
+            Some(b) if b.0 > key.seq => {
+                let at = q.partition_point(|e| e.0 < key.seq);
+                match q.get_mut(at) {
+                    Some(e) if e.0 == key.seq => e.1 += n,
+                    _ => q.insert(at, (key.seq, n)),
+                }
+            }
+            _ => q.push_back((key.seq, n)),
+        }
         a.total += n;
         if a.total > share / 2 {
             flow_ask(flow, to, None, outs);
@@ -608,12 +641,15 @@ fn flow_ask(flow: &mut Flow, to: Rank, key: Option<Key>, outs: &mut Vec<Out>) {
     let Some(a) = flow.ahead.get_mut(&to) else {
         return;
     };
-    let mut want: Vec<(u64, u64)> = Vec::new();
-    for &(team, seq) in a.sent.keys() {
-        if want.last().is_none_or(|w| w.0 != team) {
-            want.push((team, seq));
-        }
-    }
+    // The oldest collective counted on each team (in team order, so that the asks go out in
+    // the same order whatever the map's).
+    let mut want: Vec<(u64, u64)> = a
+        .sent
+        .iter()
+        .filter(|(team, _)| !a.asked.contains(team))
+        .filter_map(|(&team, q)| q.front().map(|&(seq, _)| (team, seq)))
+        .collect();
+    want.sort_unstable();
     if let Some(k) = key {
         if !want.iter().any(|w| w.0 == k.team) {
             want.push((k.team, k.seq));
@@ -954,10 +990,10 @@ impl Shared {
         let Some(geo) = op.geo.as_ref() else {
             return Vec::new();
         };
-        let mut per: FastMap<Rank, usize> = FastMap::default();
+        let mut v: Vec<(Rank, usize)> = Vec::new();
         let mut add = |to: Rank, n: usize| {
             if to != self.rank && n > 0 {
-                *per.entry(to).or_default() += n;
+                v.push((to, n));
             }
         };
         if let Some(ss) = &op.sched {
@@ -977,11 +1013,18 @@ impl Shared {
                 }
             }
         }
-        let mut v: Vec<(Rank, usize)> = per
-            .into_iter()
-            .map(|(to, n)| (to, n + FLOW_RECORD))
-            .collect();
-        v.sort_unstable();
+        // One entry per peer, in rank order.
+        v.sort_unstable_by_key(|e| e.0);
+        v.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                kept.1 += later.1;
+            }
+            same
+        });
+        for e in &mut v {
+            e.1 += FLOW_RECORD;
+        }
         v
     }
 
@@ -1318,8 +1361,11 @@ impl Shared {
         if !st.flow.watch.is_empty() {
             self.flow_answer(st, &mut outs);
         }
-        let dirty = std::mem::take(&mut st.dirty);
-        for gid in dirty {
+        let mut dirty = std::mem::take(&mut st.dirty.v);
+        // In key order (older groups first), each once.
+        dirty.sort_unstable();
+        dirty.dedup();
+        for gid in dirty.drain(..) {
             if !st.pending.contains(&gid) {
                 continue;
             }
@@ -1493,6 +1539,10 @@ impl Shared {
                     }
                 }
             }
+        }
+        // Keep the buffer for the next visit.
+        if st.dirty.v.is_empty() {
+            st.dirty.v = dirty;
         }
         (outs, jobs)
     }
@@ -1993,12 +2043,15 @@ impl Shared {
     pub(crate) fn check_signatures(&self, st: &mut State) {
         // Only members of groups something happened to: a signature arriving or an entry
         // marks its group.
-        let keys: Vec<Key> = st
+        let mut keys: Vec<Key> = st
             .dirty
+            .v
             .iter()
             .filter_map(|g| st.groups.get(g).map(|gr| (g.team, gr)))
             .flat_map(|(team, g)| g.members.iter().map(move |&seq| Key { team, seq }))
             .collect();
+        keys.sort_unstable();
+        keys.dedup();
         for key in keys {
             let Some(op) = st.ops.get_mut(&key) else {
                 continue;
