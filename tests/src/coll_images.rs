@@ -280,9 +280,9 @@ static MIX_REPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 /// gather_alls.
 ///
 /// The client's part of the ordering rule: every rank must initiate the collectives in the
-/// same order, so a lagging image may not start the (k+1)-th gather_all before image 0 has
-/// issued the k-th representative broadcast (otherwise that rank would order them the other
-/// way round). The lag alone (a sleep) does not guarantee it on a loaded machine; the wait on
+/// same order, so a lagging image may not start the (k+1)-th gather_all, nor after the last
+/// one the collective that follows (the image barrier), before image 0 has issued the k-th
+/// representative broadcast (otherwise that rank would order them the other way round). The lag alone (a sleep) does not guarantee it on a loaded machine; the wait on
 /// `MIX_REPS` does.
 fn mixed_callers(ep: &Endpoint, co: &Coll, w: &World, me: usize, li: usize) -> Verdict {
     use std::sync::atomic::Ordering;
@@ -345,6 +345,20 @@ fn mixed_callers(ep: &Endpoint, co: &Coll, w: &World, me: usize, li: usize) -> V
                 .map_err(|x| e("broadcast_nb", x))?,
             );
             MIX_REPS.store(k + 1, Ordering::Release);
+        }
+    }
+    // The same for what follows: no lagging image initiates its next collective (the image
+    // barrier) before image 0 issued its last representative broadcast.
+    if li != 0 {
+        let t0 = std::time::Instant::now();
+        while MIX_REPS.load(Ordering::Acquire) < k_max {
+            if t0.elapsed() > Duration::from_secs(60) {
+                return Err(format!(
+                    "mixed callers: image 0 did not issue broadcast #{} within 60 s",
+                    k_max - 1
+                ));
+            }
+            std::thread::sleep(Duration::from_micros(100));
         }
     }
     co.wait_sync_all(&mut hs)
