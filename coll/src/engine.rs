@@ -813,7 +813,7 @@ impl Shared {
             if let Some(s) = me.upgrade() {
                 if s.work.swap(false, std::sync::atomic::Ordering::AcqRel) {
                     // An error stays with its collective and surfaces at its sync.
-                    let _ = s.advance();
+                    let _ = s.advance_anywhere_safe();
                 }
             }
         }))
@@ -1087,6 +1087,16 @@ impl Shared {
         self.work.store(true, std::sync::atomic::Ordering::Release);
     }
 
+    /// The collective's reduction function may run outside coll calls: it has none (data
+    /// movement) or was registered `AMSAFE` (every built-in is). A closure of the typed API
+    /// or a client function without `AMSAFE` runs only inside coll calls.
+    fn fn_amsafe(&self, spec: &Spec) -> bool {
+        !spec.kind.is_reduction()
+            || spec
+                .function(&self.fns)
+                .is_some_and(|e| e.flags & crate::types::fn_flags::AMSAFE != 0)
+    }
+
     /// Area `a` lies inside this rank's segment.
     fn in_segment(&self, a: Area) -> bool {
         let (Ok(base), Ok(len)) = (self.ep.segment_ptr(), self.ep.segment_len()) else {
@@ -1099,11 +1109,21 @@ impl Shared {
     /// Move every collective along as far as it can go without waiting. Returns whether
     /// anything happened.
     pub(crate) fn advance(&self) -> Result<bool> {
+        self.advance_in(true)
+    }
+
+    /// `advance` from the layer's progress function, inside any amnet call that polls: runs
+    /// no reduction step whose function is not `AMSAFE` (`collect`).
+    pub(crate) fn advance_anywhere_safe(&self) -> Result<bool> {
+        self.advance_in(false)
+    }
+
+    fn advance_in(&self, anywhere: bool) -> Result<bool> {
         let mut any = false;
         loop {
             let (outs, jobs) = {
                 let mut st = self.lock();
-                self.collect(&mut st)
+                self.collect(&mut st, anywhere)
             };
             if outs.is_empty() && jobs.is_empty() {
                 return Ok(any);
@@ -1352,7 +1372,12 @@ impl Shared {
     }
 
     /// Under the lock: what can happen now.
-    fn collect(&self, st: &mut State) -> (Vec<Out>, Vec<Job>) {
+    ///
+    /// `anywhere`: the caller is a coll call (or a core barrier settling detached groups), where
+    /// every reduction step may run; otherwise (the progress function, inside any amnet call
+    /// that polls) only the steps of collectives without a function or with an `AMSAFE` one,
+    /// and the groups with a step left for later stay marked.
+    fn collect(&self, st: &mut State, anywhere: bool) -> (Vec<Out>, Vec<Job>) {
         let mut outs = Vec::new();
         let mut jobs = Vec::new();
         if self.check {
@@ -1408,6 +1433,8 @@ impl Shared {
             let mut all_local = true;
             // Every member done here, or (OUT_NOSYNC) its own part done.
             let mut all_own = true;
+            // A reduction step left for a coll call (`anywhere` false, no AMSAFE function).
+            let mut deferred = false;
             for &key in &members {
                 let Some(op) = st.ops.get_mut(&key) else {
                     all_local = false;
@@ -1453,8 +1480,12 @@ impl Shared {
                 op.flow_ok |= may_move;
                 if op.sched.is_some() {
                     if may_move && op.all_entered() && !op.working && op.sched_ready() {
-                        op.working = true;
-                        jobs.push(Job::Sched { key });
+                        if anywhere || self.fn_amsafe(&spec) {
+                            op.working = true;
+                            jobs.push(Job::Sched { key });
+                        } else {
+                            deferred = true;
+                        }
                     }
                     op.local_done = op.sched.as_ref().is_some_and(|ss| ss.done);
                     all_local &= op.local_done;
@@ -1500,8 +1531,12 @@ impl Shared {
                         && op.rphase < 3
                         && reduction_ready(op, &spec)
                     {
-                        op.working = true;
-                        jobs.push(Job::Reduce { key });
+                        if anywhere || self.fn_amsafe(&spec) {
+                            op.working = true;
+                            jobs.push(Job::Reduce { key });
+                        } else {
+                            deferred = true;
+                        }
                     }
                 }
                 if !op.local_done {
@@ -1519,6 +1554,9 @@ impl Shared {
                 }
                 all_local &= op.local_done;
                 all_own &= op.local_done || (mode.output == OutSync::No && op.sent_all());
+            }
+            if deferred {
+                st.dirty.insert(gid);
             }
             let g = st.groups.get_mut(&gid).expect("group present");
             if closed && entry_done && all_own && !merged.exit {

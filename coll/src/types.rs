@@ -95,7 +95,12 @@ impl Layout {
 
 /// Flags of a function-table entry.
 pub mod fn_flags {
-    /// The function may run in handler context or on a library thread.
+    /// The function may run outside the rank's coll calls: from the collectives' progress
+    /// function inside any amnet call that polls (`Endpoint::wait_until`, a put's wait, a
+    /// barrier), on the calling thread. Without it, reduction steps that call the function run
+    /// only inside coll calls (initiations, syncs, `Coll::poll`) and when a core barrier
+    /// completes collectives synced early. No function runs in a handler or on a library
+    /// thread.
     pub const AMSAFE: u32 = 1;
     /// The function is not commutative: operands are combined in image and element order.
     pub const NONCOMM: u32 = 2;

@@ -49,6 +49,10 @@ pub fn tests() -> Vec<Test> {
             min_ranks: 3,
             ..t("coll_progress_in_core_waits", progress_in_core_waits, 60)
         },
+        Test {
+            min_ranks: 2,
+            ..t("coll_amsafe_in_core_waits", amsafe_in_core_waits, 60)
+        },
         t("coll_team_structure", crate::coll_teams::structure, 60),
         t("coll_team_property", crate::coll_teams::property, 180),
         t(
@@ -1540,6 +1544,113 @@ fn outstanding(c: &Ctx<'_>) -> Verdict {
     // The time is printed, not asserted: the test's watchdog bounds it, and how fast 65,536
     // collectives go is a benchmark figure (it depends on the conduit, the network and the
     // load), not a pass/fail criterion.
+    Ok(())
+}
+
+/// Reduction steps inside core waits follow `AMSAFE`: rank 0 starts a reduce to itself
+/// before the others enter, then waits in `Endpoint::wait_until` (a core wait, no coll call)
+/// until every other rank sent its operand and said so, and a while longer. With a built-in
+/// function (all are `AMSAFE`) the result is in its destination by then; with the suite's
+/// client function (registered without `AMSAFE`) the destination is untouched until rank 0
+/// syncs, and right after.
+fn amsafe_in_core_waits(c: &Ctx<'_>) -> Verdict {
+    use crate::state::H_COUNT;
+    const SRC: u64 = SM_SRC + 4096;
+    const DST: u64 = SM_DST + 4096;
+    let co = coll(c)?;
+    let (me, p) = (c.rank(), c.size());
+    let w = co.world();
+    use crate::coll_oracle::OFn;
+    let (sum, client) = (
+        crate::coll_prop::fn_index(OFn::SumU64),
+        crate::coll_prop::fn_index(OFn::Affine),
+    );
+    let word = |x: u64| x.to_ne_bytes();
+    let affine_bytes = |a: [u64; 2]| [word(a[0]), word(a[1])].concat();
+    for (func, es, amsafe) in [(sum, 8usize, true), (client, 16, false)] {
+        let (mine, want) = if amsafe {
+            let n = u64::from(p);
+            (
+                word(u64::from(me) + 1).to_vec(),
+                word(n * (n + 1) / 2).to_vec(),
+            )
+        } else {
+            (
+                affine_bytes(crate::coll_typed::affine(u64::from(me), 0)),
+                affine_bytes(crate::coll_typed::affine_fold(0, u64::from(p), 0)),
+            )
+        };
+        let fill = vec![0x5au8; es];
+        ck("write", c.ep.write_local(SRC, &mine))?;
+        ck("write", c.ep.write_local(DST, &fill))?;
+        ck("barrier", c.ep.barrier())?;
+        let base = c.st.hits.load(Ordering::Acquire);
+        if me != 0 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let h = ck(
+            "reduce_nb",
+            // SAFETY: segment offsets only: no pointer address to keep valid.
+            unsafe {
+                co.reduce_nb(
+                    w,
+                    0,
+                    Addr::Seg(DST),
+                    Addr::Seg(SRC),
+                    amnet::coll::Layout::block_cyclic(1, 0),
+                    es,
+                    p as usize,
+                    func,
+                    0,
+                    f::IN_MYSYNC | f::OUT_MYSYNC | f::SINGLE,
+                )
+            },
+        )?;
+        let what = if amsafe {
+            "built-in sum"
+        } else {
+            "client function"
+        };
+        if me == 0 {
+            let others = u64::from(p - 1);
+            let mut told: Option<Instant> = None;
+            ck(
+                "wait_until",
+                c.ep.wait_until(|| {
+                    if c.st.hits.load(Ordering::Acquire) < base + others {
+                        return false;
+                    }
+                    told.get_or_insert_with(Instant::now).elapsed() >= Duration::from_millis(50)
+                }),
+            )?;
+            let mut got = vec![0u8; es];
+            ck("read", c.ep.read_local(DST, &mut got))?;
+            // Synced, and the barrier below reached, before any verdict: a failure leaves
+            // nothing in flight and no rank waiting.
+            ck("wait_sync", co.wait_sync(h))?;
+            let during = if amsafe {
+                ensure(got == want, || {
+                    format!("{what}: the reduce had not written its result while rank 0 waited in wait_until: {got:02x?}")
+                })
+            } else {
+                ensure(got == fill, || {
+                    format!("{what} (not AMSAFE): the reduce wrote its result while rank 0 waited in wait_until, outside every coll call")
+                })
+            };
+            ck("read", c.ep.read_local(DST, &mut got))?;
+            ck("barrier", c.ep.barrier())?;
+            during?;
+            ensure(got == want, || {
+                format!("{what}: the reduce gave {got:02x?}, want {want:02x?}")
+            })?;
+            continue;
+        } else {
+            // A non-root is done once its operand is sent.
+            ck("wait_sync", co.wait_sync(h))?;
+            ck("done message", c.ep.request_short(0, H_COUNT, &[me]))?;
+        }
+        ck("barrier", c.ep.barrier())?;
+    }
     Ok(())
 }
 
