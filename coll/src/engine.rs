@@ -870,10 +870,15 @@ impl Shared {
                 SchedState::new(s)
             });
             let n = geo.members.len();
-            for ph in &mut op.stage {
-                ph.resize(n.max(ph.len()), Vec::new());
+            if spec.kind.is_reduction() && op.sched.is_none() {
+                // The flat reductions' streams, one per team rank.
+                for ph in &mut op.stage {
+                    ph.resize(n.max(ph.len()), Vec::new());
+                }
             }
-            op.sigs.resize(n.max(op.sigs.len()), None);
+            if self.check {
+                op.sigs.resize(n.max(op.sigs.len()), None);
+            }
             let (first, count) = if image_space {
                 (geo.img_first[me] as usize, geo.images[me] as usize)
             } else {

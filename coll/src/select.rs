@@ -804,7 +804,17 @@ pub(crate) struct Selector {
     /// `AMNET_COLL_TUNING`'s table.
     pub(crate) table: Vec<Tuned>,
     pub(crate) model: Model,
+    /// The unforced choices made so far, by (operation code, mask, bytes, ranks): the table
+    /// and the model never change, so a call like an earlier one gets the same algorithm
+    /// without evaluating the cost functions again. Emptied when it reaches `CACHE_MAX`.
+    cache: std::sync::Mutex<ChoiceCache>,
 }
+
+/// `Selector::cache`: (operation code, mask, bytes, ranks) to the algorithm chosen.
+type ChoiceCache = crate::fasthash::FastMap<(u32, u64, usize, u32), &'static Alg>;
+
+/// The most unforced choices `Selector::cache` keeps.
+const CACHE_MAX: usize = 4096;
 
 impl Selector {
     /// From the endpoint's configuration (`AMNET_COLL_TUNE`, `AMNET_COLL_TUNING`) and
@@ -840,6 +850,7 @@ impl Selector {
             forced: std::sync::RwLock::new(forced),
             table,
             model,
+            cache: std::sync::Mutex::default(),
         }
     }
 
@@ -902,8 +913,28 @@ impl Selector {
         Ok(None)
     }
 
-    /// The tuning table's choice where it admits `c`, else the cost model's.
+    /// The tuning table's choice where it admits `c`, else the cost model's (remembered).
     fn unforced(&self, c: &CallInfo) -> Result<Choice> {
+        let key = (c.kind.code(), c.mask, c.bytes, c.ranks);
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&alg) = cache.get(&key) {
+            return Ok(Choice {
+                alg,
+                params: Vec::new(),
+            });
+        }
+        let alg = self.unforced_alg(c);
+        if cache.len() >= CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(key, alg);
+        Ok(Choice {
+            alg,
+            params: Vec::new(),
+        })
+    }
+
+    fn unforced_alg(&self, c: &CallInfo) -> &'static Alg {
         let tuned = self.table.iter().find_map(|t| {
             let fits = t.kind == c.kind
                 && (t.ranks.0..=t.ranks.1).contains(&c.ranks)
@@ -911,10 +942,7 @@ impl Selector {
             of(c.kind).find(|a| fits && a.name == t.alg && inadmissible(a, c.mask).is_none())
         });
         if let Some(a) = tuned {
-            return Ok(Choice {
-                alg: a,
-                params: Vec::new(),
-            });
+            return a;
         }
         let mut best: Option<(&'static Alg, f64)> = None;
         for a in of(c.kind) {
@@ -926,10 +954,7 @@ impl Selector {
                 best = Some((a, cost));
             }
         }
-        Ok(Choice {
-            alg: best.map_or(&FLAT, |(a, _)| a),
-            params: Vec::new(),
-        })
+        best.map_or(&FLAT, |(a, _)| a)
     }
 }
 
@@ -1015,7 +1040,10 @@ mod tests {
                 .alg;
             assert_eq!(a.name, b.name);
             assert!(inadmissible(a, c.mask).is_none(), "{} for {c:?}", a.name);
+            // The same call again comes from the cache, with the same answer.
+            assert_eq!(sel.choose(&c).unwrap().alg.name, a.name);
         }
+        assert!(!sel.cache.lock().unwrap().is_empty());
     }
 
     #[test]
