@@ -808,14 +808,7 @@ fn direct_puts(c: &Ctx<'_>) -> Verdict {
                 sent.push(requests(c) - before);
                 // NOSYNC data is in place after a core barrier.
                 ck("barrier", c.ep.barrier())?;
-                let mut got = vec![0u8; fill.len()];
-                ck("read", c.ep.read_local(SM_DST, &mut got))?;
-                ensure(got[..want.len()] == want[..], || {
-                    format!("{what}: rank {me} got the wrong data")
-                })?;
-                ensure(got[want.len()..] == fill[want.len()..], || {
-                    format!("{what}: rank {me}'s guard after its destination changed")
-                })?;
+                check_dst(c, SM_DST, &what, &want, &fill)?;
             }
             let label = format!("{op}{}", if v { "_v" } else { "" });
             let sends_to_others = match op {
@@ -869,6 +862,20 @@ fn direct_puts(c: &Ctx<'_>) -> Verdict {
         ck("in-place exchange", r)?;
     }
     ck("barrier", c.ep.barrier())
+}
+
+/// This rank's destination at segment offset `at`, filled with `fill` before `what`, holds
+/// `want` followed by the rest of the fill (a guard).
+fn check_dst(c: &Ctx<'_>, at: u64, what: &str, want: &[u8], fill: &[u8]) -> Verdict {
+    let me = c.rank();
+    let mut got = vec![0u8; fill.len()];
+    ck("read", c.ep.read_local(at, &mut got))?;
+    ensure(got[..want.len()] == want[..], || {
+        format!("{what}: rank {me} got the wrong data")
+    })?;
+    ensure(got[want.len()..] == fill[want.len()..], || {
+        format!("{what}: rank {me}'s guard after its destination changed")
+    })
 }
 
 /// Large blocks (several Medium messages each, above the engine's 32 KiB threshold) under
@@ -971,14 +978,7 @@ fn direct_puts_large(c: &Ctx<'_>) -> Verdict {
             if fl & f::OUT_NOSYNC != 0 {
                 ck("barrier", c.ep.barrier())?;
             }
-            let mut got = vec![0u8; fill.len()];
-            ck("read", c.ep.read_local(DST, &mut got))?;
-            ensure(got[..want.len()] == want[..], || {
-                format!("{what}: rank {me} got the wrong data")
-            })?;
-            ensure(got[want.len()..] == fill[want.len()..], || {
-                format!("{what}: rank {me}'s guard after its destination changed")
-            })?;
+            check_dst(c, DST, &what, &want, &fill)?;
             if flat {
                 let put = after.put_bytes - before.put_bytes;
                 ensure(put == to_others as u64, || {

@@ -302,16 +302,7 @@ fn mixed_callers(ep: &Endpoint, co: &Coll, w: &World, me: usize, li: usize) -> V
     for k in 0..k_max {
         if li != 0 {
             std::thread::sleep(Duration::from_millis(li as u64 * 2 + k % 2));
-            let t0 = std::time::Instant::now();
-            while MIX_REPS.load(Ordering::Acquire) < k {
-                if t0.elapsed() > Duration::from_secs(60) {
-                    return Err(format!(
-                        "mixed callers: image 0 did not issue broadcast #{} within 60 s",
-                        k - 1
-                    ));
-                }
-                std::thread::sleep(Duration::from_micros(100));
-            }
+            wait_reps(k)?;
         }
         ep.write_local(src(k), &(img * 1000 + k).to_le_bytes())
             .map_err(|x| e("write", x))?;
@@ -350,16 +341,7 @@ fn mixed_callers(ep: &Endpoint, co: &Coll, w: &World, me: usize, li: usize) -> V
     // The same for what follows: no lagging image initiates its next collective (the image
     // barrier) before image 0 issued its last representative broadcast.
     if li != 0 {
-        let t0 = std::time::Instant::now();
-        while MIX_REPS.load(Ordering::Acquire) < k_max {
-            if t0.elapsed() > Duration::from_secs(60) {
-                return Err(format!(
-                    "mixed callers: image 0 did not issue broadcast #{} within 60 s",
-                    k_max - 1
-                ));
-            }
-            std::thread::sleep(Duration::from_micros(100));
-        }
+        wait_reps(k_max)?;
     }
     co.wait_sync_all(&mut hs)
         .map_err(|x| e("wait_sync_all", x))?;
@@ -387,6 +369,22 @@ fn mixed_callers(ep: &Endpoint, co: &Coll, w: &World, me: usize, li: usize) -> V
                 ));
             }
         }
+    }
+    Ok(())
+}
+
+/// Wait (60 s at most) until image 0 of this rank has issued `k` representative broadcasts.
+fn wait_reps(k: u64) -> Verdict {
+    use std::sync::atomic::Ordering;
+    let t0 = std::time::Instant::now();
+    while MIX_REPS.load(Ordering::Acquire) < k {
+        if t0.elapsed() > Duration::from_secs(60) {
+            return Err(format!(
+                "mixed callers: image 0 did not issue broadcast #{} within 60 s",
+                k - 1
+            ));
+        }
+        std::thread::sleep(Duration::from_micros(100));
     }
     Ok(())
 }
