@@ -488,9 +488,9 @@ fn out_allsync(c: &Ctx<'_>) -> Verdict {
     Ok(())
 }
 
-/// OUT_NOSYNC: a sync needs only this rank's own part. Rank 0 enters a broadcast late (after
-/// putting a flag into every rank): the others' syncs of it return before the flag is set,
-/// without its data. A later `OUT_MYSYNC` broadcast from another root, whose data comes at once,
+/// OUT_NOSYNC: a sync needs only this rank's own part. Rank 0, the root of a broadcast, enters
+/// it only once every other rank's sync of it returned (each puts a flag into rank 0 then),
+/// so those syncs return without its data, whatever the network delays. A later `OUT_MYSYNC` broadcast from another root, whose data comes at once,
 /// syncs only once the first one's data is in place too (the first is `IN_MYSYNC`: its data
 /// travels in messages the receiver tracks; `IN_NOSYNC` data written by direct puts is in
 /// place after a barrier). Then a gather_all with the late rank
@@ -510,13 +510,29 @@ fn out_nosync(c: &Ctx<'_>) -> Verdict {
     ck("write", c.ep.write_local(SM_SRC, &first))?;
     ck("write", c.ep.write_local(SM_SRC + 4096, &second))?;
     ck("write", c.ep.write_local(SM_DST, &vec![0u8; 8192]))?;
-    ck("write", c.ep.write_local(SM_FLAG, &[0u8; 8]))?;
+    ck(
+        "write",
+        c.ep.write_local(SM_FLAG, &vec![0u8; 8 * p as usize]),
+    )?;
     ck("barrier", c.ep.barrier())?;
     if me == late {
-        std::thread::sleep(Duration::from_millis(100));
-        for r in (0..p).filter(|&r| r != late) {
-            ck("put", c.ep.put(r, SM_FLAG, &1u64.to_le_bytes()))?;
-        }
+        // The others sync the broadcast below before this rank enters it: each puts 1 into
+        // its slot here once its sync returned. A sync that waited for the root would never
+        // return, and this wait would end at its limit.
+        let done = || {
+            (0..p).filter(|&r| r != late).all(|r| {
+                let mut b = [0u8; 8];
+                c.ep.read_local(SM_FLAG + 8 * u64::from(r), &mut b).is_ok() && b[0] == 1
+            })
+        };
+        let t0 = Instant::now();
+        ck(
+            "wait_until",
+            c.ep.wait_until(|| done() || t0.elapsed() > Duration::from_secs(20)),
+        )?;
+        ensure(done(), || {
+            "an OUT_NOSYNC sync without sends of its own waited for the late root".into()
+        })?;
     }
     let nosync = f::NOSYNC | f::SINGLE;
     let h = ck(
@@ -535,11 +551,10 @@ fn out_nosync(c: &Ctx<'_>) -> Verdict {
     )?;
     ck("wait_sync", co.wait_sync(h))?;
     if me != late {
-        let mut flag = [0u8; 8];
-        ck("read", c.ep.read_local(SM_FLAG, &mut flag))?;
-        ensure(flag == [0u8; 8], || {
-            "an OUT_NOSYNC sync without sends of its own waited for the late root".into()
-        })?;
+        ck(
+            "put",
+            c.ep.put(late, SM_FLAG + 8 * u64::from(me), &1u64.to_le_bytes()),
+        )?;
     }
     let h = ck(
         "broadcast_nb",
