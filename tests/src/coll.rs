@@ -1493,8 +1493,8 @@ fn outstanding(c: &Ctx<'_>) -> Verdict {
     let src = pattern(5, 0, me, 0, n);
     ck("write", c.ep.write_local(SM_SRC, &src))?;
     ck("write", c.ep.write_local(SM_DST, &vec![0u8; n]))?;
-    // Rank 0 counts the others' "all issued" notes in its segment.
-    ck("write", c.ep.write_local(SM_FLAG, &[0u8; 8]))?;
+    // Rank 0 counts the others' "all issued" notes in its segment (a slot per rank).
+    ck("write", c.ep.write_local(SM_FLAG, &vec![0u8; 8 * p]))?;
     ck("barrier", c.ep.barrier())?;
     let t0 = Instant::now();
     let issue = |hs: &mut Vec<CollHandle>| -> Verdict {
