@@ -1564,12 +1564,12 @@ fn outstanding(c: &Ctx<'_>) -> Verdict {
 
 /// Reduction steps inside core waits follow `AMSAFE`: rank 0 starts a reduce to itself
 /// before the others enter, then waits in `Endpoint::wait_until` (a core wait, no coll call)
-/// until every other rank sent its operand and said so, and a while longer. With a built-in
+/// until every other rank synced its part (so its operand or partial is on its way, ahead of
+/// what it sends next) and put a flag into its slot on rank 0, and a while longer. With a built-in
 /// function (all are `AMSAFE`) the result is in its destination by then; with the suite's
 /// client function (registered without `AMSAFE`) the destination is untouched until rank 0
 /// syncs, and right after.
 fn amsafe_in_core_waits(c: &Ctx<'_>) -> Verdict {
-    use crate::state::H_COUNT;
     const SRC: u64 = SM_SRC + 4096;
     const DST: u64 = SM_DST + 4096;
     let co = coll(c)?;
@@ -1582,7 +1582,12 @@ fn amsafe_in_core_waits(c: &Ctx<'_>) -> Verdict {
     );
     let word = |x: u64| x.to_ne_bytes();
     let affine_bytes = |a: [u64; 2]| [word(a[0]), word(a[1])].concat();
-    for (func, es, amsafe) in [(sum, 8usize, true), (client, 16, false)] {
+    for (round, (func, es, amsafe)) in [(sum, 8usize, true), (client, 16, false)]
+        .into_iter()
+        .enumerate()
+    {
+        // This test's flag value for the round, in every other rank's slot on rank 0.
+        let tag = 0x5afe_0000 + round as u64;
         let (mine, want) = if amsafe {
             let n = u64::from(p);
             (
@@ -1598,8 +1603,11 @@ fn amsafe_in_core_waits(c: &Ctx<'_>) -> Verdict {
         let fill = vec![0x5au8; es];
         ck("write", c.ep.write_local(SRC, &mine))?;
         ck("write", c.ep.write_local(DST, &fill))?;
+        ck(
+            "write",
+            c.ep.write_local(SM_FLAG, &vec![0u8; 8 * p as usize]),
+        )?;
         ck("barrier", c.ep.barrier())?;
-        let base = c.st.hits.load(Ordering::Acquire);
         if me != 0 {
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -1627,15 +1635,32 @@ fn amsafe_in_core_waits(c: &Ctx<'_>) -> Verdict {
             "client function"
         };
         if me == 0 {
-            let others = u64::from(p - 1);
+            let all_told = || {
+                (1..p).all(|r| {
+                    let mut b = [0u8; 8];
+                    c.ep.read_local(SM_FLAG + 8 * u64::from(r), &mut b).is_ok()
+                        && u64::from_le_bytes(b) == tag
+                })
+            };
+            let written = || {
+                let mut b = vec![0u8; es];
+                c.ep.read_local(DST, &mut b).is_ok() && b == want
+            };
+            // Then, with AMSAFE, until the result is written (2 s at most: a put may overtake
+            // the data message it follows on some conduits); without, 50 ms more.
             let mut told: Option<Instant> = None;
             ck(
                 "wait_until",
                 c.ep.wait_until(|| {
-                    if c.st.hits.load(Ordering::Acquire) < base + others {
+                    if !all_told() {
                         return false;
                     }
-                    told.get_or_insert_with(Instant::now).elapsed() >= Duration::from_millis(50)
+                    let t = told.get_or_insert_with(Instant::now).elapsed();
+                    if amsafe {
+                        written() || t >= Duration::from_secs(2)
+                    } else {
+                        t >= Duration::from_millis(50)
+                    }
                 }),
             )?;
             let mut got = vec![0u8; es];
@@ -1660,9 +1685,12 @@ fn amsafe_in_core_waits(c: &Ctx<'_>) -> Verdict {
             })?;
             continue;
         } else {
-            // A non-root is done once its operand is sent.
+            // A non-root is done once its operand (or its subtree's partial) is sent.
             ck("wait_sync", co.wait_sync(h))?;
-            ck("done message", c.ep.request_short(0, H_COUNT, &[me]))?;
+            ck(
+                "put",
+                c.ep.put(0, SM_FLAG + 8 * u64::from(me), &tag.to_le_bytes()),
+            )?;
         }
         ck("barrier", c.ep.barrier())?;
     }
