@@ -1186,9 +1186,9 @@ impl Shared {
                         lo(group.team),
                         hi(group.team),
                     ];
-                    if to == self.rank && (which == SIG_OPEN || which == SIG_LANDED) {
-                        self.note_arrived(which, group);
-                    } else if to == self.rank {
+                    // Direct-put notices never go to this rank (`put_targets` and
+                    // `put_sources` leave it out).
+                    if to == self.rank {
                         self.sig_arrived(group, which, round);
                     } else {
                         self.ep.layer(Layer::Coll).request(to, H_SIG, &args, &[])?;
