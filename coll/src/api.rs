@@ -544,7 +544,8 @@ impl Coll {
 
     /// The bits of a team's own characteristics (see `select`).
     fn team_bits(&self, geo: &Geo) -> u64 {
-        crate::select::team_bits(geo, self.sh.ep.conduit_name())
+        *geo.sel_bits
+            .get_or_init(|| crate::select::team_bits(geo, self.sh.ep.conduit_name()))
     }
 
     /// The characteristic bits of a call (the team's and the call's; see `select`).
@@ -590,24 +591,48 @@ impl Coll {
             } else {
                 geo.size()
             } as usize;
-            let rs = crate::plan::runs(red.src_lay, red.n, np);
-            let mut has = vec![false; np];
-            for r in &rs {
-                if let Some(h) = has.get_mut(r.part) {
-                    *h = true;
+            // One pass over the source runs, against the destination's, without allocating
+            // (up to 64 participants; a vector beyond).
+            let mut small = 0u64;
+            let mut big = if np > 64 { vec![false; np] } else { Vec::new() };
+            let mut in_order = true;
+            let mut same = true;
+            let mut prev: Option<usize> = None;
+            let mut dst = crate::plan::runs_iter(red.dst_lay, red.n, np);
+            for r in crate::plan::runs_iter(red.src_lay, red.n, np) {
+                if r.part < np {
+                    if np > 64 {
+                        big[r.part] = true;
+                    } else {
+                        small |= 1 << r.part;
+                    }
+                }
+                if prev.is_some_and(|p| p >= r.part) {
+                    in_order = false;
+                }
+                prev = Some(r.part);
+                if same && dst.next() != Some(r) {
+                    same = false;
                 }
             }
-            if has.iter().all(|&h| h) {
+            if same && dst.next().is_some() {
+                same = false;
+            }
+            let all = if np > 64 {
+                big.iter().all(|&h| h)
+            } else {
+                small.count_ones() as usize == np
+            };
+            if all {
                 m |= ALL_CONTRIBUTE;
             }
-            let in_order = rs.windows(2).all(|w| w[0].part < w[1].part);
             if m & COMMUTATIVE != 0 || in_order {
                 m |= ORDER_SAFE;
             }
             if in_order {
                 m |= RUNS_IN_ORDER;
             }
-            if crate::plan::runs(red.dst_lay, red.n, np) == rs {
+            if same {
                 m |= SAME_LAYOUT;
             }
         }
@@ -926,11 +951,13 @@ impl Coll {
         if let Some(detail) = local_mismatch {
             sh.send_mismatch(&geo, key, &detail)?;
         }
-        // Poll too: a rank that initiates many collectives without syncing must still take
-        // in its peers' data, or every one of them stays in flight (and `advance` revisits
-        // them all on each initiation).
-        sh.ep.poll()?;
+        // This call's own sends leave first; then a poll: a rank that initiates many
+        // collectives without syncing must still take in its peers' data, or every one of
+        // them stays in flight (and `advance` revisits them all on each initiation).
         sh.advance()?;
+        if sh.ep.poll()? > 0 {
+            sh.advance()?;
+        }
         match handle {
             None => Ok((CollHandle::INVALID, group)),
             Some(h) => {

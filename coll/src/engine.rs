@@ -40,6 +40,11 @@ const SIG_ASK: u32 = 2;
 /// What the early-data flow control counts for a collective's record on a peer, besides its
 /// bytes: so the records that data makes for collectives not entered are bounded too.
 const FLOW_RECORD: usize = 256;
+
+/// Records a sender keeps per peer and team before it asks the peer how far it got, whatever
+/// their bytes: a peer that never sends back (a gather's root) would otherwise leave the
+/// sender a record per collective until half the share is counted, tens of thousands of them.
+const FLOW_ASK_RECORDS: usize = 64;
 /// `H_SIG` kind: the answer to `SIG_ASK`: the highest sequence this rank has numbered on the
 /// team.
 const SIG_TOLD: u32 = 3;
@@ -526,6 +531,8 @@ pub(crate) struct Flow {
     /// Times a collective's sends were held back, and asks sent.
     pub(crate) deferrals: u64,
     pub(crate) asks: u64,
+    /// A buffer for one collective's charges, kept between uses.
+    charges: Vec<(Rank, usize)>,
 }
 
 /// What this rank sent ahead of one peer.
@@ -628,7 +635,7 @@ fn flow_admit(
             _ => q.push_back((key.seq, n)),
         }
         a.total += n;
-        if a.total > share / 2 {
+        if a.total > share / 2 || q.len() > FLOW_ASK_RECORDS {
             flow_ask(flow, to, None, outs);
         }
     }
@@ -991,11 +998,11 @@ impl Shared {
     /// nothing left out): its planned blocks (none by direct puts, which land in the segment),
     /// a schedule's messages, or for a flat reduction twice its element bytes per peer (its
     /// operand or partial streams), each plus `FLOW_RECORD` for the peer's record of it.
-    fn flow_charges(&self, op: &Op, spec: &Spec) -> Vec<(Rank, usize)> {
+    fn flow_charges(&self, op: &Op, spec: &Spec, v: &mut Vec<(Rank, usize)>) {
+        v.clear();
         let Some(geo) = op.geo.as_ref() else {
-            return Vec::new();
+            return;
         };
-        let mut v: Vec<(Rank, usize)> = Vec::new();
         let mut add = |to: Rank, n: usize| {
             if to != self.rank && n > 0 {
                 v.push((to, n));
@@ -1013,9 +1020,9 @@ impl Shared {
             }
         } else if !op.direct {
             for p in op.first..op.first + op.parts.len() {
-                for t in spec.transfers_from(p) {
+                spec.each_transfer_from(p, |t| {
                     add(geo.world(geo.owner(op.image_space, t.to)), t.len);
-                }
+                });
             }
         }
         // One entry per peer, in rank order.
@@ -1027,10 +1034,9 @@ impl Shared {
             }
             same
         });
-        for e in &mut v {
+        for e in v.iter_mut() {
             e.1 += FLOW_RECORD;
         }
-        v
     }
 
     /// Answer the asks of peers about teams on which this rank has numbered what they wait for.
@@ -1470,10 +1476,12 @@ impl Shared {
                 // moves), sends wait for the early-data flow control.
                 let may_move = may_move
                     && (op.flow_ok || self.check || mode.needs_entry_signal() || {
-                        let charges = self.flow_charges(op, &spec);
+                        let mut charges = std::mem::take(&mut st.flow.charges);
+                        self.flow_charges(op, &spec, &mut charges);
                         let budget = self.early_budget.load(std::sync::atomic::Ordering::Relaxed);
                         let ok =
                             flow_admit(&mut st.flow, budget, self.size, key, &charges, &mut outs);
+                        st.flow.charges = charges;
                         if !ok {
                             st.flow.blocked.insert(gid);
                         }

@@ -245,13 +245,18 @@ impl Spec {
     }
 
     /// The blocks participant `p` sends (zero-length blocks left out).
-    #[allow(clippy::needless_range_loop)] // q names the destination participant
     pub(crate) fn transfers_from(&self, p: usize) -> Vec<Transfer> {
-        let np = self.np;
         let mut v = Vec::new();
+        self.each_transfer_from(p, |t| v.push(t));
+        v
+    }
+
+    /// [`Spec::transfers_from`] without the vector: `f` sees each block in turn.
+    pub(crate) fn each_transfer_from(&self, p: usize, mut f: impl FnMut(Transfer)) {
+        let np = self.np;
         let mut add = |to, src_off, dst_off, len| {
             if len > 0 {
-                v.push(Transfer {
+                f(Transfer {
                     to,
                     src_off,
                     dst_off,
@@ -266,31 +271,31 @@ impl Spec {
                 }
             }
             Kind::Scatter if p == self.root => {
-                let d = prefix(self.counts.iter().copied());
+                let mut d = 0;
                 for q in 0..np {
-                    add(q, d[q], 0, self.c(q));
+                    add(q, d, 0, self.c(q));
+                    d += self.c(q);
                 }
             }
             Kind::Gather => {
-                let d = prefix(self.counts.iter().copied());
-                add(self.root, 0, d[p], self.c(p));
+                add(self.root, 0, self.scatter_block_offset(p), self.c(p));
             }
             Kind::GatherAll => {
-                let d = prefix(self.counts.iter().copied());
+                let d = self.scatter_block_offset(p);
                 for q in 0..np {
-                    add(q, 0, d[p], self.c(p));
+                    add(q, 0, d, self.c(p));
                 }
             }
             Kind::Exchange => {
-                let sd = prefix((0..np).map(|q| self.m(p, q)));
+                let mut sd = 0;
                 for q in 0..np {
                     let rd: usize = (0..p).map(|i| self.m(i, q)).sum();
-                    add(q, sd[q], rd, self.m(p, q));
+                    add(q, sd, rd, self.m(p, q));
+                    sd += self.m(p, q);
                 }
             }
             _ => {}
         }
-        v
     }
 
     /// Bytes participant `q` receives in all: its whole destination (data movement; the
@@ -312,37 +317,44 @@ pub(crate) struct Run {
 
 /// The runs of elements `0..n` laid out by `lay` over `np` participants, in element order.
 pub(crate) fn runs(lay: Layout, n: usize, np: usize) -> Vec<Run> {
-    if lay.blk == 0 {
-        return vec![Run {
-            part: lay.off,
-            local: 0,
-            k0: 0,
-            len: n,
-        }];
-    }
-    let mut v = Vec::new();
+    runs_iter(lay, n, np).collect()
+}
+
+/// [`runs`] without the vector.
+pub(crate) fn runs_iter(lay: Layout, n: usize, np: usize) -> impl Iterator<Item = Run> {
     let mut k = 0;
-    while k < n {
+    std::iter::from_fn(move || {
+        if k >= n && !(lay.blk == 0 && k == 0) {
+            return None;
+        }
+        if lay.blk == 0 {
+            k = usize::MAX;
+            return Some(Run {
+                part: lay.off,
+                local: 0,
+                k0: 0,
+                len: n,
+            });
+        }
         let g = lay.off + k;
         let b = g / lay.blk;
         let within = g % lay.blk;
         let len = (lay.blk - within).min(n - k);
-        v.push(Run {
+        let r = Run {
             part: b % np,
             local: (b / np) * lay.blk + within,
             k0: k,
             len,
-        });
+        };
         k += len;
-    }
-    v
+        Some(r)
+    })
 }
 
 /// Elements a participant's area must hold under `lay` for `n` elements (0 for participants
 /// with none).
 pub(crate) fn area_elems(lay: Layout, n: usize, np: usize, p: usize) -> usize {
-    runs(lay, n, np)
-        .iter()
+    runs_iter(lay, n, np)
         .filter(|r| r.part == p)
         .map(|r| r.local + r.len)
         .max()

@@ -32,6 +32,9 @@ pub(crate) struct Geo {
     pub(crate) img_first: Vec<u32>,
     /// Job rank -> team rank, `u32::MAX` for ranks outside the team (len = job size).
     pub(crate) index: Vec<u32>,
+    /// The team's characteristic bits for the selector (`select::team_bits`), computed at
+    /// the first call.
+    pub(crate) sel_bits: std::sync::OnceLock<u64>,
 }
 
 impl Geo {
@@ -56,6 +59,7 @@ impl Geo {
             images,
             img_first,
             index,
+            sel_bits: std::sync::OnceLock::new(),
         }
     }
 

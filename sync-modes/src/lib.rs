@@ -206,14 +206,18 @@ pub fn names(bits: u32) -> String {
 }
 
 fn one<T: Copy>(bits: u32, cat: &'static str, opts: [(u32, T); 3]) -> Result<T, FlagError> {
-    let set: Vec<(u32, T)> = opts.into_iter().filter(|(b, _)| bits & b != 0).collect();
-    match set.as_slice() {
-        [] => Err(FlagError::Missing(cat)),
-        [(_, t)] => Ok(*t),
-        many => Err(FlagError::Doubled(
-            cat,
-            many.iter().fold(0, |acc, (b, _)| acc | b),
-        )),
+    let mut found = None;
+    let mut set = 0;
+    for (b, t) in opts {
+        if bits & b != 0 {
+            set |= b;
+            found.get_or_insert(t);
+        }
+    }
+    match found {
+        None => Err(FlagError::Missing(cat)),
+        Some(t) if set.count_ones() == 1 => Ok(t),
+        Some(_) => Err(FlagError::Doubled(cat, set)),
     }
 }
 
