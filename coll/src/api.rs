@@ -951,11 +951,19 @@ impl Coll {
         if let Some(detail) = local_mismatch {
             sh.send_mismatch(&geo, key, &detail)?;
         }
-        // This call's own sends leave first; then a poll: a rank that initiates many
-        // collectives without syncing must still take in its peers' data, or every one of
-        // them stays in flight (and `advance` revisits them all on each initiation).
-        sh.advance()?;
-        if sh.ep.poll()? > 0 {
+        // Poll too: a rank that initiates many collectives without syncing must still take
+        // in its peers' data, or every one of them stays in flight (and `advance` revisits
+        // them all on each initiation). A small call's own sends leave before the poll (they
+        // are its latency); a large one takes in what already arrived first, so that its
+        // sends do not fill the rings while the peers' data waits in them (2 ranks: 8 B
+        // reduce_to_all 2.2 µs against 3.0 poll-first, 1 MiB 194 against 245 advance-first).
+        if info.bytes < crate::engine::DIRECT_MIN_BYTES {
+            sh.advance()?;
+            if sh.ep.poll()? > 0 {
+                sh.advance()?;
+            }
+        } else {
+            sh.ep.poll()?;
             sh.advance()?;
         }
         match handle {
