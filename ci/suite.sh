@@ -36,7 +36,7 @@ for n in 3 8; do
     done
     # The reductions' trees and prefix schemes and the vector reductions' algorithms (where an
     # operation has several, each takes a range of sizes).
-    AMNET_COLL_TUNE='reduce:0-64:binomial?;reduce:65-:knomial?:radix=3;reduce_to_all:-:reduce_broadcast?;prefix_reduce:0-64:dissemination?;prefix_reduce:65-:chain?;exclusive_prefix_reduce:0-64:chain?;exclusive_prefix_reduce:65-:dissemination?;reduce_elems:-:binomial?;reduce_elems_to_all:0-256:recursive_doubling?;reduce_elems_to_all:257-4K:ring?;reduce_elems_to_all:4K-:rabenseifner?;scan_elems:-:dissemination?;exclusive_scan_elems:-:dissemination?' \
+    AMNET_COLL_TUNE='reduce:0-64:binomial?;reduce:65-:knomial?:radix=3;reduce_to_all:-:reduce_broadcast?;prefix_reduce:0-64:dissemination?;prefix_reduce:65-:chain?;exclusive_prefix_reduce:0-64:chain?;exclusive_prefix_reduce:65-:dissemination?;reduce_elems:0-64:binomial?;reduce_elems:65-:reduce_scatter_gather?;reduce_elems_to_all:0-256:recursive_doubling?;reduce_elems_to_all:257-4K:ring?;reduce_elems_to_all:4K-:rabenseifner?;scan_elems:-:dissemination?;exclusive_scan_elems:-:dissemination?' \
         target/release/amrun -n "$n" --timeout 300 target/release/amnet-testsuite coll
 done
 for n in 2 4 8; do

@@ -1,5 +1,5 @@
 //! The `coll` suite: latency of the collectives (broadcast, scatter, gather, gather_all,
-//! exchange, reduce_to_all, prefix_reduce, reduce_elems_to_all, scan_elems) in each of the nine IN/OUT synchronization
+//! exchange, reduce_to_all, prefix_reduce, reduce_elems_to_all, scan_elems, reduce_elems) in each of the nine IN/OUT synchronization
 //! modes, single-address form (`SINGLE`, segment addresses), with the AM requests each call
 //! sends.
 //!
@@ -47,7 +47,8 @@
 //! scatter source and gather destination, every rank's gather_all destination and exchange
 //! areas, are `bytes * ranks`), for the array reductions `8 * elements` of u64 data in a
 //! block-cyclic layout with one block per rank (so each rank holds about `bytes / ranks`),
-//! and for the vector reductions (`reduce_elems_to_all`, `scan_elems`) every rank's vector of
+//! and for the vector reductions (`reduce_elems_to_all`, `scan_elems`, `reduce_elems` to rank
+//! 0) every rank's vector of
 //! `bytes / 8` u64 elements, combined elementwise.
 
 use amnet::coll::builtin::builtin_index;
@@ -84,6 +85,8 @@ enum Op {
     ReduceElemsToAll,
     /// Elementwise inclusive scan over the ranks' vectors (MPI_Scan).
     ScanElems,
+    /// Elementwise reduction of the ranks' vectors to rank 0 (MPI_Reduce).
+    ReduceElems,
     /// Team creation: `split` of the team into its even and odd ranks.
     TeamSplit,
     /// Team creation: `create` of the team's even ranks from an explicit list.
@@ -91,7 +94,7 @@ enum Op {
 }
 
 impl Op {
-    const ALL: [Op; 9] = [
+    const ALL: [Op; 10] = [
         Op::Broadcast,
         Op::Scatter,
         Op::Gather,
@@ -101,6 +104,7 @@ impl Op {
         Op::Prefix,
         Op::ReduceElemsToAll,
         Op::ScanElems,
+        Op::ReduceElems,
     ];
 
     fn name(self) -> &'static str {
@@ -114,6 +118,7 @@ impl Op {
             Op::Prefix => "prefix_reduce",
             Op::ReduceElemsToAll => "reduce_elems_to_all",
             Op::ScanElems => "scan_elems",
+            Op::ReduceElems => "reduce_elems",
             Op::TeamSplit => "team_split",
             Op::TeamCreate => "team_create",
         }
@@ -121,7 +126,7 @@ impl Op {
 }
 
 /// The names `--ops` accepts: every operation the suite measures.
-pub(crate) const OP_NAMES: [&str; 11] = [
+pub(crate) const OP_NAMES: [&str; 12] = [
     "broadcast",
     "scatter",
     "gather",
@@ -131,6 +136,7 @@ pub(crate) const OP_NAMES: [&str; 11] = [
     "prefix_reduce",
     "reduce_elems_to_all",
     "scan_elems",
+    "reduce_elems",
     "team_split",
     "team_create",
 ];
@@ -274,11 +280,14 @@ fn call(
         Op::Exchange =>
         // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
         unsafe { coll.exchange(w, dst, src, n, fl) },
-        Op::ReduceElemsToAll | Op::ScanElems => {
+        Op::ReduceElemsToAll | Op::ScanElems | Op::ReduceElems => {
             let func = builtin_index(RedOp::Sum, ElemType::U64).unwrap_or(0);
             if op == Op::ScanElems {
                 // SAFETY: segment offsets only: no pointer address to keep valid.
                 unsafe { coll.scan_elems(w, dst, src, 8, n / 8, func, 0, fl) }
+            } else if op == Op::ReduceElems {
+                // SAFETY: segment offsets only: no pointer address to keep valid.
+                unsafe { coll.reduce_elems(w, 0, dst, src, 8, n / 8, func, 0, fl) }
             } else {
                 // SAFETY: segment offsets only: no pointer address to keep valid.
                 unsafe { coll.reduce_elems_to_all(w, dst, src, 8, n / 8, func, 0, fl) }

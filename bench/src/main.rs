@@ -42,7 +42,7 @@ const USAGE: &str = "usage: amrun -n 2 amnet-bench SUITE [--json] [--iters N] [-
 
 SUITE: am (Short/Medium/Long round trips, Medium/Long bandwidth), rma (put/get latency
 and bandwidth), barrier, coll (broadcast, scatter, gather, gather_all, exchange,
-reduce_to_all, prefix_reduce, reduce_elems_to_all and scan_elems in the nine IN/OUT sync modes, 8 B to 1 MiB), or all
+reduce_to_all, prefix_reduce, reduce_elems_to_all, scan_elems and reduce_elems in the nine IN/OUT sync modes, 8 B to 1 MiB), or all
 (every suite but coll). Every run but coll also measures the floors between ranks 0
 and 1 and local memcpy bandwidth. On smp the floor is a shared-memory cache-line round
 trip; on udp it is a raw UDP ping-pong of 8-byte datagrams between the two processes
@@ -62,7 +62,7 @@ the udp targets replace the smp ones.
                   then the selected one, instead of the nine sync modes
   --ops LIST      coll: only the operations named, comma-separated (broadcast, scatter,
                   gather, gather_all, exchange, reduce_to_all, prefix_reduce,
-                  reduce_elems_to_all, scan_elems, team_split, team_create)
+                  reduce_elems_to_all, scan_elems, reduce_elems, team_split, team_create)
   --team T        coll: `world` (default) or `split2`, the two halves of the job (even
                   and odd ranks) each running the suite on its own team at the same time
   -h, --help      this text

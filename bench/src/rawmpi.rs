@@ -239,6 +239,7 @@ impl crate::coll::Peer for MpiColl {
             "prefix_reduce" => "local+MPI_Exscan",
             "reduce_elems_to_all" => "MPI_Allreduce",
             "scan_elems" => "MPI_Scan",
+            "reduce_elems" => "MPI_Reduce",
             _ => return None,
         })
     }
@@ -279,7 +280,7 @@ impl crate::coll::Peer for MpiColl {
         };
         let rc = match op {
             "broadcast" | "scatter" | "gather" | "gather_all" | "exchange" => data(op).unwrap_or(0),
-            "reduce_elems_to_all" | "scan_elems" => {
+            "reduce_elems_to_all" | "scan_elems" | "reduce_elems" => {
                 let (u64t, op_sum) = {
                     // SAFETY: reading immutable handles exported by the rsmpi shim.
                     unsafe { (ffi::RSMPI_UINT64_T, ffi::RSMPI_SUM) }
@@ -290,6 +291,8 @@ impl crate::coll::Peer for MpiColl {
                 unsafe {
                     if op == "scan_elems" {
                         ffi::MPI_Scan(src, dst, k, u64t, op_sum, c)
+                    } else if op == "reduce_elems" {
+                        ffi::MPI_Reduce(src, dst, k, u64t, op_sum, 0, c)
                     } else {
                         ffi::MPI_Allreduce(src, dst, k, u64t, op_sum, c)
                     }

@@ -478,6 +478,20 @@ pub(crate) static ALGS: &[Alg] = &[
         cost: |m, c| (log2_ceil(c.ranks) + 1.0) * (m.alpha + m.beta * bytes(c)),
     },
     Alg {
+        name: "reduce_scatter_gather",
+        kind: Kind::ReduceElems,
+        imp: Imp::Sched,
+        requires: 0,
+        forbids: bits::IMAGE_SPACE,
+        // The reduce-scatter sends (p − 1)/p of the vector from a rank, the gather half a
+        // vector per step into the root's side; pairs first and last where p is not a power
+        // of two.
+        cost: |m, c| {
+            let extra = if c.ranks.is_power_of_two() { 0.0 } else { 2.0 };
+            (2.0 * log2_ceil(c.ranks) + extra) * m.alpha + (2.0 + extra) * m.beta * bytes(c)
+        },
+    },
+    Alg {
         name: "flat",
         kind: Kind::ReduceElemsAll,
         imp: Imp::Flat,
@@ -1139,5 +1153,34 @@ mod tests {
         assert_eq!(pick(comm, 16 << 20), "ring");
         assert_eq!(pick(bits::POW2, 16 << 20), "rabenseifner");
         assert_eq!(pick(comm | bits::IMAGE_SPACE, 8), "flat");
+    }
+
+    #[test]
+    fn vector_reduce_goes_by_size() {
+        let sel = Selector::from_parts(Vec::new(), Vec::new(), Model::for_conduit("smp"));
+        let pick = |bytes: usize, ranks: u32| {
+            sel.choose(&CallInfo {
+                kind: Kind::ReduceElems,
+                mask: if ranks.is_power_of_two() {
+                    bits::POW2
+                } else {
+                    0
+                },
+                bytes,
+                ranks,
+            })
+            .unwrap()
+            .alg
+            .name
+        };
+        for ranks in [4, 8, 9, 16] {
+            // Small: the tree (or, where their costs tie, the flat fallback).
+            assert_ne!(pick(8, ranks), "reduce_scatter_gather", "{ranks} ranks");
+            assert_eq!(
+                pick(4 << 20, ranks),
+                "reduce_scatter_gather",
+                "{ranks} ranks"
+            );
+        }
     }
 }

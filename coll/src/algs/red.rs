@@ -42,6 +42,9 @@ pub(crate) fn generate(kind: Kind, name: &str, spec: &Spec, me: u32) -> Result<S
             }
         }
         (Kind::ReduceElems, "binomial") => vector::binomial(np, me, root, spec.n * es),
+        (Kind::ReduceElems, "reduce_scatter_gather") => {
+            vector::reduce_scatter_gather(np, me, root, es, spec.n)
+        }
         (Kind::ReduceElemsAll, "recursive_doubling") => {
             vector::recursive_doubling(np, me, spec.n * es)
         }

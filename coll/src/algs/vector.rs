@@ -13,7 +13,9 @@
 //!   - ring: a ring reduce-scatter and a ring allgather of p segments, 2(p − 1) steps of one
 //!     segment each. Segment j is combined in the order j, j + 1, …, p − 1, 0, …, j − 1: a
 //!     rotation of rank order, so a commutative function only.
-//! - reduce_elems: the binomial tree of `tree.rs` on whole vectors (np − 1 messages).
+//! - reduce_elems: the binomial tree of `tree.rs` on whole vectors (np − 1 messages), for
+//!   small vectors; for large ones the reduce-scatter of Rabenseifner's algorithm followed by
+//!   a binomial gather of the segments to the root (the halving steps in reverse).
 //! - scan_elems, exclusive_scan_elems: dissemination (Hillis–Steele): in round k rank v sends
 //!   its running prefix to v + 2^k and puts what arrives from v − 2^k in front of its own,
 //!   ⌈log₂ p⌉ rounds. The exclusive scan first shifts every vector one rank up (rank v gets
@@ -34,8 +36,8 @@ fn log2_floor_pow(np: u32) -> u32 {
 }
 
 /// Elements `lo..hi` of the destination.
-fn seg(es: usize, (lo, hi): (usize, usize)) -> Range {
-    Range::new(Buf::Dst, lo * es, (hi - lo) * es)
+fn seg(es: usize, r: Elems) -> Range {
+    seg_in(Buf::Dst, es, r)
 }
 
 /// Copy the source vector into the destination, where the algorithms work (a no-op in place).
@@ -52,38 +54,86 @@ pub(crate) fn recursive_doubling(np: u32, me: u32, len: usize) -> Sched {
     super::allreduce::doubling(np, me, start(len), all, all, 0)
 }
 
-/// reduce_elems_to_all by Rabenseifner's algorithm: `n` elements of `es` bytes.
-pub(crate) fn rabenseifner(np: u32, me: u32, es: usize, n: usize) -> Sched {
-    let all = seg(es, (0, n));
+/// Elements `lo..hi` of `buf`.
+fn seg_in(buf: Buf, es: usize, (lo, hi): Elems) -> Range {
+    Range::new(buf, lo * es, (hi - lo) * es)
+}
+
+/// A range of elements, `lo..hi`.
+type Elems = (usize, usize);
+
+/// The first half of Rabenseifner's algorithm, worked in `buf` (the destination or the
+/// scratch buffer): the pairing that brings the ranks to a power of two and the reduce-scatter
+/// by recursive halving.
+struct Halved {
+    rounds: Vec<Round>,
+    /// This rank's place among the power of two; None for the odd rank of a pair, which
+    /// handed its vector to the even one and takes no further part.
+    v: Option<u32>,
+    /// Ranks paired up (the first `2 * rest` ranks).
+    rest: u32,
+    /// The finished segment this rank holds (elements).
+    cur: Elems,
+    /// Per halving step: the partner distance, the segment held before it, and the half given.
+    stack: Vec<(u32, Elems, Elems)>,
+    /// The next free tag.
+    tag: u32,
+}
+
+impl Halved {
+    /// The team rank of place `v`.
+    fn real(&self, v: u32) -> u32 {
+        if v < self.rest {
+            2 * v
+        } else {
+            v + self.rest
+        }
+    }
+
+    /// The place of team rank `r` (the even rank's for a pair).
+    fn place(&self, r: u32) -> u32 {
+        if r < 2 * self.rest {
+            r / 2
+        } else {
+            r - self.rest
+        }
+    }
+}
+
+fn halve(np: u32, me: u32, es: usize, n: usize, buf: Buf) -> Halved {
+    let all = seg_in(buf, es, (0, n));
+    let load = || {
+        vec![Local::Copy {
+            from: Range::new(Buf::Src, 0, n * es),
+            to: all,
+        }]
+    };
     let p2 = log2_floor_pow(np);
     let rest = np - p2;
-    let mut rounds = Vec::new();
-    // Pairing: ranks 2i and 2i+1 for i < rest; the odd one hands its vector to the even one
-    // and gets the result back at the end.
+    let mut h = Halved {
+        rounds: Vec::new(),
+        v: None,
+        rest,
+        cur: (0, n),
+        stack: Vec::new(),
+        tag: 1,
+    };
+    // Pairing: ranks 2i and 2i+1 for i < rest; the odd one hands its vector to the even one.
     let v = if me < 2 * rest {
         if me % 2 == 1 {
-            rounds.push(Round {
-                pre: start(n * es),
+            h.rounds.push(Round {
+                pre: load(),
                 sends: vec![Send {
                     to: me - 1,
                     tag: TAG_PAIR,
                     from: all,
                 }],
-                recvs: vec![Recv {
-                    from: me - 1,
-                    tag: TAG_BACK,
-                    into: all,
-                    how: Apply::Copy,
-                }],
+                recvs: Vec::new(),
             });
-            return Sched {
-                rounds,
-                post: Vec::new(),
-                tmp: 0,
-            };
+            return h;
         }
-        rounds.push(Round {
-            pre: start(n * es),
+        h.rounds.push(Round {
+            pre: load(),
             sends: Vec::new(),
             recvs: vec![Recv {
                 from: me + 1,
@@ -94,21 +144,19 @@ pub(crate) fn rabenseifner(np: u32, me: u32, es: usize, n: usize) -> Sched {
         });
         me / 2
     } else {
-        rounds.push(Round {
-            pre: start(n * es),
+        h.rounds.push(Round {
+            pre: load(),
             ..Round::default()
         });
         me - rest
     };
-    let real = |v: u32| if v < rest { 2 * v } else { v + rest };
+    h.v = Some(v);
     // Reduce-scatter: at distance `mask` both partners hold the same segment; the one whose
     // bit is clear keeps its lower half, the other the upper half.
-    let mut cur = (0usize, n);
-    let mut stack = Vec::new();
-    let mut tag = 1;
     let mut mask = 1u32;
     while mask < p2 {
-        let partner = v ^ mask;
+        let partner = h.real(v ^ mask);
+        let cur = h.cur;
         let mid = cur.0 + (cur.1 - cur.0) / 2;
         let (keep, give) = if v & mask == 0 {
             ((cur.0, mid), (mid, cur.1))
@@ -118,17 +166,17 @@ pub(crate) fn rabenseifner(np: u32, me: u32, es: usize, n: usize) -> Sched {
         let mut r = Round::default();
         if give.1 > give.0 {
             r.sends.push(Send {
-                to: real(partner),
-                tag,
-                from: seg(es, give),
+                to: partner,
+                tag: h.tag,
+                from: seg_in(buf, es, give),
             });
         }
         if keep.1 > keep.0 {
             r.recvs.push(Recv {
-                from: real(partner),
-                tag,
-                into: seg(es, keep),
-                how: if partner < v {
+                from: partner,
+                tag: h.tag,
+                into: seg_in(buf, es, keep),
+                how: if v ^ mask < v {
                     Apply::CombineFirst
                 } else {
                     Apply::CombineAfter
@@ -136,40 +184,61 @@ pub(crate) fn rabenseifner(np: u32, me: u32, es: usize, n: usize) -> Sched {
             });
         }
         if !r.sends.is_empty() || !r.recvs.is_empty() {
-            rounds.push(r);
+            h.rounds.push(r);
         }
-        stack.push((mask, cur, give));
-        cur = keep;
+        h.stack.push((mask, cur, give));
+        h.cur = keep;
         mask <<= 1;
-        tag += 1;
+        h.tag += 1;
     }
+    h
+}
+
+/// reduce_elems_to_all by Rabenseifner's algorithm: `n` elements of `es` bytes.
+pub(crate) fn rabenseifner(np: u32, me: u32, es: usize, n: usize) -> Sched {
+    let all = seg(es, (0, n));
+    let mut h = halve(np, me, es, n, Buf::Dst);
+    let Some(v) = h.v else {
+        // The odd rank of a pair gets the result back at the end.
+        h.rounds[0].recvs.push(Recv {
+            from: me - 1,
+            tag: TAG_BACK,
+            into: all,
+            how: Apply::Copy,
+        });
+        return Sched {
+            rounds: h.rounds,
+            post: Vec::new(),
+            tmp: 0,
+        };
+    };
     // Allgather: the same pairs in reverse order exchange their (finished) halves.
-    while let Some((mask, parent, theirs)) = stack.pop() {
-        let partner = v ^ mask;
+    while let Some((mask, parent, theirs)) = h.stack.pop() {
+        let partner = h.real(v ^ mask);
         let mut r = Round::default();
-        if cur.1 > cur.0 {
+        if h.cur.1 > h.cur.0 {
             r.sends.push(Send {
-                to: real(partner),
-                tag,
-                from: seg(es, cur),
+                to: partner,
+                tag: h.tag,
+                from: seg(es, h.cur),
             });
         }
         if theirs.1 > theirs.0 {
             r.recvs.push(Recv {
-                from: real(partner),
-                tag,
+                from: partner,
+                tag: h.tag,
                 into: seg(es, theirs),
                 how: Apply::Copy,
             });
         }
         if !r.sends.is_empty() || !r.recvs.is_empty() {
-            rounds.push(r);
+            h.rounds.push(r);
         }
-        cur = parent;
-        tag += 1;
+        h.cur = parent;
+        h.tag += 1;
     }
-    if me < 2 * rest {
-        rounds.push(Round {
+    if me < 2 * h.rest {
+        h.rounds.push(Round {
             sends: vec![Send {
                 to: me + 1,
                 tag: TAG_BACK,
@@ -179,9 +248,92 @@ pub(crate) fn rabenseifner(np: u32, me: u32, es: usize, n: usize) -> Sched {
         });
     }
     Sched {
-        rounds,
+        rounds: h.rounds,
         post: Vec::new(),
         tmp: 0,
+    }
+}
+
+/// reduce_elems to `root` by a reduce-scatter and a gather (Rabenseifner's reduce): the
+/// reduce-scatter of [`rabenseifner`] in the scratch buffer, then the halving steps in reverse
+/// order as a binomial gather of the finished segments towards the root's place; each rank
+/// sends about 2·(p − 1)/p of the vector at most, where the binomial tree sends all of it
+/// ⌈log₂ p⌉ times along its longest path. For large vectors.
+pub(crate) fn reduce_scatter_gather(np: u32, me: u32, root: u32, es: usize, n: usize) -> Sched {
+    let len = n * es;
+    let acc = seg_in(Buf::Tmp, es, (0, n));
+    let dst = Range::new(Buf::Dst, 0, len);
+    let mut h = halve(np, me, es, n, Buf::Tmp);
+    let Some(v) = h.v else {
+        // The odd rank of a pair: the root gets the result from its even partner.
+        if me == root {
+            h.rounds[0].recvs.push(Recv {
+                from: me - 1,
+                tag: TAG_BACK,
+                into: dst,
+                how: Apply::Copy,
+            });
+        }
+        return Sched {
+            rounds: h.rounds,
+            post: Vec::new(),
+            tmp: len,
+        };
+    };
+    let v_root = h.place(root);
+    // Gather: at each step (largest distance first) the partner on the root's side of the
+    // step's bit takes in the other's finished segment, which then has nothing more to do. The
+    // ranks still in agree with the root's place on every larger bit, so both partners of a
+    // step are still in, each holding its segment of that level complete.
+    while let Some((mask, parent, theirs)) = h.stack.pop() {
+        let partner = h.real(v ^ mask);
+        let mut r = Round::default();
+        let keeps = v & mask == v_root & mask;
+        if keeps {
+            if theirs.1 > theirs.0 {
+                r.recvs.push(Recv {
+                    from: partner,
+                    tag: h.tag,
+                    into: seg_in(Buf::Tmp, es, theirs),
+                    how: Apply::Copy,
+                });
+            }
+        } else if h.cur.1 > h.cur.0 {
+            r.sends.push(Send {
+                to: partner,
+                tag: h.tag,
+                from: seg_in(Buf::Tmp, es, h.cur),
+            });
+        }
+        if !r.sends.is_empty() || !r.recvs.is_empty() {
+            h.rounds.push(r);
+        }
+        if !keeps {
+            break;
+        }
+        h.cur = parent;
+        h.tag += 1;
+    }
+    let mut post = Vec::new();
+    if v == v_root {
+        if h.real(v) == root {
+            post.push(Local::Copy { from: acc, to: dst });
+        } else {
+            // The root is the odd rank of this rank's pair.
+            h.rounds.push(Round {
+                sends: vec![Send {
+                    to: root,
+                    tag: TAG_BACK,
+                    from: acc,
+                }],
+                ..Round::default()
+            });
+        }
+    }
+    Sched {
+        rounds: h.rounds,
+        post,
+        tmp: len,
     }
 }
 
@@ -507,6 +659,51 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn reduce_scatter_gather_reduces_every_element_to_every_root() {
+        for np in 1..=17u32 {
+            for n in COUNTS {
+                let vs = vectors(np, n, 18);
+                for root in 0..np {
+                    let scheds: Vec<Sched> = (0..np)
+                        .map(|me| reduce_scatter_gather(np, me, root, ES, n))
+                        .collect();
+                    // Only the root has a destination: a write to another's would fail.
+                    let mut a = areas(&vs, |t| if t == root as usize { n * ES } else { 0 }, 19);
+                    run(&scheds, &mut a, u64::from(np * 23 + root) + n as u64);
+                    for (t, (s, _)) in a.iter().enumerate() {
+                        assert_eq!(s, &vs[t], "a source was written");
+                    }
+                    let d = &a[root as usize].1;
+                    for i in 0..n {
+                        assert_eq!(
+                            elem(&d[i * ES..]),
+                            fold(&vs, 0, np as usize - 1, i),
+                            "np {np} n {n} root {root} element {i}"
+                        );
+                    }
+                }
+            }
+            // Bytes: the reduce-scatter's (p2 − 1)/p2 of the vector per place, the gather's
+            // half a vector per step (its senders pass on all they gathered), the pairing's
+            // vector per pair, and the result to an odd root.
+            let n = 64;
+            let p2 = log2_floor_pow(np) as usize;
+            let rest = np as usize - p2;
+            for root in 0..np {
+                let bytes: usize = (0..np)
+                    .map(|me| reduce_scatter_gather(np, me, root, ES, n))
+                    .flat_map(|s| s.rounds.into_iter().flat_map(|r| r.sends))
+                    .map(|s| s.from.len)
+                    .sum();
+                let back = usize::from((root as usize) < 2 * rest && root % 2 == 1);
+                let steps = p2.trailing_zeros() as usize;
+                let want = (p2 - 1) * n * ES + steps * n * ES / 2 + rest * n * ES + back * n * ES;
+                assert_eq!(bytes, want, "np {np} root {root}");
             }
         }
     }
