@@ -487,6 +487,7 @@ impl Coll {
         if mode.output == amnet_sync_modes::OutSync::All {
             mask |= crate::select::bits::OUT_ALL;
         }
+        mask |= crate::select::bits::SINGLE_ADDR;
         let info = CallInfo {
             kind,
             mask,
@@ -638,6 +639,15 @@ impl Coll {
         }
         if mode.aggregate {
             m |= AGGREGATED;
+        }
+        if mode.addressing == amnet_sync_modes::Addressing::Single {
+            m |= SINGLE_ADDR;
+        }
+        if mode.src_in_segment {
+            m |= SRC_IN_SEG;
+        }
+        if mode.dst_in_segment {
+            m |= DST_IN_SEG;
         }
         if mode.input == amnet_sync_modes::InSync::All {
             m |= IN_ALL;

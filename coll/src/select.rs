@@ -1,7 +1,8 @@
 //! Algorithm selection by bit masks (the PAMI scheme): a team's static characteristics are
 //! computed once as bits when it is made, each call ORs in its own, and every algorithm
-//! registers the bits it requires and forbids. Among the admissible algorithms the choice is:
-//! a forced choice of `AMNET_COLL_TUNE` > the measured tuning table > the cost model. Every
+//! registers the bits it requires and forbids and the size range it is made for. Among the
+//! admissible algorithms the choice is: a forced choice of `AMNET_COLL_TUNE` > the measured
+//! tuning table > the cost model among those whose size range holds the call's size. Every
 //! input is the same on every rank of the team, so every rank picks the same algorithm (checked
 //! mode compares the choice too).
 //!
@@ -55,8 +56,14 @@ pub(crate) mod bits {
     pub(crate) const RUNS_IN_ORDER: u64 = 1 << 18;
     /// Reductions: the destination layout places every element where the source layout does.
     pub(crate) const SAME_LAYOUT: u64 = 1 << 19;
+    /// `SINGLE` addressing (else `LOCAL`).
+    pub(crate) const SINGLE_ADDR: u64 = 1 << 20;
+    /// The caller promised every source is in the segment (`SRC_IN_SEGMENT`).
+    pub(crate) const SRC_IN_SEG: u64 = 1 << 21;
+    /// The caller promised every destination is in the segment (`DST_IN_SEGMENT`).
+    pub(crate) const DST_IN_SEG: u64 = 1 << 22;
     /// The names, for errors and traces.
-    pub(crate) const NAMES: [(u64, &str); 17] = [
+    pub(crate) const NAMES: [(u64, &str); 20] = [
         (ONE_RANK, "one rank"),
         (POW2, "a power-of-two team"),
         (UNIFORM_IMAGES, "uniform images"),
@@ -77,6 +84,9 @@ pub(crate) mod bits {
             "one run per participant, in participant order",
         ),
         (SAME_LAYOUT, "equal source and destination layouts"),
+        (SINGLE_ADDR, "SINGLE addressing"),
+        (SRC_IN_SEG, "SRC_IN_SEGMENT"),
+        (DST_IN_SEG, "DST_IN_SEGMENT"),
     ];
 
     /// The names of the bits set in `m`.
@@ -151,9 +161,15 @@ pub(crate) struct Alg {
     pub(crate) requires: u64,
     /// Bits a call must not have.
     pub(crate) forbids: u64,
+    /// The bytes per block (both ends included) where the cost model may choose it: the size
+    /// range it is made for. `AMNET_COLL_TUNE` and a tuning table may choose it at any size.
+    pub(crate) sizes: (usize, usize),
     /// Estimated seconds for a call.
     pub(crate) cost: fn(&Model, &CallInfo) -> f64,
 }
+
+/// Every size.
+const ANY: (usize, usize) = (0, usize::MAX);
 
 fn log2_ceil(n: u32) -> f64 {
     f64::from(32 - n.saturating_sub(1).leading_zeros())
@@ -173,6 +189,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Flat,
         requires: 0,
         forbids: 0,
+        sizes: ANY,
         // The root sends every copy itself.
         cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
     },
@@ -182,6 +199,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: 0,
         forbids: bits::IMAGE_SPACE | bits::V_FORM,
+        sizes: ANY,
         cost: |m, c| log2_ceil(c.ranks) * (m.alpha + m.beta * bytes(c)),
     },
     Alg {
@@ -190,6 +208,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: 0,
         forbids: bits::IMAGE_SPACE | bits::V_FORM,
+        sizes: ANY,
         // Radix 4 (the default): up to 3 sends one after the other per level, ⌈log4 np⌉
         // levels. Where a transport overlaps a rank's sends this underestimates the tree; the
         // tuning table then says so.
@@ -201,6 +220,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Flat,
         requires: 0,
         forbids: 0,
+        sizes: ANY,
         // Every rank sends its partials to every rank, and combines all of them.
         cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c),
     },
@@ -210,6 +230,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: bits::ALL_CONTRIBUTE | bits::ORDER_SAFE,
         forbids: bits::IMAGE_SPACE,
+        sizes: ANY,
         cost: |m, c| (log2_ceil(c.ranks) + 1.0) * m.alpha + m.beta * bytes(c),
     },
     // ----- data movement (generators in algs/data.rs and the modules it names) -----
@@ -219,6 +240,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: 0,
         forbids: bits::IMAGE_SPACE | bits::V_FORM,
+        sizes: (8 << 10, usize::MAX),
         // A binomial scatter of np pieces, then recursive doubling (a power of two) or a ring.
         cost: |m, c| {
             let p = f64::from(c.ranks);
@@ -237,6 +259,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: 0,
         forbids: bits::IMAGE_SPACE | bits::V_FORM,
+        sizes: (32 << 10, usize::MAX),
         // A chain in chunks of 64 KiB (the default): np − 2 + ⌈n / chunk⌉ chunk steps.
         cost: |m, c| {
             let chunk = bytes(c).min(64.0 * 1024.0);
@@ -250,6 +273,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Flat,
         requires: 0,
         forbids: 0,
+        sizes: ANY,
         // The root sends every block itself.
         cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
     },
@@ -259,6 +283,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: 0,
         forbids: bits::IMAGE_SPACE,
+        sizes: ANY,
         // The root's ⌈log₂ np⌉ messages carry np − 1 blocks in all.
         cost: |m, c| {
             log2_ceil(c.ranks) * m.alpha + f64::from(c.ranks.saturating_sub(1)) * m.beta * bytes(c)
@@ -270,6 +295,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Flat,
         requires: 0,
         forbids: 0,
+        sizes: ANY,
         // The root receives every block.
         cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
     },
@@ -279,6 +305,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: 0,
         forbids: bits::IMAGE_SPACE,
+        sizes: ANY,
         cost: |m, c| {
             log2_ceil(c.ranks) * m.alpha + f64::from(c.ranks.saturating_sub(1)) * m.beta * bytes(c)
         },
@@ -289,6 +316,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Flat,
         requires: 0,
         forbids: 0,
+        sizes: ANY,
         // Every rank sends its block to every other rank.
         cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
     },
@@ -298,6 +326,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: 0,
         forbids: bits::IMAGE_SPACE,
+        sizes: ANY,
         cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
     },
     Alg {
@@ -306,6 +335,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: 0,
         forbids: bits::IMAGE_SPACE,
+        sizes: ANY,
         // Other sizes add the pairing round and the two messages back, which carry nearly all.
         cost: |m, c| {
             let l = log2_ceil(c.ranks);
@@ -323,6 +353,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: 0,
         forbids: bits::IMAGE_SPACE,
+        sizes: ANY,
         cost: |m, c| {
             log2_ceil(c.ranks) * m.alpha + f64::from(c.ranks.saturating_sub(1)) * m.beta * bytes(c)
         },
@@ -333,6 +364,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: 0,
         forbids: bits::IMAGE_SPACE,
+        sizes: ANY,
         // A binomial gather, then ⌈log₂ np⌉ steps of the whole destination.
         cost: |m, c| {
             let l = log2_ceil(c.ranks);
@@ -346,6 +378,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Flat,
         requires: 0,
         forbids: 0,
+        sizes: ANY,
         // Every rank sends np − 1 blocks.
         cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
     },
@@ -355,6 +388,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: 0,
         forbids: bits::IMAGE_SPACE,
+        sizes: ANY,
         cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
     },
     Alg {
@@ -363,6 +397,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: 0,
         forbids: bits::IMAGE_SPACE | bits::V_FORM,
+        sizes: (0, 2 << 10),
         // ⌈log₂ np⌉ messages of about np / 2 blocks each.
         cost: |m, c| {
             let l = log2_ceil(c.ranks);
@@ -377,6 +412,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Flat,
         requires: 0,
         forbids: 0,
+        sizes: ANY,
         // Every rank sends its partials to the root, which combines all of them.
         cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c),
     },
@@ -386,6 +422,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: bits::ALL_CONTRIBUTE | bits::ORDER_SAFE,
         forbids: bits::IMAGE_SPACE,
+        sizes: ANY,
         cost: |m, c| (log2_ceil(c.ranks) + 1.0) * m.alpha + m.beta * bytes(c),
     },
     Alg {
@@ -394,6 +431,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: bits::ALL_CONTRIBUTE | bits::ORDER_SAFE,
         forbids: bits::IMAGE_SPACE,
+        sizes: ANY,
         // Radix 4: up to 3 receives per level, ⌈log4 np⌉ levels, and the hand-over of the
         // ranks before the root.
         cost: |m, c| ((log2_ceil(c.ranks) / 2.0).ceil() * 3.0 + 1.0) * m.alpha + m.beta * bytes(c),
@@ -404,6 +442,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: bits::ALL_CONTRIBUTE | bits::ORDER_SAFE,
         forbids: bits::IMAGE_SPACE,
+        sizes: ANY,
         // Half the messages of recursive doubling, twice the rounds.
         cost: |m, c| 2.0 * log2_ceil(c.ranks) * m.alpha + m.beta * bytes(c),
     },
@@ -413,6 +452,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Flat,
         requires: 0,
         forbids: 0,
+        sizes: ANY,
         // Two exchanges: the operands to the ranks that own their results, then every rank's
         // runs' partials to every rank.
         cost: |m, c| 2.0 * (f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c)),
@@ -423,6 +463,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: bits::RUNS_IN_ORDER | bits::SAME_LAYOUT,
         forbids: bits::IMAGE_SPACE,
+        sizes: ANY,
         cost: |m, c| log2_ceil(c.ranks) * m.alpha + m.beta * bytes(c),
     },
     Alg {
@@ -431,6 +472,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: bits::RUNS_IN_ORDER | bits::SAME_LAYOUT,
         forbids: bits::IMAGE_SPACE,
+        sizes: ANY,
         // np − 1 hops; one message per rank.
         cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c),
     },
@@ -440,6 +482,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Flat,
         requires: 0,
         forbids: 0,
+        sizes: ANY,
         // As the inclusive one.
         cost: |m, c| 2.0 * (f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c)),
     },
@@ -449,6 +492,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: bits::RUNS_IN_ORDER | bits::SAME_LAYOUT,
         forbids: bits::IMAGE_SPACE,
+        sizes: ANY,
         cost: |m, c| log2_ceil(c.ranks) * m.alpha + m.beta * bytes(c),
     },
     Alg {
@@ -457,6 +501,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: bits::RUNS_IN_ORDER | bits::SAME_LAYOUT,
         forbids: bits::IMAGE_SPACE,
+        sizes: ANY,
         cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * m.alpha + m.beta * bytes(c),
     },
     // The vector reductions (algs/vector.rs): every message carries vector bytes.
@@ -466,6 +511,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Flat,
         requires: 0,
         forbids: 0,
+        sizes: ANY,
         // The root's rank takes in every rank's vector.
         cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
     },
@@ -475,6 +521,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: 0,
         forbids: bits::IMAGE_SPACE,
+        sizes: ANY,
         cost: |m, c| (log2_ceil(c.ranks) + 1.0) * (m.alpha + m.beta * bytes(c)),
     },
     Alg {
@@ -483,6 +530,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: 0,
         forbids: bits::IMAGE_SPACE,
+        sizes: (8 << 10, usize::MAX),
         // The reduce-scatter sends (p − 1)/p of the vector from a rank, the gather half a
         // vector per step into the root's side; pairs first and last where p is not a power
         // of two.
@@ -497,6 +545,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Flat,
         requires: 0,
         forbids: 0,
+        sizes: ANY,
         // Every rank sends its vector to every rank.
         cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
     },
@@ -506,6 +555,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: 0,
         forbids: bits::IMAGE_SPACE,
+        sizes: ANY,
         // Sizes that are not a power of two pair up before and after.
         cost: |m, c| {
             let extra = if c.ranks.is_power_of_two() { 0.0 } else { 2.0 };
@@ -518,6 +568,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: 0,
         forbids: bits::IMAGE_SPACE,
+        sizes: (8 << 10, usize::MAX),
         cost: |m, c| {
             let extra = if c.ranks.is_power_of_two() { 0.0 } else { 2.0 };
             (2.0 * log2_ceil(c.ranks) + extra) * m.alpha + (2.0 + extra) * m.beta * bytes(c)
@@ -530,6 +581,7 @@ pub(crate) static ALGS: &[Alg] = &[
         // A segment is combined in a rotation of rank order.
         requires: bits::COMMUTATIVE,
         forbids: bits::IMAGE_SPACE,
+        sizes: (32 << 10, usize::MAX),
         cost: |m, c| {
             let p = f64::from(c.ranks.max(1));
             2.0 * (p - 1.0) * m.alpha + 2.0 * (p - 1.0) / p * m.beta * bytes(c)
@@ -541,6 +593,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Flat,
         requires: 0,
         forbids: 0,
+        sizes: ANY,
         // The last rank takes in every earlier rank's vector.
         cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
     },
@@ -550,6 +603,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: 0,
         forbids: bits::IMAGE_SPACE,
+        sizes: ANY,
         cost: |m, c| log2_ceil(c.ranks) * (m.alpha + m.beta * bytes(c)),
     },
     Alg {
@@ -558,6 +612,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Flat,
         requires: 0,
         forbids: 0,
+        sizes: ANY,
         cost: |m, c| f64::from(c.ranks.saturating_sub(1)) * (m.alpha + m.beta * bytes(c)),
     },
     Alg {
@@ -566,6 +621,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Sched,
         requires: 0,
         forbids: bits::IMAGE_SPACE,
+        sizes: ANY,
         // The shift, then the scan over the other ranks.
         cost: |m, c| (1.0 + log2_ceil(c.ranks.saturating_sub(1))) * (m.alpha + m.beta * bytes(c)),
     },
@@ -577,6 +633,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Signal,
         requires: 0,
         forbids: 0,
+        sizes: ANY,
         // ⌈log₂ np⌉ rounds of one message per rank.
         cost: |m, c| log2_ceil(c.ranks) * m.alpha,
     },
@@ -586,6 +643,7 @@ pub(crate) static ALGS: &[Alg] = &[
         imp: Imp::Signal,
         requires: 0,
         forbids: 0,
+        sizes: ANY,
         // Up and down a binomial tree: twice the steps, 2(np − 1) messages in all instead of
         // np·⌈log₂ np⌉. The model counts steps only, so it never prefers the tree;
         // AMNET_COLL_TUNE or a tuning table selects it.
@@ -623,6 +681,7 @@ static FLAT: Alg = Alg {
     imp: Imp::Flat,
     requires: 0,
     forbids: 0,
+    sizes: ANY,
     cost: |_, _| 0.0,
 };
 
@@ -960,7 +1019,7 @@ impl Selector {
         }
         let mut best: Option<(&'static Alg, f64)> = None;
         for a in of(c.kind) {
-            if inadmissible(a, c.mask).is_some() {
+            if inadmissible(a, c.mask).is_some() || !(a.sizes.0..=a.sizes.1).contains(&c.bytes) {
                 continue;
             }
             let cost = (a.cost)(&self.model, c);
@@ -1153,6 +1212,61 @@ mod tests {
         assert_eq!(pick(comm, 16 << 20), "ring");
         assert_eq!(pick(bits::POW2, 16 << 20), "rabenseifner");
         assert_eq!(pick(comm | bits::IMAGE_SPACE, 8), "flat");
+    }
+
+    #[test]
+    fn the_cost_model_keeps_to_each_algorithms_size_range_and_forcing_does_not() {
+        let sel = Selector::from_parts(Vec::new(), Vec::new(), Model::for_conduit("smp"));
+        let sizes = [
+            0usize,
+            1,
+            2 << 10,
+            (2 << 10) + 1,
+            8 << 10,
+            32 << 10,
+            1 << 20,
+            16 << 20,
+        ];
+        for k in Kind::ALL {
+            for ranks in 1..=17u32 {
+                for &bytes in &sizes {
+                    for mask in [0, bits::COMMUTATIVE | bits::BUILTIN_FN] {
+                        let mask = mask
+                            | if ranks.is_power_of_two() {
+                                bits::POW2
+                            } else {
+                                0
+                            };
+                        let c = CallInfo {
+                            kind: k,
+                            mask,
+                            bytes,
+                            ranks,
+                        };
+                        let a = sel.choose(&c).unwrap().alg;
+                        assert!(
+                            (a.sizes.0..=a.sizes.1).contains(&bytes),
+                            "{} chose {} at {bytes} B",
+                            k.name(),
+                            a.name
+                        );
+                    }
+                }
+            }
+        }
+        let forced = Selector::from_parts(
+            parse_tune("exchange:-:bruck").unwrap(),
+            Vec::new(),
+            Model::for_conduit("smp"),
+        );
+        let c = CallInfo {
+            kind: Kind::Exchange,
+            mask: bits::POW2,
+            bytes: 1 << 20,
+            ranks: 8,
+        };
+        assert_eq!(sel.choose(&c).unwrap().alg.name, "flat");
+        assert_eq!(forced.choose(&c).unwrap().alg.name, "bruck");
     }
 
     #[test]
