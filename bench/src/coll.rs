@@ -593,6 +593,7 @@ mod tests {
             alg_all: false,
             split2: false,
             ops: None,
+            rounds: 1,
         };
         assert_eq!(shape(&p, 8), (20, 200));
         assert_eq!(shape(&p, 64 << 10), (2, 20));

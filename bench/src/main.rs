@@ -5,7 +5,7 @@
 //! two processes (see `rawudp`), plus local memcpy.
 //!
 //! ```text
-//! amrun -n 2 target/release/amnet-bench SUITE [--json] [--iters N] [--max-bytes N]
+//! amrun -n 2 target/release/amnet-bench SUITE [--json] [--iters N] [--max-bytes N] [--rounds N]
 //! ```
 //!
 //! SUITE is `am`, `rma`, `barrier`, `coll` or `all`. Rank 0 prints an OSU-style table per
@@ -65,6 +65,11 @@ the udp targets replace the smp ones.
                   reduce_elems_to_all, scan_elems, reduce_elems, team_split, team_create)
   --team T        coll: `world` (default) or `split2`, the two halves of the job (even
                   and odd ranks) each running the suite on its own team at the same time
+  --rounds N      run the whole measurement N times in one job (not coll) and add, per
+                  target, the median over the rounds with its 10th-90th percentile range,
+                  the same over the rounds in the fast state (round-trip floor below 200 ns
+                  on smp, 5.6 us raw UDP, 0.8 us raw MPI) and the rounds that met it; the
+                  tables are the last round's
   -h, --help      this text
 
 On conduits other than smp, where every remote operation is a network round trip of
@@ -126,6 +131,8 @@ pub(crate) struct Plan {
     pub(crate) split2: bool,
     /// coll: only these operations (`--ops a,b`), by name; `None` for all.
     pub(crate) ops: Option<Vec<String>>,
+    /// Rounds of the whole measurement in one job (`--rounds N`; 1 without it).
+    pub(crate) rounds: usize,
 }
 
 impl Plan {
@@ -238,6 +245,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
     let mut alg_all = false;
     let mut split2 = false;
     let mut ops = None;
+    let mut rounds = 1usize;
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -272,6 +280,13 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
                 }
                 ops = Some(list);
             }
+            "--rounds" => {
+                let v = it.next().ok_or("--rounds needs a number")?;
+                rounds = match v.parse() {
+                    Ok(n) if n > 0 => n,
+                    _ => return Err(format!("--rounds {v:?}: expected a positive number")),
+                };
+            }
             "--team" => match it.next().as_deref() {
                 Some("world") => split2 = false,
                 Some("split2") => split2 = true,
@@ -291,6 +306,13 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
         }
     }
     let suite = suite.ok_or("no suite given")?;
+    if rounds > 1 && suite == Suite::Coll {
+        return Err(
+            "--rounds: the coll suite has no targets to judge over rounds; use it with am, \
+             rma, barrier or all"
+                .into(),
+        );
+    }
     Ok(Some(Opts {
         suite,
         json,
@@ -301,6 +323,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
             alg_all,
             split2,
             ops,
+            rounds,
         },
     }))
 }
@@ -328,27 +351,82 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
         ));
     }
     let me = ep.rank();
-    let mut report = Report::new(ep.conduit_name(), ep.size());
     let mut plan = opts.plan.clone();
     plan.network = ep.conduit_name() != "smp";
     let plan = &plan;
     let udp = ep.conduit_name() == "udp";
+    // The round-trip floor's set-up, once for every round.
+    let mut floors = latency::Floors::default();
+    if ep.size() >= 2 && opts.suite != Suite::Coll {
+        if udp {
+            floors.raw = rawudp::RawUdp::setup(&ep)?;
+        } else {
+            floors.line = Some(floor::PingLine::setup(&ep)?);
+        }
+    }
+    // Rank 0's side of every transfer: the memcpy floor copies `local` to `other`, puts
+    // and Long payloads come from `local`, gets land in it. Sharing the buffer keeps the
+    // comparison with the floor about the remote side only.
+    let mut local = crate::pattern(plan.max_bytes);
+    let mut reports = Vec::with_capacity(plan.rounds);
+    for _ in 0..plan.rounds {
+        let mut report = measure(&ep, &st, opts, plan, &mut floors, &mut local)?;
+        report.compute_ratios();
+        reports.push(report);
+    }
+    if me == 0 {
+        let last = reports.last().expect("at least one round");
+        if opts.json {
+            for l in last.json_lines() {
+                println!("{l}");
+            }
+            if reports.len() > 1 {
+                for l in report::rounds_json(&reports) {
+                    println!("{l}");
+                }
+            }
+        } else {
+            if reports.len() > 1 {
+                println!("# the tables are the last of {} rounds", reports.len());
+            }
+            print!("{}", last.table());
+            if reports.len() > 1 {
+                print!("\n{}", report::rounds_table(&reports));
+            }
+        }
+    }
+    ep.barrier()?;
+    Ok(())
+}
+
+/// One round of the measurements `opts` asks for: the floors first (the round-trip floor
+/// interleaved with the AM round trips), then every suite.
+fn measure(
+    ep: &amnet::Endpoint,
+    st: &Arc<am::AmState>,
+    opts: &Opts,
+    plan: &Plan,
+    floors: &mut latency::Floors,
+    local: &mut [u8],
+) -> Result<Report, BenchError> {
+    let ep = ep.clone();
+    let me = ep.rank();
+    let mut report = Report::new(ep.conduit_name(), ep.size());
+    let udp = ep.conduit_name() == "udp";
+    let point_to_point = !matches!(opts.suite, Suite::Barrier | Suite::Coll);
 
     // The floors come first, so that everything else can be compared with them.
     if me == 0 {
         let s = measure::timer_overhead(plan.iters);
         report.extend([report::Row::latency("floor", "timer", 0, &s, 1)]);
     }
-    let mut floors = latency::Floors::default();
     // On udp the 8-byte put/get latencies are interleaved with the raw ping-pong as well.
     let rma_lat_interleaved = udp && matches!(opts.suite, Suite::Rma | Suite::All);
     if ep.size() >= 2 && opts.suite != Suite::Coll {
         // The round-trip floor, interleaved with the AM round trips when they are measured.
         let mut ops = if udp {
-            floors.raw = rawudp::RawUdp::setup(&ep)?;
             vec![latency::LatOp::RawUdp]
         } else {
-            floors.line = Some(floor::PingLine::setup(&ep)?);
             vec![latency::LatOp::Floor]
         };
         if matches!(opts.suite, Suite::Am | Suite::All) {
@@ -357,19 +435,15 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
         if rma_lat_interleaved {
             ops.extend([latency::LatOp::Put, latency::LatOp::Get]);
         }
-        report.extend(latency::run(&ep, &st, plan, &mut floors, &ops)?);
+        report.extend(latency::run(&ep, st, plan, floors, &ops)?);
     }
-    // Rank 0's side of every transfer: the memcpy floor copies `local` to `other`, puts
-    // and Long payloads come from `local`, gets land in it. Sharing the buffer keeps the
-    // comparison with the floor about the remote side only.
-    let mut local = crate::pattern(plan.max_bytes);
     if me == 0 && point_to_point {
         let mut other = vec![0u8; plan.max_bytes];
         let mut sizes = plan.sizes(plan.max_bytes);
         if plan.max_bytes >= TARGET_BYTES && !sizes.contains(&TARGET_BYTES) {
             sizes.push(TARGET_BYTES);
         }
-        report.extend(floor::memcpy_bw(plan, &sizes, &local, &mut other));
+        report.extend(floor::memcpy_bw(plan, &sizes, local, &mut other));
     }
     if udp && ep.size() >= 2 && opts.suite != Suite::Coll {
         let mut sizes = plan.sizes(plan.max_bytes);
@@ -395,10 +469,10 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
     }
 
     if matches!(opts.suite, Suite::Am | Suite::All) {
-        report.extend(am::run(&ep, &st, plan, &local)?);
+        report.extend(am::run(&ep, st, plan, local)?);
     }
     if matches!(opts.suite, Suite::Rma | Suite::All) {
-        report.extend(rma::run(&ep, plan, &mut local, rma_lat_interleaved)?);
+        report.extend(rma::run(&ep, plan, local, rma_lat_interleaved)?);
     }
     if matches!(opts.suite, Suite::Barrier | Suite::All) {
         report.extend(barrier::run(&ep, plan)?);
@@ -419,19 +493,7 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
         }
         report.extend(coll::run(&ep, plan, peer)?);
     }
-
-    if me == 0 {
-        report.compute_ratios();
-        if opts.json {
-            for l in report.json_lines() {
-                println!("{l}");
-            }
-        } else {
-            print!("{}", report.table());
-        }
-    }
-    ep.barrier()?;
-    Ok(())
+    Ok(report)
 }
 
 fn main() -> ExitCode {
@@ -486,6 +548,11 @@ mod tests {
         assert!(parse_args(args("nope")).is_err());
         assert!(parse_args(args("am --iters 0")).is_err());
         assert!(parse_args(args("")).is_err());
+        let o = parse_args(args("am --rounds 7")).unwrap().unwrap();
+        assert_eq!(o.plan.rounds, 7);
+        assert_eq!(parse_args(args("all")).unwrap().unwrap().plan.rounds, 1);
+        assert!(parse_args(args("am --rounds 0")).is_err());
+        assert!(parse_args(args("coll --rounds 3")).is_err());
     }
 
     #[test]
@@ -497,6 +564,7 @@ mod tests {
             alg_all: false,
             split2: false,
             ops: None,
+            rounds: 1,
         };
         let s = p.sizes(p.max_bytes);
         assert_eq!(s.first(), Some(&8));

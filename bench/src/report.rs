@@ -832,6 +832,233 @@ impl Report {
     }
 }
 
+/// The 2-core VM's fast state (bench/RESULTS.md, "The 2-core VM's fast and slow states"): a
+/// round is fast when its round-trip floor is below this, in ns, for the floor row named.
+const FAST_FLOORS: [(&str, f64); 3] = [
+    ("cacheline_rtt", 200.0),
+    ("raw_udp_rtt", 5600.0),
+    ("raw_mpi_rtt", 800.0),
+];
+
+impl Report {
+    /// Whether this round ran in the machine's fast state, judged by its round-trip floor
+    /// (`None` where it measured none): the floor row and its p50 in ns too.
+    fn fast_state(&self) -> Option<(bool, &'static str, f64)> {
+        FAST_FLOORS.iter().find_map(|&(op, limit)| {
+            let v = self.p50(op, None)?;
+            Some((v < limit, op, v))
+        })
+    }
+}
+
+/// The value at fraction `q` (0 to 1) of sorted `v` (nearest rank), or the median (the mean
+/// of the two middle values for an even count) where `q` is 0.5.
+fn quantile(v: &[f64], q: f64) -> f64 {
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if (q - 0.5).abs() < f64::EPSILON {
+        return if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+    }
+    #[allow(
+        clippy::cast_precision_loss,
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss
+    )] // n is a small count; the rank is in 1..=n
+    let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
+    v[rank - 1]
+}
+
+/// One target over the rounds of a `--rounds` run.
+#[derive(Debug, Clone)]
+pub(crate) struct RoundsSummary {
+    /// The target (its value is the median over every round).
+    target: Target,
+    /// Its value per round, in round order (`None` where a round did not measure it).
+    values: Vec<Option<f64>>,
+    /// Per round: whether it ran in the fast state.
+    fast: Vec<bool>,
+}
+
+impl RoundsSummary {
+    fn sorted(&self, only_fast: bool) -> Vec<f64> {
+        let mut v: Vec<f64> = self
+            .values
+            .iter()
+            .zip(&self.fast)
+            .filter(|(_, &f)| f || !only_fast)
+            .filter_map(|(v, _)| *v)
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v
+    }
+
+    /// (median, 10th percentile, 90th percentile) over the rounds (over the fast rounds with
+    /// `only_fast`), `None` without values.
+    fn spread(&self, only_fast: bool) -> Option<(f64, f64, f64)> {
+        let v = self.sorted(only_fast);
+        if v.is_empty() {
+            return None;
+        }
+        Some((quantile(&v, 0.5), quantile(&v, 0.1), quantile(&v, 0.9)))
+    }
+
+    /// Rounds whose value met the target.
+    fn met_rounds(&self) -> usize {
+        self.values
+            .iter()
+            .filter(|v| {
+                let mut t = self.target.clone();
+                t.value = **v;
+                t.met() == Some(true)
+            })
+            .count()
+    }
+}
+
+/// Every target over `rounds` (reports of one job, ratios computed), judged on the median
+/// over the rounds.
+pub(crate) fn rounds_summary(rounds: &[Report]) -> Vec<RoundsSummary> {
+    let Some(first) = rounds.first() else {
+        return Vec::new();
+    };
+    let fast: Vec<bool> = rounds
+        .iter()
+        .map(|r| r.fast_state().is_some_and(|f| f.0))
+        .collect();
+    let per_round: Vec<Vec<Target>> = rounds.iter().map(Report::targets).collect();
+    first
+        .targets()
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut target)| {
+            let values: Vec<Option<f64>> = per_round
+                .iter()
+                .map(|ts| ts.get(i).and_then(|t| t.value))
+                .collect();
+            let mut s = RoundsSummary {
+                target: target.clone(),
+                values,
+                fast: fast.clone(),
+            };
+            target.value = s.spread(false).map(|x| x.0);
+            s.target = target;
+            s
+        })
+        .collect()
+}
+
+/// The `--rounds` section: each round's floor and state, then per target the median over the
+/// rounds with its 10th-90th percentile range, the same over the fast rounds, and how many
+/// rounds met it.
+pub(crate) fn rounds_table(rounds: &[Report]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let n = rounds.len();
+    let states: Vec<Option<(bool, &str, f64)>> = rounds.iter().map(Report::fast_state).collect();
+    let nfast = states.iter().filter(|s| s.is_some_and(|f| f.0)).count();
+    let floor = states.iter().flatten().next().map_or("-", |s| s.1);
+    let limit = FAST_FLOORS
+        .iter()
+        .find(|f| f.0 == floor)
+        .map_or(f64::NAN, |f| f.1);
+    let _ = writeln!(
+        out,
+        "# rounds: {n}, {nfast} in the fast state ({floor} below {limit:.0} ns)"
+    );
+    let _ = write!(out, "# {floor} per round (ns):");
+    for s in &states {
+        let _ = match s {
+            Some((f, _, v)) => write!(out, " {v:.0}{}", if *f { "" } else { "*" }),
+            None => write!(out, " -"),
+        };
+    }
+    let _ = writeln!(out, "  (* slow)");
+    let _ = writeln!(
+        out,
+        "# {:<40} {:>9} {:>19} {:>9} {:>19} {:>10} {:>11}",
+        "target", "median", "p10-p90", "fast med", "fast p10-p90", "met", "goal"
+    );
+    let cell = |x: Option<(f64, f64, f64)>, unit: &str| match x {
+        None => ("-".to_string(), "-".to_string()),
+        Some((m, lo, hi)) => (
+            fmt_val(m, unit),
+            format!("{}-{}", fmt_val(lo, unit), fmt_val(hi, unit)),
+        ),
+    };
+    for s in rounds_summary(rounds) {
+        let (m, r) = cell(s.spread(false), s.target.unit);
+        let (fm, fr) = cell(s.spread(true), s.target.unit);
+        let _ = writeln!(
+            out,
+            "# {:<40} {:>9} {:>19} {:>9} {:>19} {:>10} {:>11}",
+            s.target.name,
+            m,
+            r,
+            fm,
+            fr,
+            if s.values.iter().all(Option::is_none) {
+                "-".to_string()
+            } else {
+                format!("{}/{n}", s.met_rounds())
+            },
+            s.target.limit_text()
+        );
+    }
+    out
+}
+
+/// The `--rounds` section as JSON lines: one object per round (its floor and state) and one
+/// per target (`suite` "rounds").
+pub(crate) fn rounds_json(rounds: &[Report]) -> Vec<String> {
+    let r4 = |v: f64| (v * 1e4).round() / 1e4;
+    let mut lines = Vec::new();
+    for (i, r) in rounds.iter().enumerate() {
+        let st = r.fast_state();
+        lines.push(
+            json!({
+                "suite": "round",
+                "round": i,
+                "conduit": r.conduit,
+                "floor": st.map(|s| s.1),
+                "floor_p50_us": st.map(|s| r4(s.2 / 1e3)),
+                "fast": st.map(|s| s.0),
+            })
+            .to_string(),
+        );
+    }
+    for s in rounds_summary(rounds) {
+        let all = s.spread(false);
+        let fast = s.spread(true);
+        let opt = |x: Option<f64>| x.map_or(Value::Null, |v| Value::from(r4(v)));
+        lines.push(
+            json!({
+                "suite": "rounds",
+                "target": s.target.key,
+                "conduit": rounds.first().map_or("", |r| r.conduit),
+                "rounds": s.values.len(),
+                "fast_rounds": s.fast.iter().filter(|&&f| f).count(),
+                "median": opt(all.map(|x| x.0)),
+                "p10": opt(all.map(|x| x.1)),
+                "p90": opt(all.map(|x| x.2)),
+                "fast_median": opt(fast.map(|x| x.0)),
+                "fast_p10": opt(fast.map(|x| x.1)),
+                "fast_p90": opt(fast.map(|x| x.2)),
+                "met_rounds": s.met_rounds(),
+                "goal": s.target.limit_text(),
+                "values": s.values.iter().map(|v| opt(*v)).collect::<Vec<_>>(),
+            })
+            .to_string(),
+        );
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -868,6 +1095,59 @@ mod tests {
         assert_eq!(v["ratio"], 1.5);
         assert!(v["mb_s"].is_null());
         assert!(r.table().contains("MISSED"));
+    }
+
+    #[test]
+    fn quantiles() {
+        let v = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0];
+        assert_eq!(quantile(&v, 0.5), 5.5);
+        assert_eq!(quantile(&v[..9], 0.5), 5.0);
+        assert_eq!(quantile(&v, 0.1), 1.0);
+        assert_eq!(quantile(&v, 0.9), 9.0);
+        assert_eq!(quantile(&v[..1], 0.9), 1.0);
+        assert!(quantile(&[], 0.5).is_nan());
+    }
+
+    #[test]
+    fn rounds_give_medians_spreads_and_the_fast_share() {
+        // Short / floor per round: 1.5, 1.6, 2.0 (slow floor), 1.7.
+        let rounds: Vec<Report> = [
+            (100.0, 150.0),
+            (100.0, 160.0),
+            (400.0, 800.0),
+            (100.0, 170.0),
+        ]
+        .iter()
+        .map(|&(floor, short)| {
+            let mut r = Report::new("smp", 2);
+            r.extend([
+                row("cacheline_rtt", 64, floor, false),
+                row("short_rtt", 0, short, false),
+            ]);
+            r.compute_ratios();
+            r
+        })
+        .collect();
+        let s = rounds_summary(&rounds);
+        let short = &s[0];
+        assert_eq!(short.target.key, "short_rtt_vs_floor");
+        let (m, lo, hi) = short.spread(false).unwrap();
+        assert!((m - 1.65).abs() < 1e-9 && (lo - 1.5).abs() < 1e-9 && (hi - 2.0).abs() < 1e-9);
+        let (fm, _, fhi) = short.spread(true).unwrap();
+        assert!((fm - 1.6).abs() < 1e-9 && (fhi - 1.7).abs() < 1e-9);
+        assert_eq!(short.met_rounds(), 3);
+        assert_eq!(short.target.value, Some(m));
+        // A target no round measured has no value and no met count in the table.
+        assert!(s[3].spread(false).is_none());
+        let text = rounds_table(&rounds);
+        assert!(text.contains("3 in the fast state"), "{text}");
+        assert!(text.contains("400*"), "{text}");
+        let lines = rounds_json(&rounds);
+        let v: Value = serde_json::from_str(&lines[4]).unwrap();
+        assert_eq!(v["suite"], "rounds");
+        assert_eq!(v["fast_rounds"], 3);
+        assert_eq!(v["median"], 1.65);
+        assert_eq!(v["met_rounds"], 3);
     }
 
     #[test]
