@@ -239,7 +239,12 @@ impl Coll {
         team.0
             .alive
             .store(false, std::sync::atomic::Ordering::Release);
-        self.sh.lock().teams.remove(&team.id());
+        let mut guard = self.sh.lock();
+        let st = &mut *guard;
+        st.teams.remove(&team.id());
+        if st.flow.forget_team(team.id()) {
+            st.flow.unblock(&mut st.dirty);
+        }
         Ok(())
     }
 }

@@ -576,8 +576,26 @@ impl Flow {
         gone && !self.blocked.is_empty()
     }
 
+    /// Team `team` was destroyed here, after a barrier on it: every member has numbered every
+    /// collective of it, so nothing counted for it stays, and peers' asks about it need no
+    /// answer. Returns whether that may let a waiting collective move.
+    pub(crate) fn forget_team(&mut self, team: u64) -> bool {
+        let mut gone = false;
+        for a in self.ahead.values_mut() {
+            a.told.remove(&team);
+            a.asked.remove(&team);
+            if let Some(q) = a.sent.remove(&team) {
+                let n: usize = q.iter().map(|e| e.1).sum();
+                a.total -= n;
+                gone |= n > 0;
+            }
+        }
+        self.watch.retain(|&(_, t), _| t != team);
+        gone && !self.blocked.is_empty()
+    }
+
     /// Wake the collectives waiting for the flow control.
-    fn unblock(&mut self, dirty: &mut Dirty) {
+    pub(crate) fn unblock(&mut self, dirty: &mut Dirty) {
         dirty.v.extend(self.blocked.drain());
     }
 
@@ -2790,5 +2808,36 @@ fn compare_signatures(sigs: &[Option<Vec<u8>>], geo: &Geo) -> Option<String> {
         None
     } else {
         Some(diffs.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_destroyed_team_leaves_no_flow_records() {
+        let mut flow = Flow::default();
+        let mut outs = Vec::new();
+        let (a, b) = (Key { team: 7, seq: 1 }, Key { team: 0, seq: 1 });
+        assert!(flow_admit(
+            &mut flow,
+            1 << 20,
+            3,
+            a,
+            &[(1, 300), (2, 500)],
+            &mut outs
+        ));
+        assert!(flow_admit(&mut flow, 1 << 20, 3, b, &[(1, 40)], &mut outs));
+        flow.watch.insert((2, 7), 4);
+        flow.watch.insert((2, 0), 4);
+        assert_eq!(flow.ahead[&1].total, 340);
+        flow.forget_team(7);
+        assert_eq!(flow.ahead[&1].total, 40);
+        assert_eq!(flow.ahead[&2].total, 0);
+        assert!(flow.ahead.values().all(|x| !x.sent.contains_key(&7)));
+        assert!(flow.ahead.values().all(|x| !x.told.contains_key(&7)));
+        assert_eq!(flow.watch.len(), 1);
+        assert!(flow.watch.contains_key(&(2, 0)));
     }
 }
