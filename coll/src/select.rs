@@ -180,6 +180,14 @@ fn bytes(c: &CallInfo) -> f64 {
     c.bytes as f64
 }
 
+/// Recursive halving and its reverse (Rabenseifner's allreduce, and the reduce-scatter with
+/// a gather): 2 log2 p rounds, about twice the vector sent, and a pairing before and after
+/// where p is not a power of two.
+fn halving_cost(m: &Model, c: &CallInfo) -> f64 {
+    let extra = if c.ranks.is_power_of_two() { 0.0 } else { 2.0 };
+    (2.0 * log2_ceil(c.ranks) + extra) * m.alpha + (2.0 + extra) * m.beta * bytes(c)
+}
+
 /// Every algorithm, by operation; the first of each operation is its fallback (the flat
 /// engine admits every call).
 pub(crate) static ALGS: &[Alg] = &[
@@ -532,12 +540,8 @@ pub(crate) static ALGS: &[Alg] = &[
         forbids: bits::IMAGE_SPACE,
         sizes: (8 << 10, usize::MAX),
         // The reduce-scatter sends (p − 1)/p of the vector from a rank, the gather half a
-        // vector per step into the root's side; pairs first and last where p is not a power
-        // of two.
-        cost: |m, c| {
-            let extra = if c.ranks.is_power_of_two() { 0.0 } else { 2.0 };
-            (2.0 * log2_ceil(c.ranks) + extra) * m.alpha + (2.0 + extra) * m.beta * bytes(c)
-        },
+        // vector per step into the root's side: priced as Rabenseifner's allreduce.
+        cost: halving_cost,
     },
     Alg {
         name: "flat",
@@ -569,10 +573,7 @@ pub(crate) static ALGS: &[Alg] = &[
         requires: 0,
         forbids: bits::IMAGE_SPACE,
         sizes: (8 << 10, usize::MAX),
-        cost: |m, c| {
-            let extra = if c.ranks.is_power_of_two() { 0.0 } else { 2.0 };
-            (2.0 * log2_ceil(c.ranks) + extra) * m.alpha + (2.0 + extra) * m.beta * bytes(c)
-        },
+        cost: halving_cost,
     },
     Alg {
         name: "ring",

@@ -90,6 +90,24 @@ impl Halved {
         }
     }
 
+    /// The whole schedule of the odd rank `me` of a pair, which handed its vector over: with
+    /// `result`, it receives the result there from its partner at the end.
+    fn odd_rank(mut self, me: u32, result: Option<Range>, tmp: usize) -> Sched {
+        if let Some(into) = result {
+            self.rounds[0].recvs.push(Recv {
+                from: me - 1,
+                tag: TAG_BACK,
+                into,
+                how: Apply::Copy,
+            });
+        }
+        Sched {
+            rounds: self.rounds,
+            post: Vec::new(),
+            tmp,
+        }
+    }
+
     /// The place of team rank `r` (the even rank's for a pair).
     fn place(&self, r: u32) -> u32 {
         if r < 2 * self.rest {
@@ -200,17 +218,7 @@ pub(crate) fn rabenseifner(np: u32, me: u32, es: usize, n: usize) -> Sched {
     let mut h = halve(np, me, es, n, Buf::Dst);
     let Some(v) = h.v else {
         // The odd rank of a pair gets the result back at the end.
-        h.rounds[0].recvs.push(Recv {
-            from: me - 1,
-            tag: TAG_BACK,
-            into: all,
-            how: Apply::Copy,
-        });
-        return Sched {
-            rounds: h.rounds,
-            post: Vec::new(),
-            tmp: 0,
-        };
+        return h.odd_rank(me, Some(all), 0);
     };
     // Allgather: the same pairs in reverse order exchange their (finished) halves.
     while let Some((mask, parent, theirs)) = h.stack.pop() {
@@ -266,19 +274,7 @@ pub(crate) fn reduce_scatter_gather(np: u32, me: u32, root: u32, es: usize, n: u
     let mut h = halve(np, me, es, n, Buf::Tmp);
     let Some(v) = h.v else {
         // The odd rank of a pair: the root gets the result from its even partner.
-        if me == root {
-            h.rounds[0].recvs.push(Recv {
-                from: me - 1,
-                tag: TAG_BACK,
-                into: dst,
-                how: Apply::Copy,
-            });
-        }
-        return Sched {
-            rounds: h.rounds,
-            post: Vec::new(),
-            tmp: len,
-        };
+        return h.odd_rank(me, (me == root).then_some(dst), len);
     };
     let v_root = h.place(root);
     // Gather: at each step (largest distance first) the partner on the root's side of the
