@@ -646,16 +646,21 @@ mod tests {
                     let mut a = areas(&vs, |t| if t == root as usize { n * ES } else { 0 }, 15);
                     let sent = run(&scheds, &mut a, u64::from(np * 19 + root));
                     assert_eq!(sent, np as usize - 1);
-                    let d = &a[root as usize].1;
-                    for i in 0..n {
-                        assert_eq!(
-                            elem(&d[i * ES..]),
-                            fold(&vs, 0, np as usize - 1, i),
-                            "np {np} n {n} root {root} element {i}"
-                        );
-                    }
+                    root_holds_the_fold(&vs, &a[root as usize].1, n, root);
                 }
             }
+        }
+    }
+
+    /// The root's destination `d` holds the fold of every vector of `vs`, element by element.
+    fn root_holds_the_fold(vs: &[Vec<u8>], d: &[u8], n: usize, root: u32) {
+        let np = vs.len();
+        for i in 0..n {
+            assert_eq!(
+                elem(&d[i * ES..]),
+                fold(vs, 0, np - 1, i),
+                "np {np} n {n} root {root} element {i}"
+            );
         }
     }
 
@@ -674,14 +679,7 @@ mod tests {
                     for (t, (s, _)) in a.iter().enumerate() {
                         assert_eq!(s, &vs[t], "a source was written");
                     }
-                    let d = &a[root as usize].1;
-                    for i in 0..n {
-                        assert_eq!(
-                            elem(&d[i * ES..]),
-                            fold(&vs, 0, np as usize - 1, i),
-                            "np {np} n {n} root {root} element {i}"
-                        );
-                    }
+                    root_holds_the_fold(&vs, &a[root as usize].1, n, root);
                 }
             }
             // Bytes: the reduce-scatter's (p2 − 1)/p2 of the vector per place, the gather's
