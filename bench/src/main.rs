@@ -409,11 +409,15 @@ fn measure(
     floors: &mut latency::Floors,
     local: &mut [u8],
 ) -> Result<Report, BenchError> {
-    let ep = ep.clone();
     let me = ep.rank();
     let mut report = Report::new(ep.conduit_name(), ep.size());
     let udp = ep.conduit_name() == "udp";
     let point_to_point = !matches!(opts.suite, Suite::Barrier | Suite::Coll);
+    // The bandwidth sweeps' sizes, with the one the targets are judged at.
+    let mut sizes = plan.sizes(plan.max_bytes);
+    if plan.max_bytes >= TARGET_BYTES && !sizes.contains(&TARGET_BYTES) {
+        sizes.push(TARGET_BYTES);
+    }
 
     // The floors come first, so that everything else can be compared with them.
     if me == 0 {
@@ -435,22 +439,14 @@ fn measure(
         if rma_lat_interleaved {
             ops.extend([latency::LatOp::Put, latency::LatOp::Get]);
         }
-        report.extend(latency::run(&ep, st, plan, floors, &ops)?);
+        report.extend(latency::run(ep, st, plan, floors, &ops)?);
     }
     if me == 0 && point_to_point {
         let mut other = vec![0u8; plan.max_bytes];
-        let mut sizes = plan.sizes(plan.max_bytes);
-        if plan.max_bytes >= TARGET_BYTES && !sizes.contains(&TARGET_BYTES) {
-            sizes.push(TARGET_BYTES);
-        }
         report.extend(floor::memcpy_bw(plan, &sizes, local, &mut other));
     }
     if udp && ep.size() >= 2 && opts.suite != Suite::Coll {
-        let mut sizes = plan.sizes(plan.max_bytes);
-        if plan.max_bytes >= TARGET_BYTES && !sizes.contains(&TARGET_BYTES) {
-            sizes.push(TARGET_BYTES);
-        }
-        report.extend(rawudp::stream_bw(&ep, &mut floors.raw, plan, &sizes)?);
+        report.extend(rawudp::stream_bw(ep, &mut floors.raw, plan, &sizes)?);
         if let Some(raw) = floors.raw.as_ref().filter(|r| me == 0 && r.losses() > 0) {
             eprintln!(
                 "amnet-bench: raw UDP floors: {} blocks or points cut short by a lost datagram",
@@ -461,27 +457,23 @@ fn measure(
 
     #[cfg(feature = "mpi")]
     if ep.conduit_name() == "mpi" && ep.size() >= 2 && opts.suite != Suite::Coll {
-        let mut sizes = plan.sizes(plan.max_bytes);
-        if plan.max_bytes >= TARGET_BYTES && !sizes.contains(&TARGET_BYTES) {
-            sizes.push(TARGET_BYTES);
-        }
-        report.extend(rawmpi::run(&ep, plan, &sizes)?);
+        report.extend(rawmpi::run(ep, plan, &sizes)?);
     }
 
     if matches!(opts.suite, Suite::Am | Suite::All) {
-        report.extend(am::run(&ep, st, plan, local)?);
+        report.extend(am::run(ep, st, plan, local)?);
     }
     if matches!(opts.suite, Suite::Rma | Suite::All) {
-        report.extend(rma::run(&ep, plan, local, rma_lat_interleaved)?);
+        report.extend(rma::run(ep, plan, local, rma_lat_interleaved)?);
     }
     if matches!(opts.suite, Suite::Barrier | Suite::All) {
-        report.extend(barrier::run(&ep, plan)?);
+        report.extend(barrier::run(ep, plan)?);
     }
     if opts.suite == Suite::Coll {
         #[cfg(feature = "mpi")]
         let mut mpi_peer = if ep.conduit_name() == "mpi" {
             let max = plan.max_bytes.min(coll::MAX_BYTES);
-            Some(rawmpi::MpiColl::new(&ep, plan.split2, max)?)
+            Some(rawmpi::MpiColl::new(ep, plan.split2, max)?)
         } else {
             None
         };
@@ -491,7 +483,7 @@ fn measure(
         if let Some(p) = mpi_peer.as_mut() {
             peer = Some(p);
         }
-        report.extend(coll::run(&ep, plan, peer)?);
+        report.extend(coll::run(ep, plan, peer)?);
     }
     Ok(report)
 }
