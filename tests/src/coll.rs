@@ -1609,7 +1609,15 @@ fn amsafe_in_core_waits(c: &Ctx<'_>) -> Verdict {
         )?;
         ck("barrier", c.ep.barrier())?;
         if me != 0 {
-            std::thread::sleep(Duration::from_millis(20));
+            // Rank 0 initiates first (it puts this round's tag into slot 0 here once its
+            // call returned), so that the reduction cannot run inside its initiation.
+            ck(
+                "wait_until",
+                c.ep.wait_until(|| {
+                    let mut b = [0u8; 8];
+                    c.ep.read_local(SM_FLAG, &mut b).is_ok() && u64::from_le_bytes(b) == tag
+                }),
+            )?;
         }
         let h = ck(
             "reduce_nb",
@@ -1635,6 +1643,9 @@ fn amsafe_in_core_waits(c: &Ctx<'_>) -> Verdict {
             "client function"
         };
         if me == 0 {
+            for r in 1..p {
+                ck("put", c.ep.put(r, SM_FLAG, &tag.to_le_bytes()))?;
+            }
             let all_told = || {
                 (1..p).all(|r| {
                     let mut b = [0u8; 8];
