@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# loom models of the lock-free ring (separate target dir: --cfg loom rebuilds everything).
+# loom models of the lock-free ring and of the smp-native collectives' flags (separate target
+# dir: --cfg loom rebuilds everything).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
     cargo test -p amnet-smp --test loom --release
+# ... and of the smp-native collectives' flag protocol.
+RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
+    cargo test -p amnet-coll --lib --release loom_

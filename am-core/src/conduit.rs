@@ -13,6 +13,10 @@ use crate::{Rank, Result};
 /// The most arguments an active message carries.
 pub const MAX_ARGS: usize = 16;
 
+/// Bytes of one rank's host scratch ([`Conduit::host_scratch`]): shared memory that the ranks
+/// of a host map from one another for the library layers' flags and staging buffers.
+pub const HOST_SCRATCH_BYTES: usize = 512 << 10;
+
 /// The three active-message categories.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Category {
@@ -216,6 +220,18 @@ pub trait Conduit: Send + Sync + 'static {
     /// Native one-sided access: the base address of `rank`'s segment mapped into this process,
     /// when the conduit can do that (shared memory). `None` selects the AM-based reference path.
     fn peer_segment(&self, _rank: Rank) -> Option<*mut u8> {
+        None
+    }
+    /// The library's host scratch of `rank` ([`HOST_SCRATCH_BYTES`] bytes), mapped into this
+    /// process, when `rank` shares memory with this one; `None` otherwise (the default).
+    ///
+    /// A conduit that returns an address keeps it valid and mapped for its whole life,
+    /// page-aligned, zero-filled when the job starts, outside every segment and written by
+    /// nothing but the library layers above the core ([`LayerHooks::host_scratch`]); the
+    /// answer for a rank does not change. Ranks call it before attach too.
+    ///
+    /// [`LayerHooks::host_scratch`]: crate::LayerHooks::host_scratch
+    fn host_scratch(&self, _rank: Rank) -> Option<std::ptr::NonNull<u8>> {
         None
     }
     /// Native one-sided put/get through the transport ([`NativeRma`]), used for every rank

@@ -269,6 +269,22 @@ impl LayerHooks<'_> {
         Ok(())
     }
 
+    /// The host scratch of `rank` mapped into this process, when `rank` shares memory with
+    /// this one ([`Conduit::host_scratch`](crate::Conduit::host_scratch)): an area of
+    /// [`HOST_SCRATCH_BYTES`](crate::HOST_SCRATCH_BYTES) bytes, page-aligned and zero-filled
+    /// at start-up, that only the collectives layer writes (they are the only layer; more
+    /// layers would divide it). `None` for a rank out of range or not on this host.
+    ///
+    /// Every access through it is the layer's own unsafe code: the memory is written by other
+    /// processes at any time, so it is only to be read and written through atomics or under a
+    /// flag protocol that orders the plain accesses.
+    pub fn host_scratch(&self, rank: Rank) -> Option<std::ptr::NonNull<u8>> {
+        if rank >= self.ep.size() {
+            return None;
+        }
+        self.ep.inner.conduit.host_scratch(rank)
+    }
+
     /// The layer's per-endpoint state (set once; shared by every thread and clone of this
     /// endpoint).
     pub fn state(&self) -> &OnceLock<Arc<dyn Any + Send + Sync>> {

@@ -25,7 +25,10 @@ pub mod sync;
 
 pub use backoff::Backoff;
 pub use barrier::flags as barrier_flags;
-pub use conduit::{Category, Conduit, InMsg, LocalSegment, NativeRma, OutMsg, RmaTicket, MAX_ARGS};
+pub use conduit::{
+    Category, Conduit, InMsg, LocalSegment, NativeRma, OutMsg, RmaTicket, HOST_SCRATCH_BYTES,
+    MAX_ARGS,
+};
 pub use config::{ConduitKind, Source};
 pub use endpoint::{Endpoint, EndpointConfig};
 pub use error::{Error, Result};

@@ -323,6 +323,8 @@ impl Coll {
                                 .count_usize(&vars::COLL_EARLY_BYTES)?
                                 .unwrap_or(DEFAULT_EARLY_BYTES),
                         ),
+                        shm_world: crate::shm::ShmTeam::world(ep),
+                        agg_teams: std::sync::atomic::AtomicUsize::new(0),
                     });
                     sh.install()?;
                     *g = Some(sh.clone());
@@ -455,8 +457,9 @@ impl Coll {
         st.flow.early_peak = st.flow.early_now;
     }
 
-    /// The algorithm a single-address call of operation `op` with `bytes` per block and the
-    /// sync flags `flags` would get on `team` (for a reduction: a commutative built-in; an
+    /// The algorithm a blocking single-address call of operation `op` with `bytes` per block,
+    /// segment addresses and the sync flags `flags` would get on `team` (for a reduction: a
+    /// commutative built-in of 8-byte elements; an
     /// array reduction with one run of elements per participant, in participant order, in
     /// the same layout at source and destination).
     pub fn selected(&self, team: &Team, op: &str, bytes: usize, flags: u32) -> Result<String> {
@@ -488,6 +491,19 @@ impl Coll {
             mask |= crate::select::bits::OUT_ALL;
         }
         mask |= crate::select::bits::SINGLE_ADDR;
+        if mask & crate::select::bits::HOST_SHM != 0 {
+            // Segment addresses: the sources are in the segment.
+            let np = team.size() as usize;
+            let (n, es, count) = if kind.is_reduction() {
+                (0, 8, bytes / 8)
+            } else {
+                (bytes, 0, 0)
+            };
+            let b = crate::shm::published_bytes(kind, n, np, es, count);
+            if crate::shm::fits(kind, b, true, false) {
+                mask |= crate::select::bits::SHM_FITS;
+            }
+        }
         let info = CallInfo {
             kind,
             mask,
@@ -545,8 +561,26 @@ impl Coll {
 
     /// The bits of a team's own characteristics (see `select`).
     fn team_bits(&self, geo: &Geo) -> u64 {
-        *geo.sel_bits
-            .get_or_init(|| crate::select::team_bits(geo, self.sh.ep.conduit_name()))
+        *geo.sel_bits.get_or_init(|| {
+            let mut m = crate::select::team_bits(geo, self.sh.ep.conduit_name());
+            if self.shm_team(geo).is_some() {
+                m |= crate::select::bits::HOST_SHM;
+            }
+            if self.sh.check {
+                m |= crate::select::bits::CHECKED;
+            }
+            m
+        })
+    }
+
+    /// The smp-native state of `geo`'s team, if it has one (the world team, where every rank
+    /// maps every other rank's host scratch).
+    fn shm_team(&self, geo: &Geo) -> Option<&crate::shm::ShmTeam> {
+        if geo.id == 0 {
+            self.sh.shm_world.as_ref()
+        } else {
+            None
+        }
     }
 
     /// The characteristic bits of a call (the team's and the call's; see `select`).
@@ -639,9 +673,56 @@ impl Coll {
         }
         if mode.aggregate {
             m |= AGGREGATED;
+        } else if m & HOST_SHM != 0
+            && !image_space
+            && self.sh.agg_teams.load(std::sync::atomic::Ordering::Relaxed) > 0
+        {
+            // The call that closes an open aggregate belongs to it (the smp-native
+            // algorithms take no aggregation). Every rank has the same aggregate open.
+            let st = self.sh.lock();
+            if st
+                .teams
+                .get(&geo.id)
+                .is_some_and(|t| t.agg_open.contains_key(&u32::MAX))
+            {
+                m |= AGGREGATED;
+            }
         }
-        if mode.addressing == amnet_sync_modes::Addressing::Single {
+        if !c.blocking {
+            m |= NONBLOCKING;
+        }
+        let single = mode.addressing == amnet_sync_modes::Addressing::Single;
+        if single {
             m |= SINGLE_ADDR;
+        }
+        if m & HOST_SHM != 0 {
+            // Under SINGLE a segment address is the same on every rank, so every rank knows
+            // that every source is in the segment.
+            let src_in_seg = mode.src_in_segment
+                || (single
+                    && matches!(
+                        c.addrs,
+                        Addrs::One {
+                            src: Addr::Seg(_),
+                            ..
+                        } | Addrs::One {
+                            src: Addr::InPlace,
+                            dst: Addr::Seg(_)
+                        }
+                    ));
+            let n = match c.counts {
+                Counts::Uniform(n) => n,
+                _ => usize::MAX,
+            };
+            let np = if image_space {
+                geo.nimages()
+            } else {
+                geo.size()
+            } as usize;
+            let bytes = crate::shm::published_bytes(c.kind, n, np, red.es, red.n);
+            if crate::shm::fits(c.kind, bytes, src_in_seg, m & IN_PLACE != 0) {
+                m |= SHM_FITS;
+            }
         }
         if mode.src_in_segment {
             m |= SRC_IN_SEG;
@@ -828,6 +909,21 @@ impl Coll {
         for e in &entries {
             areas.push(self.resolve(c.op, &spec, &mode, *e)?);
         }
+        if alg.imp == Imp::Shm {
+            // Blocking, rank participants (the algorithm's bits): done on return.
+            let t = self
+                .shm_team(&geo)
+                .ok_or_else(|| usage(c.op, "the smp-native algorithm on a team without one"))?;
+            let (_, src, dst) = areas.first().copied().unwrap_or_default();
+            crate::shm::run(sh, t, c.op, &spec, &mode, src, dst)?;
+            return Ok((
+                CollHandle::INVALID,
+                Key {
+                    team: geo.id,
+                    seq: 0,
+                },
+            ));
+        }
         // Direct puts (`Shared::direct_puts`): the segment offset of this rank's destination,
         // the same on every rank under SINGLE; blocks for other ranks are put there.
         let single = mode.addressing == amnet_sync_modes::Addressing::Single;
@@ -853,7 +949,7 @@ impl Coll {
             _ => None,
         };
         let sched = match alg.imp {
-            Imp::Flat | Imp::Signal => None,
+            Imp::Flat | Imp::Signal | Imp::Shm => None,
             Imp::Sched => Some(crate::algs::generate(alg, &spec, geo.me, &areas)?),
         };
         // Sequence number, group, entry.
@@ -899,10 +995,22 @@ impl Coll {
             u32::MAX
         };
         let group_seq = *ts.agg_open.get(&caller).unwrap_or(&seq);
+        let was_open = !ts.agg_open.is_empty();
         if mode.aggregate {
             ts.agg_open.insert(caller, group_seq);
         } else {
             ts.agg_open.remove(&caller);
+        }
+        match (was_open, ts.agg_open.is_empty()) {
+            (false, false) => {
+                sh.agg_teams
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            (true, true) => {
+                sh.agg_teams
+                    .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            _ => {}
         }
         if !mode.aggregate {
             ts.unsynced += 1;

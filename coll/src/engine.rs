@@ -744,6 +744,11 @@ pub(crate) struct Shared {
     /// `AMNET_COLL_EARLY_BYTES` (or `Coll::set_early_budget`): the early data a rank may hold
     /// from all the others together (`Flow`).
     pub(crate) early_budget: std::sync::atomic::AtomicUsize,
+    /// The world team's smp-native state, when every rank maps every other rank's host
+    /// scratch (`shm`).
+    pub(crate) shm_world: Option<crate::shm::ShmTeam>,
+    /// Teams on which some caller left an aggregate open (`TeamSeq::agg_open` not empty).
+    pub(crate) agg_teams: std::sync::atomic::AtomicUsize,
 }
 
 /// A message to send once the lock is released. Destinations are job ranks; `from` is this
@@ -1137,6 +1142,11 @@ impl Shared {
 
     /// Move every collective along as far as it can go without waiting. Returns whether
     /// anything happened.
+    /// No collective of the engine is in flight on this rank.
+    pub(crate) fn engine_idle(&self) -> bool {
+        self.lock().ops.is_empty()
+    }
+
     pub(crate) fn advance(&self) -> Result<bool> {
         self.advance_in(true)
     }

@@ -47,6 +47,7 @@ pub mod raw;
 mod reduce;
 mod sched;
 mod select;
+mod shm;
 mod team;
 mod typed;
 mod types;

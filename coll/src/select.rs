@@ -29,6 +29,11 @@ pub(crate) mod bits {
     pub(crate) const MULTI_IMAGE: u64 = 1 << 3;
     /// The conduit maps every peer's segment (shared memory).
     pub(crate) const DIRECT_SEGMENTS: u64 = 1 << 4;
+    /// One host: every member maps every other member's host scratch, and the team has its
+    /// smp-native state (`shm`).
+    pub(crate) const HOST_SHM: u64 = 1 << 5;
+    /// Checked mode (`AMNET_COLL_CHECK`): the calls' arguments are compared before data moves.
+    pub(crate) const CHECKED: u64 = 1 << 6;
     /// The call's participants are images (an `m` form or `ALL_THREADS`).
     pub(crate) const IMAGE_SPACE: u64 = 1 << 8;
     /// A variable-size (`v`) form.
@@ -62,13 +67,21 @@ pub(crate) mod bits {
     pub(crate) const SRC_IN_SEG: u64 = 1 << 21;
     /// The caller promised every destination is in the segment (`DST_IN_SEGMENT`).
     pub(crate) const DST_IN_SEG: u64 = 1 << 22;
+    /// A non-blocking call (`_nb`, or a typed request).
+    pub(crate) const NONBLOCKING: u64 = 1 << 23;
+    /// On a `HOST_SHM` team: each member's contribution fits a host-scratch slot, or it is
+    /// data that lies in the segment (a segment address under `SINGLE`, or
+    /// `SRC_IN_SEGMENT`) and is read in place (`shm::fits`).
+    pub(crate) const SHM_FITS: u64 = 1 << 24;
     /// The names, for errors and traces.
-    pub(crate) const NAMES: [(u64, &str); 20] = [
+    pub(crate) const NAMES: [(u64, &str); 24] = [
         (ONE_RANK, "one rank"),
         (POW2, "a power-of-two team"),
         (UNIFORM_IMAGES, "uniform images"),
         (MULTI_IMAGE, "several images on a rank"),
         (DIRECT_SEGMENTS, "directly mapped segments"),
+        (HOST_SHM, "one host with mapped host scratch"),
+        (CHECKED, "checked mode"),
         (IMAGE_SPACE, "image participants (m form or ALL_THREADS)"),
         (V_FORM, "a v form"),
         (IN_PLACE, "an in-place form"),
@@ -87,6 +100,11 @@ pub(crate) mod bits {
         (SINGLE_ADDR, "SINGLE addressing"),
         (SRC_IN_SEG, "SRC_IN_SEGMENT"),
         (DST_IN_SEG, "DST_IN_SEGMENT"),
+        (NONBLOCKING, "a non-blocking call"),
+        (
+            SHM_FITS,
+            "contributions that fit the host scratch or lie in the segment",
+        ),
     ];
 
     /// The names of the bits set in `m`.
@@ -110,6 +128,8 @@ pub(crate) enum Imp {
     /// A signal scheme (`barrier`): the entry and exit signals of every collective on a team
     /// and the team barrier run it.
     Signal,
+    /// The smp-native algorithms (`shm`): flags and copies in shared memory, no messages.
+    Shm,
 }
 
 /// A call as the selector and the cost model see it.
@@ -650,7 +670,39 @@ pub(crate) static ALGS: &[Alg] = &[
         // AMNET_COLL_TUNE or a tuning table selects it.
         cost: |m, c| 2.0 * log2_ceil(c.ranks) * m.alpha,
     },
+    // ----- smp-native (shm/): one host, blocking calls of rank participants -----
+    shm_alg(Kind::Broadcast, 0),
+    shm_alg(Kind::Scatter, 0),
+    shm_alg(Kind::Gather, 0),
+    shm_alg(Kind::GatherAll, 0),
+    shm_alg(Kind::Exchange, 0),
+    shm_alg(Kind::Reduce, bits::ORDER_SAFE),
+    shm_alg(Kind::ReduceAll, bits::ORDER_SAFE),
+    shm_alg(Kind::ReduceElems, 0),
+    shm_alg(Kind::ReduceElemsAll, 0),
+    shm_alg(Kind::Barrier, 0),
 ];
+
+/// The smp-native algorithm of `kind`: it requires a team on one host with its smp-native
+/// state and contributions that fit (`SHM_FITS`) plus `also`, and takes no images, `v` forms,
+/// aggregation, non-blocking calls or checked mode. Its cost is one flag's latency plus a
+/// single copy, below every algorithm that sends messages.
+const fn shm_alg(kind: Kind, also: u64) -> Alg {
+    Alg {
+        name: "shm",
+        kind,
+        imp: Imp::Shm,
+        requires: bits::HOST_SHM | bits::SHM_FITS | also,
+        forbids: bits::IMAGE_SPACE
+            | bits::MULTI_IMAGE
+            | bits::V_FORM
+            | bits::AGGREGATED
+            | bits::NONBLOCKING
+            | bits::CHECKED,
+        sizes: ANY,
+        cost: |m, c| 0.1 * m.alpha + m.beta * bytes(c),
+    }
+}
 
 /// The bits of a team's own characteristics, the same on every member.
 pub(crate) fn team_bits(geo: &crate::team::Geo, conduit: &str) -> u64 {
@@ -1181,7 +1233,10 @@ mod tests {
 
     #[test]
     fn the_signal_schemes_are_barrier_algorithms() {
-        assert_eq!(algorithms("barrier"), Some(vec!["dissemination", "tree"]));
+        assert_eq!(
+            algorithms("barrier"),
+            Some(vec!["dissemination", "tree", "shm"])
+        );
         let geo = crate::team::Geo::new(0, (0..6).collect(), 2, &[1; 6]);
         let sel = Selector::from_parts(Vec::new(), Vec::new(), Model::for_conduit("udp"));
         use amnet_sync_modes::SignalAlg;
@@ -1191,6 +1246,65 @@ mod tests {
         sel.set_forced("barrier:-:dissemination").unwrap();
         assert_eq!(sel.signal(&geo, "smp"), SignalAlg::Dissemination);
         assert!(parse_tune("barrier:-:ring").is_err());
+        // The smp-native barrier is no signal scheme: forcing it leaves the signals on
+        // dissemination.
+        sel.set_forced("barrier:-:shm").unwrap();
+        assert_eq!(sel.signal(&geo, "smp"), SignalAlg::Dissemination);
+    }
+
+    #[test]
+    fn smp_native_algorithms_take_blocking_rank_calls_that_fit() {
+        use bits::*;
+        let sel = Selector::from_parts(Vec::new(), Vec::new(), Model::for_conduit("smp"));
+        let base = HOST_SHM | SHM_FITS | DIRECT_SEGMENTS | UNIFORM_IMAGES | SINGLE_ADDR;
+        let red = COMMUTATIVE | BUILTIN_FN | ALL_CONTRIBUTE | ORDER_SAFE;
+        for kind in [
+            Kind::Broadcast,
+            Kind::Scatter,
+            Kind::Gather,
+            Kind::GatherAll,
+            Kind::Exchange,
+            Kind::Reduce,
+            Kind::ReduceAll,
+            Kind::ReduceElems,
+            Kind::ReduceElemsAll,
+            Kind::Barrier,
+        ] {
+            for ranks in [2, 3, 8, 16] {
+                for bytes in [0, 8, 4096, 1 << 20] {
+                    if kind == Kind::Barrier && bytes > 0 {
+                        continue;
+                    }
+                    let pick = |mask: u64| {
+                        sel.choose(&CallInfo {
+                            kind,
+                            mask: mask | if kind.is_reduction() { red } else { 0 },
+                            bytes,
+                            ranks,
+                        })
+                        .unwrap()
+                        .alg
+                        .name
+                    };
+                    assert_eq!(pick(base), "shm", "{kind:?} {ranks} ranks {bytes} B");
+                    for off in [HOST_SHM, SHM_FITS] {
+                        assert_ne!(pick(base & !off), "shm", "{kind:?} without {off:#x}");
+                    }
+                    for on in [
+                        NONBLOCKING,
+                        AGGREGATED,
+                        IMAGE_SPACE,
+                        MULTI_IMAGE,
+                        V_FORM,
+                        CHECKED,
+                    ] {
+                        assert_ne!(pick(base | on), "shm", "{kind:?} with {on:#x}");
+                    }
+                }
+            }
+        }
+        // The scans have no smp-native algorithm yet.
+        assert!(!algorithms("scan_elems").unwrap().contains(&"shm"));
     }
 
     #[test]

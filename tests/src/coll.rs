@@ -743,8 +743,25 @@ fn aggregate_messages(c: &Ctx<'_>) -> Verdict {
 /// flat algorithm): the data lands right (guards untouched), and where a put is a direct copy
 /// a rank that sends blocks to others sends fewer AM requests than under `MYSYNC`. An in-place
 /// exchange source is refused under those modes.
+/// Force `ops` (`"scatter:-:flat;..."`) on this rank for `f`, then restore the forced choices
+/// of the environment: for tests of one algorithm's mechanism (every rank does the same).
+fn forcing<T>(co: &Coll, ops: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    let env = env_tune();
+    ck("tune", co.tune(&format!("{ops};{env}")))?;
+    let r = f();
+    ck("tune", co.tune(&env))?;
+    r
+}
+
 fn direct_puts(c: &Ctx<'_>) -> Verdict {
     let co = coll(c)?;
+    // The engine's direct puts, not the smp-native algorithms.
+    forcing(co, "scatter:-:flat;gather:-:flat;exchange:-:flat", || {
+        direct_puts_flat(c, co)
+    })
+}
+
+fn direct_puts_flat(c: &Ctx<'_>, co: &Coll) -> Verdict {
     let (me, p) = (c.rank() as usize, c.size() as usize);
     let w = co.world();
     let root = c.size() - 1;
@@ -1113,13 +1130,29 @@ fn env_tune() -> String {
 /// message per round (dissemination) or one per child and one up (tree).
 fn barrier_schemes(c: &Ctx<'_>) -> Verdict {
     let co = coll(c)?;
+    // The environment's forced choices come back whatever the outcome.
+    let r = barrier_schemes_forced(c, co);
+    ck("tune", co.tune(&env_tune()))?;
+    r
+}
+
+fn barrier_schemes_forced(c: &Ctx<'_>, co: &Coll) -> Verdict {
     let (me, p) = (c.rank(), c.size());
     let log = u64::from(32 - (p - 1).leading_zeros()); // ceil(log2 p)
     let algs = Coll::algorithms("barrier").unwrap_or_default();
-    ensure(algs == ["dissemination", "tree"], || {
+    ensure(algs == ["dissemination", "tree", "shm"], || {
         format!("barrier's algorithms are {algs:?}")
     })?;
-    for scheme in ["dissemination", "tree"] {
+    // The smp-native barrier where the team has it (one host): no messages at all.
+    let mut schemes = vec!["dissemination", "tree"];
+    if ck(
+        "selected",
+        co.selected(co.world(), "barrier", 0, f::ALLSYNC),
+    )? == "shm"
+    {
+        schemes.push("shm");
+    }
+    for scheme in schemes {
         ck(
             "tune",
             co.tune(&format!("barrier:-:{scheme};broadcast:-:flat")),
@@ -1131,11 +1164,13 @@ fn barrier_schemes(c: &Ctx<'_>) -> Verdict {
         ensure(sel == scheme, || {
             format!("selected {sel} with {scheme} forced")
         })?;
-        let want = if scheme == "tree" {
-            tree_children(me, p) + u64::from(me != 0)
-        } else {
-            log
+        // The entry and exit signals of the engine's collectives run the tree or
+        // dissemination (where the barrier is smp-native: dissemination).
+        let signals = match scheme {
+            "tree" => tree_children(me, p) + u64::from(me != 0),
+            _ => log,
         };
+        let want = if scheme == "shm" { 0 } else { signals };
         for round in 1..=4u64 {
             let late = u32::try_from(round % u64::from(p)).unwrap_or(0);
             ck("barrier", c.ep.barrier())?;
@@ -1176,14 +1211,13 @@ fn barrier_schemes(c: &Ctx<'_>) -> Verdict {
         ck("wait_sync", co.wait_sync(h))?;
         let sent = requests(c) - before;
         let data = if me == 0 { u64::from(p) - 1 } else { 0 };
-        ensure(sent == want + data, || {
+        ensure(sent == signals + data, || {
             format!(
-                "{scheme}: an IN_ALLSYNC broadcast sent {sent} requests from rank {me}, expected                  {want} signals and {data} data messages"
+                "{scheme}: an IN_ALLSYNC broadcast sent {sent} requests from rank {me}, expected                  {signals} signals and {data} data messages"
             )
         })?;
         ck("barrier", c.ep.barrier())?;
     }
-    ck("tune", co.tune(&env_tune()))?;
     Ok(())
 }
 

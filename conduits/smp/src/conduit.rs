@@ -68,6 +68,25 @@ pub(crate) fn queue_bytes(size: u32) -> usize {
     QUEUE_HDR + size as usize * per_src_bytes()
 }
 
+/// Where a rank's host scratch starts in its queue object: after the queue area, on a page.
+pub(crate) fn scratch_offset(size: u32) -> usize {
+    queue_bytes(size).next_multiple_of(4096)
+}
+
+/// Bytes of one rank's queue object: its queue area, then its host scratch
+/// (`Conduit::host_scratch`; committed only as the layers above touch it).
+pub(crate) fn object_bytes(size: u32) -> usize {
+    scratch_offset(size) + amnet_core::HOST_SCRATCH_BYTES
+}
+
+/// The host scratch in the queue object mapped at `base` (of `object_bytes(size)` bytes).
+fn scratch_at(base: *mut u8, size: u32) -> Result<std::ptr::NonNull<u8>> {
+    // `wrapping_add` computes the address without a claim on it; the object holds
+    // `object_bytes(size)` bytes, so it lies inside.
+    std::ptr::NonNull::new(base.wrapping_add(scratch_offset(size)))
+        .ok_or_else(|| Error::conduit("smp", "queue object mapped at a null address"))
+}
+
 /// The large-ring counter at the start of a queue area.
 ///
 /// # Safety
@@ -179,7 +198,7 @@ impl ThreadShared {
         let ctl = unsafe { Ctl::init(ctl_region.ptr(), size) };
         let mut queues = Vec::with_capacity(size as usize);
         for _ in 0..size {
-            let q = Region::heap(queue_bytes(size))?;
+            let q = Region::heap(object_bytes(size))?;
             // SAFETY: fresh region of queue_bytes(size); shared only after the threads start.
             unsafe { rings(q.ptr(), size, true) };
             queues.push(q);
@@ -252,13 +271,16 @@ pub struct SmpConduit {
     self_pending: AtomicU64,
     boot: Boot,
     oversubscribed: bool,
+    /// Every rank's host scratch, in its queue object (mapped for the conduit's life).
+    scratch: Vec<std::ptr::NonNull<u8>>,
     segs: OnceLock<Segs>,
     mode: Mode,
 }
 
 // SAFETY: the raw pointers address the large-ring counters inside queue areas that the
 // conduit keeps mapped (`Mode`) for its whole life; they are only used for atomic operations,
-// which are safe from any thread and process.
+// which are safe from any thread and process. The host scratch pointers address the same
+// objects and are only handed out (`host_scratch`), never dereferenced here.
 unsafe impl Send for SmpConduit {}
 // SAFETY: as above.
 unsafe impl Sync for SmpConduit {}
@@ -432,7 +454,7 @@ impl SmpConduit {
         let ctl = unsafe { Ctl::view(ctl_region.ptr(), ctl_region.len(), size)? };
         let boot = Boot::new(boot_timeout);
         let own_name = queue_name(&job, rank);
-        let own = Region::create(&own_name, queue_bytes(size))?;
+        let own = Region::create(&own_name, object_bytes(size))?;
         // SAFETY: freshly created and not yet visible to peers (they wait at the barrier).
         let inb = unsafe { rings(own.ptr(), size, true) };
         let on_exit = |c: i32| process_exit(c);
@@ -443,13 +465,15 @@ impl SmpConduit {
         let mut queues = Vec::with_capacity(size as usize);
         let mut out = Vec::with_capacity(size as usize);
         let mut out_large = Vec::with_capacity(size as usize);
+        let mut scratch = Vec::with_capacity(size as usize);
         for r in 0..size {
             let q = if r == rank {
                 None
             } else {
-                Some(Region::open(&queue_name(&job, r), queue_bytes(size))?)
+                Some(Region::open(&queue_name(&job, r), object_bytes(size))?)
             };
             let base = q.as_ref().map_or(own.ptr(), |q| q.ptr());
+            scratch.push(scratch_at(base, size)?);
             // SAFETY: rank r initialized its area before the start-up barrier.
             let all = unsafe { rings(base, size, false) };
             out.push(all[rank as usize]);
@@ -471,6 +495,7 @@ impl SmpConduit {
             (rank, size, ctl),
             (out, out_large),
             (&inb, in_large),
+            scratch,
             boot,
             Mode::Process {
                 job,
@@ -486,6 +511,7 @@ impl SmpConduit {
         (rank, size, ctl): (Rank, u32, Ctl),
         (out, out_large): (Vec<[Ring; 4]>, Vec<*const AtomicU64>),
         (inb, in_large): (&[[Ring; 4]], *const AtomicU64),
+        scratch: Vec<std::ptr::NonNull<u8>>,
         boot: Boot,
         mode: Mode,
     ) -> SmpConduit {
@@ -505,6 +531,7 @@ impl SmpConduit {
             self_pending: AtomicU64::new(0),
             boot,
             oversubscribed: size > cores(),
+            scratch,
             segs: OnceLock::new(),
             mode,
         }
@@ -531,10 +558,16 @@ impl SmpConduit {
             .collect();
         // SAFETY: as above.
         let in_large = unsafe { large_counter(shared.queues[rank as usize].ptr()) };
+        let scratch = shared
+            .queues
+            .iter()
+            .map(|q| scratch_at(q.ptr(), size))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Self::assemble(
             (rank, size, shared.ctl),
             (out, out_large),
             (&inb, in_large),
+            scratch,
             Boot::new(Source::env().boot_timeout()?),
             Mode::Threads(shared),
         ))
@@ -845,6 +878,10 @@ impl Conduit for SmpConduit {
             }
         }
         Ok(total)
+    }
+
+    fn host_scratch(&self, rank: Rank) -> Option<std::ptr::NonNull<u8>> {
+        self.scratch.get(rank as usize).copied()
     }
 
     fn peer_segment(&self, rank: Rank) -> Option<*mut u8> {

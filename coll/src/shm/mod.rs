@@ -1,0 +1,682 @@
+//! The smp-native collectives (spec/coll.md §3c): for a team whose members share memory
+//! (every member maps every other member's host scratch), blocking collectives that send no
+//! active message. Each member publishes its contribution in its own scratch area and reads
+//! what it needs from its peers' areas (or, for sources in the segment, straight from their
+//! segments), with the flag protocol of [`chan`].
+//!
+//! A member writes only its own destination, so the input modes need nothing beyond the
+//! publication itself, except `IN_ALLSYNC`, which waits for every member's entry (the
+//! headers' epochs); `OUT_ALLSYNC` waits for every member's `done`, `OUT_MYSYNC` for the
+//! readers of a contribution read in place from the segment, `OUT_NOSYNC` for nothing. Every
+//! wait first checks its flag, then polls the endpoint and advances the engine with the
+//! core's back-off, and fails with `Error::Hang` under `AMNET_HANG_TIMEOUT`.
+
+pub(crate) mod chan;
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use amnet_core::{Endpoint, Error, Layer, Rank, Result};
+use amnet_sync_modes::{InSync, Mode, OutSync};
+
+use crate::engine::{Area as Mem, Shared};
+use crate::plan::{runs_iter, Kind, Spec};
+use crate::types::FnEntry;
+use chan::{Area, Published, INLINE, LOC_INLINE, LOC_SEG, LOC_SLOT, ROUNDS, SLOT_BYTES};
+
+/// Checks of a flag before a wait starts polling the endpoint.
+const SPIN_CHECKS: u32 = 64;
+
+/// The smp-native state of one team on this rank.
+pub(crate) struct ShmTeam {
+    /// Every member's area, in team order.
+    areas: Vec<NonNull<Area>>,
+    /// Job rank of every member.
+    ranks: Vec<Rank>,
+    me: usize,
+    /// This rank's segment, where contributions read in place lie.
+    seg: (usize, usize),
+    /// The last epoch used.
+    epoch: AtomicU64,
+    /// Every member's `done` was last seen at least this.
+    floor_seen: AtomicU64,
+    /// A call is running (representative calls on a team are serialized by the client; this
+    /// turns a violation into an error instead of two writers of one slot).
+    busy: AtomicBool,
+}
+
+// SAFETY: the areas are host scratch that the conduit keeps mapped for the endpoint's life,
+// and `Shared` (which owns the ShmTeam) holds the endpoint. They are accessed only through
+// atomics and the flag protocol of `chan`.
+unsafe impl Send for ShmTeam {}
+// SAFETY: as above; the call-serialization flag keeps the owner-side writes to one thread.
+unsafe impl Sync for ShmTeam {}
+
+impl std::fmt::Debug for ShmTeam {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmTeam")
+            .field("members", &self.ranks.len())
+            .field("me", &self.me)
+            .field("epoch", &self.epoch.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// Releases the call-serialization flag.
+struct Busy<'a>(&'a AtomicBool);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+impl ShmTeam {
+    /// The world team's state, when every rank maps every other rank's host scratch.
+    pub(crate) fn world(ep: &Endpoint) -> Option<ShmTeam> {
+        let hooks = ep.layer(Layer::Coll);
+        let ranks: Vec<Rank> = (0..ep.size()).collect();
+        let areas = ranks
+            .iter()
+            .map(|&r| hooks.host_scratch(r))
+            .collect::<Option<Vec<_>>>()?;
+        let seg = (ep.segment_ptr().ok()? as usize, ep.segment_len().ok()?);
+        Some(ShmTeam {
+            // SAFETY (of the later dereferences, `area`): the conduit's host scratch is
+            // page-aligned, zero-filled at start-up, HOST_SCRATCH_BYTES long (an `Area`
+            // fits, checked at compile time), used only by this layer, and mapped for the
+            // endpoint's life.
+            areas: areas.into_iter().map(NonNull::cast::<Area>).collect(),
+            me: ep.rank() as usize,
+            ranks,
+            seg,
+            epoch: AtomicU64::new(0),
+            floor_seen: AtomicU64::new(0),
+            busy: AtomicBool::new(false),
+        })
+    }
+
+    /// Member `i`'s area.
+    fn area(&self, i: usize) -> &Area {
+        // SAFETY: see `world`: each pointer is an `Area` in memory mapped while `self` lives.
+        unsafe { self.areas[i].as_ref() }
+    }
+
+    fn n(&self) -> usize {
+        self.areas.len()
+    }
+
+    /// Where `a` lies in this rank's segment, if it does.
+    fn seg_offset(&self, a: Mem) -> Option<u64> {
+        let (base, len) = self.seg;
+        (a.ptr >= base && a.ptr.checked_add(a.len)? <= base + len).then(|| (a.ptr - base) as u64)
+    }
+}
+
+/// A blocking wait on flags, for hang reports and the back-off.
+struct Waiter<'a> {
+    sh: &'a Shared,
+    op: &'static str,
+    e: u64,
+}
+
+impl Waiter<'_> {
+    /// Wait until `ok()`: checks first, then polls the endpoint and advances the engine with
+    /// the core's back-off (other collectives and active messages go on meanwhile).
+    fn wait(&self, mut ok: impl FnMut() -> bool, why: impl Fn() -> String) -> Result<()> {
+        for _ in 0..SPIN_CHECKS {
+            if ok() {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
+        let ep = &self.sh.ep;
+        let mut idle = ep.backoff();
+        let mut quiet: Option<Instant> = None;
+        loop {
+            if ok() {
+                return Ok(());
+            }
+            let n = ep.poll()?;
+            let moved = self.sh.advance()?;
+            if n > 0 || moved {
+                idle.reset();
+                quiet = None;
+                continue;
+            }
+            if let Some(t) = self.sh.hang {
+                if quiet.get_or_insert_with(Instant::now).elapsed() >= t {
+                    let report = format!(
+                        "rank {}: {} (smp-native, epoch {}) waits for {}",
+                        self.sh.rank,
+                        self.op,
+                        self.e,
+                        why()
+                    );
+                    amnet_core::diag!("amnet watchdog (AMNET_HANG_TIMEOUT): {report}");
+                    return Err(Error::Hang {
+                        millis: u64::try_from(t.as_millis()).unwrap_or(u64::MAX),
+                        detail: report,
+                    });
+                }
+            }
+            idle.snooze(|| ep.keep_awake());
+        }
+    }
+}
+
+/// The reduction function of a call.
+struct Fold<'a> {
+    f: &'a crate::types::ReduceFn,
+    flags: u32,
+    es: usize,
+    arg: u32,
+}
+
+impl Fold<'_> {
+    /// `out = left ∘ right` (one element each).
+    fn combine(&self, out: &mut [u8], left: &[u8], right: &[u8]) {
+        (self.f)(out, 1, left, 1, right, self.es, self.flags, self.arg);
+    }
+
+    /// `out` = the fold of the elements of `xs` in order (at least one).
+    fn fold(&self, out: &mut [u8], xs: &[u8]) {
+        let m = xs.len() / self.es;
+        if m <= 1 {
+            out.copy_from_slice(&xs[..self.es]);
+            return;
+        }
+        let (left, right) = xs.split_at((m - 1) * self.es);
+        (self.f)(out, 1, left, m - 1, right, self.es, self.flags, self.arg);
+    }
+}
+
+/// Bytes a member publishes for a call of `kind` (uniform counts; `n` bytes per block, `np`
+/// members, `es`-byte elements, `count` elements of a vector reduction).
+pub(crate) fn published_bytes(kind: Kind, n: usize, np: usize, es: usize, count: usize) -> usize {
+    match kind {
+        Kind::Broadcast | Kind::Gather | Kind::GatherAll => n,
+        Kind::Scatter | Kind::Exchange => n.saturating_mul(np),
+        Kind::Reduce | Kind::ReduceAll => es,
+        Kind::ReduceElems | Kind::ReduceElemsAll => es.saturating_mul(count),
+        _ => 0,
+    }
+}
+
+/// Whether a call's contribution fits a slot, or (data movement, not an in-place exchange)
+/// lies in the segment and is read in place: what the selector's `SHM_FITS` bit says.
+pub(crate) fn fits(kind: Kind, bytes: usize, src_in_seg: bool, in_place: bool) -> bool {
+    let data = matches!(
+        kind,
+        Kind::Broadcast | Kind::Scatter | Kind::Gather | Kind::GatherAll | Kind::Exchange
+    );
+    bytes <= SLOT_BYTES || (data && src_in_seg && !(in_place && kind == Kind::Exchange))
+}
+
+/// Run the blocking collective `spec` with `mode` on `t`'s team: this rank's source and
+/// destination areas are `src` and `dst` (resolved by the initiation).
+pub(crate) fn run(
+    sh: &Shared,
+    t: &ShmTeam,
+    op: &'static str,
+    spec: &Spec,
+    mode: &Mode,
+    src: Mem,
+    dst: Mem,
+) -> Result<()> {
+    if t.busy.swap(true, Ordering::Acquire) {
+        return Err(Error::Usage {
+            op,
+            detail: "another thread of this rank is in a collective on this team; calls on one \
+                     team are serialized"
+                .into(),
+        });
+    }
+    let _busy = Busy(&t.busy);
+    let e = t.epoch.load(Ordering::Relaxed) + 1;
+    t.epoch.store(e, Ordering::Relaxed);
+    let w = Waiter { sh, op, e };
+    if spec.kind == Kind::Barrier {
+        return barrier(sh, t, &w, e);
+    }
+    let s = chan::slot(e);
+    let me = t.me;
+    let np = t.n();
+    if spec.np != np {
+        return Err(Error::Usage {
+            op,
+            detail: format!(
+                "smp-native collectives take rank participants ({np}), not {}",
+                spec.np
+            ),
+        });
+    }
+    // Reuse: every member is done with what slot `s` held.
+    let floor = chan::reuse_floor(e);
+    if t.floor_seen.load(Ordering::Relaxed) < floor {
+        w.wait(
+            || (0..np).all(|i| t.area(i).done() >= floor),
+            || {
+                let late: Vec<usize> = (0..np).filter(|&i| t.area(i).done() < floor).collect();
+                format!("team ranks {late:?} to finish epoch {floor} (slot reuse)")
+            },
+        )?;
+        let low = (0..np).map(|i| t.area(i).done()).min().unwrap_or(floor);
+        t.floor_seen.store(low, Ordering::Relaxed);
+    }
+    if mode.input == InSync::All {
+        // No data moves, no source is read, before every member entered.
+        dissemination(t, &w, e, "the entry signal (IN_ALLSYNC)")?;
+    }
+    // Publish this rank's contribution (or only its entry).
+    let f = match spec.kind {
+        k if k.is_reduction() => {
+            let entry = spec.function(&sh.fns).ok_or_else(|| Error::Usage {
+                op,
+                detail: format!("reduction function {} is not in the table", spec.func),
+            })?;
+            Some(entry)
+        }
+        _ => None,
+    };
+    let fold = f.map(|e: &FnEntry| Fold {
+        f: &*e.f,
+        flags: e.flags & crate::types::fn_flags::NONCOMM,
+        es: spec.es.max(1),
+        arg: spec.arg,
+    });
+    let mut partial = [0u8; INLINE];
+    let mut partial_vec = Vec::new();
+    let (bytes, stage): (&[u8], bool) = match spec.kind {
+        Kind::Broadcast | Kind::Scatter if me != spec.root => (&[], false),
+        Kind::Broadcast | Kind::Scatter | Kind::Gather | Kind::GatherAll => {
+            // SAFETY: the initiation resolved `src` as this rank's source, valid for reads
+            // of its length until the call returns (the raw API's contract, or a borrow).
+            (unsafe { bytes_of(src) }, false)
+        }
+        Kind::Exchange => {
+            // SAFETY: as above.
+            (unsafe { bytes_of(src) }, src.ptr == dst.ptr)
+        }
+        Kind::Reduce | Kind::ReduceAll => {
+            let fold = fold.as_ref().ok_or_else(|| internal(op, "no function"))?;
+            let es = fold.es;
+            // SAFETY: as above.
+            let xs = unsafe { bytes_of(src) };
+            let out: &mut [u8] = if es <= INLINE {
+                &mut partial[..es]
+            } else {
+                partial_vec.resize(es, 0);
+                &mut partial_vec
+            };
+            // This rank's runs of the array, in element order, folded into one partial.
+            let mut have = false;
+            let mut run_acc = Vec::new();
+            for r in runs_iter(spec.src_lay, spec.n, spec.np).filter(|r| r.part == me) {
+                let run = xs
+                    .get(r.local * es..(r.local + r.len) * es)
+                    .ok_or_else(|| internal(op, "a run beyond the source area"))?;
+                if have {
+                    run_acc.resize(es, 0);
+                    fold.fold(&mut run_acc, run);
+                    let prev = out.to_vec();
+                    fold.combine(out, &prev, &run_acc);
+                } else {
+                    fold.fold(out, run);
+                    have = true;
+                }
+            }
+            if have {
+                (&*out, true)
+            } else {
+                (&[], false)
+            }
+        }
+        Kind::ReduceElems | Kind::ReduceElemsAll => {
+            // Staged: the readers fold from the scratch (and an in-place destination is
+            // written while they may still read).
+            // SAFETY: as above.
+            (unsafe { bytes_of(src) }, true)
+        }
+        _ => return Err(internal(op, "operation without an smp-native algorithm")),
+    };
+    let loc = if bytes.len() <= INLINE {
+        LOC_INLINE
+    } else if let Some(off) = (!stage).then(|| t.seg_offset(src)).flatten() {
+        LOC_SEG | off
+    } else if bytes.len() <= SLOT_BYTES {
+        LOC_SLOT
+    } else {
+        return Err(Error::Usage {
+            op,
+            detail: format!(
+                "{} bytes to contribute are more than the host scratch slot holds ({SLOT_BYTES}) \
+                 and not in the segment",
+                bytes.len()
+            ),
+        });
+    };
+    // SAFETY: this rank owns its area and is its only writer now (`busy`); every member's
+    // `done` reached the reuse floor; `bytes` fits where `loc` says.
+    unsafe {
+        t.area(me).publish(s, e, loc, bytes.len(), |p| {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len());
+        });
+    }
+    let rd = Reader {
+        sh,
+        t,
+        w: &w,
+        s,
+        e,
+        op,
+    };
+    let n = spec.counts.first().copied().unwrap_or(0);
+    let root = spec.root;
+    match spec.kind {
+        Kind::Broadcast => {
+            if me == root {
+                local_copy(src, 0, dst, 0, n);
+            } else {
+                rd.fetch(root, 0, n, dst.ptr)?;
+            }
+        }
+        Kind::Scatter => {
+            if me == root {
+                local_copy(src, me * n, dst, 0, n);
+            } else {
+                rd.fetch(root, me * n, n, dst.ptr)?;
+            }
+        }
+        Kind::Gather | Kind::GatherAll if spec.kind == Kind::GatherAll || me == root => {
+            for q in 0..np {
+                if q == me {
+                    local_copy(src, 0, dst, q * n, n);
+                } else {
+                    rd.fetch(q, 0, n, dst.ptr + q * n)?;
+                }
+            }
+        }
+        Kind::Exchange => {
+            for q in 0..np {
+                if q == me {
+                    if !stage {
+                        local_copy(src, me * n, dst, me * n, n);
+                    }
+                } else {
+                    rd.fetch(q, me * n, n, dst.ptr + q * n)?;
+                }
+            }
+        }
+        Kind::Reduce | Kind::ReduceAll if spec.kind == Kind::ReduceAll || me == root => {
+            let fold = fold.as_ref().ok_or_else(|| internal(op, "no function"))?;
+            rd.reduce_elems(fold, 1, dst)?;
+        }
+        Kind::ReduceElems | Kind::ReduceElemsAll
+            if spec.kind == Kind::ReduceElemsAll || me == root =>
+        {
+            let fold = fold.as_ref().ok_or_else(|| internal(op, "no function"))?;
+            rd.reduce_elems(fold, spec.n, dst)?;
+        }
+        _ => {}
+    }
+    t.area(me).set_done(e);
+    let in_place_read = loc & LOC_SEG != 0;
+    match mode.output {
+        OutSync::All => w.wait(
+            || (0..np).all(|i| t.area(i).done() >= e),
+            || {
+                let late: Vec<usize> = (0..np).filter(|&i| t.area(i).done() < e).collect();
+                format!("team ranks {late:?} to finish (OUT_ALLSYNC)")
+            },
+        )?,
+        OutSync::My if in_place_read => {
+            // The source stays in use until its readers finished: a gather's root, or every
+            // member.
+            let gather = spec.kind == Kind::Gather;
+            w.wait(
+                || {
+                    if gather {
+                        t.area(root).done() >= e
+                    } else {
+                        (0..np).all(|i| t.area(i).done() >= e)
+                    }
+                },
+                || "the readers of this rank's source (OUT_MYSYNC)".to_string(),
+            )?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The dissemination barrier of epoch `e`; afterwards every message a member sent before it
+/// entered is delivered here (the data of earlier collectives that travel in messages).
+fn barrier(sh: &Shared, t: &ShmTeam, w: &Waiter<'_>, e: u64) -> Result<()> {
+    dissemination(t, w, e, "the barrier")?;
+    t.area(t.me).set_done(e);
+    if !sh.engine_idle() {
+        // Collectives of the engine are in flight here: take in everything the members sent
+        // before they entered (it is in this rank's rings already), then let them move.
+        while sh.ep.poll()? > 0 {}
+        sh.advance()?;
+    }
+    Ok(())
+}
+
+/// The dissemination rounds of epoch `e` (`what` for hang reports): return once every member
+/// has started them.
+fn dissemination(t: &ShmTeam, w: &Waiter<'_>, e: u64, what: &str) -> Result<()> {
+    let np = t.n();
+    let me = t.me;
+    let mut dist = 1;
+    let mut k = 0;
+    while dist < np && k < ROUNDS {
+        t.area((me + dist) % np).signal_bar(k, e);
+        let from = (me + np - dist) % np;
+        w.wait(
+            || t.area(me).bar(k) >= e,
+            || format!("{what}: round {k} from team rank {from}"),
+        )?;
+        dist *= 2;
+        k += 1;
+    }
+    Ok(())
+}
+
+/// What a member reads from its peers in one call.
+struct Reader<'a> {
+    sh: &'a Shared,
+    t: &'a ShmTeam,
+    w: &'a Waiter<'a>,
+    s: usize,
+    e: u64,
+    op: &'static str,
+}
+
+impl Reader<'_> {
+    /// Member `q`'s header for this call, once published.
+    fn published(&self, q: usize) -> Result<Published> {
+        let a = self.t.area(q);
+        let mut got = None;
+        self.w.wait(
+            || {
+                got = a.published(self.s, self.e);
+                got.is_some()
+            },
+            || format!("team rank {q}'s contribution"),
+        )?;
+        got.ok_or_else(|| internal(self.op, "published header vanished"))
+    }
+
+    /// Copy `len` bytes at `off` of member `q`'s contribution to `to` in this process.
+    fn fetch(&self, q: usize, off: usize, len: usize, to: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let p = self.published(q)?;
+        self.check_len(q, p, off + len)?;
+        let to = to as *mut u8;
+        if p.loc & LOC_SEG != 0 {
+            let seg_off = (p.loc & !LOC_SEG) + off as u64;
+            let ep = &self.sh.ep;
+            // SAFETY: `to` addresses this rank's destination, resolved by the initiation and
+            // valid for `len` more bytes until the call returns.
+            let mut h = unsafe { ep.get_nb(self.t.ranks[q], seg_off, to, len)? };
+            return ep.wait_sync(&mut h);
+        }
+        // SAFETY: published for this slot and epoch, and this rank has not marked the epoch
+        // done; `off + len` is within what was published (checked); `to` as above.
+        unsafe {
+            self.t.area(q).read(self.s, p, |b| {
+                std::ptr::copy_nonoverlapping(b.add(off), to, len);
+            });
+        }
+        Ok(())
+    }
+
+    fn check_len(&self, q: usize, p: Published, want: usize) -> Result<()> {
+        if p.len < want {
+            return Err(Error::Usage {
+                op: self.op,
+                detail: format!(
+                    "team rank {q} contributed {} bytes where this rank needs {want}; the \
+                     ranks passed different sizes",
+                    p.len
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Fold every member's `count` elements elementwise, in team order, into `dst`
+    /// (`count * es` bytes); members that contributed nothing are left out.
+    fn reduce_elems(&self, fold: &Fold<'_>, count: usize, dst: Mem) -> Result<()> {
+        let es = fold.es;
+        let len = count * es;
+        if dst.len < len {
+            return Err(internal(self.op, "destination shorter than the result"));
+        }
+        // SAFETY: this rank's destination, resolved by the initiation, valid for writes of
+        // its length until the call returns; no other reference to it exists meanwhile.
+        let out = unsafe { std::slice::from_raw_parts_mut(dst.ptr as *mut u8, len) };
+        let mut tmp_small = [0u8; 64];
+        let mut tmp_big = Vec::new();
+        let tmp: &mut [u8] = if es <= 64 {
+            &mut tmp_small[..es]
+        } else {
+            tmp_big.resize(es, 0);
+            &mut tmp_big
+        };
+        let mut have = false;
+        for q in 0..self.t.n() {
+            let p = self.published(q)?;
+            if p.len == 0 {
+                continue;
+            }
+            self.check_len(q, p, len)?;
+            // SAFETY: published for this slot and epoch (never in the segment for a
+            // reduction), not yet marked done; `len` bytes checked.
+            let r = unsafe {
+                self.t.area(q).read(self.s, p, |b| {
+                    let x = std::slice::from_raw_parts(b, len);
+                    if have {
+                        for i in 0..count {
+                            let r = i * es..(i + 1) * es;
+                            fold.combine(tmp, &out[r.clone()], &x[r.clone()]);
+                            out[r].copy_from_slice(tmp);
+                        }
+                    } else {
+                        out.copy_from_slice(x);
+                    }
+                })
+            };
+            if r.is_none() {
+                return Err(internal(self.op, "a reduction operand in the segment"));
+            }
+            have = true;
+        }
+        if !have {
+            return Err(Error::Usage {
+                op: self.op,
+                detail: "no participant holds an element".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The bytes of a resolved area.
+///
+/// # Safety
+/// - `a` is valid for reads of `a.len` bytes while the result is used, and not written
+///   meanwhile.
+unsafe fn bytes_of<'a>(a: Mem) -> &'a [u8] {
+    if a.len == 0 {
+        return &[];
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(a.ptr as *const u8, a.len) }
+}
+
+/// Copy `len` bytes from `src + so` to `dst + dof` unless they are the same place.
+fn local_copy(src: Mem, so: usize, dst: Mem, dof: usize, len: usize) {
+    let (from, to) = (src.ptr + so, dst.ptr + dof);
+    if len == 0 || from == to {
+        return;
+    }
+    // SAFETY: both areas were resolved by the initiation for this rank's participant
+    // (source readable, destination writable, `so + len` and `dof + len` within them by the
+    // operation's sizes) and do not overlap except in the in-place case, where the blocks are
+    // the same place (skipped above).
+    unsafe { std::ptr::copy_nonoverlapping(from as *const u8, to as *mut u8, len) };
+}
+
+fn internal(op: &'static str, what: &str) -> Error {
+    Error::Usage {
+        op,
+        detail: format!("smp-native collective: {what}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_fits_the_host_scratch() {
+        // Small contributions fit whatever their place.
+        for kind in [
+            Kind::Broadcast,
+            Kind::Exchange,
+            Kind::ReduceAll,
+            Kind::ReduceElemsAll,
+        ] {
+            assert!(fits(kind, SLOT_BYTES, false, false), "{kind:?}");
+            assert!(fits(kind, SLOT_BYTES, false, true), "{kind:?}");
+        }
+        // Larger data is read in place from the segment, except an in-place exchange
+        // (its source is its destination, written while the peers read).
+        for kind in [
+            Kind::Broadcast,
+            Kind::Scatter,
+            Kind::Gather,
+            Kind::GatherAll,
+        ] {
+            assert!(!fits(kind, SLOT_BYTES + 1, false, false), "{kind:?}");
+            assert!(fits(kind, SLOT_BYTES + 1, true, false), "{kind:?}");
+        }
+        assert!(fits(Kind::Exchange, SLOT_BYTES + 1, true, false));
+        assert!(!fits(Kind::Exchange, SLOT_BYTES + 1, true, true));
+        // Reduction operands are always staged.
+        assert!(!fits(Kind::ReduceElemsAll, SLOT_BYTES + 1, true, false));
+        // What a member publishes.
+        assert_eq!(published_bytes(Kind::Broadcast, 10, 4, 0, 0), 10);
+        assert_eq!(published_bytes(Kind::Scatter, 10, 4, 0, 0), 40);
+        assert_eq!(published_bytes(Kind::Exchange, 10, 4, 0, 0), 40);
+        assert_eq!(published_bytes(Kind::ReduceAll, 0, 4, 16, 100), 16);
+        assert_eq!(published_bytes(Kind::ReduceElems, 0, 4, 8, 100), 800);
+        assert_eq!(published_bytes(Kind::Barrier, 0, 4, 0, 0), 0);
+    }
+}
