@@ -104,6 +104,22 @@ struct Entry {
     dst: Addr,
 }
 
+/// A call's local participants: one (no allocation), or a list.
+enum Entries {
+    One([Entry; 1]),
+    Many(Vec<Entry>),
+}
+
+impl std::ops::Deref for Entries {
+    type Target = [Entry];
+    fn deref(&self) -> &[Entry] {
+        match self {
+            Entries::One(e) => e,
+            Entries::Many(v) => v,
+        }
+    }
+}
+
 /// Why an in-place address cannot go with direct puts (`Shared::direct_puts`), if one is
 /// given: an exchange reads its in-place source from the destination that the other ranks'
 /// puts may already be writing, and an in-place scatter root does not know the segment offset
@@ -890,7 +906,7 @@ impl Coll {
         };
         let choice = sh.selector.choose(&info)?;
         let alg = choice.alg;
-        let spec = Arc::new(Spec {
+        let spec = Spec {
             kind: c.kind,
             np,
             root,
@@ -904,17 +920,17 @@ impl Coll {
             alg: alg.name,
             params: choice.params,
             call_fn: c.call_fn.clone(),
-        });
-        let mut areas = Vec::with_capacity(entries.len());
-        for e in &entries {
-            areas.push(self.resolve(c.op, &spec, &mode, *e)?);
-        }
+        };
         if alg.imp == Imp::Shm {
-            // Blocking, rank participants (the algorithm's bits): done on return.
+            // Blocking, one rank participant (the algorithm's bits): done on return.
             let t = self
                 .shm_team(&geo)
                 .ok_or_else(|| usage(c.op, "the smp-native algorithm on a team without one"))?;
-            let (_, src, dst) = areas.first().copied().unwrap_or_default();
+            let e = entries
+                .first()
+                .copied()
+                .ok_or_else(|| usage(c.op, "a call without a participant on this rank"))?;
+            let (_, src, dst) = self.resolve(c.op, &spec, &mode, e)?;
             crate::shm::run(sh, t, c.op, &spec, &mode, src, dst)?;
             return Ok((
                 CollHandle::INVALID,
@@ -923,6 +939,11 @@ impl Coll {
                     seq: 0,
                 },
             ));
+        }
+        let spec = Arc::new(spec);
+        let mut areas = Vec::with_capacity(entries.len());
+        for e in entries.iter() {
+            areas.push(self.resolve(c.op, &spec, &mode, *e)?);
         }
         // Direct puts (`Shared::direct_puts`): the segment offset of this rank's destination,
         // the same on every rank under SINGLE; blocks for other ranks are put there.
@@ -1169,7 +1190,7 @@ impl Coll {
         mode: &Mode,
         image_space: bool,
         np: usize,
-    ) -> Result<Vec<Entry>> {
+    ) -> Result<Entries> {
         let me = geo.me as usize;
         let first = geo.img_first[me] as usize;
         let count = geo.images[me] as usize;
@@ -1202,11 +1223,11 @@ impl Coll {
         match addrs {
             Addrs::One { src, dst } => {
                 let p = if image_space { my_image } else { me };
-                Ok(vec![Entry {
+                Ok(Entries::One([Entry {
                     p,
                     src: *src,
                     dst: *dst,
-                }])
+                }]))
             }
             Addrs::Many { src, dst } => {
                 let ps: Vec<usize> = if mode.all_threads {
@@ -1222,7 +1243,8 @@ impl Coll {
                             dst: pick(*dst, p, p - first, "destination")?,
                         })
                     })
-                    .collect()
+                    .collect::<Result<Vec<_>>>()
+                    .map(Entries::Many)
             }
         }
     }
