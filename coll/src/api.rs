@@ -931,7 +931,15 @@ impl Coll {
                 .copied()
                 .ok_or_else(|| usage(c.op, "a call without a participant on this rank"))?;
             let (_, src, dst) = self.resolve(c.op, &spec, &mode, e)?;
-            crate::shm::run(sh, t, c.op, &spec, &mode, src, dst)?;
+            // Under SINGLE a segment destination is the same offset on every rank.
+            let dst_seg = match e.dst {
+                Addr::Seg(off) if mode.addressing == amnet_sync_modes::Addressing::Single => {
+                    Some(off)
+                }
+                _ => None,
+            };
+            let mine = crate::shm::Mine { src, dst, dst_seg };
+            crate::shm::run(sh, t, c.op, &spec, &mode, mine)?;
             return Ok((
                 CollHandle::INVALID,
                 Key {

@@ -28,6 +28,10 @@ use chan::{Area, Published, INLINE, LOC_INLINE, LOC_SEG, LOC_SLOT, ROUNDS, SLOT_
 /// Checks of a flag before a wait starts polling the endpoint.
 const SPIN_CHECKS: u32 = 64;
 
+/// The smallest gather block that the members put into the root's segment destination
+/// themselves (in parallel) rather than the root copying every block.
+const PUSH_MIN_BYTES: usize = 16 << 10;
+
 /// The smp-native state of one team on this rank.
 pub(crate) struct ShmTeam {
     /// Every member's area, in team order.
@@ -214,17 +218,27 @@ pub(crate) fn fits(kind: Kind, bytes: usize, src_in_seg: bool, in_place: bool) -
     bytes <= SLOT_BYTES || (data && src_in_seg && !(in_place && kind == Kind::Exchange))
 }
 
-/// Run the blocking collective `spec` with `mode` on `t`'s team: this rank's source and
-/// destination areas are `src` and `dst` (resolved by the initiation).
+/// This rank's areas in a call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Mine {
+    /// The source and destination, resolved by the initiation.
+    pub(crate) src: Mem,
+    pub(crate) dst: Mem,
+    /// The destination's segment offset when it is the same on every rank (`SINGLE`).
+    pub(crate) dst_seg: Option<u64>,
+}
+
+/// Run the blocking collective `spec` with `mode` on `t`'s team, with this rank's areas
+/// `mine`.
 pub(crate) fn run(
     sh: &Shared,
     t: &ShmTeam,
     op: &'static str,
     spec: &Spec,
     mode: &Mode,
-    src: Mem,
-    dst: Mem,
+    mine: Mine,
 ) -> Result<()> {
+    let Mine { src, dst, dst_seg } = mine;
     if t.busy.swap(true, Ordering::Acquire) {
         return Err(Error::Usage {
             op,
@@ -288,8 +302,15 @@ pub(crate) fn run(
     });
     let mut partial = [0u8; INLINE];
     let mut partial_vec = Vec::new();
+    let n = spec.counts.first().copied().unwrap_or(0);
+    let root = spec.root;
+    // A large gather into a segment destination (the same offset on every rank): the members
+    // put their blocks into the root's segment themselves, in parallel, instead of the root
+    // copying every block.
+    let push = spec.kind == Kind::Gather && n >= PUSH_MIN_BYTES && dst_seg.is_some();
     let (bytes, stage): (&[u8], bool) = match spec.kind {
         Kind::Broadcast | Kind::Scatter if me != spec.root => (&[], false),
+        Kind::Gather if push => (&[], false),
         Kind::Broadcast | Kind::Scatter | Kind::Gather | Kind::GatherAll => {
             // SAFETY: the initiation resolved `src` as this rank's source, valid for reads
             // of its length until the call returns (the raw API's contract, or a borrow).
@@ -372,9 +393,26 @@ pub(crate) fn run(
         e,
         op,
     };
-    let n = spec.counts.first().copied().unwrap_or(0);
-    let root = spec.root;
     match spec.kind {
+        Kind::Gather if push => {
+            if me == root {
+                local_copy(src, 0, dst, me * n, n);
+                if mode.output != OutSync::No {
+                    // The members' blocks are in place once each is done.
+                    w.wait(
+                        || (0..np).all(|q| q == me || t.area(q).done() >= e),
+                        || "the members' blocks (a gather's puts)".to_string(),
+                    )?;
+                }
+            } else {
+                // Into the root's destination once the root entered (IN_MYSYNC; the header's
+                // epoch is its entry).
+                rd.published(root)?;
+                let at = dst_seg.unwrap_or(0) + (me * n) as u64;
+                // SAFETY: as above: this rank's source, readable until the call returns.
+                sh.ep.put(t.ranks[root], at, unsafe { bytes_of(src) })?;
+            }
+        }
         Kind::Broadcast => {
             if me == root {
                 local_copy(src, 0, dst, 0, n);
