@@ -680,7 +680,9 @@ pub(crate) static ALGS: &[Alg] = &[
     shm_alg(Kind::ReduceAll, bits::ORDER_SAFE),
     shm_alg(Kind::ReduceElems, 0),
     shm_alg(Kind::ReduceElemsAll, 0),
-    shm_alg(Kind::Barrier, 0),
+    // The team barrier promises that the messages of earlier collectives are in: only where
+    // a send is in the target's memory when it returns (smp's rings).
+    shm_alg(Kind::Barrier, bits::DIRECT_SEGMENTS),
 ];
 
 /// The smp-native algorithm of `kind`: it requires a team on one host with its smp-native

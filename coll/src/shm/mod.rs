@@ -238,7 +238,6 @@ pub(crate) fn run(
     mode: &Mode,
     mine: Mine,
 ) -> Result<()> {
-    let Mine { src, dst, dst_seg } = mine;
     if t.busy.swap(true, Ordering::Acquire) {
         return Err(Error::Usage {
             op,
@@ -251,9 +250,29 @@ pub(crate) fn run(
     let e = t.epoch.load(Ordering::Relaxed) + 1;
     t.epoch.store(e, Ordering::Relaxed);
     let w = Waiter { sh, op, e };
-    if spec.kind == Kind::Barrier {
-        return barrier(sh, t, &w, e);
+    let r = if spec.kind == Kind::Barrier {
+        barrier(sh, t, &w, e)
+    } else {
+        epoch_call(sh, t, &w, spec, mode, mine)
+    };
+    if r.is_err() {
+        // This rank reads nothing more of the epoch: its later calls must not wait for it.
+        t.area(t.me).set_done(e);
     }
+    r
+}
+
+/// The body of [`run`] for a data or reduction call of epoch `w.e`.
+fn epoch_call(
+    sh: &Shared,
+    t: &ShmTeam,
+    w: &Waiter<'_>,
+    spec: &Spec,
+    mode: &Mode,
+    mine: Mine,
+) -> Result<()> {
+    let Mine { src, dst, dst_seg } = mine;
+    let (e, op) = (w.e, w.op);
     let s = chan::slot(e);
     let me = t.me;
     let np = t.n();
@@ -281,7 +300,7 @@ pub(crate) fn run(
     }
     if mode.input == InSync::All {
         // No data moves, no source is read, before every member entered.
-        dissemination(t, &w, e, "the entry signal (IN_ALLSYNC)")?;
+        dissemination(t, w, e, "the entry signal (IN_ALLSYNC)")?;
     }
     // Publish this rank's contribution (or only its entry).
     let f = match spec.kind {
@@ -385,14 +404,7 @@ pub(crate) fn run(
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len());
         });
     }
-    let rd = Reader {
-        sh,
-        t,
-        w: &w,
-        s,
-        e,
-        op,
-    };
+    let rd = Reader { sh, t, w, s, e, op };
     match spec.kind {
         Kind::Gather if push => {
             if me == root {

@@ -383,6 +383,84 @@ pub(crate) fn ranks_on_this_node(comm: Comm) -> Result<u32> {
     Ok(n)
 }
 
+/// Collective over `comm`: when every rank of `comm` shares this node's memory, `bytes` of
+/// shared memory per rank (an `MPI_Win_allocate_shared` window on the node), zero-filled, with
+/// every rank's part mapped here, page-aligned, in `comm`'s rank order; `None` when the ranks
+/// span several nodes. The window stays allocated until the process ends.
+pub(crate) fn node_scratch(comm: Comm, bytes: usize) -> Result<Option<Vec<std::ptr::NonNull<u8>>>> {
+    const PAGE: usize = 4096;
+    let (_, n) = rank_size(comm)?;
+    // SAFETY: reading an immutable handle exported by the rsmpi shim.
+    let mut local = Comm(unsafe { ffi::RSMPI_COMM_NULL });
+    // SAFETY: collective over `comm`, called by every rank during start-up; key 0 keeps
+    // `comm`'s rank order.
+    let rc = locked(|| unsafe {
+        ffi::MPI_Comm_split_type(
+            comm.0,
+            ffi::RSMPI_COMM_TYPE_SHARED,
+            0,
+            ffi::RSMPI_INFO_NULL,
+            &mut local.0,
+        )
+    });
+    check(rc, "MPI_Comm_split_type")?;
+    let (me, ln) = rank_size(local)?;
+    if ln != n {
+        // SAFETY: `local` was created just above and is used no more.
+        let rc = locked(|| unsafe { ffi::MPI_Comm_free(&mut local.0) });
+        check(rc, "MPI_Comm_free")?;
+        return Ok(None);
+    }
+    let part = bytes + PAGE;
+    let size = ffi::MPI_Aint::try_from(part)
+        .map_err(|_| Error::conduit("mpi", "host scratch size beyond MPI_Aint"))?;
+    let mut base: *mut u8 = std::ptr::null_mut();
+    // SAFETY: reading an immutable handle exported by the rsmpi shim.
+    let mut win = unsafe { ffi::RSMPI_WIN_NULL };
+    // SAFETY: collective over `local` (every rank of the job, at start-up); `base` and `win`
+    // are writable outputs.
+    let rc = locked(|| unsafe {
+        ffi::MPI_Win_allocate_shared(
+            size,
+            1,
+            ffi::RSMPI_INFO_NULL,
+            local.0,
+            (&raw mut base).cast::<c_void>(),
+            &mut win,
+        )
+    });
+    check(rc, "MPI_Win_allocate_shared")?;
+    let mut parts = Vec::with_capacity(n as usize);
+    for r in 0..n {
+        let (mut sz, mut du): (ffi::MPI_Aint, c_int) = (0, 0);
+        let mut p: *mut u8 = std::ptr::null_mut();
+        let rank = c_int::try_from(r).map_err(|_| Error::conduit("mpi", "rank beyond int"))?;
+        // SAFETY: `win` is the window just allocated; the outputs are writable.
+        let rc = locked(|| unsafe {
+            ffi::MPI_Win_shared_query(win, rank, &mut sz, &mut du, (&raw mut p).cast::<c_void>())
+        });
+        check(rc, "MPI_Win_shared_query")?;
+        if usize::try_from(sz).unwrap_or(0) < part {
+            return Err(Error::conduit(
+                "mpi",
+                format!("rank {r}'s shared window holds {sz} bytes, not {part}"),
+            ));
+        }
+        // Page-aligned inside the part (the part has a page to spare).
+        let skip = p.align_offset(PAGE);
+        let q = std::ptr::NonNull::new(p.wrapping_add(skip))
+            .ok_or_else(|| Error::conduit("mpi", "a shared window part at a null address"))?;
+        parts.push(q);
+    }
+    // SAFETY: this rank's part, `bytes` writable bytes from its aligned start, not yet shared
+    // (the other ranks touch it only after the barrier below).
+    unsafe { std::ptr::write_bytes(parts[me as usize].as_ptr(), 0, bytes) };
+    // SAFETY: collective over `local`.
+    let rc = locked(|| unsafe { ffi::MPI_Barrier(local.0) });
+    check(rc, "MPI_Barrier")?;
+    Ok(Some(parts))
+}
+
 /// Start an all-gather of one i32 per rank into `recv` (one slot per rank).
 ///
 /// # Safety

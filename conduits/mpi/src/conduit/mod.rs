@@ -97,6 +97,15 @@ const POLL_BUDGET: usize = 64;
 const REQ: usize = 0;
 const REP: usize = 1;
 
+/// Every rank's host scratch in the node's shared window (`raw::node_scratch`).
+struct Scratch(Vec<std::ptr::NonNull<u8>>);
+
+// SAFETY: addresses of shared memory that stays mapped until the process ends; the conduit
+// only hands them out (`host_scratch`).
+unsafe impl Send for Scratch {}
+// SAFETY: as above.
+unsafe impl Sync for Scratch {}
+
 /// The process-wide state of the conduit.
 struct Engine {
     rank: u32,
@@ -130,6 +139,8 @@ struct Engine {
     /// takes no lock.
     returned: Box<[AtomicU64]>,
     seg: OnceLock<Segment>,
+    /// Every rank's host scratch (`Conduit::host_scratch`), when all ranks share this node.
+    scratch: Option<Scratch>,
     /// The RMA window over every rank's segment, when put/get run natively.
     rma: OnceLock<Arc<Window>>,
     /// 0, or `1 << 63 | origin << 32 | code` once a job-wide exit is known here.
@@ -245,6 +256,10 @@ impl Conduit for MpiConduit {
 
     fn attach_segment(&self, len: usize, lens: &[usize]) -> Result<LocalSegment> {
         self.eng.attach_segment(len, lens)
+    }
+
+    fn host_scratch(&self, rank: Rank) -> Option<std::ptr::NonNull<u8>> {
+        self.eng.scratch.as_ref()?.0.get(rank as usize).copied()
     }
 
     fn native_rma(&self) -> Option<Arc<dyn NativeRma>> {

@@ -13,6 +13,7 @@ use super::exit::{lifeline_connect, RUNNING};
 use super::receive::{Buffers, Rx, Slot, SlotKind, NO_SLOT};
 use super::send::{Peer, Tx, REAP_AT};
 use super::settings::Settings;
+use super::Scratch;
 use super::{
     lock, Engine, MpiConduit, LANE_TAGS, LARGE_BYTES, REP, REQ, SMALL_BYTES, TAG_CREDIT, TAG_EXIT,
     TAG_MSG,
@@ -88,6 +89,8 @@ impl MpiConduit {
             lifeline_connect(path, rank);
         }
         let local = raw::ranks_on_this_node(comm)?;
+        // The collectives' host scratch, where the whole job shares one node.
+        let scratch = raw::node_scratch(comm, amnet_core::HOST_SCRATCH_BYTES)?.map(Scratch);
         // The node's cores, not this process's affinity: mpirun binds each rank to a core of
         // its own, which is not oversubscription.
         // SAFETY: sysconf has no preconditions.
@@ -191,6 +194,7 @@ impl MpiConduit {
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             seg: OnceLock::new(),
+            scratch,
             rma: OnceLock::new(),
             exit: AtomicU64::new(0),
             awake_until: AtomicU64::new(0),
