@@ -341,6 +341,7 @@ impl Coll {
                         ),
                         shm_world: crate::shm::ShmTeam::world(ep),
                         agg_teams: std::sync::atomic::AtomicUsize::new(0),
+                        kernels: builtin::builtin_kernels(),
                     });
                     sh.install()?;
                     *g = Some(sh.clone());

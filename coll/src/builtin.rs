@@ -32,6 +32,8 @@
 use std::cmp::Ordering;
 use std::mem::{offset_of, size_of};
 
+use std::sync::Arc;
+
 use crate::types::{fn_flags, FnEntry};
 
 /// Built-in reduction operators.
@@ -274,20 +276,60 @@ fn make_entry(op: RedOp, ty: ElemType) -> FnEntry {
 
 fn typed_entry<T: Prim>(op: RedOp) -> FnEntry {
     match op {
-        RedOp::Sum => entry::<T>(T::sum),
-        RedOp::Prod => entry::<T>(T::prod),
-        RedOp::Min => entry::<T>(min::<T>),
-        RedOp::Max => entry::<T>(max::<T>),
+        RedOp::Sum => entry::<T, _>(T::sum),
+        RedOp::Prod => entry::<T, _>(T::prod),
+        RedOp::Min => entry::<T, _>(min::<T>),
+        RedOp::Max => entry::<T, _>(max::<T>),
         RedOp::And | RedOp::Or | RedOp::Xor => match T::bitwise(op) {
-            Some(f) => entry::<T>(f),
+            Some(f) => entry::<T, _>(f),
             None => FnEntry::new(fn_flags::AMSAFE, |_, _, _, _, _, _, _, _| {}),
         },
-        RedOp::MinLoc => entry::<Loc<T>>(minloc::<T>),
-        RedOp::MaxLoc => entry::<Loc<T>>(maxloc::<T>),
+        RedOp::MinLoc => entry::<Loc<T>, _>(minloc::<T>),
+        RedOp::MaxLoc => entry::<Loc<T>, _>(maxloc::<T>),
     }
 }
 
-fn entry<E: Operand>(op: fn(E, E) -> E) -> FnEntry {
+/// An elementwise kernel of a built-in entry: `acc[i] = acc[i] ∘ x[i]` over whole vectors of
+/// its element (what the vector reductions need, in one call instead of one per element).
+pub(crate) type Kernel = Arc<dyn Fn(&mut [u8], &[u8]) + Send + Sync>;
+
+/// The kernels of the built-in entries, in index order (`None` where the entry does nothing).
+pub(crate) fn builtin_kernels() -> Vec<Option<Kernel>> {
+    builtins()
+        .map(|(op, ty)| match ty {
+            ElemType::I32 => typed_kernel::<i32>(op),
+            ElemType::I64 => typed_kernel::<i64>(op),
+            ElemType::U32 => typed_kernel::<u32>(op),
+            ElemType::U64 => typed_kernel::<u64>(op),
+            ElemType::F32 => typed_kernel::<f32>(op),
+            ElemType::F64 => typed_kernel::<f64>(op),
+        })
+        .collect()
+}
+
+fn typed_kernel<T: Prim>(op: RedOp) -> Option<Kernel> {
+    Some(match op {
+        RedOp::Sum => kernel::<T, _>(T::sum),
+        RedOp::Prod => kernel::<T, _>(T::prod),
+        RedOp::Min => kernel::<T, _>(min::<T>),
+        RedOp::Max => kernel::<T, _>(max::<T>),
+        RedOp::And | RedOp::Or | RedOp::Xor => kernel::<T, _>(T::bitwise(op)?),
+        RedOp::MinLoc => kernel::<Loc<T>, _>(minloc::<T>),
+        RedOp::MaxLoc => kernel::<Loc<T>, _>(maxloc::<T>),
+    })
+}
+
+fn kernel<E: Operand, F: Fn(E, E) -> E + Copy + Send + Sync + 'static>(op: F) -> Kernel {
+    Arc::new(move |acc: &mut [u8], x: &[u8]| {
+        for (a, b) in acc.chunks_exact_mut(E::SIZE).zip(x.chunks_exact(E::SIZE)) {
+            if let (Some(l), Some(r)) = (E::read(a), E::read(b)) {
+                op(l, r).write(a);
+            }
+        }
+    })
+}
+
+fn entry<E: Operand, F: Fn(E, E) -> E + Copy + Send + Sync + 'static>(op: F) -> FnEntry {
     FnEntry::new(
         fn_flags::AMSAFE,
         move |results, result_count, left, left_count, right, elem_size, _flags, _arg| {
@@ -460,7 +502,7 @@ fn scan<E: Operand>(
     left_count: usize,
     right: &[u8],
     elem_size: usize,
-    op: fn(E, E) -> E,
+    op: impl Fn(E, E) -> E,
 ) {
     if elem_size != E::SIZE || elem_size == 0 || result_count == 0 {
         return;
@@ -809,6 +851,33 @@ mod tests {
         check_type::<u64>(0x1357_9bdf_2468_ace0);
         check_type::<f32>(0x0f0f_0f0f_1234_4321);
         check_type::<f64>(0x7777_1111_3333_5555);
+    }
+
+    #[test]
+    fn kernels_match_the_entries_elementwise() {
+        let table = builtin_table();
+        let kernels = builtin_kernels();
+        assert_eq!(kernels.len(), table.len());
+        for (i, k) in kernels.iter().enumerate() {
+            let Some(k) = k else { continue };
+            let (op, ty) = decode(i);
+            let es = builtin_elem_size(op, ty);
+            let n = 9;
+            let a: Vec<u8> = (0..es * n)
+                .map(|j| (j * 37 + i * 11).to_le_bytes()[0])
+                .collect();
+            let b: Vec<u8> = (0..es * n)
+                .map(|j| (j * 53 + i * 7 + 3).to_le_bytes()[0])
+                .collect();
+            let mut acc = a.clone();
+            k(&mut acc, &b);
+            for e in 0..n {
+                let r = e * es..(e + 1) * es;
+                let mut want = vec![0u8; es];
+                (table[i].f)(&mut want, 1, &a[r.clone()], 1, &b[r.clone()], es, 0, 0);
+                assert_eq!(&acc[r], &want[..], "{op:?} {ty:?} element {e}");
+            }
+        }
     }
 
     #[test]

@@ -749,6 +749,8 @@ pub(crate) struct Shared {
     pub(crate) shm_world: Option<crate::shm::ShmTeam>,
     /// Teams on which some caller left an aggregate open (`TeamSeq::agg_open` not empty).
     pub(crate) agg_teams: std::sync::atomic::AtomicUsize,
+    /// The built-in entries' elementwise kernels, by function index.
+    pub(crate) kernels: Vec<Option<crate::builtin::Kernel>>,
 }
 
 /// A message to send once the lock is released. Destinations are job ranks; `from` is this
@@ -1859,6 +1861,11 @@ impl Shared {
                     s.function(&self.fns)
                         .map(|e| (e.f.clone(), e.flags, s.es, s.arg))
                 });
+                let kernel = op
+                    .spec
+                    .as_ref()
+                    .filter(|s| s.call_fn.is_none())
+                    .and_then(|s| self.kernels.get(s.func).cloned().flatten());
                 let (Some(geo), Some(part)) = (op.geo.clone(), op.parts.first()) else {
                     op.working = false;
                     return Ok(());
@@ -1894,11 +1901,11 @@ impl Shared {
                         .collect();
                     SchedStep::Apply(r, inputs)
                 };
-                (sched, tmp, what, geo, src, dst, fe)
+                (sched, tmp, what, geo, src, dst, (fe, kernel))
             };
-            let (sched, tmp, what, geo, src, dst, fe) = step;
+            let (sched, tmp, what, geo, src, dst, (fe, kernel)) = step;
             let mut mem = RawMem { src, dst, tmp };
-            let combine = FnCombine(fe);
+            let combine = FnCombine(fe, kernel);
             let r: Result<()> = (|| {
                 match &what {
                     SchedStep::Finish => {
@@ -2489,10 +2496,22 @@ fn on_sched(s: &Shared, tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
 /// A table function as a schedule's combination: elementwise calls with one left and one right
 /// operand, or one call that folds a run of elements or computes a run's prefixes after a
 /// carry (as the flat reductions do).
-struct FnCombine(Option<(Arc<crate::types::ReduceFn>, u32, usize, u32)>);
+/// A built-in's elementwise kernel, where the call's function is one, does `combine` in one
+/// call.
+struct FnCombine(
+    Option<(Arc<crate::types::ReduceFn>, u32, usize, u32)>,
+    Option<crate::builtin::Kernel>,
+);
 
 impl crate::sched::Combine for FnCombine {
     fn combine(&self, out: &mut [u8], a: &[u8], b: &[u8]) {
+        if let Some(k) = &self.1 {
+            if out.len() == a.len() && a.len() == b.len() {
+                out.copy_from_slice(a);
+                k(out, b);
+                return;
+            }
+        }
         let Some((f, flags, es, arg)) = &self.0 else {
             return;
         };

@@ -81,6 +81,8 @@ struct Ctx {
     dst: Vec<Area>,
     f: Arc<crate::types::ReduceFn>,
     fflags: u32,
+    /// The built-in's elementwise kernel, when the function is one.
+    kernel: Option<crate::builtin::Kernel>,
 }
 
 impl Ctx {
@@ -152,12 +154,22 @@ impl Ctx {
     }
 
     /// Vectors of equal length combined elementwise in order: element `i` of the result is
-    /// `vs[0][i] ∘ vs[1][i] ∘ …`, one call per element.
+    /// `vs[0][i] ∘ vs[1][i] ∘ …`, one call per element (one per vector with a built-in's
+    /// kernel).
     fn fold_vectors(&self, vs: &[&[u8]]) -> Vec<u8> {
         let es = self.spec.es.max(1);
         match vs {
             [] => Vec::new(),
             [v] => v.to_vec(),
+            [v, rest @ ..] if self.kernel.is_some() && rest.iter().all(|x| x.len() == v.len()) => {
+                let mut out = v.to_vec();
+                if let Some(k) = &self.kernel {
+                    for x in rest {
+                        k(&mut out, x);
+                    }
+                }
+                out
+            }
             _ => {
                 let len = vs[0].len();
                 let mut out = Vec::with_capacity(len);
@@ -226,6 +238,11 @@ pub(crate) fn step(s: &Shared, key: Key) -> Result<StageOut> {
             dst: op.parts.iter().map(|p| p.dst).collect(),
             f: entry.f.clone(),
             fflags: entry.flags & crate::types::fn_flags::NONCOMM,
+            kernel: if spec.call_fn.is_none() {
+                s.kernels.get(spec.func).cloned().flatten()
+            } else {
+                None
+            },
             spec,
         };
         (ctx, phase, stage, std::mem::take(&mut op.xs))

@@ -176,6 +176,8 @@ struct Fold<'a> {
     flags: u32,
     es: usize,
     arg: u32,
+    /// A built-in's elementwise kernel (one call per vector instead of one per element).
+    kernel: Option<&'a crate::builtin::Kernel>,
 }
 
 impl Fold<'_> {
@@ -318,6 +320,11 @@ fn epoch_call(
         flags: e.flags & crate::types::fn_flags::NONCOMM,
         es: spec.es.max(1),
         arg: spec.arg,
+        kernel: if spec.call_fn.is_none() {
+            sh.kernels.get(spec.func).and_then(Option::as_ref)
+        } else {
+            None
+        },
     });
     let mut partial = [0u8; INLINE];
     let mut partial_vec = Vec::new();
@@ -631,7 +638,9 @@ impl Reader<'_> {
             let r = unsafe {
                 self.t.area(q).read(self.s, p, |b| {
                     let x = std::slice::from_raw_parts(b, len);
-                    if have {
+                    if let (true, Some(k)) = (have, fold.kernel) {
+                        k(out, x);
+                    } else if have {
                         for i in 0..count {
                             let r = i * es..(i + 1) * es;
                             fold.combine(tmp, &out[r.clone()], &x[r.clone()]);
