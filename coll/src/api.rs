@@ -1,7 +1,7 @@
 //! The public collective API: `Coll::init`, the operations in every form, and the syncs.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use amnet_core::config::vars;
 use amnet_core::{Endpoint, Error, Layer, Rank, Result};
@@ -1425,37 +1425,9 @@ impl Coll {
         self.try_finish(h.0)
     }
 
-    fn wait(&self, op: &'static str, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
+    fn wait(&self, op: &'static str, done: impl FnMut() -> Result<bool>) -> Result<()> {
         self.rules(op)?;
-        let ep = &self.sh.ep;
-        let mut idle = ep.backoff();
-        // Since when nothing happened: read from the clock at the first idle poll after
-        // something did, not on every poll that moved something.
-        let mut quiet: Option<Instant> = None;
-        loop {
-            if done()? {
-                return Ok(());
-            }
-            let n = ep.poll()?;
-            let moved = self.sh.advance()?;
-            if n > 0 || moved {
-                idle.reset();
-                quiet = None;
-                continue;
-            }
-            if let Some(t) = self.sh.hang {
-                if quiet.get_or_insert_with(Instant::now).elapsed() >= t {
-                    let report = self.sh.report();
-                    amnet_core::diag!("amnet watchdog (AMNET_HANG_TIMEOUT): {report}");
-                    return Err(Error::Hang {
-                        millis: u64::try_from(t.as_millis()).unwrap_or(u64::MAX),
-                        detail: report,
-                    });
-                }
-            }
-            // The core's idle policy (spec/core.md §5).
-            idle.snooze(|| ep.keep_awake());
-        }
+        self.sh.wait_loop(done, || self.sh.report())
     }
 
     /// Blocking sync.

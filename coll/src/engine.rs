@@ -1144,6 +1144,44 @@ impl Shared {
 
     /// Move every collective along as far as it can go without waiting. Returns whether
     /// anything happened.
+    /// Poll and advance until `done()`, with the core's idle policy (spec/core.md §5) while
+    /// nothing moves; after `AMNET_HANG_TIMEOUT` without progress, `Error::Hang` with
+    /// `report()` (also printed).
+    pub(crate) fn wait_loop(
+        &self,
+        mut done: impl FnMut() -> Result<bool>,
+        report: impl Fn() -> String,
+    ) -> Result<()> {
+        let ep = &self.ep;
+        let mut idle = ep.backoff();
+        // Since when nothing happened: read from the clock at the first idle poll after
+        // something did, not on every poll that moved something.
+        let mut quiet: Option<Instant> = None;
+        loop {
+            if done()? {
+                return Ok(());
+            }
+            let n = ep.poll()?;
+            let moved = self.advance()?;
+            if n > 0 || moved {
+                idle.reset();
+                quiet = None;
+                continue;
+            }
+            if let Some(t) = self.hang {
+                if quiet.get_or_insert_with(Instant::now).elapsed() >= t {
+                    let report = report();
+                    amnet_core::diag!("amnet watchdog (AMNET_HANG_TIMEOUT): {report}");
+                    return Err(Error::Hang {
+                        millis: u64::try_from(t.as_millis()).unwrap_or(u64::MAX),
+                        detail: report,
+                    });
+                }
+            }
+            idle.snooze(|| ep.keep_awake());
+        }
+    }
+
     /// No collective of the engine is in flight on this rank.
     pub(crate) fn engine_idle(&self) -> bool {
         self.lock().ops.is_empty()

@@ -1260,18 +1260,14 @@ mod tests {
         let sel = Selector::from_parts(Vec::new(), Vec::new(), Model::for_conduit("smp"));
         let base = HOST_SHM | SHM_FITS | DIRECT_SEGMENTS | UNIFORM_IMAGES | SINGLE_ADDR;
         let red = COMMUTATIVE | BUILTIN_FN | ALL_CONTRIBUTE | ORDER_SAFE;
-        for kind in [
-            Kind::Broadcast,
-            Kind::Scatter,
-            Kind::Gather,
-            Kind::GatherAll,
-            Kind::Exchange,
-            Kind::Reduce,
-            Kind::ReduceAll,
-            Kind::ReduceElems,
-            Kind::ReduceElemsAll,
-            Kind::Barrier,
-        ] {
+        // Every operation but the scans.
+        let scans = [
+            Kind::Prefix,
+            Kind::ExclusivePrefix,
+            Kind::ScanElems,
+            Kind::ExclusiveScanElems,
+        ];
+        for kind in Kind::ALL.into_iter().filter(|k| !scans.contains(k)) {
             for ranks in [2, 3, 8, 16] {
                 for bytes in [0, 8, 4096, 1 << 20] {
                     if kind == Kind::Barrier && bytes > 0 {

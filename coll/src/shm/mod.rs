@@ -15,7 +15,6 @@ pub(crate) mod chan;
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
 
 use amnet_core::{Endpoint, Error, Layer, Rank, Result};
 use amnet_sync_modes::{InSync, Mode, OutSync};
@@ -135,38 +134,18 @@ impl Waiter<'_> {
             }
             std::hint::spin_loop();
         }
-        let ep = &self.sh.ep;
-        let mut idle = ep.backoff();
-        let mut quiet: Option<Instant> = None;
-        loop {
-            if ok() {
-                return Ok(());
-            }
-            let n = ep.poll()?;
-            let moved = self.sh.advance()?;
-            if n > 0 || moved {
-                idle.reset();
-                quiet = None;
-                continue;
-            }
-            if let Some(t) = self.sh.hang {
-                if quiet.get_or_insert_with(Instant::now).elapsed() >= t {
-                    let report = format!(
-                        "rank {}: {} (smp-native, epoch {}) waits for {}",
-                        self.sh.rank,
-                        self.op,
-                        self.e,
-                        why()
-                    );
-                    amnet_core::diag!("amnet watchdog (AMNET_HANG_TIMEOUT): {report}");
-                    return Err(Error::Hang {
-                        millis: u64::try_from(t.as_millis()).unwrap_or(u64::MAX),
-                        detail: report,
-                    });
-                }
-            }
-            idle.snooze(|| ep.keep_awake());
-        }
+        self.sh.wait_loop(
+            || Ok(ok()),
+            || {
+                format!(
+                    "rank {}: {} (smp-native, epoch {}) waits for {}",
+                    self.sh.rank,
+                    self.op,
+                    self.e,
+                    why()
+                )
+            },
+        )
     }
 }
 

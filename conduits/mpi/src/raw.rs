@@ -360,8 +360,9 @@ pub(crate) fn rank_size(comm: Comm) -> Result<(u32, u32)> {
     Ok((r, s))
 }
 
-/// Collective over `comm`: how many of its ranks share this node's memory.
-pub(crate) fn ranks_on_this_node(comm: Comm) -> Result<u32> {
+/// Collective over `comm`: the communicator of its ranks that share this node's memory, in
+/// `comm`'s rank order (key 0).
+fn node_comm(comm: Comm) -> Result<Comm> {
     // SAFETY: reading an immutable handle exported by the rsmpi shim.
     let mut local = Comm(unsafe { ffi::RSMPI_COMM_NULL });
     // SAFETY: collective over `comm`, called by every rank during start-up; the constants are
@@ -376,10 +377,21 @@ pub(crate) fn ranks_on_this_node(comm: Comm) -> Result<u32> {
         )
     });
     check(rc, "MPI_Comm_split_type")?;
+    Ok(local)
+}
+
+/// Free a communicator this module made and no longer uses.
+fn free(mut c: Comm) -> Result<()> {
+    // SAFETY: `c` was created by this module and is used no more.
+    let rc = locked(|| unsafe { ffi::MPI_Comm_free(&mut c.0) });
+    check(rc, "MPI_Comm_free")
+}
+
+/// Collective over `comm`: how many of its ranks share this node's memory.
+pub(crate) fn ranks_on_this_node(comm: Comm) -> Result<u32> {
+    let local = node_comm(comm)?;
     let (_, n) = rank_size(local)?;
-    // SAFETY: `local` was created just above and is used no more.
-    let rc = locked(|| unsafe { ffi::MPI_Comm_free(&mut local.0) });
-    check(rc, "MPI_Comm_free")?;
+    free(local)?;
     Ok(n)
 }
 
@@ -390,25 +402,10 @@ pub(crate) fn ranks_on_this_node(comm: Comm) -> Result<u32> {
 pub(crate) fn node_scratch(comm: Comm, bytes: usize) -> Result<Option<Vec<std::ptr::NonNull<u8>>>> {
     const PAGE: usize = 4096;
     let (_, n) = rank_size(comm)?;
-    // SAFETY: reading an immutable handle exported by the rsmpi shim.
-    let mut local = Comm(unsafe { ffi::RSMPI_COMM_NULL });
-    // SAFETY: collective over `comm`, called by every rank during start-up; key 0 keeps
-    // `comm`'s rank order.
-    let rc = locked(|| unsafe {
-        ffi::MPI_Comm_split_type(
-            comm.0,
-            ffi::RSMPI_COMM_TYPE_SHARED,
-            0,
-            ffi::RSMPI_INFO_NULL,
-            &mut local.0,
-        )
-    });
-    check(rc, "MPI_Comm_split_type")?;
+    let local = node_comm(comm)?;
     let (me, ln) = rank_size(local)?;
     if ln != n {
-        // SAFETY: `local` was created just above and is used no more.
-        let rc = locked(|| unsafe { ffi::MPI_Comm_free(&mut local.0) });
-        check(rc, "MPI_Comm_free")?;
+        free(local)?;
         return Ok(None);
     }
     let part = bytes + PAGE;
