@@ -104,6 +104,43 @@ struct Entry {
     dst: Addr,
 }
 
+/// What identifies a blocking call for the repeat of an smp-native one (`Coll::shm_repeat`):
+/// everything the mode, the selection bits and the selector's choice depend on, given the
+/// collectives state `shared` with its forced choices at `generation`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct ShmKey {
+    shared: u64,
+    generation: u64,
+    image: u32,
+    kind: Kind,
+    flags: u32,
+    /// `Counts::Uniform`'s bytes (0: `Counts::None`).
+    n: usize,
+    /// The address kinds (`Seg`, `Ptr`, `InPlace`: 0, 1, 2).
+    src: u8,
+    dst: u8,
+    root: Option<u32>,
+    red: Option<Red>,
+}
+
+/// The last blocking call of a thread that ran an smp-native algorithm: its key and what the
+/// initiation worked out for it.
+#[derive(Clone, Copy)]
+struct ShmMemo {
+    key: ShmKey,
+    mode: Mode,
+    np: usize,
+    root: usize,
+    /// This rank's participant.
+    p: usize,
+    alg: &'static str,
+}
+
+thread_local! {
+    /// This thread's `ShmMemo`.
+    static SHM_MEMO: std::cell::Cell<Option<ShmMemo>> = const { std::cell::Cell::new(None) };
+}
+
 /// A call's local participants: one (no allocation), or a list.
 enum Entries {
     One([Entry; 1]),
@@ -181,7 +218,7 @@ pub(crate) enum Counts<'a> {
     None,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Red {
     es: usize,
     n: usize,
@@ -189,6 +226,18 @@ pub(crate) struct Red {
     dst_lay: Layout,
     func: usize,
     arg: u32,
+}
+
+impl Red {
+    /// No reduction (the fields of a data movement call's `Spec`).
+    const NONE: Red = Red {
+        es: 0,
+        n: 0,
+        src_lay: Layout::indefinite(0),
+        dst_lay: Layout::indefinite(0),
+        func: 0,
+        arg: 0,
+    };
 }
 
 /// `AMNET_COLL_EARLY_BYTES` when unset: 16 MiB.
@@ -314,8 +363,14 @@ impl Coll {
                 }
                 None => {
                     let world = Team::new(Geo::new(0, (0..size).collect(), ep.rank(), &images));
+                    static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
                     let sh = Arc::new(Shared {
+                        id: IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
                         ep: ep.clone(),
+                        seg: (
+                            ep.segment_ptr().map_or(0, |p| p as usize),
+                            ep.segment_len().unwrap_or(0),
+                        ),
                         rank: ep.rank(),
                         size,
                         images: images.clone(),
@@ -784,6 +839,118 @@ impl Coll {
         Ok(())
     }
 
+    /// No barrier of the endpoint is between its notify and its end.
+    fn no_barrier_pending(&self, op: &'static str) -> Result<()> {
+        if self.sh.ep.barrier_pending() {
+            return Err(usage(
+                op,
+                "initiated between barrier_notify and the end of that barrier; collectives and \
+                 barriers may not overlap",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The key of `c` for the repeat of an smp-native call, when it may have one: blocking,
+    /// one address each, uniform counts, a table function, the world team with its
+    /// smp-native state.
+    fn shm_key(&self, team: &Team, c: &Call<'_>) -> Option<ShmKey> {
+        if !c.blocking || c.call_fn.is_some() || team.geo().id != 0 {
+            return None;
+        }
+        self.sh.shm_world.as_ref()?;
+        let Addrs::One { src, dst } = c.addrs else {
+            return None;
+        };
+        let n = match c.counts {
+            Counts::Uniform(n) => n,
+            Counts::None => 0,
+            _ => return None,
+        };
+        let tag = |a: Addr| match a {
+            Addr::Seg(_) => 0,
+            Addr::Ptr(_) => 1,
+            Addr::InPlace => 2,
+        };
+        Some(ShmKey {
+            shared: self.sh.id,
+            generation: self.sh.selector.generation(),
+            image: self.image,
+            kind: c.kind,
+            flags: c.flags,
+            n,
+            src: tag(src),
+            dst: tag(dst),
+            root: c.root_image,
+            red: c.red,
+        })
+    }
+
+    /// This thread's memo of an earlier call with key `key`, if it has one and it applies
+    /// now (no aggregate is open on any team: the call could close it).
+    fn shm_memo(&self, key: ShmKey) -> Option<ShmMemo> {
+        let m = SHM_MEMO
+            .with(std::cell::Cell::get)
+            .filter(|m| m.key == key)?;
+        (self.sh.agg_teams.load(std::sync::atomic::Ordering::Relaxed) == 0).then_some(m)
+    }
+
+    /// `c` again as the earlier call of memo `m` ran: the same mode, participants and
+    /// algorithm, with this call's addresses checked and resolved.
+    fn shm_repeat(&self, team: &Team, c: &Call<'_>, m: &ShmMemo) -> Result<()> {
+        self.check_team(c.op, team)?;
+        self.no_barrier_pending(c.op)?;
+        let t = self
+            .sh
+            .shm_world
+            .as_ref()
+            .ok_or_else(|| usage(c.op, "the smp-native algorithm on a team without one"))?;
+        let Addrs::One { src, dst } = c.addrs else {
+            return Err(usage(c.op, "a repeated call changed its address form"));
+        };
+        let red = c.red.unwrap_or(Red::NONE);
+        let spec = Spec {
+            kind: c.kind,
+            np: m.np,
+            root: m.root,
+            counts: Vec::new(),
+            uniform: match c.counts {
+                Counts::Uniform(n) => Some(n),
+                _ => None,
+            },
+            es: red.es,
+            n: red.n,
+            src_lay: red.src_lay,
+            dst_lay: red.dst_lay,
+            func: red.func,
+            arg: red.arg,
+            alg: m.alg,
+            params: Vec::new(),
+            call_fn: None,
+        };
+        self.shm_call(t, c.op, &spec, &m.mode, Entry { p: m.p, src, dst })
+    }
+
+    /// Run `spec` with the smp-native algorithms on `t`'s team, for this rank's participant
+    /// `e`.
+    fn shm_call(
+        &self,
+        t: &crate::shm::ShmTeam,
+        op: &'static str,
+        spec: &Spec,
+        mode: &Mode,
+        e: Entry,
+    ) -> Result<()> {
+        let (_, src, dst) = self.resolve(op, spec, mode, e)?;
+        // Under SINGLE a segment destination is the same offset on every rank.
+        let dst_seg = match e.dst {
+            Addr::Seg(off) if mode.addressing == amnet_sync_modes::Addressing::Single => Some(off),
+            _ => None,
+        };
+        let mine = crate::shm::Mine { src, dst, dst_seg };
+        crate::shm::run(&self.sh, t, op, spec, mode, mine)
+    }
+
     fn start(&self, team: &Team, c: Call<'_>) -> Result<CollHandle> {
         self.start_keyed(team, c, &mut None).map(|(h, _)| h)
     }
@@ -804,15 +971,16 @@ impl Coll {
                 handler: h,
             });
         }
-        self.check_team(c.op, team)?;
-        let geo = team.geo().clone();
-        if sh.ep.barrier_pending() {
-            return Err(usage(
-                c.op,
-                "initiated between barrier_notify and the end of that barrier; collectives and \
-                 barriers may not overlap",
-            ));
+        // Read before the selector chooses: a memo made from this choice is stale once the
+        // forced choices change.
+        let shm_key = self.shm_key(team, &c);
+        if let Some(m) = shm_key.and_then(|k| self.shm_memo(k)) {
+            self.shm_repeat(team, &c, &m)?;
+            return Ok((CollHandle::INVALID, Key { team: 0, seq: 0 }));
         }
+        self.check_team(c.op, team)?;
+        let geo = team.geo();
+        self.no_barrier_pending(c.op)?;
         let multi_address = matches!(c.addrs, Addrs::Many { .. });
         let mode = Mode::parse(
             c.flags,
@@ -843,16 +1011,15 @@ impl Coll {
             Some(r) if image_space => r as usize,
             Some(r) => geo.image_trank(r) as usize,
         };
-        let counts = match c.counts {
+        // Uniform blocks stay one number until a schedule needs the list (`Spec::uniform`).
+        let (counts, uniform) = match c.counts {
             Counts::Uniform(0) => {
                 return Err(usage(
                     c.op,
                     "nbytes is 0; a collective moves at least one byte",
                 ))
             }
-            Counts::Uniform(n) if c.kind == Kind::Exchange => vec![n; np * np],
-            Counts::Uniform(n) if c.kind == Kind::Broadcast => vec![n],
-            Counts::Uniform(n) => vec![n; np],
+            Counts::Uniform(n) => (Vec::new(), Some(n)),
             Counts::PerPart(v) => {
                 if v.len() != np {
                     return Err(usage(
@@ -863,7 +1030,7 @@ impl Coll {
                         ),
                     ));
                 }
-                v.to_vec()
+                (v.to_vec(), None)
             }
             Counts::Matrix(v) => {
                 if v.len() != np * np {
@@ -876,31 +1043,26 @@ impl Coll {
                         ),
                     ));
                 }
-                v.to_vec()
+                (v.to_vec(), None)
             }
-            Counts::None => Vec::new(),
+            Counts::None => (Vec::new(), None),
         };
-        let red = c.red.unwrap_or(Red {
-            es: 0,
-            n: 0,
-            src_lay: Layout::indefinite(0),
-            dst_lay: Layout::indefinite(0),
-            func: 0,
-            arg: 0,
-        });
+        let red = c.red.unwrap_or(Red::NONE);
         if c.red.is_some() {
             self.check_red(c.op, c.kind, &red, np, c.call_fn.as_ref())?;
         }
-        let entries = self.entries(&geo, c.op, &c.addrs, &mode, image_space, np)?;
+        let entries = self.entries(geo, c.op, &c.addrs, &mode, image_space, np)?;
         let info = CallInfo {
             kind: c.kind,
-            mask: self.call_mask(&geo, &c, &mode, image_space, &red, &entries),
+            mask: self.call_mask(geo, &c, &mode, image_space, &red, &entries),
             bytes: match c.kind {
                 Kind::Broadcast
                 | Kind::Scatter
                 | Kind::Gather
                 | Kind::GatherAll
-                | Kind::Exchange => counts.iter().copied().max().unwrap_or(0),
+                | Kind::Exchange => {
+                    uniform.unwrap_or_else(|| counts.iter().copied().max().unwrap_or(0))
+                }
                 _ => red.es.saturating_mul(red.n),
             },
             ranks: geo.size(),
@@ -912,6 +1074,7 @@ impl Coll {
             np,
             root,
             counts,
+            uniform,
             es: red.es,
             n: red.n,
             src_lay: red.src_lay,
@@ -925,22 +1088,25 @@ impl Coll {
         if alg.imp == Imp::Shm {
             // Blocking, one rank participant (the algorithm's bits): done on return.
             let t = self
-                .shm_team(&geo)
+                .shm_team(geo)
                 .ok_or_else(|| usage(c.op, "the smp-native algorithm on a team without one"))?;
             let e = entries
                 .first()
                 .copied()
                 .ok_or_else(|| usage(c.op, "a call without a participant on this rank"))?;
-            let (_, src, dst) = self.resolve(c.op, &spec, &mode, e)?;
-            // Under SINGLE a segment destination is the same offset on every rank.
-            let dst_seg = match e.dst {
-                Addr::Seg(off) if mode.addressing == amnet_sync_modes::Addressing::Single => {
-                    Some(off)
-                }
-                _ => None,
-            };
-            let mine = crate::shm::Mine { src, dst, dst_seg };
-            crate::shm::run(sh, t, c.op, &spec, &mode, mine)?;
+            if let Some(key) = shm_key {
+                SHM_MEMO.with(|m| {
+                    m.set(Some(ShmMemo {
+                        key,
+                        mode,
+                        np,
+                        root,
+                        p: e.p,
+                        alg: alg.name,
+                    }))
+                });
+            }
+            self.shm_call(t, c.op, &spec, &mode, e)?;
             return Ok((
                 CollHandle::INVALID,
                 Key {
@@ -948,6 +1114,14 @@ impl Coll {
                     seq: 0,
                 },
             ));
+        }
+        let mut spec = spec;
+        if let Some(n) = spec.uniform.take() {
+            spec.counts = match c.kind {
+                Kind::Exchange => vec![n; np * np],
+                Kind::Broadcast => vec![n],
+                _ => vec![n; np],
+            };
         }
         let spec = Arc::new(spec);
         let mut areas = Vec::with_capacity(entries.len());
@@ -1051,7 +1225,7 @@ impl Coll {
             seq: group_seq,
         };
         let first_on_rank = st.ops.get(&key).is_none_or(|o| o.spec.is_none());
-        let team_image = self.team_image(&geo);
+        let team_image = self.team_image(geo);
         // Checked mode: the agreed arguments, then how many collectives this rank numbered on
         // each of its other teams (the ordering rule).
         let sig = (sh.check && first_on_rank).then(|| {
@@ -1061,7 +1235,7 @@ impl Coll {
         });
         let local_mismatch = sh.enter(
             &mut st,
-            &geo,
+            geo,
             key,
             group,
             &spec,
@@ -1094,10 +1268,10 @@ impl Coll {
         *entered = Some((handle, group));
         drop(st);
         if let Some(sig) = sig {
-            sh.send_signature(&geo, key, &sig)?;
+            sh.send_signature(geo, key, &sig)?;
         }
         if let Some(detail) = local_mismatch {
-            sh.send_mismatch(&geo, key, &detail)?;
+            sh.send_mismatch(geo, key, &detail)?;
         }
         // Poll too: a rank that initiates many collectives without syncing must still take
         // in its peers' data, or every one of them stays in flight (and `advance` revisits
@@ -1355,9 +1529,7 @@ impl Coll {
         len: usize,
         in_seg: bool,
     ) -> Result<Area> {
-        let ep = &self.sh.ep;
-        let seg_len = ep.segment_len().unwrap_or(0);
-        let base = ep.segment_ptr().map(|p| p as usize).unwrap_or(0);
+        let (base, seg_len) = self.sh.seg;
         match a {
             Addr::Seg(off) => {
                 let end = off.checked_add(len as u64);

@@ -723,7 +723,12 @@ impl State {
 
 /// Per-rank collective state, shared by every image thread of the rank.
 pub(crate) struct Shared {
+    /// Unique in the process (a counter): what a per-thread memo of a call names its
+    /// collectives state by.
+    pub(crate) id: u64,
     pub(crate) ep: Endpoint,
+    /// This rank's segment: base address and length (attached before `init`, for good).
+    pub(crate) seg: (usize, usize),
     pub(crate) rank: Rank,
     pub(crate) size: u32,
     /// Images per rank, and the first image of each rank (len size + 1).

@@ -93,8 +93,11 @@ pub(crate) struct Spec {
     /// The root participant of rooted operations (0 otherwise).
     pub(crate) root: usize,
     /// Data movement: bytes per participant (len np), or the np x np matrix of exchange
-    /// (row = source). Empty for reductions.
+    /// (row = source). Empty for reductions, and where `uniform` gives every block.
     pub(crate) counts: Vec<usize>,
+    /// Data movement with every block of the same size: that size, and `counts` may be empty
+    /// (the smp-native path does not build it; the engine's schedules read `counts`).
+    pub(crate) uniform: Option<usize>,
     /// Reductions: element size, element count, layouts, function, argument.
     pub(crate) es: usize,
     pub(crate) n: usize,
@@ -176,30 +179,42 @@ pub(crate) struct Transfer {
     pub(crate) len: usize,
 }
 
-fn prefix(v: impl Iterator<Item = usize>) -> Vec<usize> {
-    let mut acc = 0;
-    v.map(|x| {
-        let d = acc;
-        acc += x;
-        d
-    })
-    .collect()
-}
-
 impl Spec {
     fn c(&self, p: usize) -> usize {
-        self.counts[p]
+        match self.uniform {
+            Some(n) => n,
+            None => self.counts[p],
+        }
     }
 
     fn m(&self, p: usize, q: usize) -> usize {
-        self.counts[p * self.np + q]
+        match self.uniform {
+            Some(n) => n,
+            None => self.counts[p * self.np + q],
+        }
+    }
+
+    /// The bytes of every block together.
+    fn total(&self) -> usize {
+        match self.uniform {
+            Some(n) => n * self.np,
+            None => self.counts.iter().sum(),
+        }
+    }
+
+    /// The bytes of the blocks before participant `p`'s.
+    fn before(&self, p: usize) -> usize {
+        match self.uniform {
+            Some(n) => n * p,
+            None => self.counts[..p].iter().sum(),
+        }
     }
 
     /// Bytes of participant `p`'s source area (0 where it has none).
     pub(crate) fn src_len(&self, p: usize) -> usize {
         match self.kind {
             Kind::Broadcast if p == self.root => self.c(0),
-            Kind::Scatter if p == self.root => self.counts.iter().sum(),
+            Kind::Scatter if p == self.root => self.total(),
             Kind::Gather | Kind::GatherAll => self.c(p),
             Kind::Exchange => (0..self.np).map(|q| self.m(p, q)).sum(),
             _ => 0,
@@ -211,9 +226,9 @@ impl Spec {
         match self.kind {
             Kind::Broadcast => self.c(0),
             Kind::Scatter => self.c(p),
-            Kind::Gather if p == self.root => self.counts.iter().sum(),
+            Kind::Gather if p == self.root => self.total(),
             Kind::Gather => 0,
-            Kind::GatherAll => self.counts.iter().sum(),
+            Kind::GatherAll => self.total(),
             Kind::Exchange => (0..self.np).map(|i| self.m(i, p)).sum(),
             _ => 0,
         }
@@ -231,8 +246,8 @@ impl Spec {
     pub(crate) fn in_place_offset(&self, p: usize) -> Option<usize> {
         match self.kind {
             Kind::Broadcast => Some(0),
-            Kind::Gather if p == self.root => Some(prefix(self.counts.iter().copied())[p]),
-            Kind::GatherAll => Some(prefix(self.counts.iter().copied())[p]),
+            Kind::Gather if p == self.root => Some(self.before(p)),
+            Kind::GatherAll => Some(self.before(p)),
             Kind::Exchange => Some(0),
             k if k.is_reduction() => Some(0),
             _ => None,
@@ -241,7 +256,7 @@ impl Spec {
 
     /// Scatter: where participant `p`'s block starts in the root's source.
     pub(crate) fn scatter_block_offset(&self, p: usize) -> usize {
-        self.counts[..p].iter().sum()
+        self.before(p)
     }
 
     /// The blocks participant `p` sends (zero-length blocks left out).
@@ -407,6 +422,7 @@ mod tests {
             np,
             root: 0,
             counts: vec![1, 2, 3, 4, 5, 6, 7, 8, 9],
+            uniform: None,
             es: 0,
             n: 0,
             src_lay: Layout::indefinite(0),
@@ -425,5 +441,60 @@ mod tests {
             vec![(0, 0, 1, 4), (1, 4, 2, 5), (2, 9, 3, 6)]
         );
         assert_eq!(spec.incoming(2), 3 + 6 + 9);
+    }
+
+    #[test]
+    fn uniform_blocks_match_the_counts_they_stand_for() {
+        for kind in [
+            Kind::Broadcast,
+            Kind::Scatter,
+            Kind::Gather,
+            Kind::GatherAll,
+            Kind::Exchange,
+        ] {
+            for np in 1..5 {
+                for root in 0..np {
+                    let len = if kind == Kind::Exchange { np * np } else { np };
+                    let listed = Spec {
+                        kind,
+                        np,
+                        root,
+                        counts: vec![7; if kind == Kind::Broadcast { 1 } else { len }],
+                        uniform: None,
+                        es: 0,
+                        n: 0,
+                        src_lay: Layout::indefinite(0),
+                        dst_lay: Layout::indefinite(0),
+                        func: 0,
+                        arg: 0,
+                        alg: "flat",
+                        params: Vec::new(),
+                        call_fn: None,
+                    };
+                    let uniform = Spec {
+                        counts: Vec::new(),
+                        uniform: Some(7),
+                        params: Vec::new(),
+                        call_fn: None,
+                        ..listed
+                    };
+                    for p in 0..np {
+                        let of = |s: &Spec| {
+                            (
+                                s.src_len(p),
+                                s.dst_len(p),
+                                s.in_place_offset(p),
+                                (kind == Kind::Scatter).then(|| s.scatter_block_offset(p)),
+                            )
+                        };
+                        assert_eq!(
+                            of(&uniform),
+                            of(&listed),
+                            "{kind:?} np {np} root {root} p {p}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

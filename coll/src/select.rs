@@ -936,6 +936,9 @@ pub(crate) struct Selector {
     /// and the model never change, so a call like an earlier one gets the same algorithm
     /// without evaluating the cost functions again. Emptied when it reaches `CACHE_MAX`.
     cache: std::sync::Mutex<ChoiceCache>,
+    /// Bumped by every change of `forced`: a choice remembered outside the selector (the
+    /// initiation's repeat of an smp-native call) holds only while this is unchanged.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 /// `Selector::cache`: (operation code, mask, bytes, ranks) to the algorithm chosen.
@@ -979,7 +982,13 @@ impl Selector {
             table,
             model,
             cache: std::sync::Mutex::default(),
+            generation: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// The count of changes of the forced choices so far (see the field).
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Replace the forced choices (the grammar of `AMNET_COLL_TUNE`; empty clears them).
@@ -989,6 +998,8 @@ impl Selector {
         self.any_forced
             .store(!v.is_empty(), std::sync::atomic::Ordering::Relaxed);
         *f = v;
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
         Ok(())
     }
 

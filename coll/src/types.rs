@@ -88,7 +88,7 @@ impl Layout {
     }
 
     /// Every element on participant `p`.
-    pub fn indefinite(p: usize) -> Layout {
+    pub const fn indefinite(p: usize) -> Layout {
         Layout { blk: 0, off: p }
     }
 }

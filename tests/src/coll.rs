@@ -1150,7 +1150,9 @@ fn barrier_schemes_forced(c: &Ctx<'_>, co: &Coll) -> Verdict {
         co.selected(co.world(), "barrier", 0, f::ALLSYNC),
     )? == "shm"
     {
-        schemes.push("shm");
+        // And a message-based scheme after it: a changed choice must not find the
+        // smp-native barrier's remembered initiation.
+        schemes.extend(["shm", "dissemination"]);
     }
     for scheme in schemes {
         ck(
@@ -1390,6 +1392,30 @@ fn rules(c: &Ctx<'_>) -> Verdict {
         expect_err(what, r, ok)?;
         still_works(c, co, what)?;
     }
+    // A call like the one before it (whose initiation the smp-native path repeats) still
+    // has its addresses checked.
+    for _ in 0..2 {
+        // SAFETY: segment offsets only: no pointer address to keep valid.
+        ck("broadcast", unsafe {
+            co.broadcast(t, d, 0, s, 8, f::ALLSYNC | f::SINGLE)
+        })?;
+    }
+    expect_err(
+        "a repeated call with its destination beyond the segment",
+        // SAFETY: segment offsets only: no pointer address to keep valid.
+        unsafe {
+            co.broadcast(
+                t,
+                Addr::Seg(crate::SEG_LEN as u64 - 4),
+                0,
+                s,
+                8,
+                f::ALLSYNC | f::SINGLE,
+            )
+        },
+        |e| matches!(e, Error::OutOfSegment { .. }),
+    )?;
+    still_works(c, co, "a repeated call out of the segment")?;
     expect_err(
         "a second Coll::init",
         Coll::init(c.ep, None, 0, &fn_table()).map(|_| ()),

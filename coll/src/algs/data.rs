@@ -203,6 +203,7 @@ pub(crate) mod oracle {
             np,
             root,
             counts,
+            uniform: None,
             es: 0,
             n: 0,
             src_lay: Layout::indefinite(0),

@@ -27,6 +27,12 @@ use chan::{Area, Published, INLINE, LOC_INLINE, LOC_SEG, LOC_SLOT, ROUNDS, SLOT_
 /// Checks of a flag before a wait starts polling the endpoint.
 const SPIN_CHECKS: u32 = 64;
 
+/// The largest contribution in the segment that is staged through the scratch where the
+/// readers would get it through the conduit (`ShmTeam::direct` false): below it the get's
+/// fixed cost (about 1 us through an MPI window) is more than a copy in and out of the
+/// scratch; above it the copy of lines just written by another core costs more.
+const STAGE_MAX_BYTES: usize = 2 << 10;
+
 /// The smallest gather block that the members put into the root's segment destination
 /// themselves (in parallel) rather than the root copying every block.
 const PUSH_MIN_BYTES: usize = 16 << 10;
@@ -40,6 +46,10 @@ pub(crate) struct ShmTeam {
     me: usize,
     /// This rank's segment, where contributions read in place lie.
     seg: (usize, usize),
+    /// Every member's segment is mapped here (`RmaPath::Direct`): a contribution read in
+    /// place is a copy. Otherwise a get through the conduit, and contributions that fit a
+    /// slot are staged there instead.
+    direct: bool,
     /// The last epoch used.
     epoch: AtomicU64,
     /// Every member's `done` was last seen at least this.
@@ -85,6 +95,9 @@ impl ShmTeam {
             .map(|&r| hooks.host_scratch(r))
             .collect::<Option<Vec<_>>>()?;
         let seg = (ep.segment_ptr().ok()? as usize, ep.segment_len().ok()?);
+        let direct = ranks
+            .iter()
+            .all(|&r| matches!(ep.rma_path(r), Ok(amnet_core::RmaPath::Direct)));
         Some(ShmTeam {
             // SAFETY (of the later dereferences, `area`): the conduit's host scratch is
             // page-aligned, zero-filled at start-up, HOST_SCRATCH_BYTES long (an `Area`
@@ -94,6 +107,7 @@ impl ShmTeam {
             me: ep.rank() as usize,
             ranks,
             seg,
+            direct,
             epoch: AtomicU64::new(0),
             floor_seen: AtomicU64::new(0),
             busy: AtomicBool::new(false),
@@ -307,7 +321,7 @@ fn epoch_call(
     });
     let mut partial = [0u8; INLINE];
     let mut partial_vec = Vec::new();
-    let n = spec.counts.first().copied().unwrap_or(0);
+    let n = spec.uniform.unwrap_or(0);
     let root = spec.root;
     // A large gather into a segment destination (the same offset on every rank): the members
     // put their blocks into the root's segment themselves, in parallel, instead of the root
@@ -367,9 +381,12 @@ fn epoch_call(
         }
         _ => return Err(internal(op, "operation without an smp-native algorithm")),
     };
+    // In place where the readers copy it themselves, or where a get through the conduit
+    // costs less than a copy through the scratch (beyond `STAGE_MAX_BYTES`).
+    let in_place = !stage && (t.direct || bytes.len() > STAGE_MAX_BYTES);
     let loc = if bytes.len() <= INLINE {
         LOC_INLINE
-    } else if let Some(off) = (!stage).then(|| t.seg_offset(src)).flatten() {
+    } else if let Some(off) = in_place.then(|| t.seg_offset(src)).flatten() {
         LOC_SEG | off
     } else if bytes.len() <= SLOT_BYTES {
         LOC_SLOT
