@@ -383,7 +383,6 @@ pub(crate) fn run(
     let sizes = sizes(max);
     let mut figs: Vec<f64> = Vec::with_capacity(Op::ALL.len() * sizes.len() * 9 * FIGS);
     let mut points = Vec::new();
-    // Time one point: warm-up, then timed calls, each after a barrier.
     // Time one point: warm-up, then timed calls, each after a barrier. With `paired`, the
     // peer's counterpart alternates with the amnet call and makes a second point.
     let mut point = |op: Op,

@@ -1147,8 +1147,6 @@ impl Shared {
         a.ptr >= base && a.ptr.checked_add(a.len).is_some_and(|e| e <= base + len)
     }
 
-    /// Move every collective along as far as it can go without waiting. Returns whether
-    /// anything happened.
     /// Poll and advance until `done()`, with the core's idle policy (spec/core.md §5) while
     /// nothing moves; after `AMNET_HANG_TIMEOUT` without progress, `Error::Hang` with
     /// `report()` (also printed).
@@ -1192,6 +1190,8 @@ impl Shared {
         self.lock().ops.is_empty()
     }
 
+    /// Move every collective along as far as it can go without waiting. Returns whether
+    /// anything happened.
     pub(crate) fn advance(&self) -> Result<bool> {
         self.advance_in(true)
     }
