@@ -572,7 +572,7 @@ impl Coll {
                 (bytes, 0, 0)
             };
             let b = crate::shm::published_bytes(kind, n, np, es, count);
-            if crate::shm::fits(kind, b, true, false) {
+            if crate::shm::fits(kind, b, es, true, false) {
                 mask |= crate::select::bits::SHM_FITS;
             }
         }
@@ -792,7 +792,7 @@ impl Coll {
                 geo.size()
             } as usize;
             let bytes = crate::shm::published_bytes(c.kind, n, np, red.es, red.n);
-            if crate::shm::fits(c.kind, bytes, src_in_seg, m & IN_PLACE != 0) {
+            if crate::shm::fits(c.kind, bytes, red.es, src_in_seg, m & IN_PLACE != 0) {
                 m |= SHM_FITS;
             }
         }

@@ -332,7 +332,9 @@ fn vector_reductions(c: &Ctx<'_>) -> Verdict {
         OKind::ExScanElems,
     ] {
         for func in [OFn::SumU64, OFn::Affine] {
-            for n in [1, 7, 5000] {
+            // 40000 elements: more than a host-scratch slot (the smp-native vector
+            // reductions run it in chunks, blocking calls).
+            for n in [1, 7, 5000, 40_000] {
                 for in_place in [false, true] {
                     let root = (idx * 5) % np;
                     #[allow(clippy::cast_possible_truncation)] // root < size
@@ -357,7 +359,7 @@ fn vector_reductions(c: &Ctx<'_>) -> Verdict {
                         seg_assert: false,
                         root_image: root as u32,
                         slot: idx % 2,
-                        blocking: idx % 4 == 0,
+                        blocking: idx % 4 == 0 || n > 10_000,
                         aggregate: false,
                     };
                     units.push(Unit {

@@ -204,13 +204,17 @@ pub(crate) fn published_bytes(kind: Kind, n: usize, np: usize, es: usize, count:
 }
 
 /// Whether a call's contribution fits a slot, or (data movement, not an in-place exchange)
-/// lies in the segment and is read in place: what the selector's `SHM_FITS` bit says.
-pub(crate) fn fits(kind: Kind, bytes: usize, src_in_seg: bool, in_place: bool) -> bool {
+/// lies in the segment and is read in place, or (a vector reduction of `es`-byte elements
+/// that fit a slot) runs in slot-sized chunks: what the selector's `SHM_FITS` bit says.
+pub(crate) fn fits(kind: Kind, bytes: usize, es: usize, src_in_seg: bool, in_place: bool) -> bool {
     let data = matches!(
         kind,
         Kind::Broadcast | Kind::Scatter | Kind::Gather | Kind::GatherAll | Kind::Exchange
     );
-    bytes <= SLOT_BYTES || (data && src_in_seg && !(in_place && kind == Kind::Exchange))
+    let vector = matches!(kind, Kind::ReduceElems | Kind::ReduceElemsAll);
+    bytes <= SLOT_BYTES
+        || (vector && es <= SLOT_BYTES)
+        || (data && src_in_seg && !(in_place && kind == Kind::Exchange))
 }
 
 /// This rank's areas in a call.
@@ -242,19 +246,79 @@ pub(crate) fn run(
         });
     }
     let _busy = Busy(&t.busy);
-    let e = t.epoch.load(Ordering::Relaxed) + 1;
-    t.epoch.store(e, Ordering::Relaxed);
-    let w = Waiter { sh, op, e };
-    let r = if spec.kind == Kind::Barrier {
-        barrier(sh, t, &w, e)
-    } else {
-        epoch_call(sh, t, &w, spec, mode, mine)
+    // A vector reduction larger than a slot runs as one epoch per slot-sized chunk (every
+    // member cuts it alike).
+    let per = vector_chunk(spec);
+    let chunks = per.map_or(1, |per| spec.n.div_ceil(per).max(1));
+    let first = t.epoch.load(Ordering::Relaxed) + 1;
+    let last = first + chunks as u64 - 1;
+    t.epoch.store(last, Ordering::Relaxed);
+    let r = match per {
+        _ if spec.kind == Kind::Barrier => barrier(sh, t, &Waiter { sh, op, e: first }, first),
+        Some(per) if chunks > 1 => (0..chunks).try_for_each(|c| {
+            let a = c * per;
+            let m = per.min(spec.n - a);
+            let sub = Spec {
+                n: m,
+                counts: Vec::new(),
+                params: Vec::new(),
+                call_fn: spec.call_fn.clone(),
+                ..*spec
+            };
+            // The entry sync before the first chunk, the exit sync after the last; the
+            // chunks are staged, so nothing waits for their readers in between.
+            let md = Mode {
+                input: if c == 0 { mode.input } else { InSync::My },
+                output: if c + 1 == chunks {
+                    mode.output
+                } else {
+                    OutSync::My
+                },
+                ..*mode
+            };
+            let part = |a_: Mem| {
+                if a_.len == 0 {
+                    a_
+                } else {
+                    Mem {
+                        ptr: a_.ptr + a * spec.es,
+                        len: m * spec.es,
+                    }
+                }
+            };
+            let sub_mine = Mine {
+                src: part(mine.src),
+                dst: part(mine.dst),
+                dst_seg: None,
+            };
+            let w = Waiter {
+                sh,
+                op,
+                e: first + c as u64,
+            };
+            epoch_call(sh, t, &w, &sub, &md, sub_mine)
+        }),
+        _ => epoch_call(sh, t, &Waiter { sh, op, e: first }, spec, mode, mine),
     };
     if r.is_err() {
-        // This rank reads nothing more of the epoch: its later calls must not wait for it.
-        t.area(t.me).set_done(e);
+        // This rank reads nothing more of the call's epochs: its later calls must not wait
+        // for it.
+        t.area(t.me).set_done(last);
     }
     r
+}
+
+/// Elements per chunk of a vector reduction whose vector is larger than a slot (None: one
+/// epoch takes the call).
+fn vector_chunk(spec: &Spec) -> Option<usize> {
+    vector_chunk_of(spec.kind, spec.es, spec.n)
+}
+
+/// `vector_chunk` of a call of `kind` over `n` elements of `es` bytes.
+fn vector_chunk_of(kind: Kind, es: usize, n: usize) -> Option<usize> {
+    let vector = matches!(kind, Kind::ReduceElems | Kind::ReduceElemsAll);
+    (vector && es > 0 && es <= SLOT_BYTES && n.saturating_mul(es) > SLOT_BYTES)
+        .then(|| SLOT_BYTES / es)
 }
 
 /// The body of [`run`] for a data or reduction call of epoch `w.e`.
@@ -708,8 +772,8 @@ mod tests {
             Kind::ReduceAll,
             Kind::ReduceElemsAll,
         ] {
-            assert!(fits(kind, SLOT_BYTES, false, false), "{kind:?}");
-            assert!(fits(kind, SLOT_BYTES, false, true), "{kind:?}");
+            assert!(fits(kind, SLOT_BYTES, 8, false, false), "{kind:?}");
+            assert!(fits(kind, SLOT_BYTES, 8, false, true), "{kind:?}");
         }
         // Larger data is read in place from the segment, except an in-place exchange
         // (its source is its destination, written while the peers read).
@@ -719,13 +783,31 @@ mod tests {
             Kind::Gather,
             Kind::GatherAll,
         ] {
-            assert!(!fits(kind, SLOT_BYTES + 1, false, false), "{kind:?}");
-            assert!(fits(kind, SLOT_BYTES + 1, true, false), "{kind:?}");
+            assert!(!fits(kind, SLOT_BYTES + 1, 0, false, false), "{kind:?}");
+            assert!(fits(kind, SLOT_BYTES + 1, 0, true, false), "{kind:?}");
         }
-        assert!(fits(Kind::Exchange, SLOT_BYTES + 1, true, false));
-        assert!(!fits(Kind::Exchange, SLOT_BYTES + 1, true, true));
-        // Reduction operands are always staged.
-        assert!(!fits(Kind::ReduceElemsAll, SLOT_BYTES + 1, true, false));
+        assert!(fits(Kind::Exchange, SLOT_BYTES + 1, 0, true, false));
+        assert!(!fits(Kind::Exchange, SLOT_BYTES + 1, 0, true, true));
+        // Reduction operands are always staged: a vector larger than a slot in chunks, of
+        // whole elements.
+        assert!(fits(Kind::ReduceElemsAll, SLOT_BYTES + 1, 8, true, false));
+        assert!(fits(Kind::ReduceElems, 64 * SLOT_BYTES, 8, false, false));
+        assert!(!fits(
+            Kind::ReduceElemsAll,
+            2 * SLOT_BYTES,
+            SLOT_BYTES + 8,
+            true,
+            false
+        ));
+        assert_eq!(
+            vector_chunk_of(Kind::ReduceElemsAll, 8, SLOT_BYTES / 8),
+            None
+        );
+        assert_eq!(
+            vector_chunk_of(Kind::ReduceElemsAll, 8, SLOT_BYTES / 8 + 1),
+            Some(SLOT_BYTES / 8)
+        );
+        assert_eq!(vector_chunk_of(Kind::ReduceAll, 8, SLOT_BYTES), None);
         // What a member publishes.
         assert_eq!(published_bytes(Kind::Broadcast, 10, 4, 0, 0), 10);
         assert_eq!(published_bytes(Kind::Scatter, 10, 4, 0, 0), 40);
