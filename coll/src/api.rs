@@ -205,7 +205,8 @@ pub(crate) struct Call<'a> {
     red: Option<Red>,
     addrs: Addrs<'a>,
     flags: u32,
-    blocking: bool,
+    /// Done on return (no handle to sync): the blocking forms, raw and typed.
+    pub(crate) blocking: bool,
     /// A reduction function passed with the call, instead of a table entry.
     pub(crate) call_fn: Option<CallFn>,
 }

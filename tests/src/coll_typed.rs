@@ -485,9 +485,14 @@ pub fn failed_wait_detaches(ep: &Endpoint) -> Result<(), String> {
             // Enter late: after rank 0's wait gave up (1 s).
             std::thread::sleep(Duration::from_millis(2500));
             if round < 2 {
+                // The same form as rank 0's (blocking and non-blocking calls do not match).
                 let mut data = [u64::from(round) + 7; 4];
-                comm.broadcast(&mut data, 1)
-                    .map_err(|e| format!("round {round}: the late root's broadcast: {e}"))?;
+                let r = if round == 0 {
+                    scope(|s| comm.broadcast_nb(s, &mut data, 1)?.wait())
+                } else {
+                    comm.broadcast(&mut data, 1)
+                };
+                r.map_err(|e| format!("round {round}: the late root's broadcast: {e}"))?;
             } else {
                 // Rank 0's operands still count: they left before its wait failed.
                 let mut out = [0u64; 4];

@@ -396,6 +396,7 @@ impl Comm {
         src: Src,
         dst: Option<Lent>,
         red: Option<RedArgs>,
+        blocking: bool,
     ) -> Result<Started> {
         if let Some(h) = self.coll.endpoint().current_handler() {
             return Err(Error::InHandler {
@@ -442,6 +443,8 @@ impl Comm {
                 (c, r.f.panic)
             }
         };
+        let mut c = c;
+        c.blocking = blocking;
         let mut entered = None;
         match self.coll.start_keyed(&self.team, c, &mut entered) {
             Ok((handle, group)) => Ok(Started {
@@ -494,7 +497,12 @@ impl Comm {
 
     // ----- starts (shared by the blocking and the non-blocking forms) ---------------------
 
-    fn start_broadcast<T: Plain>(&self, buf: &mut [T], root: u32) -> Result<Started> {
+    fn start_broadcast<T: Plain>(
+        &self,
+        buf: &mut [T],
+        root: u32,
+        blocking: bool,
+    ) -> Result<Started> {
         const W: &str = "broadcast";
         Self::nonempty(W, "buf", buf)?;
         let m = lend(buf);
@@ -506,6 +514,7 @@ impl Comm {
             Src::InPlace,
             Some(m),
             None,
+            blocking,
         )
     }
 
@@ -514,6 +523,7 @@ impl Comm {
         send: Option<&[T]>,
         recv: &mut [T],
         root: u32,
+        blocking: bool,
     ) -> Result<Started> {
         const W: &str = "scatter";
         Self::nonempty(W, "recv", recv)?;
@@ -536,7 +546,16 @@ impl Comm {
             Src::None
         };
         let m = lend(recv);
-        self.launch(W, Kind::Scatter, Some(root), m.1, src, Some(m), None)
+        self.launch(
+            W,
+            Kind::Scatter,
+            Some(root),
+            m.1,
+            src,
+            Some(m),
+            None,
+            blocking,
+        )
     }
 
     fn start_gather<T: Plain>(
@@ -544,6 +563,7 @@ impl Comm {
         send: &[T],
         recv: Option<&mut [T]>,
         root: u32,
+        blocking: bool,
     ) -> Result<Started> {
         const W: &str = "gather";
         Self::nonempty(W, "send", send)?;
@@ -566,10 +586,24 @@ impl Comm {
             None
         };
         let s = lend(send);
-        self.launch(W, Kind::Gather, Some(root), s.1, Src::Mem(s), dst, None)
+        self.launch(
+            W,
+            Kind::Gather,
+            Some(root),
+            s.1,
+            Src::Mem(s),
+            dst,
+            None,
+            blocking,
+        )
     }
 
-    fn start_gather_all<T: Plain>(&self, send: Option<&[T]>, recv: &mut [T]) -> Result<Started> {
+    fn start_gather_all<T: Plain>(
+        &self,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        blocking: bool,
+    ) -> Result<Started> {
         const W: &str = "gather_all";
         let np = self.participants();
         let (src, block) = match send {
@@ -599,10 +633,24 @@ impl Comm {
             }
         };
         let d = lend(recv);
-        self.launch(W, Kind::GatherAll, None, block, src, Some(d), None)
+        self.launch(
+            W,
+            Kind::GatherAll,
+            None,
+            block,
+            src,
+            Some(d),
+            None,
+            blocking,
+        )
     }
 
-    fn start_exchange<T: Plain>(&self, send: &[T], recv: &mut [T]) -> Result<Started> {
+    fn start_exchange<T: Plain>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        blocking: bool,
+    ) -> Result<Started> {
         const W: &str = "exchange";
         let np = self.participants();
         Self::nonempty(W, "send", send)?;
@@ -627,6 +675,7 @@ impl Comm {
             Src::Mem(s),
             Some(d),
             None,
+            blocking,
         )
     }
 
@@ -641,6 +690,7 @@ impl Comm {
         recv: Option<&mut [T]>,
         count: usize,
         op: Op<T>,
+        blocking: bool,
     ) -> Result<Started> {
         if count == 0 || std::mem::size_of::<T>() == 0 {
             return Err(usage(
@@ -666,7 +716,7 @@ impl Comm {
             count,
             f,
         };
-        self.launch(what, kind, root, 0, src, dst, Some(red))
+        self.launch(what, kind, root, 0, src, dst, Some(red), blocking)
     }
 
     fn start_reduce<T: Plain>(
@@ -675,6 +725,7 @@ impl Comm {
         recv: Option<&mut [T]>,
         op: Op<T>,
         root: u32,
+        blocking: bool,
     ) -> Result<Started> {
         const W: &str = "reduce";
         let recv = if self.is_root(root) {
@@ -689,7 +740,16 @@ impl Comm {
             None
         };
         let n = send.len();
-        self.start_reduction(W, Kind::ReduceElems, Some(root), Some(send), recv, n, op)
+        self.start_reduction(
+            W,
+            Kind::ReduceElems,
+            Some(root),
+            Some(send),
+            recv,
+            n,
+            op,
+            blocking,
+        )
     }
 
     fn start_reduce_in_place<T: Plain>(
@@ -697,13 +757,32 @@ impl Comm {
         buf: &mut [T],
         op: Op<T>,
         root: u32,
+        blocking: bool,
     ) -> Result<Started> {
         const W: &str = "reduce_in_place";
         let n = buf.len();
         if self.is_root(root) {
-            self.start_reduction(W, Kind::ReduceElems, Some(root), None, Some(buf), n, op)
+            self.start_reduction(
+                W,
+                Kind::ReduceElems,
+                Some(root),
+                None,
+                Some(buf),
+                n,
+                op,
+                blocking,
+            )
         } else {
-            self.start_reduction(W, Kind::ReduceElems, Some(root), Some(buf), None, n, op)
+            self.start_reduction(
+                W,
+                Kind::ReduceElems,
+                Some(root),
+                Some(buf),
+                None,
+                n,
+                op,
+                blocking,
+            )
         }
     }
 
@@ -711,39 +790,39 @@ impl Comm {
 
     /// Broadcast: the root's `buf` to every participant's `buf`.
     pub fn broadcast<T: Plain>(&self, buf: &mut [T], root: u32) -> Result<()> {
-        self.start_broadcast(buf, root)?.wait()
+        self.start_broadcast(buf, root, true)?.wait()
     }
 
     /// Scatter: block `i` (of `recv.len()` elements) of the root's `send` to participant
     /// `i`'s `recv`. The root passes `Some(send)` of `recv.len() * size()` elements; the
     /// others' `send` is not used (pass `None`).
     pub fn scatter<T: Plain>(&self, send: Option<&[T]>, recv: &mut [T], root: u32) -> Result<()> {
-        self.start_scatter(send, recv, root)?.wait()
+        self.start_scatter(send, recv, root, true)?.wait()
     }
 
     /// Gather: participant `i`'s `send` to block `i` of the root's `recv`. The root passes
     /// `Some(recv)` of `send.len() * size()` elements; the others' `recv` is not used (pass
     /// `None`).
     pub fn gather<T: Plain>(&self, send: &[T], recv: Option<&mut [T]>, root: u32) -> Result<()> {
-        self.start_gather(send, recv, root)?.wait()
+        self.start_gather(send, recv, root, true)?.wait()
     }
 
     /// Gather to all: participant `i`'s `send` to block `i` of every participant's `recv`
     /// (`send.len() * size()` elements).
     pub fn gather_all<T: Plain>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        self.start_gather_all(Some(send), recv)?.wait()
+        self.start_gather_all(Some(send), recv, true)?.wait()
     }
 
     /// Gather to all in place: participant `i`'s block `i` of `buf` (`buf.len() / size()`
     /// elements) to block `i` of every participant's `buf`.
     pub fn gather_all_in_place<T: Plain>(&self, buf: &mut [T]) -> Result<()> {
-        self.start_gather_all(None, buf)?.wait()
+        self.start_gather_all(None, buf, true)?.wait()
     }
 
     /// All-to-all: block `j` of participant `i`'s `send` to block `i` of participant `j`'s
     /// `recv` (blocks of `send.len() / size()` elements; `recv` as long as `send`).
     pub fn exchange<T: Plain>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        self.start_exchange(send, recv)?.wait()
+        self.start_exchange(send, recv, true)?.wait()
     }
 
     /// Elementwise reduction to the root: `recv[j] = send_0[j] ∘ send_1[j] ∘ …` in
@@ -756,7 +835,7 @@ impl Comm {
         op: impl Into<Op<T>>,
         root: u32,
     ) -> Result<()> {
-        self.start_reduce(send, recv, op.into(), root)?.wait()
+        self.start_reduce(send, recv, op.into(), root, true)?.wait()
     }
 
     /// [`Comm::reduce`] in place: the root's `buf` is its operand and receives the result;
@@ -767,7 +846,8 @@ impl Comm {
         op: impl Into<Op<T>>,
         root: u32,
     ) -> Result<()> {
-        self.start_reduce_in_place(buf, op.into(), root)?.wait()
+        self.start_reduce_in_place(buf, op.into(), root, true)?
+            .wait()
     }
 
     /// Elementwise reduction to every participant: `recv[j] = send_0[j] ∘ send_1[j] ∘ …`
@@ -787,6 +867,7 @@ impl Comm {
             Some(recv),
             n,
             op.into(),
+            true,
         )?
         .wait()
     }
@@ -806,6 +887,7 @@ impl Comm {
             Some(buf),
             n,
             op.into(),
+            true,
         )?
         .wait()
     }
@@ -821,6 +903,7 @@ impl Comm {
             Some(recv),
             n,
             op.into(),
+            true,
         )?
         .wait()
     }
@@ -836,6 +919,7 @@ impl Comm {
             Some(buf),
             n,
             op.into(),
+            true,
         )?
         .wait()
     }
@@ -857,6 +941,7 @@ impl Comm {
             Some(recv),
             n,
             op.into(),
+            true,
         )?
         .wait()
     }
@@ -876,6 +961,7 @@ impl Comm {
             Some(buf),
             n,
             op.into(),
+            true,
         )?
         .wait()
     }
@@ -889,7 +975,7 @@ impl Comm {
         buf: &'a mut [T],
         root: u32,
     ) -> Result<Request<'a, 's>> {
-        Ok(scope.add(self.start_broadcast(buf, root)?))
+        Ok(scope.add(self.start_broadcast(buf, root, false)?))
     }
 
     /// [`Comm::scatter`], started in `scope`.
@@ -900,7 +986,7 @@ impl Comm {
         recv: &'a mut [T],
         root: u32,
     ) -> Result<Request<'a, 's>> {
-        Ok(scope.add(self.start_scatter(send, recv, root)?))
+        Ok(scope.add(self.start_scatter(send, recv, root, false)?))
     }
 
     /// [`Comm::gather`], started in `scope`.
@@ -911,7 +997,7 @@ impl Comm {
         recv: Option<&'a mut [T]>,
         root: u32,
     ) -> Result<Request<'a, 's>> {
-        Ok(scope.add(self.start_gather(send, recv, root)?))
+        Ok(scope.add(self.start_gather(send, recv, root, false)?))
     }
 
     /// [`Comm::gather_all`], started in `scope`.
@@ -921,7 +1007,7 @@ impl Comm {
         send: &'a [T],
         recv: &'a mut [T],
     ) -> Result<Request<'a, 's>> {
-        Ok(scope.add(self.start_gather_all(Some(send), recv)?))
+        Ok(scope.add(self.start_gather_all(Some(send), recv, false)?))
     }
 
     /// [`Comm::exchange`], started in `scope`.
@@ -931,7 +1017,7 @@ impl Comm {
         send: &'a [T],
         recv: &'a mut [T],
     ) -> Result<Request<'a, 's>> {
-        Ok(scope.add(self.start_exchange(send, recv)?))
+        Ok(scope.add(self.start_exchange(send, recv, false)?))
     }
 
     /// [`Comm::reduce`], started in `scope`.
@@ -943,7 +1029,7 @@ impl Comm {
         op: impl Into<Op<T>>,
         root: u32,
     ) -> Result<Request<'a, 's>> {
-        Ok(scope.add(self.start_reduce(send, recv, op.into(), root)?))
+        Ok(scope.add(self.start_reduce(send, recv, op.into(), root, false)?))
     }
 
     /// [`Comm::reduce_in_place`], started in `scope`.
@@ -954,7 +1040,7 @@ impl Comm {
         op: impl Into<Op<T>>,
         root: u32,
     ) -> Result<Request<'a, 's>> {
-        Ok(scope.add(self.start_reduce_in_place(buf, op.into(), root)?))
+        Ok(scope.add(self.start_reduce_in_place(buf, op.into(), root, false)?))
     }
 
     /// [`Comm::reduce_to_all`], started in `scope`.
@@ -974,6 +1060,7 @@ impl Comm {
             Some(recv),
             n,
             op.into(),
+            false,
         )?;
         Ok(scope.add(st))
     }
@@ -995,6 +1082,7 @@ impl Comm {
             Some(recv),
             n,
             op.into(),
+            false,
         )?;
         Ok(scope.add(st))
     }
@@ -1016,6 +1104,7 @@ impl Comm {
             Some(recv),
             n,
             op.into(),
+            false,
         )?;
         Ok(scope.add(st))
     }
