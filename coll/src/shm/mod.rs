@@ -253,9 +253,18 @@ pub(crate) fn run(
     let first = t.epoch.load(Ordering::Relaxed) + 1;
     let last = first + chunks as u64 - 1;
     t.epoch.store(last, Ordering::Relaxed);
-    let r = match per {
-        _ if spec.kind == Kind::Barrier => barrier(sh, t, &Waiter { sh, op, e: first }, first),
-        Some(per) if chunks > 1 => (0..chunks).try_for_each(|c| {
+    let r = if spec.kind == Kind::Barrier {
+        barrier(sh, t, &Waiter { sh, op, e: first }, first)
+    } else {
+        (0..chunks).try_for_each(|c| {
+            let w = Waiter {
+                sh,
+                op,
+                e: first + c as u64,
+            };
+            let Some(per) = per.filter(|_| chunks > 1) else {
+                return epoch_call(sh, t, &w, spec, mode, mine);
+            };
             let a = c * per;
             let m = per.min(spec.n - a);
             let sub = Spec {
@@ -276,12 +285,12 @@ pub(crate) fn run(
                 },
                 ..*mode
             };
-            let part = |a_: Mem| {
-                if a_.len == 0 {
-                    a_
+            let part = |x: Mem| {
+                if x.len == 0 {
+                    x
                 } else {
                     Mem {
-                        ptr: a_.ptr + a * spec.es,
+                        ptr: x.ptr + a * spec.es,
                         len: m * spec.es,
                     }
                 }
@@ -291,14 +300,8 @@ pub(crate) fn run(
                 dst: part(mine.dst),
                 dst_seg: None,
             };
-            let w = Waiter {
-                sh,
-                op,
-                e: first + c as u64,
-            };
             epoch_call(sh, t, &w, &sub, &md, sub_mine)
-        }),
-        _ => epoch_call(sh, t, &Waiter { sh, op, e: first }, spec, mode, mine),
+        })
     };
     if r.is_err() {
         // This rank reads nothing more of the call's epochs: its later calls must not wait
