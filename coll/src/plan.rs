@@ -455,22 +455,12 @@ mod tests {
             for np in 1..5 {
                 for root in 0..np {
                     let len = if kind == Kind::Exchange { np * np } else { np };
-                    let listed = Spec {
+                    let listed = crate::algs::data::oracle::spec(
                         kind,
                         np,
                         root,
-                        counts: vec![7; if kind == Kind::Broadcast { 1 } else { len }],
-                        uniform: None,
-                        es: 0,
-                        n: 0,
-                        src_lay: Layout::indefinite(0),
-                        dst_lay: Layout::indefinite(0),
-                        func: 0,
-                        arg: 0,
-                        alg: "flat",
-                        params: Vec::new(),
-                        call_fn: None,
-                    };
+                        vec![7; if kind == Kind::Broadcast { 1 } else { len }],
+                    );
                     let uniform = Spec {
                         counts: Vec::new(),
                         uniform: Some(7),

@@ -680,6 +680,8 @@ pub(crate) static ALGS: &[Alg] = &[
     shm_alg(Kind::ReduceAll, bits::ORDER_SAFE),
     shm_alg(Kind::ReduceElems, 0),
     shm_alg(Kind::ReduceElemsAll, 0),
+    shm_alg(Kind::ScanElems, 0),
+    shm_alg(Kind::ExclusiveScanElems, 0),
     // The team barrier promises that the messages of earlier collectives are in: only where
     // a send is in the target's memory when it returns (smp's rings).
     shm_alg(Kind::Barrier, bits::DIRECT_SEGMENTS),
@@ -1271,13 +1273,8 @@ mod tests {
         let sel = Selector::from_parts(Vec::new(), Vec::new(), Model::for_conduit("smp"));
         let base = HOST_SHM | SHM_FITS | DIRECT_SEGMENTS | UNIFORM_IMAGES | SINGLE_ADDR;
         let red = COMMUTATIVE | BUILTIN_FN | ALL_CONTRIBUTE | ORDER_SAFE;
-        // Every operation but the scans.
-        let scans = [
-            Kind::Prefix,
-            Kind::ExclusivePrefix,
-            Kind::ScanElems,
-            Kind::ExclusiveScanElems,
-        ];
+        // Every operation but the array scans.
+        let scans = [Kind::Prefix, Kind::ExclusivePrefix];
         for kind in Kind::ALL.into_iter().filter(|k| !scans.contains(k)) {
             for ranks in [2, 3, 8, 16] {
                 for bytes in [0, 8, 4096, 1 << 20] {
@@ -1312,8 +1309,8 @@ mod tests {
                 }
             }
         }
-        // The scans have no smp-native algorithm yet.
-        assert!(!algorithms("scan_elems").unwrap().contains(&"shm"));
+        // The array scans have no smp-native algorithm yet.
+        assert!(!algorithms("prefix_reduce").unwrap().contains(&"shm"));
     }
 
     #[test]

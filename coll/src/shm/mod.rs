@@ -198,7 +198,7 @@ pub(crate) fn published_bytes(kind: Kind, n: usize, np: usize, es: usize, count:
         Kind::Broadcast | Kind::Gather | Kind::GatherAll => n,
         Kind::Scatter | Kind::Exchange => n.saturating_mul(np),
         Kind::Reduce | Kind::ReduceAll => es,
-        Kind::ReduceElems | Kind::ReduceElemsAll => es.saturating_mul(count),
+        k if k.is_vector() => es.saturating_mul(count),
         _ => 0,
     }
 }
@@ -211,7 +211,7 @@ pub(crate) fn fits(kind: Kind, bytes: usize, es: usize, src_in_seg: bool, in_pla
         kind,
         Kind::Broadcast | Kind::Scatter | Kind::Gather | Kind::GatherAll | Kind::Exchange
     );
-    let vector = matches!(kind, Kind::ReduceElems | Kind::ReduceElemsAll);
+    let vector = kind.is_vector();
     bytes <= SLOT_BYTES
         || (vector && es <= SLOT_BYTES)
         || (data && src_in_seg && !(in_place && kind == Kind::Exchange))
@@ -319,7 +319,7 @@ fn vector_chunk(spec: &Spec) -> Option<usize> {
 
 /// `vector_chunk` of a call of `kind` over `n` elements of `es` bytes.
 fn vector_chunk_of(kind: Kind, es: usize, n: usize) -> Option<usize> {
-    let vector = matches!(kind, Kind::ReduceElems | Kind::ReduceElemsAll);
+    let vector = kind.is_vector();
     (vector && es > 0 && es <= SLOT_BYTES && n.saturating_mul(es) > SLOT_BYTES)
         .then(|| SLOT_BYTES / es)
 }
@@ -440,7 +440,7 @@ fn epoch_call(
                 (&[], false)
             }
         }
-        Kind::ReduceElems | Kind::ReduceElemsAll => {
+        k if k.is_vector() => {
             // Staged: the readers fold from the scratch (and an in-place destination is
             // written while they may still read).
             // SAFETY: as above.
@@ -531,13 +531,23 @@ fn epoch_call(
         }
         Kind::Reduce | Kind::ReduceAll if spec.kind == Kind::ReduceAll || me == root => {
             let fold = fold.as_ref().ok_or_else(|| internal(op, "no function"))?;
-            rd.reduce_elems(fold, 1, dst)?;
+            rd.reduce_elems(fold, 1, np, dst)?;
         }
         Kind::ReduceElems | Kind::ReduceElemsAll
             if spec.kind == Kind::ReduceElemsAll || me == root =>
         {
             let fold = fold.as_ref().ok_or_else(|| internal(op, "no function"))?;
-            rd.reduce_elems(fold, spec.n, dst)?;
+            rd.reduce_elems(fold, spec.n, np, dst)?;
+        }
+        // Member `me` of a scan folds the vectors of members 0..=me (exclusive: 0..me; member
+        // 0's destination stays as it was).
+        Kind::ScanElems => {
+            let fold = fold.as_ref().ok_or_else(|| internal(op, "no function"))?;
+            rd.reduce_elems(fold, spec.n, me + 1, dst)?;
+        }
+        Kind::ExclusiveScanElems if me > 0 => {
+            let fold = fold.as_ref().ok_or_else(|| internal(op, "no function"))?;
+            rd.reduce_elems(fold, spec.n, me, dst)?;
         }
         _ => {}
     }
@@ -672,7 +682,8 @@ impl Reader<'_> {
 
     /// Fold every member's `count` elements elementwise, in team order, into `dst`
     /// (`count * es` bytes); members that contributed nothing are left out.
-    fn reduce_elems(&self, fold: &Fold<'_>, count: usize, dst: Mem) -> Result<()> {
+    /// `dst` = the elementwise fold of the vectors of members `0..upto`, in member order.
+    fn reduce_elems(&self, fold: &Fold<'_>, count: usize, upto: usize, dst: Mem) -> Result<()> {
         let es = fold.es;
         let len = count * es;
         if dst.len < len {
@@ -690,7 +701,7 @@ impl Reader<'_> {
             &mut tmp_big
         };
         let mut have = false;
-        for q in 0..self.t.n() {
+        for q in 0..upto.min(self.t.n()) {
             let p = self.published(q)?;
             if p.len == 0 {
                 continue;
