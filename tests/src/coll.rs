@@ -332,9 +332,9 @@ fn vector_reductions(c: &Ctx<'_>) -> Verdict {
         OKind::ExScanElems,
     ] {
         for func in [OFn::SumU64, OFn::Affine] {
-            // 40000 elements: more than a host-scratch slot (the smp-native vector
+            // 17000 elements: more than a host-scratch slot (the smp-native vector
             // reductions run it in chunks, blocking calls).
-            for n in [1, 7, 5000, 40_000] {
+            for n in [1, 7, 5000, 17_000] {
                 for in_place in [false, true] {
                     let root = (idx * 5) % np;
                     #[allow(clippy::cast_possible_truncation)] // root < size
