@@ -1140,11 +1140,13 @@ impl Shared {
 
     /// Area `a` lies inside this rank's segment.
     fn in_segment(&self, a: Area) -> bool {
-        let (Ok(base), Ok(len)) = (self.ep.segment_ptr(), self.ep.segment_len()) else {
-            return false;
-        };
-        let base = base as usize;
-        a.ptr >= base && a.ptr.checked_add(a.len).is_some_and(|e| e <= base + len)
+        self.seg_offset(a).is_some()
+    }
+
+    /// Where area `a` lies in this rank's segment, if it does.
+    pub(crate) fn seg_offset(&self, a: Area) -> Option<u64> {
+        let (base, len) = self.seg;
+        (a.ptr >= base && a.ptr.checked_add(a.len)? <= base + len).then(|| (a.ptr - base) as u64)
     }
 
     /// Poll and advance until `done()`, with the core's idle policy (spec/core.md §5) while

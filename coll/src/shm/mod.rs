@@ -44,8 +44,6 @@ pub(crate) struct ShmTeam {
     /// Job rank of every member.
     ranks: Vec<Rank>,
     me: usize,
-    /// This rank's segment, where contributions read in place lie.
-    seg: (usize, usize),
     /// Every member's segment is mapped here (`RmaPath::Direct`): a contribution read in
     /// place is a copy. Otherwise a get through the conduit, and contributions that fit a
     /// slot are staged there instead.
@@ -94,7 +92,8 @@ impl ShmTeam {
             .iter()
             .map(|&r| hooks.host_scratch(r))
             .collect::<Option<Vec<_>>>()?;
-        let seg = (ep.segment_ptr().ok()? as usize, ep.segment_len().ok()?);
+        // Contributions read in place lie in this rank's segment (`Shared::seg`).
+        ep.segment_ptr().ok()?;
         let direct = ranks
             .iter()
             .all(|&r| matches!(ep.rma_path(r), Ok(amnet_core::RmaPath::Direct)));
@@ -106,7 +105,6 @@ impl ShmTeam {
             areas: areas.into_iter().map(NonNull::cast::<Area>).collect(),
             me: ep.rank() as usize,
             ranks,
-            seg,
             direct,
             epoch: AtomicU64::new(0),
             floor_seen: AtomicU64::new(0),
@@ -122,12 +120,6 @@ impl ShmTeam {
 
     fn n(&self) -> usize {
         self.areas.len()
-    }
-
-    /// Where `a` lies in this rank's segment, if it does.
-    fn seg_offset(&self, a: Mem) -> Option<u64> {
-        let (base, len) = self.seg;
-        (a.ptr >= base && a.ptr.checked_add(a.len)? <= base + len).then(|| (a.ptr - base) as u64)
     }
 }
 
@@ -262,7 +254,8 @@ pub(crate) fn run(
                 op,
                 e: first + c as u64,
             };
-            let Some(per) = per.filter(|_| chunks > 1) else {
+            // `per` is only there for a vector of more than one chunk.
+            let Some(per) = per else {
                 return epoch_call(sh, t, &w, spec, mode, mine);
             };
             let a = c * per;
@@ -453,7 +446,7 @@ fn epoch_call(
     let in_place = !stage && (t.direct || bytes.len() > STAGE_MAX_BYTES);
     let loc = if bytes.len() <= INLINE {
         LOC_INLINE
-    } else if let Some(off) = in_place.then(|| t.seg_offset(src)).flatten() {
+    } else if let Some(off) = in_place.then(|| sh.seg_offset(src)).flatten() {
         LOC_SEG | off
     } else if bytes.len() <= SLOT_BYTES {
         LOC_SLOT
