@@ -956,7 +956,7 @@ impl Endpoint {
         // SAFETY: the range was checked against the segment, which stays mapped for the life
         // of the endpoint; `buf` is a distinct Rust allocation.
         unsafe {
-            std::ptr::copy_nonoverlapping(
+            crate::mem::copy(
                 att.seg.base.add(seg_off(offset)),
                 buf.as_mut_ptr(),
                 buf.len(),
@@ -971,11 +971,7 @@ impl Endpoint {
         att.check_range(self.rank(), offset, data.len())?;
         // SAFETY: as in `read_local`.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                att.seg.base.add(seg_off(offset)),
-                data.len(),
-            );
+            crate::mem::copy(data.as_ptr(), att.seg.base.add(seg_off(offset)), data.len());
         }
         Ok(())
     }

@@ -19,6 +19,7 @@ mod handler;
 pub mod handlers;
 pub mod job;
 pub mod layer;
+pub mod mem;
 mod rma;
 mod stats;
 pub mod sync;

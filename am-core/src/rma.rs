@@ -306,7 +306,7 @@ fn get_reply_handler(tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
         // SAFETY: `dst` is the destination the requester promised valid (safe API: its own
         // segment; unsafe API: the caller's contract) for `len` bytes until the operation
         // completes, which needs this chunk; the table hands the chunk out once.
-        unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), dst as *mut u8, len) };
+        unsafe { crate::mem::copy(payload.as_ptr(), dst as *mut u8, len) };
     } else {
         c.op.fail(format!(
             "get from rank {}: the reply carried {} bytes of the {len} asked for (the target \
@@ -351,7 +351,7 @@ impl Endpoint {
         if let Some(base) = att.peers[dest as usize] {
             // SAFETY: the range was checked against `dest`'s segment, mapped at `base` for the
             // life of the endpoint; `ptr::copy` tolerates a source that aliases the segment.
-            unsafe { std::ptr::copy(src.as_ptr(), base.0.add(seg_off(offset)), src.len()) };
+            unsafe { crate::mem::copy(src.as_ptr(), base.0.add(seg_off(offset)), src.len()) };
             return Ok(None);
         }
         self.put_remote(att, dest, offset, src, blocking, track)
@@ -514,7 +514,7 @@ impl Endpoint {
         if let Some(base) = att.peers[src_rank as usize] {
             // SAFETY: range checked against the source segment; `dst` valid per contract;
             // `ptr::copy` tolerates overlap (a get from this rank into its own segment).
-            unsafe { std::ptr::copy(base.0.add(seg_off(offset)), dst, len) };
+            unsafe { crate::mem::copy(base.0.add(seg_off(offset)), dst, len) };
             return Ok(None);
         }
         // SAFETY: forwarded contract.

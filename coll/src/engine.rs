@@ -2668,7 +2668,7 @@ impl Mem for RawMem {
         // SAFETY: `client` checked the range against the participant's source or destination,
         // resolved and bounds-checked at entry and kept valid and untouched by the client
         // until the collective is synced (bulk contract); `v` is a fresh allocation.
-        unsafe { std::ptr::copy_nonoverlapping(p as *const u8, v.as_mut_ptr(), r.len) };
+        unsafe { amnet_core::mem::copy(p as *const u8, v.as_mut_ptr(), r.len) };
         Ok(v)
     }
 
@@ -2689,7 +2689,7 @@ impl Mem for RawMem {
         // SAFETY: as in `read`, for writes: a destination is writable by the collective, and a
         // source a schedule writes is an in-place source inside the destination; `bytes` is a
         // separate buffer (a message, or a copy made by `read`).
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p as *mut u8, r.len) };
+        unsafe { amnet_core::mem::copy(bytes.as_ptr(), p as *mut u8, r.len) };
         Ok(())
     }
 }

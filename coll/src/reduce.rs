@@ -126,9 +126,7 @@ impl Ctx {
         // SAFETY: bounds checked above against the destination area resolved at entry,
         // which the bulk contract keeps valid and unaccessed by the client until sync; the
         // bytes come from library buffers.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), (a.ptr + at * es) as *mut u8, bytes.len())
-        };
+        unsafe { amnet_core::mem::copy(bytes.as_ptr(), (a.ptr + at * es) as *mut u8, bytes.len()) };
         Ok(())
     }
 

@@ -464,7 +464,7 @@ fn epoch_call(
     // `done` reached the reuse floor; `bytes` fits where `loc` says.
     unsafe {
         t.area(me).publish(s, e, loc, bytes.len(), |p| {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len());
+            amnet_core::mem::copy(bytes.as_ptr(), p, bytes.len());
         });
     }
     let rd = Reader { sh, t, w, s, e, op };
@@ -653,7 +653,7 @@ impl Reader<'_> {
         // done; `off + len` is within what was published (checked); `to` as above.
         unsafe {
             self.t.area(q).read(self.s, p, |b| {
-                std::ptr::copy_nonoverlapping(b.add(off), to, len);
+                amnet_core::mem::copy(b.add(off), to, len);
             });
         }
         Ok(())
@@ -714,7 +714,8 @@ impl Reader<'_> {
                             out[r].copy_from_slice(tmp);
                         }
                     } else {
-                        out.copy_from_slice(x);
+                        // SAFETY: `x` and `out` are `len` bytes each (above).
+                        amnet_core::mem::copy(x.as_ptr(), out.as_mut_ptr(), len);
                     }
                 })
             };
@@ -756,7 +757,7 @@ fn local_copy(src: Mem, so: usize, dst: Mem, dof: usize, len: usize) {
     // (source readable, destination writable, `so + len` and `dof + len` within them by the
     // operation's sizes) and do not overlap except in the in-place case, where the blocks are
     // the same place (skipped above).
-    unsafe { std::ptr::copy_nonoverlapping(from as *const u8, to as *mut u8, len) };
+    unsafe { amnet_core::mem::copy(from as *const u8, to as *mut u8, len) };
 }
 
 fn internal(op: &'static str, what: &str) -> Error {

@@ -32,6 +32,9 @@ const PROBE_BYTES: usize = 64;
 /// Where in the scratch area the probe writes (unaligned on purpose), and how many bytes.
 const PROBE_AT: usize = 3;
 const PROBE_LEN: usize = 16;
+/// Page size the segment is aligned to in the window's memory, and its offset bits.
+const PAGE: usize = 4096;
+const PAGE_BITS: i32 = 4095;
 
 /// The progress probe: rank 1 makes no MPI call for this long while rank 0 puts to it and
 /// flushes; a flush that lasts half of it waited for rank 1's progress.
@@ -94,6 +97,8 @@ pub(crate) struct Window {
     /// Local segment (the window's memory), for operations on this rank itself.
     base: *mut u8,
     len: usize,
+    /// The segment's displacement in every rank's window (the same on all).
+    skip: u64,
     /// Bytes per MPI call; larger transfers are split (MPI counts are `int`).
     chunk: usize,
     /// Per target rank: non-blocking operations started.
@@ -167,12 +172,27 @@ pub(crate) fn open(
         *why |= bit;
         detail.get_or_insert_with(|| e.to_string());
     };
-    let total = len.saturating_add(PROBE_BYTES);
+    // A page to spare: the segment starts at the first page boundary of the window's memory
+    // (MPI_Win_allocate returns it 8 bytes past one under Open MPI, which slows every bulk
+    // copy between the segment and page-aligned memory; see `amnet_core::mem`).
+    let total = len.saturating_add(PROBE_BYTES + PAGE);
     let mut created = None;
     let mut locked = false;
-    match raw::win_allocate(total, comm) {
+    let allocated = raw::win_allocate(total, comm);
+    // Every rank displaces its accesses by the same `skip`: each rank's own, when they all
+    // agree, else none (the segment then starts where MPI put it).
+    let own = allocated
+        .as_ref()
+        .map_or(0, |&(_, base)| base.align_offset(PAGE).min(PAGE - 1));
+    let own_bits = i32::try_from(own).unwrap_or(0);
+    let any = agree(own_bits)?;
+    let anti = agree(!own_bits & PAGE_BITS)?;
+    let skip = if any & anti == 0 { own } else { 0 };
+    match allocated {
         Err(e) => note(WHY_CREATE, &e, &mut why),
         Ok((win, base)) => {
+            // SAFETY: `skip < PAGE`, within the `total` bytes at `base`.
+            let base = unsafe { base.add(skip) };
             created = Some((win, base));
             match raw::win_unified(win) {
                 Ok(true) => {}
@@ -186,12 +206,13 @@ pub(crate) fn open(
             // The segment starts zero-filled. No rank accesses this memory before the
             // agreement below, which every rank reaches only after this; zeroing later could
             // erase a peer's first put.
-            // SAFETY: the window's memory is `total` bytes at `base`, ours alone until then.
-            let zeroed = unsafe { commit_zeroed(base, total) };
+            // SAFETY: the window's memory is `total` bytes at `base - skip`, ours alone until
+            // then.
+            let zeroed = unsafe { commit_zeroed(base, total - skip) };
             if let Err(e) = zeroed {
                 note(WHY_MEMORY, &e, &mut why);
             } else if locked {
-                if let Err(e) = probe_self(win, rank, base, len) {
+                if let Err(e) = probe_self(win, rank, base, len, skip as u64) {
                     note(WHY_SELF, &e, &mut why);
                 }
             }
@@ -202,7 +223,7 @@ pub(crate) fn open(
     if why == 0 {
         if let Some((win, _)) = created {
             let next = (rank + 1) % size;
-            let mine = match probe_peer(win, next, lens[next as usize]) {
+            let mine = match probe_peer(win, next, lens[next as usize], skip as u64) {
                 Ok(()) => 0,
                 Err(e) => {
                     detail.get_or_insert_with(|| e.to_string());
@@ -215,7 +236,7 @@ pub(crate) fn open(
     let mut needs_target = false;
     if why == 0 && size >= 2 {
         if let Some((win, _)) = created {
-            let slow = probe_progress(win, rank, lens[1]);
+            let slow = probe_progress(win, rank, lens[1], skip as u64);
             needs_target = agree(i32::from(slow))? != 0;
         }
     }
@@ -234,14 +255,15 @@ pub(crate) fn open(
         // window is left as it is until the process ends.
         return fallback(len, why, detail);
     }
-    // SAFETY: the window's memory is `total >= len` bytes at `base`, zero-filled above and
-    // valid until the window is freed when the process leaves.
+    // SAFETY: the window's memory is `total - skip >= len` bytes at `base`, zero-filled above
+    // and valid until the window is freed when the process leaves.
     let seg = unsafe { Segment::in_window(base, len) };
     let window = Window {
         win,
         rank,
         base,
         len,
+        skip: skip as u64,
         chunk: chunk.clamp(1, raw::RMA_CHUNK),
         issued: (0..size).map(|_| AtomicU64::new(0)).collect(),
         flushed: (0..size).map(|_| AtomicU64::new(0)).collect(),
@@ -331,9 +353,9 @@ fn fallback(len: usize, why: i32, detail: Option<String>) -> Result<Opened> {
 
 /// Put the probe pattern into this rank's scratch bytes through MPI, read it back through MPI,
 /// and compare both with the memory itself.
-fn probe_self(win: Win, rank: u32, base: *mut u8, len: usize) -> Result<()> {
+fn probe_self(win: Win, rank: u32, base: *mut u8, len: usize, skip: u64) -> Result<()> {
     let want = probe_pattern(rank);
-    let at = (len + PROBE_AT) as u64;
+    let at = skip + (len + PROBE_AT) as u64;
     // SAFETY: `want` lives until the flush below completes the put; the target range lies in
     // the scratch bytes of this rank's window.
     unsafe { raw::put(want.as_ptr(), PROBE_LEN, rank, at, win)? };
@@ -358,10 +380,10 @@ fn probe_self(win: Win, rank: u32, base: *mut u8, len: usize) -> Result<()> {
 }
 
 /// Read the next rank's probe pattern from its scratch bytes, which follow its segment of
-/// `next_len` bytes.
-fn probe_peer(win: Win, next: u32, next_len: usize) -> Result<()> {
+/// `next_len` bytes (at displacement `skip`).
+fn probe_peer(win: Win, next: u32, next_len: usize, skip: u64) -> Result<()> {
     let mut got = [0u8; PROBE_LEN];
-    let at = (next_len + PROBE_AT) as u64;
+    let at = skip + (next_len + PROBE_AT) as u64;
     // SAFETY: `got` lives until the flush below completes the get.
     unsafe { raw::get(got.as_mut_ptr(), PROBE_LEN, next, at, win)? };
     raw::flush(next, win)?;
@@ -379,12 +401,12 @@ fn probe_peer(win: Win, next: u32, next_len: usize) -> Result<()> {
 /// `len1` bytes, past the probe pattern) and flushes. True on rank 0 when the flush lasted at
 /// least half of `QUIET`: it waited for rank 1's progress. A rank 0 held off its core for that
 /// long reads the same, which costs only the nudges.
-fn probe_progress(win: Win, rank: u32, len1: usize) -> bool {
+fn probe_progress(win: Win, rank: u32, len1: usize, skip: u64) -> bool {
     match rank {
         0 => {
             std::thread::sleep(QUIET_LEAD);
             let word = [0x5au8; 8];
-            let at = (len1 + PROBE_AT + PROBE_LEN) as u64;
+            let at = skip + (len1 + PROBE_AT + PROBE_LEN) as u64;
             let t = Instant::now();
             // SAFETY: `word` lives until the flush below completes the put; the target range
             // lies in rank 1's scratch bytes, which no probe reads.
@@ -508,6 +530,7 @@ impl Window {
     /// Start puts of `src` at `offset` on `dest`, in pieces MPI's `int` counts can carry.
     #[inline]
     fn start_put(&self, dest: u32, offset: u64, src: &[u8]) -> Result<()> {
+        let offset = offset + self.skip;
         if src.len() <= self.chunk {
             // SAFETY: `src` outlives the flush every caller makes before returning.
             return unsafe { raw::put(src.as_ptr(), src.len(), dest, offset, self.win) };
@@ -525,6 +548,7 @@ impl Window {
     /// # Safety
     /// - `dst` is valid for `len` bytes of writes until the operation completes.
     unsafe fn start_get(&self, src: u32, offset: u64, dst: *mut u8, len: usize) -> Result<()> {
+        let offset = offset + self.skip;
         let mut done = 0;
         while done < len {
             let n = (len - done).min(self.chunk);
@@ -572,7 +596,7 @@ impl NativeRma for Window {
             let dst = self.local(offset, src.len())?;
             // SAFETY: the range lies in the local segment; `ptr::copy` tolerates a source
             // inside the segment.
-            unsafe { std::ptr::copy(src.as_ptr(), dst, src.len()) };
+            unsafe { amnet_core::mem::copy(src.as_ptr(), dst, src.len()) };
             return Ok(());
         }
         let _open = self.gate()?;
@@ -587,7 +611,7 @@ impl NativeRma for Window {
             let src = self.local(offset, len)?;
             // SAFETY: `dst` is valid for `len` bytes per the contract; `ptr::copy` tolerates
             // a destination inside the segment.
-            unsafe { std::ptr::copy(src, dst, len) };
+            unsafe { amnet_core::mem::copy(src, dst, len) };
             return Ok(());
         }
         let _open = self.gate()?;

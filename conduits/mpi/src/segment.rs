@@ -1,5 +1,6 @@
 //! The local segment: zero-filled memory of this process, either the memory of the RMA window
-//! (`MPI_Win_allocate`, when put/get run natively) or an anonymous page-aligned mapping.
+//! (`MPI_Win_allocate`, when put/get run natively, from its first page boundary) or an anonymous
+//! page-aligned mapping.
 
 use amnet_core::{Error, Result};
 

@@ -801,7 +801,7 @@ impl Conduit for SmpConduit {
             // destination's segment, which is mapped at `seg`.
             unsafe {
                 if let Some(base) = seg {
-                    std::ptr::copy(
+                    amnet_core::mem::copy(
                         msg.payload.as_ptr(),
                         base.add(seg_off(msg.long_offset)),
                         msg.payload.len(),

@@ -65,7 +65,7 @@ pub(crate) unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
                 dst.cast::<u128>().write_unaligned(a);
                 dst.add(len - 16).cast::<u128>().write_unaligned(b);
             }
-            _ => std::ptr::copy_nonoverlapping(src, dst, len),
+            _ => amnet_core::mem::copy(src, dst, len),
         }
     }
 }

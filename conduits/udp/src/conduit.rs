@@ -563,7 +563,7 @@ impl UdpConduit {
                 // concurrently break the core's contract, not memory safety of this copy.
                 unsafe {
                     if placed.is_none() {
-                        std::ptr::copy_nonoverlapping(payload.as_ptr(), dst.add(at), len);
+                        amnet_core::mem::copy(payload.as_ptr(), dst.add(at), len);
                     }
                     std::slice::from_raw_parts(dst.add(at), len)
                 }

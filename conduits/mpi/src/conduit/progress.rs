@@ -321,7 +321,7 @@ impl Engine {
                     // SAFETY: `dst` has room for the payload (checked by `range`), which came in
                     // full (checked by the decoder); the receive buffer and the segment are
                     // distinct memory.
-                    unsafe { std::ptr::copy_nonoverlapping(inline.as_ptr(), dst, inline.len()) };
+                    unsafe { amnet_core::mem::copy(inline.as_ptr(), dst, inline.len()) };
                 }
                 // SAFETY: the range lies in the local segment, mapped for the life of the
                 // process, and holds the payload now.
