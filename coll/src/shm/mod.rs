@@ -460,14 +460,31 @@ fn epoch_call(
             ),
         });
     };
+    // A vector that no other member reads (a rooted reduction's root, a scan's last member)
+    // and that the destination does not overlap is folded from the source: only its length
+    // is published.
+    let private =
+        spec.kind.is_vector() && !read_by_others(spec.kind, me, root, np) && !overlaps(bytes, dst);
     // SAFETY: this rank owns its area and is its only writer now (`busy`); every member's
     // `done` reached the reuse floor; `bytes` fits where `loc` says.
     unsafe {
         t.area(me).publish(s, e, loc, bytes.len(), |p| {
-            amnet_core::mem::copy(bytes.as_ptr(), p, bytes.len());
+            if !private {
+                amnet_core::mem::copy(bytes.as_ptr(), p, bytes.len());
+            }
         });
     }
-    let rd = Reader { sh, t, w, s, e, op };
+    // The fold reads this rank's own vector from its source.
+    let own = if spec.kind.is_vector() { bytes } else { &[] };
+    let rd = Reader {
+        sh,
+        t,
+        w,
+        s,
+        e,
+        op,
+        own,
+    };
     match spec.kind {
         Kind::Gather if push => {
             if me == root {
@@ -608,6 +625,16 @@ fn dissemination(t: &ShmTeam, w: &Waiter<'_>, e: u64, what: &str) -> Result<()> 
     Ok(())
 }
 
+/// Whether a member other than `me` reads member `me`'s vector in a vector reduction or scan
+/// of `kind` rooted at `root` over `np` members.
+fn read_by_others(kind: Kind, me: usize, root: usize, np: usize) -> bool {
+    match kind {
+        Kind::ReduceElems => me != root,
+        Kind::ScanElems | Kind::ExclusiveScanElems => me + 1 < np,
+        _ => np > 1,
+    }
+}
+
 /// What a member reads from its peers in one call.
 struct Reader<'a> {
     sh: &'a Shared,
@@ -616,6 +643,9 @@ struct Reader<'a> {
     s: usize,
     e: u64,
     op: &'static str,
+    /// This rank's own vector (a vector reduction's source), which its fold reads in place of
+    /// the staged copy.
+    own: &'a [u8],
 }
 
 impl Reader<'_> {
@@ -700,24 +730,32 @@ impl Reader<'_> {
                 continue;
             }
             self.check_len(q, p, len)?;
+            let mut take = |x: &[u8]| {
+                if let (true, Some(k)) = (have, fold.kernel) {
+                    k(out, x);
+                } else if have {
+                    for i in 0..count {
+                        let r = i * es..(i + 1) * es;
+                        fold.combine(tmp, &out[r.clone()], &x[r.clone()]);
+                        out[r].copy_from_slice(tmp);
+                    }
+                } else {
+                    // SAFETY: `x` and `out` are `len` bytes each (above), and distinct: an
+                    // in-place destination is staged, and read from the slot.
+                    unsafe { amnet_core::mem::copy(x.as_ptr(), out.as_mut_ptr(), len) };
+                }
+            };
+            if q == self.t.me && self.own.len() >= len && !overlaps(self.own, dst) {
+                take(&self.own[..len]);
+                have = true;
+                continue;
+            }
             // SAFETY: published for this slot and epoch (never in the segment for a
             // reduction), not yet marked done; `len` bytes checked.
             let r = unsafe {
-                self.t.area(q).read(self.s, p, |b| {
-                    let x = std::slice::from_raw_parts(b, len);
-                    if let (true, Some(k)) = (have, fold.kernel) {
-                        k(out, x);
-                    } else if have {
-                        for i in 0..count {
-                            let r = i * es..(i + 1) * es;
-                            fold.combine(tmp, &out[r.clone()], &x[r.clone()]);
-                            out[r].copy_from_slice(tmp);
-                        }
-                    } else {
-                        // SAFETY: `x` and `out` are `len` bytes each (above).
-                        amnet_core::mem::copy(x.as_ptr(), out.as_mut_ptr(), len);
-                    }
-                })
+                self.t
+                    .area(q)
+                    .read(self.s, p, |b| take(std::slice::from_raw_parts(b, len)))
             };
             if r.is_none() {
                 return Err(internal(self.op, "a reduction operand in the segment"));
@@ -732,6 +770,12 @@ impl Reader<'_> {
         }
         Ok(())
     }
+}
+
+/// Whether `a` and the area `b` share a byte.
+fn overlaps(a: &[u8], b: Mem) -> bool {
+    let a0 = a.as_ptr() as usize;
+    a0 < b.ptr + b.len && b.ptr < a0 + a.len()
 }
 
 /// The bytes of a resolved area.
