@@ -20,6 +20,10 @@
 //! oversubscribed ranks, so the suite keeps the library's barrier (bench/RESULTS.md, "What was
 //! tried and not kept").
 //!
+//! The broadcast's `IN_MYSYNC|OUT_MYSYNC` calls alternate with a local memcpy of the same
+//! bytes between two page-aligned buffers of the rank (rows `memcpy`); the targets give the
+//! broadcast's bandwidth over it at 64 KiB and 1 MiB (medians).
+//!
 //! `--alg all` measures, per operation and size, every algorithm in turn
 //! (`IN_ALLSYNC|OUT_ALLSYNC`, forced through `Coll::tune`; an algorithm that does not admit
 //! the call is skipped on every rank alike), then the one the selector picks. `--team split2`
@@ -334,6 +338,13 @@ fn not_admitted(e: &Error) -> bool {
 /// The sync label of a peer's rows.
 pub(crate) const PEER_SYNC: &str = "peer";
 
+/// The sync label of the memcpy floor's rows: a local copy of the broadcast's bytes between
+/// two page-aligned buffers, timed interleaved with each IN_MYSYNC|OUT_MYSYNC broadcast.
+pub(crate) const FLOOR_SYNC: &str = "memcpy";
+
+/// The mode whose broadcast the memcpy floor pairs with.
+pub(crate) const FLOOR_PAIRED_SYNC: &str = "IN_MYSYNC|OUT_MYSYNC";
+
 /// The peer and the name of `op`'s counterpart, if there is a peer with one.
 fn pair<'a>(
     peer: &'a mut Option<&mut dyn Peer>,
@@ -381,6 +392,14 @@ pub(crate) fn run(
 
     let modes = modes();
     let sizes = sizes(max);
+    // The memcpy floor's buffers: the source's bytes, copied to a page-aligned buffer.
+    let span = max.div_ceil(4096) * 4096;
+    let mut floor_buf = vec![0u8; 2 * span + 4096];
+    let fa = floor_buf.as_ptr().align_offset(4096).min(4096);
+    let (floor_src, floor_dst) = floor_buf[fa..fa + 2 * span].split_at_mut(span);
+    floor_src[..max].copy_from_slice(&src[..max]);
+    // Every page of the copy's destination in memory before the first timed copy.
+    floor_dst.fill(1);
     let mut figs: Vec<f64> = Vec::with_capacity(Op::ALL.len() * sizes.len() * 9 * FIGS);
     let mut points = Vec::new();
     // Time one point: warm-up, then timed calls, each after a barrier. With `paired`, the
@@ -403,6 +422,8 @@ pub(crate) fn run(
         }
         let mut ns = Vec::with_capacity(iters);
         let mut peer_ns = Vec::with_capacity(if paired.is_some() { iters } else { 0 });
+        let floor = op == Op::Broadcast && label == FLOOR_PAIRED_SYNC && !plan.alg_all;
+        let mut floor_ns = Vec::with_capacity(if floor { iters } else { 0 });
         // The peer's calls and barriers send no AM requests.
         let before = requests(ep);
         for _ in 0..iters {
@@ -410,6 +431,12 @@ pub(crate) fn run(
             let t = std::time::Instant::now();
             call(&coll, &team, op, n, ranks, &l, fl)?;
             ns.push(t.elapsed().as_nanos() as f64);
+            if floor {
+                let t = std::time::Instant::now();
+                floor_dst[..n].copy_from_slice(std::hint::black_box(&floor_src[..n]));
+                std::hint::black_box(&floor_dst[..n]);
+                floor_ns.push(t.elapsed().as_nanos() as f64);
+            }
             if let Some((p, _)) = paired.as_mut() {
                 p.barrier()?;
                 let t = std::time::Instant::now();
@@ -422,6 +449,12 @@ pub(crate) fn run(
         let s = Samples::from_ns(ns);
         figs.extend([mean, s.p50(), s.p99(), sent / iters as f64]);
         points.push((op, n, label, alg, iters));
+        if floor {
+            let mean = floor_ns.iter().sum::<f64>() / iters as f64;
+            let s = Samples::from_ns(floor_ns);
+            figs.extend([mean, s.p50(), s.p99(), f64::NAN]);
+            points.push((op, n, FLOOR_SYNC, "memcpy", iters));
+        }
         if let Some((_, name)) = paired {
             let mean = peer_ns.iter().sum::<f64>() / iters as f64;
             let s = Samples::from_ns(peer_ns);

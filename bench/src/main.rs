@@ -42,7 +42,8 @@ const USAGE: &str = "usage: amrun -n 2 amnet-bench SUITE [--json] [--iters N] [-
 
 SUITE: am (Short/Medium/Long round trips, Medium/Long bandwidth), rma (put/get latency
 and bandwidth), barrier, coll (broadcast, scatter, gather, gather_all, exchange,
-reduce_to_all, prefix_reduce, reduce_elems_to_all, scan_elems and reduce_elems in the nine IN/OUT sync modes, 8 B to 1 MiB), or all
+reduce_to_all, prefix_reduce, reduce_elems_to_all, scan_elems and reduce_elems in the nine IN/OUT sync modes, 8 B to 1 MiB,
+the MYSYNC broadcast alternating with a local memcpy of its bytes), or all
 (every suite but coll). Every run but coll also measures the floors between ranks 0
 and 1 and local memcpy bandwidth. On smp the floor is a shared-memory cache-line round
 trip; on udp it is a raw UDP ping-pong of 8-byte datagrams between the two processes

@@ -385,11 +385,58 @@ impl Report {
         for r in &mut self.rows {
             let (op, bytes) = (r.op, r.bytes);
             let Some(c) = r.coll.as_mut() else { continue };
+            if c.sync == crate::coll::FLOOR_SYNC {
+                continue;
+            }
             r.ratio = at(&reference, op, bytes).map(|a| c.avg_ns / a);
             if c.sync != crate::coll::PEER_SYNC {
                 c.vs_peer = at(&peer, op, bytes).map(|a| c.avg_ns / a);
             }
         }
+    }
+
+    /// The median latency of the collective row `op` at `bytes` under `sync` (the ranks'
+    /// average).
+    fn coll_p50(&self, op: &str, bytes: usize, sync: &str) -> Option<f64> {
+        self.rows.iter().find_map(|r| {
+            let c = r.coll.as_ref()?;
+            (r.op == op && r.bytes == bytes && c.sync == sync).then_some(r.p50_ns)
+        })
+    }
+
+    /// The collectives' targets where the run measured them: broadcast bandwidth
+    /// (IN_MYSYNC|OUT_MYSYNC) over the memcpy floor timed interleaved with it, at 64 KiB and
+    /// 1 MiB, medians (a copy's average carries the rare page or cache misses of its first
+    /// calls).
+    fn coll_targets(&self) -> Vec<Target> {
+        let bw = |name, key, bytes| {
+            let floor = self.coll_p50("broadcast", bytes, crate::coll::FLOOR_SYNC)?;
+            let call = self.coll_p50("broadcast", bytes, crate::coll::FLOOR_PAIRED_SYNC)?;
+            Some(Target {
+                name,
+                key,
+                bytes,
+                value: Some(floor / call),
+                unit: "x",
+                cmp: Cmp::AtLeast,
+                limit: 0.8,
+            })
+        };
+        [
+            bw(
+                "broadcast BW (64 KiB) / memcpy BW (64 KiB)",
+                "broadcast_bw_vs_memcpy_64k",
+                64 << 10,
+            ),
+            bw(
+                "broadcast BW (1 MiB) / memcpy BW (1 MiB)",
+                "broadcast_bw_vs_memcpy",
+                TARGET_BYTES,
+            ),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 
     fn compute_udp_ratios(&mut self) {
@@ -515,6 +562,13 @@ impl Report {
     /// The targets, judged on medians. A target whose inputs this run did not measure has no
     /// value.
     pub(crate) fn targets(&self) -> Vec<Target> {
+        let mut v = self.conduit_targets();
+        v.extend(self.coll_targets());
+        v
+    }
+
+    /// The conduit's point-to-point targets.
+    fn conduit_targets(&self) -> Vec<Target> {
         if self.udp() {
             return self.udp_targets();
         }
@@ -1095,6 +1149,41 @@ mod tests {
         assert_eq!(v["ratio"], 1.5);
         assert!(v["mb_s"].is_null());
         assert!(r.table().contains("MISSED"));
+    }
+
+    /// The broadcast bandwidth targets: the memcpy floor's median over the MYSYNC
+    /// broadcast's, only where both were measured; the floor rows get no ratios.
+    #[test]
+    fn broadcast_bandwidth_targets() {
+        let coll = |bytes, sync, p50: f64| {
+            Row::collective(
+                "broadcast",
+                bytes,
+                sync,
+                "x",
+                [p50 * 1.5, p50, p50, p50, p50],
+                0.0,
+                20,
+            )
+        };
+        let mut r = Report::new("smp", 2);
+        r.extend([
+            coll(64 << 10, crate::coll::REFERENCE_SYNC, 4000.0),
+            coll(64 << 10, crate::coll::FLOOR_PAIRED_SYNC, 2000.0),
+            coll(64 << 10, crate::coll::FLOOR_SYNC, 1800.0),
+            coll(TARGET_BYTES, crate::coll::FLOOR_PAIRED_SYNC, 40_000.0),
+        ]);
+        r.compute_ratios();
+        let t: Vec<Target> = r
+            .targets()
+            .into_iter()
+            .filter(|t| t.key.starts_with("broadcast"))
+            .collect();
+        assert_eq!(t.len(), 1, "1 MiB has no floor row");
+        assert_eq!(t[0].value, Some(0.9));
+        assert_eq!(t[0].met(), Some(true));
+        assert!(r.rows[2].ratio.is_none());
+        assert!(r.rows[1].ratio.is_some());
     }
 
     #[test]
