@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The pure crates' unit tests under miri, which reports undefined behaviour, invalid aliasing
 # and uninitialized reads: the sync-mode logic, the udp wire decoder and reliability protocol,
-# and the core's configuration and handler table. (The mpi wire decoder's crate links MPI,
+# and the core's configuration, handler table and bulk copy. (The mpi wire decoder's crate links MPI,
 # which miri cannot run; its decoder is fuzzed by proptest in the ordinary test run.)
 #
 # Miri needs a nightly toolchain with the miri and rust-src components. This script adds the
@@ -26,4 +26,4 @@ cargo +nightly miri --version >/dev/null 2>&1 ||
 export MIRIFLAGS="-Zmiri-disable-isolation" PROPTEST_CASES=4 CARGO_TARGET_DIR=target/miri
 cargo +nightly miri test -p amnet-sync-modes --lib
 cargo +nightly miri test -p amnet-udp --lib -- wire:: proto::
-cargo +nightly miri test -p amnet-core --lib -- config:: handlers::
+cargo +nightly miri test -p amnet-core --lib -- config:: handlers:: mem::
