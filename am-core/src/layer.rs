@@ -285,6 +285,20 @@ impl LayerHooks<'_> {
         self.ep.inner.conduit.host_scratch(rank)
     }
 
+    /// The base of `rank`'s segment mapped into this process, when put and get reach it by a
+    /// copy ([`RmaPath::Direct`](crate::RmaPath::Direct); this rank's own segment included):
+    /// `segment_len_of(rank)` bytes valid for the endpoint's life. `None` before attach, for
+    /// a rank out of range, or where the path is another.
+    ///
+    /// As for [`host_scratch`](Self::host_scratch), every access through it is the layer's
+    /// own unsafe code: the owner and every other rank write the segment at any time, so the
+    /// layer reads a range only while its own protocol keeps the owner from writing it.
+    pub fn peer_segment(&self, rank: Rank) -> Option<std::ptr::NonNull<u8>> {
+        let att = self.ep.attached_for("peer_segment").ok()?;
+        let p = att.peers.get(rank as usize)?.as_ref()?;
+        std::ptr::NonNull::new(p.0)
+    }
+
     /// The layer's per-endpoint state (set once; shared by every thread and clone of this
     /// endpoint).
     pub fn state(&self) -> &OnceLock<Arc<dyn Any + Send + Sync>> {

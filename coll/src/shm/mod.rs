@@ -48,6 +48,9 @@ pub(crate) struct ShmTeam {
     /// place is a copy. Otherwise a get through the conduit, and contributions that fit a
     /// slot are staged there instead.
     direct: bool,
+    /// Every member's segment base and length where `direct` (the vector reductions fold
+    /// contributions in place from them).
+    segs: Vec<(NonNull<u8>, usize)>,
     /// The last epoch used.
     epoch: AtomicU64,
     /// Every member's `done` was last seen at least this.
@@ -97,6 +100,16 @@ impl ShmTeam {
         let direct = ranks
             .iter()
             .all(|&r| matches!(ep.rma_path(r), Ok(amnet_core::RmaPath::Direct)));
+        let segs: Vec<(NonNull<u8>, usize)> = if direct {
+            ranks
+                .iter()
+                .map(|&r| Some((hooks.peer_segment(r)?, ep.segment_len_of(r).ok()?)))
+                .collect::<Option<_>>()
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let direct = direct && segs.len() == ranks.len();
         Some(ShmTeam {
             // SAFETY (of the later dereferences, `area`): the conduit's host scratch is
             // page-aligned, zero-filled at start-up, HOST_SCRATCH_BYTES long (an `Area`
@@ -106,6 +119,7 @@ impl ShmTeam {
             me: ep.rank() as usize,
             ranks,
             direct,
+            segs,
             epoch: AtomicU64::new(0),
             floor_seen: AtomicU64::new(0),
             busy: AtomicBool::new(false),
@@ -267,14 +281,15 @@ pub(crate) fn run(
                 call_fn: spec.call_fn.clone(),
                 ..*spec
             };
-            // The entry sync before the first chunk, the exit sync after the last; the
-            // chunks are staged, so nothing waits for their readers in between.
+            // The entry sync before the first chunk, the exit sync after the last: a source
+            // read in place stays valid until the call returns, and the last chunk's wait for
+            // its readers covers the earlier chunks (every member marks them done first).
             let md = Mode {
                 input: if c == 0 { mode.input } else { InSync::My },
                 output: if c + 1 == chunks {
                     mode.output
                 } else {
-                    OutSync::My
+                    OutSync::No
                 },
                 ..*mode
             };
@@ -434,10 +449,12 @@ fn epoch_call(
             }
         }
         k if k.is_vector() => {
-            // Staged: the readers fold from the scratch (and an in-place destination is
-            // written while they may still read).
             // SAFETY: as above.
-            (unsafe { bytes_of(src) }, true)
+            let b = unsafe { bytes_of(src) };
+            // Read in place where every member maps the segment and the destination does
+            // not overlap the source (it is written while the readers may still read);
+            // otherwise staged, and the readers fold from the scratch.
+            (b, !t.direct || overlaps(b, dst))
         }
         _ => return Err(internal(op, "operation without an smp-native algorithm")),
     };
@@ -572,12 +589,12 @@ fn epoch_call(
             },
         )?,
         OutSync::My if in_place_read => {
-            // The source stays in use until its readers finished: a gather's root, or every
-            // member.
-            let gather = spec.kind == Kind::Gather;
+            // The source stays in use until its readers finished: a gather's or a rooted
+            // vector reduction's root, or every member.
+            let rooted = matches!(spec.kind, Kind::Gather | Kind::ReduceElems);
             w.wait(
                 || {
-                    if gather {
+                    if rooted {
                         t.area(root).done() >= e
                     } else {
                         (0..np).all(|i| t.area(i).done() >= e)
@@ -747,6 +764,26 @@ impl Reader<'_> {
             };
             if q == self.t.me && self.own.len() >= len && !overlaps(self.own, dst) {
                 take(&self.own[..len]);
+                have = true;
+                continue;
+            }
+            if p.loc & LOC_SEG != 0 {
+                // In place in member q's segment (published only where `direct`).
+                let off = usize::try_from(p.loc & !LOC_SEG).unwrap_or(usize::MAX);
+                let &(base, seg_len) = self
+                    .t
+                    .segs
+                    .get(q)
+                    .ok_or_else(|| internal(self.op, "an operand in an unmapped segment"))?;
+                if off.checked_add(len).is_none_or(|end| end > seg_len) {
+                    return Err(internal(self.op, "an operand beyond its segment"));
+                }
+                // SAFETY: member q published this range of its segment (mapped here for the
+                // endpoint's life, `off + len` within it, checked) as its source for this
+                // epoch; it does not write it before this rank marks the epoch done (its
+                // OUT_MYSYNC or OUT_ALLSYNC wait), or the client keeps it unwritten
+                // (OUT_NOSYNC).
+                take(unsafe { std::slice::from_raw_parts(base.as_ptr().add(off), len) });
                 have = true;
                 continue;
             }
