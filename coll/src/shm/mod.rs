@@ -255,6 +255,15 @@ pub(crate) fn run(
     // A vector reduction larger than a slot runs as one epoch per slot-sized chunk (every
     // member cuts it alike).
     let per = vector_chunk(spec);
+    // A vector reduction's or scan's sources in the segment are read in place where every
+    // member maps the segment, beyond `STAGE_MAX_BYTES` (a smaller copy costs less than
+    // holding the member until its readers are done), and not for a rooted reduction under
+    // OUT_MYSYNC (the root's fold of every vector would hold every member; staged, a member
+    // leaves once its vector is copied).
+    let vec_in_place = t.direct
+        && spec.kind.is_vector()
+        && spec.n.saturating_mul(spec.es) > STAGE_MAX_BYTES
+        && !(spec.kind == Kind::ReduceElems && mode.output == OutSync::My);
     let chunks = per.map_or(1, |per| spec.n.div_ceil(per).max(1));
     let first = t.epoch.load(Ordering::Relaxed) + 1;
     let last = first + chunks as u64 - 1;
@@ -270,7 +279,7 @@ pub(crate) fn run(
             };
             // `per` is only there for a vector of more than one chunk.
             let Some(per) = per else {
-                return epoch_call(sh, t, &w, spec, mode, mine);
+                return epoch_call(sh, t, &w, spec, mode, mine, vec_in_place);
             };
             let a = c * per;
             let m = per.min(spec.n - a);
@@ -308,7 +317,7 @@ pub(crate) fn run(
                 dst: part(mine.dst),
                 dst_seg: None,
             };
-            epoch_call(sh, t, &w, &sub, &md, sub_mine)
+            epoch_call(sh, t, &w, &sub, &md, sub_mine, vec_in_place)
         })
     };
     if r.is_err() {
@@ -332,7 +341,8 @@ fn vector_chunk_of(kind: Kind, es: usize, n: usize) -> Option<usize> {
         .then(|| SLOT_BYTES / es)
 }
 
-/// The body of [`run`] for a data or reduction call of epoch `w.e`.
+/// The body of [`run`] for a data or reduction call of epoch `w.e` (`vec_in_place`: a vector
+/// reduction's or scan's source in the segment is published by offset, see `run`).
 fn epoch_call(
     sh: &Shared,
     t: &ShmTeam,
@@ -340,6 +350,7 @@ fn epoch_call(
     spec: &Spec,
     mode: &Mode,
     mine: Mine,
+    vec_in_place: bool,
 ) -> Result<()> {
     let Mine { src, dst, dst_seg } = mine;
     let (e, op) = (w.e, w.op);
@@ -451,10 +462,10 @@ fn epoch_call(
         k if k.is_vector() => {
             // SAFETY: as above.
             let b = unsafe { bytes_of(src) };
-            // Read in place where every member maps the segment and the destination does
-            // not overlap the source (it is written while the readers may still read);
-            // otherwise staged, and the readers fold from the scratch.
-            (b, !t.direct || overlaps(b, dst))
+            // Read in place (`vec_in_place`) unless the destination overlaps the source (it
+            // is written while the readers may still read); otherwise staged, and the
+            // readers fold from the scratch.
+            (b, !vec_in_place || overlaps(b, dst))
         }
         _ => return Err(internal(op, "operation without an smp-native algorithm")),
     };
