@@ -97,19 +97,13 @@ impl ShmTeam {
             .collect::<Option<Vec<_>>>()?;
         // Contributions read in place lie in this rank's segment (`Shared::seg`).
         ep.segment_ptr().ok()?;
-        let direct = ranks
+        // Every member's segment mapped here (`peer_segment`: `RmaPath::Direct`), or none.
+        let segs: Vec<(NonNull<u8>, usize)> = ranks
             .iter()
-            .all(|&r| matches!(ep.rma_path(r), Ok(amnet_core::RmaPath::Direct)));
-        let segs: Vec<(NonNull<u8>, usize)> = if direct {
-            ranks
-                .iter()
-                .map(|&r| Some((hooks.peer_segment(r)?, ep.segment_len_of(r).ok()?)))
-                .collect::<Option<_>>()
-                .unwrap_or_default()
-        } else {
-            Vec::new()
-        };
-        let direct = direct && segs.len() == ranks.len();
+            .map(|&r| Some((hooks.peer_segment(r)?, ep.segment_len_of(r).ok()?)))
+            .collect::<Option<_>>()
+            .unwrap_or_default();
+        let direct = segs.len() == ranks.len();
         Some(ShmTeam {
             // SAFETY (of the later dereferences, `area`): the conduit's host scratch is
             // page-aligned, zero-filled at start-up, HOST_SCRATCH_BYTES long (an `Area`
@@ -600,12 +594,12 @@ fn epoch_call(
             },
         )?,
         OutSync::My if in_place_read => {
-            // The source stays in use until its readers finished: a gather's or a rooted
-            // vector reduction's root, or every member.
-            let rooted = matches!(spec.kind, Kind::Gather | Kind::ReduceElems);
+            // The source stays in use until its readers finished: a gather's root, or every
+            // member (a reduce_elems under OUT_MYSYNC is staged, see `run`).
+            let gather = spec.kind == Kind::Gather;
             w.wait(
                 || {
-                    if rooted {
+                    if gather {
                         t.area(root).done() >= e
                     } else {
                         (0..np).all(|i| t.area(i).done() >= e)
