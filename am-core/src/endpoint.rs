@@ -55,7 +55,7 @@ impl EndpointConfig {
 #[derive(Clone, Copy)]
 pub(crate) struct SendPtr(pub(crate) *mut u8);
 // SAFETY: a segment base address; the memory it names is shared by design and accessed only
-// through bounds-checked copies.
+// through bounds-checked copies and atomic operations.
 unsafe impl Send for SendPtr {}
 // SAFETY: as above.
 unsafe impl Sync for SendPtr {}
@@ -469,6 +469,7 @@ impl Endpoint {
         let client_mask = handlers.mask();
         let mut table = handlers;
         crate::rma::register_handlers(&mut table)?;
+        crate::atomic::register_handlers(&mut table)?;
         crate::barrier::register_handlers(&mut table)?;
         crate::layer::register_handlers(&mut table)?;
 

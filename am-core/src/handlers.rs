@@ -18,6 +18,10 @@ pub const GET: u8 = 3;
 pub const GET_REPLY: u8 = 4;
 /// A split-phase barrier's notification.
 pub const BARRIER: u8 = 5;
+/// An atomic operation for the target's segment (AM path of atomic domains).
+pub const ATOMIC: u8 = 6;
+/// The reply to [`ATOMIC`]: the status and the value read.
+pub const ATOMIC_REPLY: u8 = 7;
 
 /// The collectives' data for a participant's destination.
 pub const COLL_DATA: u8 = 40;
@@ -81,6 +85,8 @@ pub const LIBRARY: &[(u8, &str)] = &[
     (GET, "get (AM path)"),
     (GET_REPLY, "get reply (AM path)"),
     (BARRIER, "barrier notification"),
+    (ATOMIC, "atomic operation (AM path)"),
+    (ATOMIC_REPLY, "atomic operation reply (AM path)"),
     (COLL_DATA, "collectives: data"),
     (COLL_STAGE, "collectives: reduction stream"),
     (COLL_SIG, "collectives: entry/exit signal"),

@@ -8,6 +8,7 @@
 //! The transport is a [`Conduit`]; this crate holds everything above it. See `spec/core.md`
 //! for the full semantics.
 
+mod atomic;
 mod backoff;
 pub mod barrier;
 pub mod conduit;
@@ -24,6 +25,7 @@ mod rma;
 mod stats;
 pub mod sync;
 
+pub use atomic::{AtomicDomain, AtomicElem, AtomicHandle, AtomicOp, AtomicOps, AtomicType};
 pub use backoff::Backoff;
 pub use barrier::flags as barrier_flags;
 pub use conduit::{

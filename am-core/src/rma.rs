@@ -3,7 +3,7 @@
 //! (`Conduit::peer_segment`), the conduit's native one-sided operations
 //! (`Conduit::native_rma`), or the AM-based reference path any conduit gets for free.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::conduit::{Category, Conduit, NativeRma, OutMsg, RmaTicket};
@@ -31,8 +31,11 @@ pub enum RmaPath {
 #[derive(Debug)]
 pub(crate) struct OpState {
     /// Outstanding pieces: AM chunks awaiting their reply, plus the native tickets below.
-    remaining: AtomicUsize,
-    ep_id: u64,
+    pub(crate) remaining: AtomicUsize,
+    pub(crate) ep_id: u64,
+    /// The value a fetching atomic operation read at its target (its bits), written before
+    /// `remaining` drops to zero.
+    pub(crate) result: AtomicU64,
     /// Native operations not yet seen complete (each also counted in `remaining`).
     native: Mutex<Vec<RmaTicket>>,
     /// Why the operation failed at its target, if it did.
@@ -44,11 +47,12 @@ impl OpState {
         OpState {
             remaining: AtomicUsize::new(0),
             ep_id,
+            result: AtomicU64::new(0),
             native: Mutex::new(Vec::new()),
             failure: Mutex::new(None),
         }
     }
-    fn done(&self) -> bool {
+    pub(crate) fn done(&self) -> bool {
         self.remaining.load(Ordering::Acquire) == 0
     }
     /// Count one more outstanding native operation.
@@ -91,8 +95,8 @@ impl OpState {
         err.map_or(Ok(true), Err)
     }
     /// The operation failed at its target (a get whose reply did not carry the bytes asked
-    /// for); its sync reports it.
-    fn fail(&self, why: String) {
+    /// for, an atomic the target refused); its sync reports it.
+    pub(crate) fn fail(&self, why: String) {
         let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
         f.get_or_insert(why);
     }
@@ -105,19 +109,41 @@ impl OpState {
     }
 }
 
-/// What an outstanding AM-path message of a put or get is waiting for.
+/// What an outstanding AM-path message of a put, get or atomic is waiting for.
 #[derive(Debug)]
-enum Waiting {
+pub(crate) enum Waiting {
     /// The acknowledgement of a put chunk.
     PutAck,
     /// The bytes of a get chunk, `len` of them, to be written at `dst` (a local address, never
     /// sent: the reply names the chunk by its id).
     GetReply { dst: usize, len: usize },
+    /// The reply of an atomic operation (its status and the value read, kept in the
+    /// operation's state).
+    Atomic,
+}
+
+impl Waiting {
+    /// The kind of reply that completes it.
+    fn kind(&self) -> ReplyKind {
+        match self {
+            Waiting::PutAck => ReplyKind::PutAck,
+            Waiting::GetReply { .. } => ReplyKind::GetReply,
+            Waiting::Atomic => ReplyKind::Atomic,
+        }
+    }
+}
+
+/// The kinds of reply an AM-path message waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReplyKind {
+    PutAck,
+    GetReply,
+    Atomic,
 }
 
 #[derive(Debug)]
-struct Chunk {
-    op: Arc<OpState>,
+pub(crate) struct Chunk {
+    pub(crate) op: Arc<OpState>,
     /// The rank the request went to: only its reply completes the chunk.
     rank: Rank,
     waiting: Waiting,
@@ -149,7 +175,7 @@ struct PendingSlots {
 impl Pending {
     /// Count one more outstanding message of `op` to `rank` and return the id its reply
     /// names.
-    fn arm(&self, op: &Arc<OpState>, rank: Rank, waiting: Waiting) -> [u32; 2] {
+    pub(crate) fn arm(&self, op: &Arc<OpState>, rank: Rank, waiting: Waiting) -> [u32; 2] {
         op.remaining.fetch_add(1, Ordering::Relaxed);
         let chunk = Chunk {
             op: op.clone(),
@@ -173,14 +199,15 @@ impl Pending {
     }
 
     /// The chunk `id` names, taken out of the table, when it is live, was sent to `from` and
-    /// waits for a reply of this kind (`get`); None otherwise (the table is unchanged).
-    fn take(&self, id: [u32; 2], from: Rank, get: bool) -> Option<Chunk> {
+    /// waits for a reply of this kind; None otherwise (the table is unchanged).
+    pub(crate) fn take(&self, id: [u32; 2], from: Rank, kind: ReplyKind) -> Option<Chunk> {
         let mut p = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let slot = p.slots.get_mut(id[0] as usize)?;
         let matches = slot.gen == id[1]
-            && slot.chunk.as_ref().is_some_and(|c| {
-                c.rank == from && matches!(c.waiting, Waiting::GetReply { .. }) == get
-            });
+            && slot
+                .chunk
+                .as_ref()
+                .is_some_and(|c| c.rank == from && c.waiting.kind() == kind);
         if !matches {
             return None;
         }
@@ -199,7 +226,7 @@ impl Pending {
 }
 
 /// A reply that named no live chunk: counted and dropped.
-fn stray(tok: &Token<'_>, what: &str) {
+pub(crate) fn stray(tok: &Token<'_>, what: &str) {
     let ep = tok.endpoint();
     ep.stats_block().add(Ctr::StrayRmaReplies, 1);
     crate::diag!(
@@ -227,7 +254,7 @@ fn put_msg<'a>(op: &'a [u32; 2], piece: &'a [u8], at: u64) -> OutMsg<'a> {
 #[derive(Debug, Default)]
 #[must_use = "a handle must be synced to know the operation completed"]
 pub struct Handle {
-    op: Option<Arc<OpState>>,
+    pub(crate) op: Option<Arc<OpState>>,
 }
 
 impl Handle {
@@ -257,7 +284,7 @@ fn put_handler(tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
 
 fn ack_handler(tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
     let chunk = match (args, tok.endpoint().attached_for("put")) {
-        (&[lo, hi, ..], Ok(att)) => att.pending.take([lo, hi], tok.src(), false),
+        (&[lo, hi, ..], Ok(att)) => att.pending.take([lo, hi], tok.src(), ReplyKind::PutAck),
         _ => None,
     };
     match chunk {
@@ -293,7 +320,7 @@ fn get_handler(tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
 
 fn get_reply_handler(tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
     let chunk = match (args, tok.endpoint().attached_for("get")) {
-        (&[lo, hi, ..], Ok(att)) => att.pending.take([lo, hi], tok.src(), true),
+        (&[lo, hi, ..], Ok(att)) => att.pending.take([lo, hi], tok.src(), ReplyKind::GetReply),
         _ => None,
     };
     let Some(c) = chunk else {
@@ -320,7 +347,7 @@ fn get_reply_handler(tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
 
 impl Endpoint {
     #[inline]
-    fn rma_check(
+    pub(crate) fn rma_check(
         &self,
         op: &'static str,
         rank: Rank,
@@ -578,7 +605,7 @@ impl Endpoint {
         Ok(Some(st))
     }
 
-    fn new_op(&self) -> Arc<OpState> {
+    pub(crate) fn new_op(&self) -> Arc<OpState> {
         Arc::new(OpState::new(self.inner.id))
     }
 
@@ -591,14 +618,14 @@ impl Endpoint {
         }
     }
 
-    fn wait_op(&self, st: &OpState) -> Result<()> {
+    pub(crate) fn wait_op(&self, st: &OpState) -> Result<()> {
         self.settle(st, true)?;
         self.wait_inner(&mut || st.done())?;
         self.outcome(st)
     }
 
     /// A complete operation's result: an error where a piece failed at its target.
-    fn outcome(&self, st: &OpState) -> Result<()> {
+    pub(crate) fn outcome(&self, st: &OpState) -> Result<()> {
         match st.take_failure() {
             None => Ok(()),
             Some(why) => Err(Error::conduit(self.conduit_name(), why)),
@@ -695,7 +722,7 @@ impl Endpoint {
         unsafe { self.get_nb(src_rank, src_offset, dst, len) }
     }
 
-    fn nbi_target(&self) -> Arc<OpState> {
+    pub(crate) fn nbi_target(&self) -> Arc<OpState> {
         self.with_thread_state(|ts| ts.region.as_ref().unwrap_or(ts.nbi).clone())
     }
 
@@ -796,7 +823,7 @@ impl Endpoint {
         })
     }
 
-    fn check_handle(&self, h: &Handle) -> Result<()> {
+    pub(crate) fn check_handle(&self, h: &Handle) -> Result<()> {
         self.attached_for("sync")?;
         match &h.op {
             Some(op) if op.ep_id != self.inner.id => {
@@ -1312,17 +1339,18 @@ mod pending_tests {
         assert_ne!(put, get);
         assert_eq!(a.remaining.load(Ordering::Relaxed), 2);
         // Wrong generation, wrong rank, wrong kind, out of range: nothing taken.
-        assert!(t.take([put[0], put[1] + 1], 3, false).is_none());
-        assert!(t.take(put, 4, false).is_none());
-        assert!(t.take(put, 3, true).is_none());
-        assert!(t.take(get, 5, false).is_none());
-        assert!(t.take([99, 1], 3, false).is_none());
+        assert!(t.take([put[0], put[1] + 1], 3, ReplyKind::PutAck).is_none());
+        assert!(t.take(put, 4, ReplyKind::PutAck).is_none());
+        assert!(t.take(put, 3, ReplyKind::GetReply).is_none());
+        assert!(t.take(get, 5, ReplyKind::PutAck).is_none());
+        assert!(t.take([99, 1], 3, ReplyKind::PutAck).is_none());
+        assert!(t.take(put, 3, ReplyKind::Atomic).is_none());
         assert_eq!(t.live(), 2);
         // The right reply takes it; a duplicate finds nothing.
-        let c = t.take(put, 3, false).unwrap();
+        let c = t.take(put, 3, ReplyKind::PutAck).unwrap();
         assert!(Arc::ptr_eq(&c.op, &a));
-        assert!(t.take(put, 3, false).is_none());
-        let g = t.take(get, 5, true).unwrap();
+        assert!(t.take(put, 3, ReplyKind::PutAck).is_none());
+        let g = t.take(get, 5, ReplyKind::GetReply).unwrap();
         assert!(matches!(
             g.waiting,
             Waiting::GetReply {
@@ -1338,15 +1366,15 @@ mod pending_tests {
         let t = Pending::default();
         let a = op();
         let first = t.arm(&a, 1, Waiting::PutAck);
-        assert!(t.take(first, 1, false).is_some());
+        assert!(t.take(first, 1, ReplyKind::PutAck).is_some());
         let second = t.arm(&a, 1, Waiting::PutAck);
         assert_eq!(first[0], second[0], "the slot is reused");
         assert_ne!(first[1], second[1]);
         assert!(
-            t.take(first, 1, false).is_none(),
+            t.take(first, 1, ReplyKind::PutAck).is_none(),
             "a late duplicate of the first"
         );
-        assert!(t.take(second, 1, false).is_some());
+        assert!(t.take(second, 1, ReplyKind::PutAck).is_some());
     }
 
     #[test]
@@ -1356,9 +1384,9 @@ mod pending_tests {
         let id = t.arm(&a, 0, Waiting::PutAck);
         t.inner.lock().unwrap().slots[id[0] as usize].gen = u32::MAX;
         let id = [id[0], u32::MAX];
-        assert!(t.take(id, 0, false).is_some());
+        assert!(t.take(id, 0, ReplyKind::PutAck).is_some());
         let next = t.arm(&a, 0, Waiting::PutAck);
         assert_eq!(next[1], 1);
-        assert!(t.take([next[0], 0], 0, false).is_none());
+        assert!(t.take([next[0], 0], 0, ReplyKind::PutAck).is_none());
     }
 }

@@ -36,6 +36,7 @@ pub fn say_line(text: &str) {
 }
 
 pub mod am;
+pub mod atomic;
 pub mod barrier;
 pub mod coll;
 pub mod coll_images;
@@ -104,6 +105,7 @@ pub fn all_tests() -> Vec<Test> {
     v.extend(am::tests());
     v.extend(rules::tests());
     v.extend(rma::tests());
+    v.extend(atomic::tests());
     v.extend(barrier::tests());
     v.extend(storm::tests());
     v.extend(coll::tests());
