@@ -8,7 +8,7 @@
 //! amrun -n 2 target/release/amnet-bench SUITE [--json] [--iters N] [--max-bytes N] [--rounds N]
 //! ```
 //!
-//! SUITE is `am`, `rma`, `barrier`, `coll` or `all`. Rank 0 prints an OSU-style table per
+//! SUITE is `am`, `rma`, `atomic`, `barrier`, `coll` or `all`. Rank 0 prints an OSU-style table per
 //! operation (or, with `--json`, one JSON object per line) and a targets section.
 //! Point-to-point measurements run between ranks 0 and 1; further ranks only take part in
 //! barriers and collectives.
@@ -34,14 +34,17 @@ mod rma;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use amnet::{Category, HandlerTable};
+use amnet::{AtomicOps, Category, HandlerTable};
 
 use crate::report::{Report, TARGET_BYTES};
 
 const USAGE: &str = "usage: amrun -n 2 amnet-bench SUITE [--json] [--iters N] [--max-bytes N]
 
 SUITE: am (Short/Medium/Long round trips, Medium/Long bandwidth), rma (put/get latency
-and bandwidth), barrier, coll (broadcast, scatter, gather, gather_all, exchange,
+and bandwidth), atomic (fetch-add and compare-swap round trips on a u64 of rank 1's
+segment, interleaved with the floor; on smp rank 1 answers each with its own, so that
+every operation finds the line in the other core's cache, as in the floor; with the mpi
+feature also MPI_Fetch_and_op and MPI_Compare_and_swap plus flush), barrier, coll (broadcast, scatter, gather, gather_all, exchange,
 reduce_to_all, prefix_reduce, reduce_elems_to_all, scan_elems and reduce_elems in the nine IN/OUT sync modes, 8 B to 1 MiB,
 the MYSYNC broadcast alternating with a local memcpy of its bytes), or all
 (every suite but coll). Every run but coll also measures the floors between ranks 0
@@ -111,6 +114,7 @@ impl From<amnet::Error> for BenchError {
 enum Suite {
     Am,
     Rma,
+    Atomic,
     Barrier,
     Coll,
     All,
@@ -297,6 +301,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
                 suite = Some(match s {
                     "am" => Suite::Am,
                     "rma" => Suite::Rma,
+                    "atomic" => Suite::Atomic,
                     "barrier" => Suite::Barrier,
                     "coll" => Suite::Coll,
                     "all" => Suite::All,
@@ -348,7 +353,7 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
     let point_to_point = !matches!(opts.suite, Suite::Barrier | Suite::Coll);
     if point_to_point && ep.size() < 2 {
         return Err(BenchError::Usage(
-            "the am and rma suites need at least 2 ranks (amrun -n 2 ...)".into(),
+            "the am, rma and atomic suites need at least 2 ranks (amrun -n 2 ...)".into(),
         ));
     }
     let me = ep.rank();
@@ -427,6 +432,17 @@ fn measure(
     }
     // On udp the 8-byte put/get latencies are interleaved with the raw ping-pong as well.
     let rma_lat_interleaved = udp && matches!(opts.suite, Suite::Rma | Suite::All);
+    // The atomic round trips' domain and element (collective).
+    let atomic = if point_to_point && matches!(opts.suite, Suite::Atomic | Suite::All) {
+        let ad = ep.atomic_domain::<u64>(AtomicOps::ALL)?;
+        if me == 1 {
+            ad.set(1, latency::ATOMIC_OFF, 0)?;
+        }
+        ep.barrier()?;
+        Some(ad)
+    } else {
+        None
+    };
     if ep.size() >= 2 && opts.suite != Suite::Coll {
         // The round-trip floor, interleaved with the AM round trips when they are measured.
         let mut ops = if udp {
@@ -440,13 +456,18 @@ fn measure(
         if rma_lat_interleaved {
             ops.extend([latency::LatOp::Put, latency::LatOp::Get]);
         }
-        report.extend(latency::run(ep, st, plan, floors, &ops)?);
+        if atomic.is_some() {
+            ops.extend([latency::LatOp::FetchAdd, latency::LatOp::CompareSwap]);
+        }
+        report.extend(latency::run(ep, st, plan, floors, atomic.as_ref(), &ops)?);
     }
-    if me == 0 && point_to_point {
+    // The bandwidth floors, for the suites with bandwidth sweeps.
+    let sweeps = matches!(opts.suite, Suite::Am | Suite::Rma | Suite::All);
+    if me == 0 && sweeps {
         let mut other = vec![0u8; plan.max_bytes];
         report.extend(floor::memcpy_bw(plan, &sizes, local, &mut other));
     }
-    if udp && ep.size() >= 2 && opts.suite != Suite::Coll {
+    if udp && ep.size() >= 2 && sweeps {
         report.extend(rawudp::stream_bw(ep, &mut floors.raw, plan, &sizes)?);
         if let Some(raw) = floors.raw.as_ref().filter(|r| me == 0 && r.losses() > 0) {
             eprintln!(
@@ -458,7 +479,12 @@ fn measure(
 
     #[cfg(feature = "mpi")]
     if ep.conduit_name() == "mpi" && ep.size() >= 2 && opts.suite != Suite::Coll {
-        report.extend(rawmpi::run(ep, plan, &sizes)?);
+        if sweeps || opts.suite == Suite::Barrier {
+            report.extend(rawmpi::run(ep, plan, &sizes)?);
+        }
+        if atomic.is_some() {
+            report.extend(rawmpi::atomics(ep, plan)?);
+        }
     }
 
     if matches!(opts.suite, Suite::Am | Suite::All) {

@@ -7,7 +7,11 @@
 //!   passive-target epoch (`MPI_Win_lock_all`) on a window of the benchmark's own;
 //! - `raw_mpi_bw`: rank 0 sends messages of each sweep size to rank 1, which acknowledges each
 //!   with one byte (the same one-transfer-per-sample shape as amnet's blocking put/Long);
-//! - `raw_mpi_barrier`: `MPI_Barrier` over every rank.
+//! - `raw_mpi_barrier`: `MPI_Barrier` over every rank;
+//! - `raw_mpi_fetch_add_lat`, `raw_mpi_cas_lat` ([`atomics`]): `MPI_Fetch_and_op` (`MPI_SUM`)
+//!   and `MPI_Compare_and_swap` on a `u64` of rank 1's part of a shared-memory window plus
+//!   `MPI_Win_flush`, in a passive-target epoch, rank 1 idle (the counterpart of amnet's
+//!   atomic round trips on the mpi conduit).
 //!
 //! Every rank takes part in the collectives; ranks other than 0 and 1 only wait.
 //!
@@ -164,6 +168,115 @@ pub(crate) fn run(ep: &Endpoint, plan: &Plan, sizes: &[usize]) -> Result<Vec<Row
     if me == 0 {
         rows.push(Row::latency("floor", "raw_mpi_barrier", 0, &s, 1));
     }
+    Ok(rows)
+}
+
+/// Collective: the raw MPI atomic round trips (`raw_mpi_fetch_add_lat`, `raw_mpi_cas_lat`) on
+/// a window of `MPI_Win_allocate_shared` over the job's ranks (Open MPI's osc/sm: its atomics
+/// are the processor's on the shared memory, the fastest MPI offers on one host). Returns the
+/// rows on rank 0; none when the ranks span several hosts.
+///
+/// A window of `MPI_Win_allocate` would get Open MPI 4.1's osc/rdma here, whose atomics over
+/// btl/vader crashed rank 1 (SIGSEGV in `mca_btl_vader_poll_handle_frag`, seen in a core dump)
+/// in this process though not in a C program doing the same calls.
+pub(crate) fn atomics(ep: &Endpoint, plan: &Plan) -> Result<Vec<Row>, BenchError> {
+    let me = ep.rank();
+    let world = SimpleCommunicator::world();
+    let comm = world.split_shared(0);
+    let mut rows = Vec::new();
+    if comm.size() != world.size() {
+        return Ok(rows);
+    }
+    let warm = plan.warmup(plan.iters);
+    let n = plan.iters;
+    let mut base: *mut u8 = std::ptr::null_mut();
+    // SAFETY: reading an immutable handle exported by the rsmpi shim.
+    let mut win = unsafe { ffi::RSMPI_WIN_NULL };
+    // SAFETY: collective over `comm` on every rank; `base` receives the address of this
+    // rank's part of the shared memory; `win` is writable.
+    let rc = unsafe {
+        ffi::MPI_Win_allocate_shared(
+            64,
+            1,
+            ffi::RSMPI_INFO_NULL,
+            comm.as_raw(),
+            (&mut base as *mut *mut u8).cast::<c_void>(),
+            &mut win,
+        )
+    };
+    mpi_err("MPI_Win_allocate_shared", rc)?;
+    if !base.is_null() {
+        // SAFETY: this rank's 64 bytes of the window, not yet exposed to any access epoch.
+        unsafe { std::ptr::write_bytes(base, 0, 64) };
+    }
+    comm.barrier();
+    let nocheck = i32::try_from(ffi::MPI_MODE_NOCHECK).unwrap_or(0);
+    // SAFETY: `win` was just created; no epoch is open on it.
+    mpi_err("MPI_Win_lock_all", unsafe {
+        ffi::MPI_Win_lock_all(nocheck, win)
+    })?;
+    if me == 0 {
+        let one = 1u64;
+        let mut old = 0u64;
+        let mut fail = 0;
+        let s = each(warm, n, || {
+            // SAFETY: `one` and `old` live across the call and the flush completes it; rank
+            // 1's window holds 64 bytes and the element is at displacement 0.
+            let rc = unsafe {
+                ffi::MPI_Fetch_and_op(
+                    (&one as *const u64).cast::<c_void>(),
+                    (&mut old as *mut u64).cast::<c_void>(),
+                    ffi::RSMPI_UINT64_T,
+                    1,
+                    0,
+                    ffi::RSMPI_SUM,
+                    win,
+                )
+            };
+            // SAFETY: `win` is in a lock_all epoch from this rank.
+            let rf = unsafe { ffi::MPI_Win_flush(1, win) };
+            if rc != 0 || rf != 0 {
+                fail += 1;
+            }
+        });
+        rows.push(Row::latency("floor", "raw_mpi_fetch_add_lat", 8, &s, 1));
+        let mut cur = old + 1;
+        let s = each(warm, n, || {
+            let new = cur + 1;
+            // SAFETY: as above; `cur`, `new` and `old` live across the call and the flush.
+            let rc = unsafe {
+                ffi::MPI_Compare_and_swap(
+                    (&new as *const u64).cast::<c_void>(),
+                    (&cur as *const u64).cast::<c_void>(),
+                    (&mut old as *mut u64).cast::<c_void>(),
+                    ffi::RSMPI_UINT64_T,
+                    1,
+                    0,
+                    win,
+                )
+            };
+            // SAFETY: `win` is in a lock_all epoch from this rank.
+            let rf = unsafe { ffi::MPI_Win_flush(1, win) };
+            if rc != 0 || rf != 0 || old != cur {
+                fail += 1;
+            }
+            cur = new;
+        });
+        if fail > 0 {
+            return Err(BenchError::Usage(format!(
+                "raw MPI_Fetch_and_op/MPI_Compare_and_swap failed (or swapped nothing) {fail} \
+                 times"
+            )));
+        }
+        rows.push(Row::latency("floor", "raw_mpi_cas_lat", 8, &s, 1));
+    }
+    comm.barrier();
+    // SAFETY: this rank holds a lock_all epoch on `win`.
+    mpi_err("MPI_Win_unlock_all", unsafe {
+        ffi::MPI_Win_unlock_all(win)
+    })?;
+    // SAFETY: collective; no epoch is open on `win` any more and nothing uses `base`.
+    mpi_err("MPI_Win_free", unsafe { ffi::MPI_Win_free(&mut win) })?;
     Ok(rows)
 }
 

@@ -349,7 +349,7 @@ impl Report {
                 continue;
             }
             r.ratio = match r.op {
-                "short_rtt" => floor.map(|f| r.p50_ns / f),
+                "short_rtt" | "fetch_add_rtt" | "compare_swap_rtt" => floor.map(|f| r.p50_ns / f),
                 "medium_rtt" | "long_rtt" => short.map(|s| r.p50_ns / s),
                 "put_bw" | "get_bw" | "long_bw" | "medium_bw" => {
                     // The interleaved floor when there is one, else the floor sweep.
@@ -453,6 +453,17 @@ impl Report {
             Some("raw_mpi_barrier"),
             "raw_mpi_bw",
         );
+        // The atomic round trips against MPI's own atomics plus flush.
+        let fadd = self.p50("raw_mpi_fetch_add_lat", None);
+        let cas = self.p50("raw_mpi_cas_lat", None);
+        for r in &mut self.rows {
+            let raw = match r.op {
+                "fetch_add_rtt" => fadd,
+                "compare_swap_rtt" => cas,
+                _ => continue,
+            };
+            r.ratio = raw.map(|f| r.p50_ns / f);
+        }
     }
 
     /// Ratios against a network conduit's raw floors: Short RTT against the raw round trip
@@ -481,7 +492,7 @@ impl Report {
                 continue;
             }
             r.ratio = match r.op {
-                "short_rtt" => rtt.map(|f| r.p50_ns / f),
+                "short_rtt" | "fetch_add_rtt" | "compare_swap_rtt" => rtt.map(|f| r.p50_ns / f),
                 "put_lat" | "get_lat" => put.map(|f| r.p50_ns / f),
                 "barrier" => bar.map(|f| r.p50_ns / f),
                 "medium_rtt" | "long_rtt" => short.map(|s| r.p50_ns / s),
@@ -664,6 +675,15 @@ impl Report {
                 Cmp::AtLeast,
                 0.9,
             ),
+            t(
+                "atomic fetch-add RTT / cache-line floor RTT",
+                "fetch_add_vs_floor",
+                8,
+                self.ratio("fetch_add_rtt", Some(8)),
+                "x",
+                Cmp::AtMost,
+                1.5,
+            ),
         ]
     }
 
@@ -712,6 +732,14 @@ impl Report {
                 TARGET_BYTES,
                 Cmp::AtLeast,
                 0.7,
+            ),
+            ratio(
+                "atomic fetch-add RTT / raw UDP RTT",
+                "fetch_add_vs_raw_udp",
+                "fetch_add_rtt",
+                8,
+                Cmp::AtMost,
+                1.15,
             ),
         ]
     }
@@ -1151,6 +1179,41 @@ mod tests {
         assert!(r.table().contains("MISSED"));
     }
 
+    /// The atomic round trips: against the cache-line floor on smp (a target), the raw UDP
+    /// round trip on udp (a target), MPI's own atomics on mpi (a ratio).
+    #[test]
+    fn atomic_ratios_and_targets() {
+        let key = |r: &Report, k: &str| r.targets().into_iter().find(|t| t.key == k);
+        let mut r = Report::new("smp", 2);
+        r.extend([
+            row("cacheline_rtt", 64, 100.0, false),
+            row("fetch_add_rtt", 8, 120.0, false),
+            row("compare_swap_rtt", 8, 160.0, false),
+        ]);
+        r.compute_ratios();
+        let t = key(&r, "fetch_add_vs_floor").unwrap();
+        assert_eq!((t.value, t.met()), (Some(1.2), Some(true)));
+        assert_eq!(r.rows[2].ratio, Some(1.6));
+        let mut r = Report::new("udp", 2);
+        r.extend([
+            row("raw_udp_rtt", 8, 1000.0, false),
+            row("fetch_add_rtt", 8, 1200.0, false),
+        ]);
+        r.compute_ratios();
+        let t = key(&r, "fetch_add_vs_raw_udp").unwrap();
+        assert_eq!((t.value, t.met()), (Some(1.2), Some(false)));
+        let mut r = Report::new("mpi", 2);
+        r.extend([
+            row("raw_mpi_rtt", 8, 500.0, false),
+            row("raw_mpi_fetch_add_lat", 8, 100.0, false),
+            row("fetch_add_rtt", 8, 300.0, false),
+            row("compare_swap_rtt", 8, 300.0, false),
+        ]);
+        r.compute_ratios();
+        assert_eq!(r.rows[2].ratio, Some(3.0), "against MPI_Fetch_and_op");
+        assert_eq!(r.rows[3].ratio, None, "no MPI_Compare_and_swap row");
+    }
+
     /// The broadcast bandwidth targets: the memcpy floor's median over the MYSYNC
     /// broadcast's, only where both were measured; the floor rows get no ratios.
     #[test]
@@ -1263,7 +1326,8 @@ mod tests {
                 "put_lat_vs_raw_udp",
                 "get_lat_vs_raw_udp",
                 "long_bw_vs_raw_udp",
-                "put_bw_vs_raw_udp"
+                "put_bw_vs_raw_udp",
+                "fetch_add_vs_raw_udp"
             ]
         );
         assert_eq!(t[0].value, Some(1.05));
@@ -1278,9 +1342,12 @@ mod tests {
         // Medium RTT stays judged against Short; bandwidth rows against raw streaming.
         assert!((r.find("medium_rtt", None).unwrap().ratio.unwrap() - 1.1).abs() < 1e-9);
         let lines = r.json_lines();
-        let last: Value = serde_json::from_str(lines.last().unwrap()).unwrap();
-        assert_eq!(last["op"], "put_bw_vs_raw_udp");
-        assert_eq!(last["met"], false);
+        let put: Value = lines
+            .iter()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|v| v["op"] == "put_bw_vs_raw_udp")
+            .unwrap();
+        assert_eq!(put["met"], false);
         let table = r.table();
         assert!(table.contains("Short RTT / raw UDP RTT"));
         assert!(!table.contains("cache-line"));
