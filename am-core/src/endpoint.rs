@@ -524,6 +524,16 @@ impl Endpoint {
         } else {
             None
         };
+        // This rank's own segment is always reachable by a copy: where the conduit neither
+        // maps it as a peer nor brings native operations (udp), put/get/atomics to oneself
+        // become copies instead of active messages to oneself. (With native operations the
+        // own segment stays on that path: MPI orders local stores into a window only with
+        // its own synchronization.)
+        let mut peers = peers;
+        let me = self.rank() as usize;
+        if self.inner.cfg.rma_native && native_rma.is_none() && peers[me].is_none() {
+            peers[me] = Some(SendPtr(seg.base));
+        }
         let rma = match (peers.iter().any(Option::is_some), &native_rma) {
             (_, Some(n)) => format!("native ({})", n.describe()),
             (true, None) => "native".to_string(),

@@ -16,6 +16,7 @@ pub fn tests() -> Vec<Test> {
         test("rma_blocking", blocking),
         test("rma_explicit_handles", explicit),
         test("rma_implicit_handles", implicit),
+        test("rma_own_segment", own_segment),
     ]
 }
 
@@ -176,4 +177,32 @@ fn implicit(c: &Ctx<'_>) -> Verdict {
         ck("barrier", c.ep.barrier())?;
     }
     Ok(())
+}
+
+/// Put and get to this rank's own segment, in every form: a copy (never an active message to
+/// oneself) unless `AMNET_RMA=am` asks for the reference path.
+fn own_segment(c: &Ctx<'_>) -> Verdict {
+    let me = c.rank();
+    let path = ck("rma_path", c.ep.rma_path(me))?;
+    ensure(
+        !c.ep.config().rma_native || path != amnet::RmaPath::Am,
+        || format!("put/get to this rank's own segment take the {path:?} path"),
+    )?;
+    for size in [1usize, 8, 4095, 70_000] {
+        let data = pattern::bytes(seed(me, size), size);
+        ck("put", c.ep.put(me, PUT_OFF, &data))?;
+        let mut back = vec![0u8; size];
+        ck("get", c.ep.get(me, PUT_OFF, &mut back))?;
+        check_own(&back, me, "get from own segment")?;
+        let mut h = ck("put_nb", c.ep.put_nb(me, PUT_OFF + 1, &data))?;
+        ck("wait_sync", c.ep.wait_sync(&mut h))?;
+        let mut h = ck(
+            "get_nb_local",
+            c.ep.get_nb_local(me, PUT_OFF + 1, GET_OFF, size),
+        )?;
+        ck("wait_sync", c.ep.wait_sync(&mut h))?;
+        ck("read_local", c.ep.read_local(GET_OFF, &mut back))?;
+        check_own(&back, me, "get_nb_local from own segment")?;
+    }
+    ck("barrier", c.ep.barrier())
 }
