@@ -22,6 +22,7 @@ pub mod job;
 pub mod layer;
 pub mod mem;
 mod rma;
+mod segview;
 mod stats;
 pub mod sync;
 
@@ -39,6 +40,7 @@ pub use handler::{HandlerFn, HandlerTable, Token, FIRST_CLIENT_HANDLER};
 pub use handlers::Layer;
 pub use layer::LayerHooks;
 pub use rma::{Handle, RmaPath};
+pub use segview::SegmentAtomic;
 pub use stats::{AmCounts, Stats};
 
 /// A rank number, `0..size`.

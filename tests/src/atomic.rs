@@ -2,7 +2,11 @@
 //! value handed out once), every operation of every element type against a local model, the
 //! non-blocking forms, and the errors.
 
-use amnet::{AtomicDomain, AtomicElem, AtomicOp, AtomicOps, Error, Rank};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use amnet::{AtomicDomain, AtomicElem, AtomicOp, AtomicOps, Error, Rank, RmaPath};
+
+use crate::state::{H_SEG_XOR, SEG_WORDS_OFF};
 
 use crate::{ck, ensure, test, Ctx, Test, Verdict};
 
@@ -34,6 +38,7 @@ pub fn tests() -> Vec<Test> {
         test("atomic_hammer", hammer),
         test("atomic_operations", operations),
         test("atomic_errors", errors),
+        test("segment_atomic_view", segment_view),
     ]
 }
 
@@ -437,5 +442,131 @@ fn errors(c: &Ctx<'_>) -> Verdict {
     ensure(v == 5, || {
         format!("counter after the errors: {v}, expected 5")
     })?;
+    ck("barrier", c.ep.barrier())
+}
+
+/// Words of the segment view test.
+const VIEW_WORDS: u64 = 64;
+/// Updates each rank sends to each rank.
+const VIEW_UPDATES: u64 = 500;
+
+/// The value update `i` from `src` to `dst` xors into word `i % VIEW_WORDS`.
+fn view_value(src: Rank, dst: Rank, i: u64) -> u64 {
+    (u64::from(src) << 48 | u64::from(dst) << 32 | i).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// What `dst`'s words hold once every rank's updates arrived.
+fn view_expected(n: Rank, dst: Rank) -> Vec<u64> {
+    let mut w = vec![0u64; VIEW_WORDS as usize];
+    for src in 0..n {
+        for i in 0..VIEW_UPDATES {
+            w[(i % VIEW_WORDS) as usize] ^= view_value(src, dst, i);
+        }
+    }
+    w
+}
+
+/// GUPS-style updates applied by a handler through the safe atomic view of its own segment;
+/// every rank's words read back through the view (own segment, and every mapped peer's), and
+/// its errors.
+fn segment_view(c: &Ctx<'_>) -> Verdict {
+    let n = c.size();
+    let me = c.rank();
+    zero(c, SEG_WORDS_OFF, (VIEW_WORDS * 8) as usize)?;
+    ck("barrier", c.ep.barrier())?;
+    for i in 0..VIEW_UPDATES {
+        for d in 0..n {
+            let v = view_value(me, d, i);
+            #[allow(clippy::cast_possible_truncation)]
+            let args = [(i % VIEW_WORDS) as u32, v as u32, (v >> 32) as u32];
+            ck("request_short", c.ep.request_short(d, H_SEG_XOR, &args))?;
+        }
+    }
+    let want_hits = VIEW_UPDATES * u64::from(n);
+    ck(
+        "wait for the updates",
+        c.ep.wait_until(|| c.st.hits.load(Ordering::SeqCst) >= want_hits),
+    )?;
+    ck("barrier", c.ep.barrier())?;
+    c.st.handler_verdict()?;
+    let count = VIEW_WORDS as usize;
+    for r in 0..n {
+        let mapped = r == me || ck("rma_path", c.ep.rma_path(r))? == RmaPath::Direct;
+        let view = c.ep.segment_atomics::<AtomicU64>(r, SEG_WORDS_OFF, count);
+        if !mapped {
+            match view {
+                Err(Error::Usage { detail, .. }) if detail.contains("not mapped") => continue,
+                other => {
+                    return Err(format!(
+                        "view of unmapped rank {r}'s segment: {:?}",
+                        other.map(<[AtomicU64]>::len)
+                    ))
+                }
+            }
+        }
+        let view = ck("segment_atomics", view)?;
+        let got: Vec<u64> = view.iter().map(|w| w.load(Ordering::Relaxed)).collect();
+        let want = view_expected(n, r);
+        if let Some(k) = (0..count).find(|&k| got[k] != want[k]) {
+            return Err(format!(
+                "rank {r}'s word {k} through the view: {:#x}, expected {:#x}",
+                got[k], want[k]
+            ));
+        }
+        if r == me {
+            // The same bytes through a copy, and as u32 halves.
+            let mut bytes = vec![0u8; count * 8];
+            ck("read_local", c.ep.read_local(SEG_WORDS_OFF, &mut bytes))?;
+            let halves = ck(
+                "segment_atomics u32",
+                c.ep.segment_atomics::<AtomicU32>(me, SEG_WORDS_OFF, 2 * count),
+            )?;
+            for k in 0..count {
+                let w = u64::from_le_bytes(bytes[8 * k..8 * k + 8].try_into().unwrap_or_default());
+                let lo = u64::from(halves[2 * k].load(Ordering::Relaxed));
+                let hi = u64::from(halves[2 * k + 1].load(Ordering::Relaxed));
+                ensure(w == want[k] && (lo | hi << 32) == want[k], || {
+                    format!(
+                        "own word {k}: copy {w:#x}, halves {:#x}, expected {:#x}",
+                        lo | hi << 32,
+                        want[k]
+                    )
+                })?;
+            }
+        }
+    }
+    // Errors.
+    let seg = ck("segment_len", c.ep.segment_len())? as u64;
+    match c.ep.segment_atomics::<AtomicU64>(me, SEG_WORDS_OFF + 4, 1) {
+        Err(Error::Usage { detail, .. }) if detail.contains("not aligned") => {}
+        other => {
+            return Err(format!(
+                "misaligned view: {:?}",
+                other.map(<[AtomicU64]>::len)
+            ))
+        }
+    }
+    match c.ep.segment_atomics::<AtomicU64>(me, seg - 8, 2) {
+        Err(Error::OutOfSegment { .. }) => {}
+        other => {
+            return Err(format!(
+                "view past the end: {:?}",
+                other.map(<[AtomicU64]>::len)
+            ))
+        }
+    }
+    match c.ep.segment_atomics::<AtomicU64>(n, 0, 1) {
+        Err(Error::BadRank { .. }) => {}
+        other => {
+            return Err(format!(
+                "view of a rank beyond the job: {:?}",
+                other.map(<[AtomicU64]>::len)
+            ))
+        }
+    }
+    ensure(
+        ck("empty view", c.ep.segment_atomics::<AtomicU64>(me, seg, 0))?.is_empty(),
+        || "an empty view has elements".into(),
+    )?;
     ck("barrier", c.ep.barrier())
 }

@@ -37,6 +37,11 @@ pub const H_EXIT_IN_REPLY: u8 = 141;
 pub const H_COUNT: u8 = 142;
 /// Request: tries collectives from handler context and records the errors in `rules`.
 pub const H_COLL_RULES: u8 = 143;
+/// Request `[word, value_lo, value_hi]`: xors the value into u64 `word` of this rank's
+/// segment from `SEG_WORDS_OFF` through the safe atomic view, and counts.
+pub const H_SEG_XOR: u8 = 144;
+/// Where `H_SEG_XOR`'s words begin.
+pub const SEG_WORDS_OFF: u64 = (9 << 20) + (256 << 10);
 /// A handler index nobody registers.
 pub const H_UNREGISTERED: u8 = 250;
 
@@ -309,6 +314,25 @@ pub fn register(t: &mut HandlerTable, st: &Arc<State>) -> Result<(), Error> {
         H_COUNT,
         move |_tok: &mut Token<'_>, _a: &[u32], _p: &[u8]| {
             s.hits.fetch_add(1, Ordering::Relaxed);
+        },
+    )?;
+    let s = st.clone();
+    t.register(
+        H_SEG_XOR,
+        move |tok: &mut Token<'_>, a: &[u32], _p: &[u8]| {
+            let ep = tok.endpoint();
+            let v = u64::from(a[1]) | u64::from(a[2]) << 32;
+            match ep.segment_atomics::<std::sync::atomic::AtomicU64>(
+                ep.rank(),
+                SEG_WORDS_OFF + 8 * u64::from(a[0]),
+                1,
+            ) {
+                Ok(w) => {
+                    w[0].fetch_xor(v, Ordering::Relaxed);
+                    s.hits.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => s.error(format!("H_SEG_XOR: {e}")),
+            }
         },
     )?;
     Ok(())
