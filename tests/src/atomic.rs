@@ -446,7 +446,7 @@ fn errors(c: &Ctx<'_>) -> Verdict {
 }
 
 /// Words of the segment view test.
-const VIEW_WORDS: u64 = 64;
+const VIEW_WORDS: usize = 64;
 /// Updates each rank sends to each rank.
 const VIEW_UPDATES: u64 = 500;
 
@@ -457,10 +457,10 @@ fn view_value(src: Rank, dst: Rank, i: u64) -> u64 {
 
 /// What `dst`'s words hold once every rank's updates arrived.
 fn view_expected(n: Rank, dst: Rank) -> Vec<u64> {
-    let mut w = vec![0u64; VIEW_WORDS as usize];
+    let mut w = vec![0u64; VIEW_WORDS];
     for src in 0..n {
-        for i in 0..VIEW_UPDATES {
-            w[(i % VIEW_WORDS) as usize] ^= view_value(src, dst, i);
+        for (i, k) in (0..VIEW_UPDATES).zip((0..VIEW_WORDS).cycle()) {
+            w[k] ^= view_value(src, dst, i);
         }
     }
     w
@@ -472,13 +472,13 @@ fn view_expected(n: Rank, dst: Rank) -> Vec<u64> {
 fn segment_view(c: &Ctx<'_>) -> Verdict {
     let n = c.size();
     let me = c.rank();
-    zero(c, SEG_WORDS_OFF, (VIEW_WORDS * 8) as usize)?;
+    zero(c, SEG_WORDS_OFF, VIEW_WORDS * 8)?;
     ck("barrier", c.ep.barrier())?;
     for i in 0..VIEW_UPDATES {
         for d in 0..n {
             let v = view_value(me, d, i);
             #[allow(clippy::cast_possible_truncation)]
-            let args = [(i % VIEW_WORDS) as u32, v as u32, (v >> 32) as u32];
+            let args = [(i % VIEW_WORDS as u64) as u32, v as u32, (v >> 32) as u32];
             ck("request_short", c.ep.request_short(d, H_SEG_XOR, &args))?;
         }
     }
@@ -489,7 +489,7 @@ fn segment_view(c: &Ctx<'_>) -> Verdict {
     )?;
     ck("barrier", c.ep.barrier())?;
     c.st.handler_verdict()?;
-    let count = VIEW_WORDS as usize;
+    let count = VIEW_WORDS;
     for r in 0..n {
         let mapped = r == me || ck("rma_path", c.ep.rma_path(r))? == RmaPath::Direct;
         let view = c.ep.segment_atomics::<AtomicU64>(r, SEG_WORDS_OFF, count);
