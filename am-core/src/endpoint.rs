@@ -61,7 +61,8 @@ unsafe impl Send for SendPtr {}
 unsafe impl Sync for SendPtr {}
 
 pub(crate) struct Attached {
-    handlers: Vec<Option<Box<HandlerFn>>>,
+    /// Every index's handler: set at attach, or later, once, by `register_handler`.
+    handlers: Vec<OnceLock<Box<HandlerFn>>>,
     pub(crate) seg: LocalSegment,
     pub(crate) seg_lens: Vec<usize>,
     pub(crate) peers: Vec<Option<SendPtr>>,
@@ -84,7 +85,7 @@ impl Attached {
         if index < FIRST_CLIENT_HANDLER {
             return Err(Error::ReservedHandler { index });
         }
-        if self.handlers[usize::from(index)].is_none() {
+        if self.handlers[usize::from(index)].get().is_none() {
             return Err(Error::UnregisteredHandler { index });
         }
         Ok(())
@@ -540,7 +541,17 @@ impl Endpoint {
             (false, None) => "am".to_string(),
         };
         let att = Attached {
-            handlers: table.entries,
+            handlers: table
+                .entries
+                .into_iter()
+                .map(|h| {
+                    let cell = OnceLock::new();
+                    if let Some(h) = h {
+                        let _ = cell.set(h);
+                    }
+                    cell
+                })
+                .collect(),
             seg,
             seg_lens: lens,
             peers,
@@ -570,6 +581,29 @@ impl Endpoint {
             crate::diag::emit(&text);
         }
         Ok(())
+    }
+
+    /// Register client handler `index` (128..=255) after attach, as GASNet-EX's
+    /// `gex_EP_RegisterHandlers` allows. Not collective, but every rank must register the same
+    /// index before any rank sends to it (register, then barrier): a message that reaches a
+    /// rank which has not registered its index yet is dropped with a diagnostic. Errors:
+    /// `NotAttached` (before attach, register in the `HandlerTable`), `HandlerZero`,
+    /// `ReservedHandler`, `DuplicateHandler` (an index registered already, at attach or
+    /// since; a handler is never replaced).
+    pub fn register_handler<F>(&self, index: u8, f: F) -> Result<()>
+    where
+        F: Fn(&mut Token<'_>, &[u32], &[u8]) + Send + Sync + 'static,
+    {
+        let att = self.attached_for("register_handler")?;
+        if index == 0 {
+            return Err(Error::HandlerZero);
+        }
+        if index < FIRST_CLIENT_HANDLER {
+            return Err(Error::ReservedHandler { index });
+        }
+        att.handlers[usize::from(index)]
+            .set(Box::new(f))
+            .map_err(|_| Error::DuplicateHandler { index })
     }
 
     // ----- statistics -------------------------------------------------------------------
@@ -754,6 +788,90 @@ impl Endpoint {
         )
     }
 
+    /// [`request_short`](Self::request_short) with the immediate flag: when the conduit has
+    /// no room for the message now (a full ring or send window), returns
+    /// [`Error::WouldBlock`] at once instead of polling until there is (GASNet-EX's
+    /// `GEX_FLAG_IMMEDIATE`). Nothing was sent then; poll and retry, or do other work.
+    #[inline]
+    pub fn try_request_short(&self, dest: Rank, handler: u8, args: &[u32]) -> Result<()> {
+        self.check_request("try_request_short", dest, handler, args)?;
+        self.send_immediate(
+            "try_request_short",
+            dest,
+            &OutMsg {
+                handler,
+                category: Category::Short,
+                is_reply: false,
+                args,
+                payload: &[],
+                long_offset: 0,
+            },
+        )
+    }
+
+    /// [`request_medium`](Self::request_medium) with the immediate flag (see
+    /// [`try_request_short`](Self::try_request_short)).
+    #[inline]
+    pub fn try_request_medium(
+        &self,
+        dest: Rank,
+        handler: u8,
+        args: &[u32],
+        payload: &[u8],
+    ) -> Result<()> {
+        let att = self.check_request("try_request_medium", dest, handler, args)?;
+        att.check_payload(dest, Category::Medium, payload.len(), 0)?;
+        self.send_immediate(
+            "try_request_medium",
+            dest,
+            &OutMsg {
+                handler,
+                category: Category::Medium,
+                is_reply: false,
+                args,
+                payload,
+                long_offset: 0,
+            },
+        )
+    }
+
+    /// [`request_long`](Self::request_long) with the immediate flag (see
+    /// [`try_request_short`](Self::try_request_short)).
+    #[inline]
+    pub fn try_request_long(
+        &self,
+        dest: Rank,
+        handler: u8,
+        args: &[u32],
+        payload: &[u8],
+        dest_offset: u64,
+    ) -> Result<()> {
+        let att = self.check_request("try_request_long", dest, handler, args)?;
+        att.check_payload(dest, Category::Long, payload.len(), dest_offset)?;
+        self.send_immediate(
+            "try_request_long",
+            dest,
+            &OutMsg {
+                handler,
+                category: Category::Long,
+                is_reply: false,
+                args,
+                payload,
+                long_offset: dest_offset,
+            },
+        )
+    }
+
+    /// One attempt to hand a message to the conduit.
+    #[inline]
+    fn send_immediate(&self, op: &'static str, dest: Rank, msg: &OutMsg<'_>) -> Result<()> {
+        if self.inner.conduit.try_send(dest, msg)? {
+            self.count_sent(msg);
+            return Ok(());
+        }
+        Err(Error::WouldBlock { op, dest })
+    }
+
     /// Send a library-internal request (no client handler checks).
     pub(crate) fn lib_request(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<()> {
         self.send_msg(dest, msg, false)
@@ -864,11 +982,12 @@ impl Endpoint {
 
     #[inline]
     fn dispatch(&self, att: &Attached, m: &InMsg<'_>) {
-        let Some(h) = att.handlers[usize::from(m.handler)].as_ref() else {
-            // Callers check handler indices against their own table, which attach proved equal
-            // to ours, so only a corrupted message can get here.
+        let Some(h) = att.handlers[usize::from(m.handler)].get() else {
+            // Callers check handler indices against their own table. Attach proved the tables
+            // equal; a handler registered after attach may have reached the sender's table
+            // before this one (the client's rule: register everywhere, then synchronize).
             crate::diag!(
-                "amnet rank {}: dropped a message from rank {} for unregistered handler {}",
+                "amnet rank {}: dropped a message from rank {} for handler {}, which this rank                  has not registered (register it on every rank, then barrier, before use)",
                 self.rank(),
                 m.src,
                 m.handler

@@ -175,6 +175,15 @@ pub enum Error {
         /// What was wrong and how to fix it.
         detail: String,
     },
+    /// An immediate send found no room for the message in the conduit (a full ring or send
+    /// window) and returned instead of polling; nothing was sent.
+    #[error("{op}: no room to send to rank {dest} now (immediate); poll and retry")]
+    WouldBlock {
+        /// The call.
+        op: &'static str,
+        /// The destination rank.
+        dest: Rank,
+    },
     /// A watchdog found a wait that made no progress for too long; `detail` lists what was
     /// in flight and what each operation waited for.
     #[error("no progress for {millis} ms: {detail}")]

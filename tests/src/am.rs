@@ -33,7 +33,125 @@ pub fn tests() -> Vec<Test> {
             timeout: Duration::from_secs(120),
             ..test("am_concurrent_threads", concurrent_threads)
         },
+        test("am_register_after_attach", register_after_attach),
+        test("am_immediate", immediate),
     ]
+}
+
+/// A client handler index registered after attach by the suite.
+const H_LATE: u8 = 201;
+/// Where each rank leaves the count of immediate sends its predecessor made to it.
+const IMM_COUNT_OFF: u64 = (9 << 20) + (384 << 10);
+
+fn register_after_attach(c: &Ctx<'_>) -> Verdict {
+    let st = c.st.clone();
+    match c.ep.register_handler(H_LATE, move |tok, args, _p| {
+        if args == [tok.src(), 77] {
+            st.hits.fetch_add(1, Ordering::SeqCst);
+        } else {
+            st.error(format!("H_LATE from {} with {args:?}", tok.src()));
+        }
+    }) {
+        // A suite run twice on one endpoint registered it the first time.
+        Ok(()) | Err(amnet::Error::DuplicateHandler { .. }) => {}
+        Err(e) => return Err(format!("register_handler after attach: {e}")),
+    }
+    let dup = c.ep.register_handler(H_LATE, |_, _, _| {});
+    ensure(
+        matches!(dup, Err(amnet::Error::DuplicateHandler { index: H_LATE })),
+        || format!("registering H_LATE twice: {dup:?}"),
+    )?;
+    let again = c.ep.register_handler(H_CHECK, |_, _, _| {});
+    ensure(
+        matches!(again, Err(amnet::Error::DuplicateHandler { .. })),
+        || format!("replacing a handler registered at attach: {again:?}"),
+    )?;
+    let lib = c.ep.register_handler(5, |_, _, _| {});
+    ensure(
+        matches!(lib, Err(amnet::Error::ReservedHandler { index: 5 })),
+        || format!("registering a library index: {lib:?}"),
+    )?;
+    let zero = c.ep.register_handler(0, |_, _, _| {});
+    ensure(matches!(zero, Err(amnet::Error::HandlerZero)), || {
+        format!("registering index 0: {zero:?}")
+    })?;
+    // Every rank registered it before the barrier; then every rank uses it.
+    ck("barrier", c.ep.barrier())?;
+    let next = (c.rank() + 1) % c.size();
+    ck(
+        "request_short",
+        c.ep.request_short(next, H_LATE, &[c.rank(), 77]),
+    )?;
+    ck(
+        "wait for H_LATE",
+        c.ep.wait_until(|| c.st.hits.load(Ordering::SeqCst) >= 1),
+    )?;
+    ck("barrier", c.ep.barrier())?;
+    c.st.handler_verdict()?;
+    let hits = c.st.hits.load(Ordering::SeqCst);
+    ensure(hits == 1, || format!("H_LATE ran {hits} times, expected 1"))
+}
+
+/// Immediate sends to the next rank while no rank polls, until the conduit has no room:
+/// every one that returned Ok arrives exactly once; a full conduit answers `WouldBlock`
+/// (smp's ring and udp's send window are bounded) and sends nothing.
+fn immediate(c: &Ctx<'_>) -> Verdict {
+    const CAP: u64 = 200_000;
+    let next = (c.rank() + 1) % c.size();
+    let mut sent = 0u64;
+    let mut blocked = false;
+    ck("barrier", c.ep.barrier())?;
+    while sent < CAP {
+        match c.ep.try_request_short(next, H_COUNT, &[1, 2]) {
+            Ok(()) => sent += 1,
+            Err(amnet::Error::WouldBlock { op, dest }) => {
+                ensure(op == "try_request_short" && dest == next, || {
+                    format!("WouldBlock names {op} to rank {dest}")
+                })?;
+                blocked = true;
+                break;
+            }
+            Err(e) => return Err(format!("try_request_short: {e}")),
+        }
+    }
+    let p = [0u8; 1];
+    for _ in 0..3 {
+        match c.ep.try_request_medium(next, H_COUNT, &[], &p) {
+            Ok(()) => sent += 1,
+            Err(amnet::Error::WouldBlock { .. }) => blocked = true,
+            Err(e) => return Err(format!("try_request_medium: {e}")),
+        }
+        match c
+            .ep
+            .try_request_long(next, H_COUNT, &[], &p, IMM_COUNT_OFF + 64)
+        {
+            Ok(()) => sent += 1,
+            Err(amnet::Error::WouldBlock { .. }) => blocked = true,
+            Err(e) => return Err(format!("try_request_long: {e}")),
+        }
+    }
+    if matches!(c.ep.conduit_name(), "smp" | "udp") && c.size() > 1 {
+        ensure(blocked, || {
+            format!("{CAP} immediate sends and none found the conduit full")
+        })?;
+    }
+    ck(
+        "put count",
+        c.ep.put(next, IMM_COUNT_OFF, &sent.to_le_bytes()),
+    )?;
+    ck("barrier", c.ep.barrier())?;
+    let mut b = [0u8; 8];
+    ck("read_local", c.ep.read_local(IMM_COUNT_OFF, &mut b))?;
+    let want = u64::from_le_bytes(b);
+    ck(
+        "wait for the immediate sends",
+        c.ep.wait_until(|| c.st.hits.load(Ordering::SeqCst) >= want),
+    )?;
+    ck("barrier", c.ep.barrier())?;
+    let hits = c.st.hits.load(Ordering::SeqCst);
+    ensure(hits == want, || {
+        format!("{hits} immediate sends arrived, {want} were sent")
+    })
 }
 
 /// Offset of `src`'s slot in the Long area, at an unaligned start.
