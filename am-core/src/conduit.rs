@@ -186,6 +186,12 @@ pub trait Conduit: Send + Sync + 'static {
     fn keep_awake(&self) -> bool {
         false
     }
+    /// Wait at most `max` for something to arrive, without polling (the progress thread's idle
+    /// wait, spec/core.md §5a): a conduit with a waitable endpoint returns as soon as a
+    /// message may be there (udp: `poll(2)` on its socket). The default sleeps `max`.
+    fn idle_wait(&self, max: std::time::Duration) {
+        std::thread::sleep(max);
+    }
     /// Collective, blocking: every rank contributes a small blob and receives all blobs in rank
     /// order. Used by attach to agree on segment sizes and handler tables.
     fn exchange(&self, blob: &[u8]) -> Result<Vec<Vec<u8>>>;

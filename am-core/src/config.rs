@@ -278,6 +278,15 @@ pub mod vars {
         meaning: "`1`: rank 0 prints the configuration (every variable, its value and where \
                   it came from) at attach",
     };
+    /// `AMNET_PROGRESS_THREAD`.
+    pub const PROGRESS_THREAD: Var = Var {
+        name: "AMNET_PROGRESS_THREAD",
+        scope: Scope::Core,
+        kind: Kind::Flag,
+        default: "`0`",
+        meaning: "`1`: each rank starts a progress thread at attach, which polls while the \
+                  client's threads do not",
+    };
     /// `AMNET_SPIN`.
     pub const SPIN: Var = Var {
         name: "AMNET_SPIN",
@@ -563,6 +572,7 @@ pub const VARS: &[&Var] = &[
     &vars::RMA,
     &vars::STATS,
     &vars::VERBOSE,
+    &vars::PROGRESS_THREAD,
     &vars::SPIN,
     &vars::BOOT_TIMEOUT,
     &vars::COLL_CHECK,

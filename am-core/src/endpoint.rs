@@ -33,6 +33,8 @@ pub struct EndpointConfig {
     pub spin_given: bool,
     /// More ranks run on this host than it has cores (`Conduit::oversubscribed`).
     pub oversubscribed: bool,
+    /// Start a progress thread at attach (`AMNET_PROGRESS_THREAD=1`).
+    pub progress_thread: bool,
 }
 
 impl EndpointConfig {
@@ -48,6 +50,7 @@ impl EndpointConfig {
             spin,
             spin_given: given.is_some(),
             oversubscribed,
+            progress_thread: src.flag(&vars::PROGRESS_THREAD)?.unwrap_or(false),
         })
     }
 }
@@ -170,6 +173,15 @@ pub(crate) struct Inner {
     threads: std::sync::atomic::AtomicU32,
     /// This host's cores.
     cores: u32,
+    /// The progress thread, when one runs.
+    pub(crate) progress: crate::progress::Progress,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Before the conduit goes: the thread polls it.
+        self.progress.shut_down();
+    }
 }
 
 /// The address of a conduit's exit word, read after every poll.
@@ -366,6 +378,7 @@ impl Endpoint {
             threads: std::sync::atomic::AtomicU32::new(1),
             cores: std::thread::available_parallelism()
                 .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
+            progress: crate::progress::Progress::default(),
         });
         if inner.conduit.is_process_mode() {
             install_exit_hook(&inner);
@@ -579,6 +592,9 @@ impl Endpoint {
                 &[(&vars::SPIN, self.inner.cfg.spin.to_string())],
             );
             crate::diag::emit(&text);
+        }
+        if self.inner.cfg.progress_thread {
+            self.start_progress_thread()?;
         }
         Ok(())
     }
@@ -955,6 +971,7 @@ impl Endpoint {
         };
         let block = self.stats_block();
         block.add(Ctr::Polls, 1);
+        inner.progress.note_poll();
         let mut met = false;
         let n = inner.conduit.poll(replies_only, &mut |m: &InMsg<'_>| {
             self.count_received(block, m);
@@ -987,7 +1004,8 @@ impl Endpoint {
             // equal; a handler registered after attach may have reached the sender's table
             // before this one (the client's rule: register everywhere, then synchronize).
             crate::diag!(
-                "amnet rank {}: dropped a message from rank {} for handler {}, which this rank                  has not registered (register it on every rank, then barrier, before use)",
+                "amnet rank {}: dropped a message from rank {} for handler {}, which this rank \
+                 has not registered (register it on every rank, then barrier, before use)",
                 self.rank(),
                 m.src,
                 m.handler

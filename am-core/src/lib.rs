@@ -21,6 +21,7 @@ pub mod handlers;
 pub mod job;
 pub mod layer;
 pub mod mem;
+mod progress;
 mod rma;
 mod segview;
 mod stats;

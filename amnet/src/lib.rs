@@ -149,6 +149,12 @@ impl Builder {
         self.with(&vars::VERBOSE, flag(on))
     }
 
+    /// Start a progress thread at attach (`AMNET_PROGRESS_THREAD`; see
+    /// [`Endpoint::start_progress_thread`]).
+    pub fn progress_thread(self, on: bool) -> Self {
+        self.with(&vars::PROGRESS_THREAD, flag(on))
+    }
+
     /// How long start-up and attach wait for every rank (`AMNET_BOOT_TIMEOUT`; more than 0).
     pub fn boot_timeout(self, limit: Duration) -> Self {
         self.with(&vars::BOOT_TIMEOUT, secs(limit))

@@ -45,6 +45,7 @@ pub mod coll_prop;
 pub mod coll_teams;
 pub mod coll_typed;
 pub mod pattern;
+pub mod progress;
 pub mod rma;
 pub mod rules;
 pub mod scenarios;
@@ -107,6 +108,7 @@ pub fn all_tests() -> Vec<Test> {
     v.extend(rma::tests());
     v.extend(atomic::tests());
     v.extend(barrier::tests());
+    v.extend(progress::tests());
     v.extend(storm::tests());
     v.extend(coll::tests());
     v.extend(coll_typed::tests());

@@ -586,6 +586,9 @@ impl Conduit for UdpConduit {
     fn name(&self) -> &'static str {
         "udp"
     }
+    fn idle_wait(&self, max: std::time::Duration) {
+        self.sock.wait_readable(max);
+    }
     fn rank(&self) -> Rank {
         self.rank
     }

@@ -134,6 +134,19 @@ pub(crate) fn bind(ip: IpAddr) -> Result<UdpSocket> {
 }
 
 impl Socket {
+    /// Wait at most `max` until the main socket has a datagram to read (`poll(2)`); returns
+    /// early on a signal or an error, which the next receive reports.
+    pub(crate) fn wait_readable(&self, max: std::time::Duration) {
+        let mut pfd = libc::pollfd {
+            fd: self.sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = libc::c_int::try_from(max.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+        // SAFETY: `pfd` is one valid pollfd for the call; the socket stays open meanwhile.
+        unsafe { libc::poll(&mut pfd, 1, ms) };
+    }
+
     /// The sockets of rank `rank` in a job of `size` ranks whose main sockets are at `peers`:
     /// `sock`, this rank's main socket from [`bind`] on `ip`, and a connected socket per peer
     /// where there are few enough peers and it can be set up; with `mac`, datagrams are tagged

@@ -1,0 +1,149 @@
+//! The optional progress thread (spec/core.md §5a): a thread of the rank that polls the
+//! endpoint while the client's threads do not, so that active messages, AM-path gets and
+//! atomics, and the collectives' steps are served while the client computes; handlers then
+//! run on it. When nothing arrives it backs off and then waits in the conduit's idle wait
+//! ([`Conduit::idle_wait`](crate::Conduit::idle_wait): the socket on udp, a short sleep
+//! elsewhere) instead of spinning; while a client thread polls, it stays out of the way.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use crate::endpoint::{Endpoint, Inner};
+use crate::Result;
+
+/// Idle polls that spin before the thread starts yielding.
+const SPIN_POLLS: u32 = 64;
+/// Idle polls that yield before the thread starts waiting in the conduit.
+const YIELD_POLLS: u32 = 16;
+/// The first idle wait; each further idle wait doubles it up to [`MAX_WAIT`].
+const FIRST_WAIT: Duration = Duration::from_micros(20);
+/// The longest idle wait: the bound on how late the thread notices a message where the
+/// conduit's wait cannot wake early.
+const MAX_WAIT: Duration = Duration::from_micros(500);
+/// How long the thread waits when it saw a client thread poll since its last look.
+const CLIENT_ACTIVE_WAIT: Duration = Duration::from_micros(200);
+
+thread_local! {
+    /// True on progress threads (their polls are not the client's).
+    static ON_PROGRESS_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The progress thread's state in an endpoint.
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    /// A progress thread runs (client polls are counted only then).
+    pub(crate) on: AtomicBool,
+    /// Polls by client threads, while `on`.
+    client_polls: AtomicU64,
+    /// Asks the thread to end.
+    stop: AtomicBool,
+    /// The thread, to join when the endpoint goes.
+    handle: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Progress {
+    /// Called at every poll: counts the polls of client threads while a progress thread runs.
+    #[inline]
+    pub(crate) fn note_poll(&self) {
+        if self.on.load(Ordering::Relaxed) && !ON_PROGRESS_THREAD.with(Cell::get) {
+            self.client_polls.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Ends the thread (when the endpoint goes) and waits for it, unless called on it.
+    pub(crate) fn shut_down(&self) {
+        self.stop.store(true, Ordering::Release);
+        let h = self.handle.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(h) = h {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+/// The thread's loop; ends when the endpoint is gone, `stop` is set, the job is ending, or
+/// a poll fails (the client's own calls report the failure).
+fn run(weak: &Weak<Inner>) {
+    ON_PROGRESS_THREAD.with(|c| c.set(true));
+    let mut idle = 0u32;
+    let mut wait = FIRST_WAIT;
+    let mut seen_client = 0u64;
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        if inner.progress.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let ep = Endpoint { inner };
+        let clients = ep.inner.progress.client_polls.load(Ordering::Relaxed);
+        if clients != seen_client {
+            // A client thread polls: it runs the handlers; look again a little later.
+            seen_client = clients;
+            idle = 0;
+            wait = FIRST_WAIT;
+            drop(ep);
+            std::thread::sleep(CLIENT_ACTIVE_WAIT);
+            continue;
+        }
+        if ep.exit_requested().is_some() {
+            return;
+        }
+        match ep.poll_inner(false) {
+            Ok(0) => idle = idle.saturating_add(1),
+            Ok(_) => {
+                idle = 0;
+                wait = FIRST_WAIT;
+                continue;
+            }
+            Err(e) => {
+                crate::diag!("amnet rank {}: the progress thread stops: {e}", ep.rank());
+                return;
+            }
+        }
+        if idle < SPIN_POLLS {
+            std::hint::spin_loop();
+        } else if idle < SPIN_POLLS + YIELD_POLLS {
+            std::thread::yield_now();
+        } else {
+            ep.inner.conduit.idle_wait(wait);
+            wait = (wait * 2).min(MAX_WAIT);
+        }
+    }
+}
+
+impl Endpoint {
+    /// Start this rank's progress thread (also done at attach with
+    /// `AMNET_PROGRESS_THREAD=1` or `Builder::progress_thread(true)`): from then on a thread
+    /// of the library polls the endpoint whenever the client's threads do not, so that
+    /// active messages, AM-path put/get and atomics aimed at this rank, and its collectives
+    /// advance while the client computes; handlers may then run on that thread. Idle, it
+    /// waits in the conduit (the socket on udp, sleeps of at most 0.5 ms elsewhere) instead
+    /// of spinning. Idempotent; ends with the endpoint. Errors: `NotAttached`.
+    pub fn start_progress_thread(&self) -> Result<()> {
+        self.attached_for("start_progress_thread")?;
+        let p = &self.inner.progress;
+        let mut h = p.handle.lock().unwrap_or_else(|e| e.into_inner());
+        if h.is_some() {
+            return Ok(());
+        }
+        let weak = Arc::downgrade(&self.inner);
+        let t = std::thread::Builder::new()
+            .name(format!("amnet-progress-{}", self.rank()))
+            .spawn(move || run(&weak))
+            .map_err(|e| crate::Error::Os {
+                conduit: "core",
+                op: "spawn the progress thread".to_string(),
+                source: Arc::new(e),
+            })?;
+        *h = Some(t);
+        p.on.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// True when this rank's progress thread runs.
+    pub fn progress_thread_running(&self) -> bool {
+        self.inner.progress.on.load(Ordering::Acquire)
+    }
+}

@@ -1,0 +1,130 @@
+//! The progress thread: while one rank computes for a second without any amnet call, the
+//! others' active messages, gets and atomics aimed at it are answered within milliseconds.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use amnet::{AtomicOps, Error};
+
+use crate::{ck, ensure, test, Ctx, Test, Verdict};
+
+/// Request: replies `H_PONG` with its arguments (registered after attach by this test).
+const H_PING: u8 = 202;
+/// Reply: counts.
+const H_PONG: u8 = 203;
+/// The element the atomics use (u64, rank 1).
+const COUNTER_OFF: u64 = (9 << 20) + (448 << 10);
+/// Bytes rank 0 gets from rank 1.
+const GET_OFF: u64 = COUNTER_OFF + 64;
+/// How long rank 1 computes.
+const COMPUTE: Duration = Duration::from_secs(1);
+/// The slowest answer accepted: far below `COMPUTE`, far above a scheduling delay on an
+/// oversubscribed host.
+const ANSWER_LIMIT: Duration = Duration::from_millis(300);
+
+/// The tests of this module.
+pub fn tests() -> Vec<Test> {
+    vec![Test {
+        min_ranks: 2,
+        ..test("progress_thread", progress_thread)
+    }]
+}
+
+/// Busy work that makes no amnet call for `d`.
+fn compute(d: Duration) -> u64 {
+    let t = Instant::now();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    while t.elapsed() < d {
+        for _ in 0..10_000 {
+            x = std::hint::black_box(x.rotate_left(7) ^ 0x1234_5678);
+        }
+    }
+    x
+}
+
+/// Replies `H_PONG` received.
+static PONGS: AtomicU64 = AtomicU64::new(0);
+
+fn progress_thread(c: &Ctx<'_>) -> Verdict {
+    let registered =
+        c.ep.register_handler(H_PING, |tok, args, _p| {
+            let _ = tok.reply_short(H_PONG, args);
+        })
+        .and_then(|()| {
+            c.ep.register_handler(H_PONG, |_tok, _args, _p| {
+                PONGS.fetch_add(1, Ordering::SeqCst);
+            })
+        });
+    match registered {
+        Ok(()) | Err(Error::DuplicateHandler { .. }) => {}
+        Err(e) => return Err(format!("register_handler: {e}")),
+    }
+    ck("start_progress_thread", c.ep.start_progress_thread())?;
+    ck("start_progress_thread again", c.ep.start_progress_thread())?;
+    ensure(c.ep.progress_thread_running(), || {
+        "progress_thread_running() is false after start_progress_thread".into()
+    })?;
+    let ad = ck("atomic_domain", c.ep.atomic_domain::<u64>(AtomicOps::ALL))?;
+    if c.rank() == 1 {
+        ck("write_local", c.ep.write_local(COUNTER_OFF, &[0u8; 72]))?;
+        ck("write_local", c.ep.write_local(GET_OFF, b"progress"))?;
+    }
+    ck("barrier", c.ep.barrier())?;
+    let start = Instant::now();
+    // Rank 0's verdict, returned after the closing barriers (a failure must not leave the
+    // ranks at different barriers).
+    let mut verdict: Verdict = Ok(());
+    if c.rank() == 1 {
+        std::hint::black_box(compute(COMPUTE));
+    } else if c.rank() == 0 {
+        verdict = ask_while_computing(c, &ad, start);
+    }
+    ck("barrier", c.ep.barrier())?;
+    if c.rank() == 1 {
+        let v = ck("get", ad.get(1, COUNTER_OFF))?;
+        ensure(v == 5, || format!("rank 1's counter {v}, expected 5"))?;
+    }
+    ck("barrier", c.ep.barrier())?;
+    verdict
+}
+
+/// Rank 0: an AM round trip, a get and an atomic to rank 1 while it computes; each must be
+/// answered within `ANSWER_LIMIT`, and all before rank 1 stops.
+fn ask_while_computing(c: &Ctx<'_>, ad: &amnet::AtomicDomain<u64>, start: Instant) -> Verdict {
+    settle_into_compute();
+    let mut report = Vec::new();
+    let before = PONGS.load(Ordering::SeqCst);
+    let t = Instant::now();
+    ck("request_short", c.ep.request_short(1, H_PING, &[7]))?;
+    ck(
+        "wait for the reply",
+        c.ep.wait_until(|| PONGS.load(Ordering::SeqCst) > before),
+    )?;
+    report.push(("AM round trip", t.elapsed()));
+    let t = Instant::now();
+    let mut b = [0u8; 8];
+    ck("get", c.ep.get(1, GET_OFF, &mut b))?;
+    report.push(("get", t.elapsed()));
+    ensure(&b == b"progress", || format!("get returned {b:?}"))?;
+    let t = Instant::now();
+    let old = ck("fetch_add", ad.fetch_add(1, COUNTER_OFF, 5))?;
+    report.push(("atomic fetch_add", t.elapsed()));
+    ensure(old == 0, || format!("fetch_add read {old}, expected 0"))?;
+    let all = start.elapsed();
+    for (what, d) in &report {
+        ensure(*d < ANSWER_LIMIT, || {
+            format!(
+                "{what} to a computing rank took {d:?} (limit {ANSWER_LIMIT:?}) on {}",
+                c.ep.conduit_name()
+            )
+        })?;
+    }
+    ensure(all < COMPUTE, || {
+        format!("the operations ended {all:?} after the barrier, once rank 1 stopped computing")
+    })
+}
+
+/// Gives rank 1 time to be deep in its computation.
+fn settle_into_compute() {
+    std::thread::sleep(Duration::from_millis(50));
+}
