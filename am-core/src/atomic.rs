@@ -12,10 +12,13 @@
 //! dropped and counted.
 
 use std::fmt;
+use std::future::Future;
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use crate::conduit::{Category, OutMsg};
 use crate::endpoint::{join64, seg_off, split64, Attached, Endpoint};
@@ -465,7 +468,7 @@ fn atomic_reply_handler(tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
             }
         )),
     }
-    c.op.remaining.fetch_sub(1, Ordering::Release);
+    c.op.complete_one();
 }
 
 /// An atomic domain: atomic operations on elements of type `T` in any rank's segment, limited
@@ -496,6 +499,36 @@ pub struct AtomicHandle<T: AtomicElem> {
     op: Option<Arc<OpState>>,
     value: u64,
     _t: PhantomData<fn() -> T>,
+}
+
+/// A future that completes with a fetching operation's value
+/// ([`AtomicDomain::fetch_future`]; woken as [`SyncFuture`](crate::SyncFuture) is).
+#[derive(Debug)]
+#[must_use = "futures do nothing unless awaited"]
+pub struct AtomicFuture<T: AtomicElem> {
+    ad: AtomicDomain<T>,
+    h: AtomicHandle<T>,
+}
+
+impl<T: AtomicElem> Future for AtomicFuture<T> {
+    type Output = Result<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
+        let this = self.get_mut();
+        if let Some(op) = &this.h.op {
+            op.set_waker(cx.waker());
+        }
+        match this.ad.try_wait(&mut this.h) {
+            Ok(Some(v)) => Poll::Ready(Ok(v)),
+            Err(e) => Poll::Ready(Err(e)),
+            Ok(None) => {
+                if !this.ad.ep.progress_thread_running() {
+                    cx.waker().wake_by_ref();
+                }
+                Poll::Pending
+            }
+        }
+    }
 }
 
 /// What starting an operation produced.
@@ -777,6 +810,14 @@ impl<T: AtomicElem> AtomicDomain<T> {
             h.value = op.result.load(Ordering::Relaxed);
         }
         Ok(T::from_bits(h.value))
+    }
+
+    /// A future that completes with the value `h` fetches (see [`AtomicFuture`]).
+    pub fn fetch_future(&self, h: AtomicHandle<T>) -> AtomicFuture<T> {
+        AtomicFuture {
+            ad: self.clone(),
+            h,
+        }
     }
 
     /// The element's value (a fetching [`AtomicOp::Get`]).

@@ -27,7 +27,9 @@ mod segview;
 mod stats;
 pub mod sync;
 
-pub use atomic::{AtomicDomain, AtomicElem, AtomicHandle, AtomicOp, AtomicOps, AtomicType};
+pub use atomic::{
+    AtomicDomain, AtomicElem, AtomicFuture, AtomicHandle, AtomicOp, AtomicOps, AtomicType,
+};
 pub use backoff::Backoff;
 pub use barrier::flags as barrier_flags;
 pub use conduit::{
@@ -40,7 +42,7 @@ pub use error::{Error, Result};
 pub use handler::{HandlerFn, HandlerTable, Token, FIRST_CLIENT_HANDLER};
 pub use handlers::Layer;
 pub use layer::LayerHooks;
-pub use rma::{Handle, RmaPath};
+pub use rma::{Handle, RmaPath, SyncFuture};
 pub use segview::SegmentAtomic;
 pub use stats::{AmCounts, Stats};
 

@@ -3,8 +3,11 @@
 //! (`Conduit::peer_segment`), the conduit's native one-sided operations
 //! (`Conduit::native_rma`), or the AM-based reference path any conduit gets for free.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 
 use crate::conduit::{Category, Conduit, NativeRma, OutMsg, RmaTicket};
 use crate::endpoint::{join64, not_in_handler, seg_off, split64, Attached, Endpoint};
@@ -40,6 +43,8 @@ pub(crate) struct OpState {
     native: Mutex<Vec<RmaTicket>>,
     /// Why the operation failed at its target, if it did.
     failure: Mutex<Option<String>>,
+    /// The task awaiting the operation ([`SyncFuture`]), woken when `remaining` reaches 0.
+    waker: Mutex<Option<Waker>>,
 }
 
 impl OpState {
@@ -50,10 +55,33 @@ impl OpState {
             result: AtomicU64::new(0),
             native: Mutex::new(Vec::new()),
             failure: Mutex::new(None),
+            waker: Mutex::new(None),
         }
     }
     pub(crate) fn done(&self) -> bool {
         self.remaining.load(Ordering::Acquire) == 0
+    }
+    /// One outstanding AM-path piece completed (its reply arrived): wakes the awaiting task
+    /// when it was the last.
+    pub(crate) fn complete_one(&self) {
+        if self.remaining.fetch_sub(1, Ordering::Release) == 1 {
+            self.wake();
+        }
+    }
+    /// Wakes the task awaiting the operation, if any.
+    fn wake(&self) {
+        let w = self.waker.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(w) = w {
+            w.wake();
+        }
+    }
+    /// Registers the task to wake on completion (replacing an earlier one).
+    pub(crate) fn set_waker(&self, w: &Waker) {
+        let mut slot = self.waker.lock().unwrap_or_else(|e| e.into_inner());
+        match slot.as_ref() {
+            Some(old) if old.will_wake(w) => {}
+            _ => *slot = Some(w.clone()),
+        }
     }
     /// Count one more outstanding native operation.
     fn add_native(&self, t: RmaTicket) {
@@ -89,8 +117,8 @@ impl OpState {
         });
         let retired = before - v.len();
         drop(v);
-        if retired > 0 {
-            self.remaining.fetch_sub(retired, Ordering::Release);
+        if retired > 0 && self.remaining.fetch_sub(retired, Ordering::Release) == retired {
+            self.wake();
         }
         err.map_or(Ok(true), Err)
     }
@@ -267,6 +295,47 @@ impl Handle {
     }
 }
 
+/// A future that completes with the operation behind a [`Handle`] ([`Endpoint::sync_future`]).
+/// Each poll syncs the handle once (`try_sync`, which polls the endpoint once). While it
+/// waits it registers its task with the operation, whose last reply wakes it on whichever
+/// thread runs that reply's handler (the progress thread, or any thread's poll); without a
+/// progress thread, or while native operations are outstanding (which only a sync
+/// retires), it asks to be polled again at once.
+#[derive(Debug)]
+#[must_use = "futures do nothing unless awaited"]
+pub struct SyncFuture {
+    ep: Endpoint,
+    h: Handle,
+}
+
+impl Future for SyncFuture {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let this = self.get_mut();
+        if let Some(op) = &this.h.op {
+            // Registered before the check, so that a completion between the two wakes us.
+            op.set_waker(cx.waker());
+        }
+        match this.ep.try_sync(&mut this.h) {
+            Ok(true) => Poll::Ready(Ok(())),
+            Err(e) => Poll::Ready(Err(e)),
+            Ok(false) => {
+                let native = this.h.op.as_ref().is_some_and(|op| {
+                    !op.native
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .is_empty()
+                });
+                if native || !this.ep.progress_thread_running() {
+                    cx.waker().wake_by_ref();
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
 pub(crate) fn register_handlers(t: &mut HandlerTable) -> Result<()> {
     t.insert(LIB_PUT, Box::new(put_handler))?;
     t.insert(LIB_ACK, Box::new(ack_handler))?;
@@ -289,7 +358,7 @@ fn ack_handler(tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
     };
     match chunk {
         Some(c) => {
-            c.op.remaining.fetch_sub(1, Ordering::Release);
+            c.op.complete_one();
         }
         None => stray(tok, "put acknowledgement"),
     }
@@ -342,7 +411,7 @@ fn get_reply_handler(tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
             payload.len()
         ));
     }
-    c.op.remaining.fetch_sub(1, Ordering::Release);
+    c.op.complete_one();
 }
 
 impl Endpoint {
@@ -852,6 +921,15 @@ impl Endpoint {
         Ok(false)
     }
 
+    /// A future that completes when the operation behind `h` does (see [`SyncFuture`]), so
+    /// that an async runtime can await put/get and atomics without a busy loop of its own.
+    pub fn sync_future(&self, h: Handle) -> SyncFuture {
+        SyncFuture {
+            ep: self.clone(),
+            h,
+        }
+    }
+
     /// Wait until the operation behind `h` completes; `h` becomes invalid.
     pub fn wait_sync(&self, h: &mut Handle) -> Result<()> {
         not_in_handler("wait_sync")?;
@@ -1321,6 +1399,37 @@ mod pending_tests {
 
     fn op() -> Arc<OpState> {
         Arc::new(OpState::new(1))
+    }
+
+    /// Counts its wake-ups.
+    struct Count(AtomicUsize);
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn the_last_reply_wakes_the_registered_task_once() {
+        let t = Pending::default();
+        let a = op();
+        let ids = [
+            t.arm(&a, 1, Waiting::PutAck),
+            t.arm(&a, 1, Waiting::PutAck),
+        ];
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let w = Waker::from(count.clone());
+        a.set_waker(&w);
+        a.set_waker(&w);
+        t.take(ids[0], 1, ReplyKind::PutAck).unwrap().op.complete_one();
+        assert_eq!(count.0.load(Ordering::SeqCst), 0, "one piece still outstanding");
+        t.take(ids[1], 1, ReplyKind::PutAck).unwrap().op.complete_one();
+        assert!(a.done());
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        // The waker was taken: a later completion of a reused state wakes nobody.
+        a.remaining.fetch_add(1, Ordering::SeqCst);
+        a.complete_one();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
     }
 
     #[test]

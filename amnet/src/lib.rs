@@ -54,9 +54,10 @@ pub use amnet_core::conduit;
 pub use amnet_core::config;
 pub use amnet_core::handlers;
 pub use amnet_core::{
-    AmCounts, AtomicDomain, AtomicElem, AtomicHandle, AtomicOp, AtomicOps, AtomicType, Backoff,
-    Category, ConduitKind, Endpoint, EndpointConfig, Error, Handle, HandlerFn, HandlerTable, Layer,
-    LayerHooks, Rank, Result, RmaPath, Source, Stats, Token, FIRST_CLIENT_HANDLER, MAX_ARGS,
+    AmCounts, AtomicDomain, AtomicElem, AtomicFuture, AtomicHandle, AtomicOp, AtomicOps,
+    AtomicType, Backoff, Category, ConduitKind, Endpoint, EndpointConfig, Error, Handle, HandlerFn,
+    HandlerTable, Layer, LayerHooks, Rank, Result, RmaPath, Source, Stats, Token,
+    FIRST_CLIENT_HANDLER, MAX_ARGS,
 };
 pub use amnet_smp::{RankOutcome, ThreadExit};
 

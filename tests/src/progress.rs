@@ -1,10 +1,14 @@
 //! The progress thread: while one rank computes for a second without any amnet call, the
 //! others' active messages, gets and atomics aimed at it are answered within milliseconds.
+//! And handles as futures, awaited by a minimal executor, with and without the thread.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use amnet::{AtomicOps, Error};
+use amnet::{AtomicOp, AtomicOps, Error};
 
 use crate::{ck, ensure, test, Ctx, Test, Verdict};
 
@@ -24,10 +28,13 @@ const ANSWER_LIMIT: Duration = Duration::from_millis(300);
 
 /// The tests of this module.
 pub fn tests() -> Vec<Test> {
-    vec![Test {
-        min_ranks: 2,
-        ..test("progress_thread", progress_thread)
-    }]
+    vec![
+        test("handle_futures", futures),
+        Test {
+            min_ranks: 2,
+            ..test("progress_thread", progress_thread)
+        },
+    ]
 }
 
 /// Busy work that makes no amnet call for `d`.
@@ -127,4 +134,80 @@ fn ask_while_computing(c: &Ctx<'_>, ad: &amnet::AtomicDomain<u64>, start: Instan
 /// Gives rank 1 time to be deep in its computation.
 fn settle_into_compute() {
     std::thread::sleep(Duration::from_millis(50));
+}
+
+/// Unparks the executor's thread; counts its wake-ups.
+struct Unpark {
+    thread: std::thread::Thread,
+    wakes: AtomicU64,
+}
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.wakes.fetch_add(1, Ordering::SeqCst);
+        self.thread.unpark();
+    }
+}
+
+/// A minimal executor: polls `f` on this thread, parking (at most 10 ms) between polls.
+fn block_on<F: Future>(f: F) -> F::Output {
+    let unpark = Arc::new(Unpark {
+        thread: std::thread::current(),
+        wakes: AtomicU64::new(0),
+    });
+    let waker = Waker::from(unpark);
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park_timeout(Duration::from_millis(10));
+    }
+}
+
+/// The 300 bytes `rank` puts.
+fn bytes_of(rank: u32) -> Vec<u8> {
+    crate::pattern::bytes(rank.wrapping_mul(7919), 300)
+}
+
+/// Puts, gets and atomics to the next rank awaited as futures, on this thread's executor.
+fn futures(c: &Ctx<'_>) -> Verdict {
+    const OFF: u64 = COUNTER_OFF + 4096;
+    let next = (c.rank() + 1) % c.size();
+    let prev = (c.rank() + c.size() - 1) % c.size();
+    let ad = ck("atomic_domain", c.ep.atomic_domain::<u64>(AtomicOps::ALL))?;
+    ck("write_local", c.ep.write_local(OFF, &[0u8; 8]))?;
+    ck("barrier", c.ep.barrier())?;
+    for round in 0..2 {
+        if round == 1 {
+            ck("start_progress_thread", c.ep.start_progress_thread())?;
+        }
+        let data = bytes_of(c.rank());
+        let at = OFF + 8 + 512 * round;
+        let h = ck("put_nb", c.ep.put_nb(next, at, &data))?;
+        ck("put future", block_on(c.ep.sync_future(h)))?;
+        let h = ck("fetch_nb", ad.fetch_nb(next, OFF, AtomicOp::Add, 1, 0))?;
+        let old = ck("fetch future", block_on(ad.fetch_future(h)))?;
+        ensure(old == round, || {
+            format!("fetch_add future read {old}, expected {round}")
+        })?;
+        ck("barrier", c.ep.barrier())?;
+        let h = ck("get_nb_local", c.ep.get_nb_local(next, at, at + 300, 300))?;
+        ck("get future", block_on(c.ep.sync_future(h)))?;
+        let mut got = vec![0u8; 300];
+        ck("read_local", c.ep.read_local(at + 300, &mut got))?;
+        let want = bytes_of(c.rank());
+        ensure(got == want, || {
+            format!("round {round}: the get future's bytes differ")
+        })?;
+        let mut mine = vec![0u8; 300];
+        ck("read_local", c.ep.read_local(at, &mut mine))?;
+        let from_prev = bytes_of(prev);
+        ensure(mine == from_prev, || {
+            format!("round {round}: the put future's bytes differ")
+        })?;
+        ck("barrier", c.ep.barrier())?;
+    }
+    ck("barrier", c.ep.barrier())
 }
