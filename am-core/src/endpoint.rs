@@ -484,6 +484,7 @@ impl Endpoint {
         let mut table = handlers;
         crate::rma::register_handlers(&mut table)?;
         crate::atomic::register_handlers(&mut table)?;
+        crate::vis::register_handlers(&mut table)?;
         crate::barrier::register_handlers(&mut table)?;
         crate::layer::register_handlers(&mut table)?;
 

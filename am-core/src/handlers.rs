@@ -22,6 +22,12 @@ pub const BARRIER: u8 = 5;
 pub const ATOMIC: u8 = 6;
 /// The reply to [`ATOMIC`]: the status and the value read.
 pub const ATOMIC_REPLY: u8 = 7;
+/// A vector/indexed/strided put's packed ranges and bytes (AM path).
+pub const VIS_PUT: u8 = 8;
+/// The reply to [`VIS_PUT`]: a status.
+pub const VIS_ACK: u8 = 9;
+/// A vector/indexed/strided get's packed ranges (AM path; answered with [`GET_REPLY`]).
+pub const VIS_GET: u8 = 10;
 
 /// The collectives' data for a participant's destination.
 pub const COLL_DATA: u8 = 40;
@@ -87,6 +93,12 @@ pub const LIBRARY: &[(u8, &str)] = &[
     (BARRIER, "barrier notification"),
     (ATOMIC, "atomic operation (AM path)"),
     (ATOMIC_REPLY, "atomic operation reply (AM path)"),
+    (VIS_PUT, "vector/indexed/strided put (AM path)"),
+    (
+        VIS_ACK,
+        "vector/indexed/strided put acknowledgement (AM path)",
+    ),
+    (VIS_GET, "vector/indexed/strided get (AM path)"),
     (COLL_DATA, "collectives: data"),
     (COLL_STAGE, "collectives: reduction stream"),
     (COLL_SIG, "collectives: entry/exit signal"),

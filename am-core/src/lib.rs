@@ -26,6 +26,7 @@ mod rma;
 mod segview;
 mod stats;
 pub mod sync;
+mod vis;
 
 pub use atomic::{
     AtomicDomain, AtomicElem, AtomicFuture, AtomicHandle, AtomicOp, AtomicOps, AtomicType,

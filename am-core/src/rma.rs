@@ -84,7 +84,7 @@ impl OpState {
         }
     }
     /// Count one more outstanding native operation.
-    fn add_native(&self, t: RmaTicket) {
+    pub(crate) fn add_native(&self, t: RmaTicket) {
         let mut v = self.native.lock().unwrap_or_else(|e| e.into_inner());
         self.remaining.fetch_add(1, Ordering::Relaxed);
         v.push(t);
@@ -148,6 +148,8 @@ pub(crate) enum Waiting {
     /// The reply of an atomic operation (its status and the value read, kept in the
     /// operation's state).
     Atomic,
+    /// The acknowledgement of a packed vector/indexed/strided put message (with a status).
+    VisAck,
 }
 
 impl Waiting {
@@ -157,6 +159,7 @@ impl Waiting {
             Waiting::PutAck => ReplyKind::PutAck,
             Waiting::GetReply { .. } => ReplyKind::GetReply,
             Waiting::Atomic => ReplyKind::Atomic,
+            Waiting::VisAck => ReplyKind::VisAck,
         }
     }
 }
@@ -167,6 +170,7 @@ pub(crate) enum ReplyKind {
     PutAck,
     GetReply,
     Atomic,
+    VisAck,
 }
 
 #[derive(Debug)]
@@ -243,6 +247,24 @@ impl Pending {
         slot.gen = slot.gen.wrapping_add(1).max(1);
         p.free.push(id[0]);
         chunk
+    }
+
+    /// Removes every chunk of `op` still waiting (a blocking call that gives up on an error
+    /// before its replies came): their late replies are then strays and write nothing into
+    /// memory the call no longer owns. Returns how many there were.
+    pub(crate) fn cancel(&self, op: &Arc<OpState>) -> usize {
+        let mut p = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut freed = Vec::new();
+        for (i, slot) in p.slots.iter_mut().enumerate() {
+            if slot.chunk.as_ref().is_some_and(|c| Arc::ptr_eq(&c.op, op)) {
+                slot.chunk = None;
+                slot.gen = slot.gen.wrapping_add(1).max(1);
+                freed.push(u32::try_from(i).unwrap_or(u32::MAX));
+            }
+        }
+        let n = freed.len();
+        p.free.extend(freed);
+        n
     }
 
     /// Chunks outstanding (tests).
@@ -739,7 +761,13 @@ impl Endpoint {
         };
         match st {
             None => Ok(()),
-            Some(st) => self.wait_op(&st),
+            Some(st) => self.wait_op(&st).inspect_err(|_| {
+                // `dst` is borrowed no longer once this returns: late replies must not write
+                // into it.
+                if let Ok(att) = self.attached_for("get") {
+                    att.pending.cancel(&st);
+                }
+            }),
         }
     }
 
@@ -1413,17 +1441,24 @@ mod pending_tests {
     fn the_last_reply_wakes_the_registered_task_once() {
         let t = Pending::default();
         let a = op();
-        let ids = [
-            t.arm(&a, 1, Waiting::PutAck),
-            t.arm(&a, 1, Waiting::PutAck),
-        ];
+        let ids = [t.arm(&a, 1, Waiting::PutAck), t.arm(&a, 1, Waiting::PutAck)];
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let w = Waker::from(count.clone());
         a.set_waker(&w);
         a.set_waker(&w);
-        t.take(ids[0], 1, ReplyKind::PutAck).unwrap().op.complete_one();
-        assert_eq!(count.0.load(Ordering::SeqCst), 0, "one piece still outstanding");
-        t.take(ids[1], 1, ReplyKind::PutAck).unwrap().op.complete_one();
+        t.take(ids[0], 1, ReplyKind::PutAck)
+            .unwrap()
+            .op
+            .complete_one();
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            0,
+            "one piece still outstanding"
+        );
+        t.take(ids[1], 1, ReplyKind::PutAck)
+            .unwrap()
+            .op
+            .complete_one();
         assert!(a.done());
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
         // The waker was taken: a later completion of a reused state wakes nobody.

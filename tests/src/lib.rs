@@ -51,6 +51,7 @@ pub mod rules;
 pub mod scenarios;
 pub mod state;
 pub mod storm;
+pub mod vis;
 
 pub use state::State;
 
@@ -107,6 +108,7 @@ pub fn all_tests() -> Vec<Test> {
     v.extend(rules::tests());
     v.extend(rma::tests());
     v.extend(atomic::tests());
+    v.extend(vis::tests());
     v.extend(barrier::tests());
     v.extend(progress::tests());
     v.extend(storm::tests());
