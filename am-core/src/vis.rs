@@ -131,6 +131,43 @@ fn strided_extent(
     Ok((extent, chunks))
 }
 
+/// The chunk offsets of two strided regions of the same counts, in lockstep: `f(a, b)` for
+/// every chunk (nothing when a count is 0).
+fn strided_pairs(a: &[u64], b: &[usize], count: &[usize], mut f: impl FnMut(u64, usize)) {
+    if count.contains(&0) {
+        return;
+    }
+    let levels = a.len();
+    let mut idx = [0usize; 16];
+    let mut heap;
+    let idx: &mut [usize] = if levels <= 16 {
+        &mut idx[..levels]
+    } else {
+        heap = vec![0usize; levels];
+        &mut heap
+    };
+    let (mut oa, mut ob) = (0u64, 0usize);
+    loop {
+        f(oa, ob);
+        let mut k = 0;
+        loop {
+            if k == levels {
+                return;
+            }
+            idx[k] += 1;
+            oa += a[k];
+            ob += b[k];
+            if idx[k] < count[k + 1] {
+                break;
+            }
+            oa -= a[k] * count[k + 1] as u64;
+            ob -= b[k] * count[k + 1];
+            idx[k] = 0;
+            k += 1;
+        }
+    }
+}
+
 /// The target ranges of a strided region at `base`, adjacent chunks merged.
 fn strided_ranges(base: u64, strides: &[u64], count: &[usize]) -> Vec<Range> {
     let mut v: Vec<Range> = Vec::new();
@@ -664,6 +701,30 @@ impl Endpoint {
         count: &[usize],
     ) -> Result<()> {
         const OP: &str = "get_strided";
+        if let Some(base) = self.strided_direct(
+            OP,
+            src_rank,
+            src_off,
+            src_strides,
+            dst.len(),
+            dst_strides,
+            count,
+            false,
+        )? {
+            strided_pairs(src_strides, dst_strides, count, |r, d| {
+                // SAFETY: `strided_direct` checked that every chunk lies inside `src_rank`'s
+                // segment, mapped at `base` for the endpoint's life, and inside `dst`, which
+                // is borrowed exclusively.
+                unsafe {
+                    crate::mem::copy(
+                        base.add(seg_off(src_off + r)),
+                        dst[d..].as_mut_ptr(),
+                        count[0],
+                    );
+                }
+            });
+            return Ok(());
+        }
         strided_extent(OP, "target side", src_strides, count, false)?;
         let pieces = strided_local(OP, dst.len(), dst_strides, count, true)?;
         let r = if count.contains(&0) {
@@ -683,6 +744,66 @@ impl Endpoint {
             base = a + n;
         }
         self.vis_get(OP, src_rank, &r, &mut local)
+    }
+
+    /// The direct path of a strided put (`put`) or get: where `rank`'s segment is mapped
+    /// here, checks both sides (the written one may not overlap itself) and returns the
+    /// segment's base; None where the operation takes another path (nothing checked yet).
+    #[allow(clippy::too_many_arguments)]
+    fn strided_direct(
+        &self,
+        op: &'static str,
+        rank: Rank,
+        off: u64,
+        remote_strides: &[u64],
+        local_len: usize,
+        local_strides: &[usize],
+        count: &[usize],
+        put: bool,
+    ) -> Result<Option<*mut u8>> {
+        let att = self.attached_for(op)?;
+        att.check_rank(rank)?;
+        let Some(base) = att.peers[rank as usize] else {
+            return Ok(None);
+        };
+        crate::endpoint::not_in_handler(op)?;
+        let (extent, _) = strided_extent(op, "target side", remote_strides, count, put)?;
+        let l64: Vec<u64> = local_strides.iter().map(|&s| s as u64).collect();
+        let (lext, _) = strided_extent(op, "local side", &l64, count, !put)?;
+        if lext > local_len as u64 {
+            return Err(Error::Usage {
+                op,
+                detail: format!(
+                    "local side: the strided region spans {lext} bytes, the buffer holds \
+                     {local_len}"
+                ),
+            });
+        }
+        if extent > 0 {
+            check_ranges(
+                att,
+                op,
+                rank,
+                &[Range {
+                    off,
+                    len: usize::try_from(extent).unwrap_or(usize::MAX),
+                }],
+            )?;
+        }
+        let bytes = if count.contains(&0) {
+            0
+        } else {
+            count.iter().product::<usize>()
+        };
+        let b = self.stats_block();
+        if put {
+            b.add(Ctr::Puts, 1);
+            b.add(Ctr::PutBytes, bytes as u64);
+        } else {
+            b.add(Ctr::Gets, 1);
+            b.add(Ctr::GetBytes, bytes as u64);
+        }
+        Ok(Some(base.0))
     }
 
     /// The target ranges and local pieces of a strided put.
@@ -734,6 +855,24 @@ mod tests {
         let mut offs = Vec::new();
         strided_chunks(&[10, 100], &[1, 2, 3], |o| offs.push(o));
         assert_eq!(offs, [0, 10, 100, 110, 200, 210]);
+    }
+
+    #[test]
+    fn lockstep_offsets_follow_both_layouts() {
+        let (a, b) = ([10u64, 100], [3usize, 50]);
+        let count = [1, 2, 3];
+        let mut pairs = Vec::new();
+        strided_pairs(&a, &b, &count, |x, y| pairs.push((x, y)));
+        let mut xs = Vec::new();
+        strided_chunks(&a, &count, |x| xs.push(x));
+        let mut ys = Vec::new();
+        strided_chunks(&[3, 50], &count, |y| ys.push(usize::try_from(y).unwrap()));
+        assert_eq!(pairs, xs.into_iter().zip(ys).collect::<Vec<_>>());
+        let mut n = 0;
+        strided_pairs(&[], &[], &[5], |_, _| n += 1);
+        assert_eq!(n, 1);
+        strided_pairs(&[8], &[8], &[4, 0], |_, _| n += 1);
+        assert_eq!(n, 1);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! amrun -n 2 target/release/amnet-bench SUITE [--json] [--iters N] [--max-bytes N] [--rounds N]
 //! ```
 //!
-//! SUITE is `am`, `rma`, `atomic`, `barrier`, `coll` or `all`. Rank 0 prints an OSU-style table per
+//! SUITE is `am`, `rma`, `atomic`, `vis`, `gups`, `barrier`, `coll` or `all`. Rank 0 prints an OSU-style table per
 //! operation (or, with `--json`, one JSON object per line) and a targets section.
 //! Point-to-point measurements run between ranks 0 and 1; further ranks only take part in
 //! barriers and collectives.
@@ -23,6 +23,7 @@ mod am;
 mod barrier;
 mod coll;
 mod floor;
+mod gups;
 mod latency;
 mod measure;
 #[cfg(feature = "mpi")]
@@ -30,6 +31,7 @@ mod rawmpi;
 mod rawudp;
 mod report;
 mod rma;
+mod vis;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -44,7 +46,10 @@ SUITE: am (Short/Medium/Long round trips, Medium/Long bandwidth), rma (put/get l
 and bandwidth), atomic (fetch-add and compare-swap round trips on a u64 of rank 1's
 segment, interleaved with the floor; on smp rank 1 answers each with its own, so that
 every operation finds the line in the other core's cache, as in the floor; with the mpi
-feature also MPI_Fetch_and_op and MPI_Compare_and_swap plus flush), barrier, coll (broadcast, scatter, gather, gather_all, exchange,
+feature also MPI_Fetch_and_op and MPI_Compare_and_swap plus flush), vis (a 64x64 f64
+tile out of a 1024-column array put as one strided put and as 64 row puts, alternately),
+gups (HPCC RandomAccess-style updates: batched AMs, then remote atomic xors, with the
+verification pass; every rank takes part), barrier, coll (broadcast, scatter, gather, gather_all, exchange,
 reduce_to_all, prefix_reduce, reduce_elems_to_all, scan_elems and reduce_elems in the nine IN/OUT sync modes, 8 B to 1 MiB,
 the MYSYNC broadcast alternating with a local memcpy of its bytes), or all
 (every suite but coll). Every run but coll also measures the floors between ranks 0
@@ -115,6 +120,8 @@ enum Suite {
     Am,
     Rma,
     Atomic,
+    Vis,
+    Gups,
     Barrier,
     Coll,
     All,
@@ -302,6 +309,8 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
                     "am" => Suite::Am,
                     "rma" => Suite::Rma,
                     "atomic" => Suite::Atomic,
+                    "vis" => Suite::Vis,
+                    "gups" => Suite::Gups,
                     "barrier" => Suite::Barrier,
                     "coll" => Suite::Coll,
                     "all" => Suite::All,
@@ -337,8 +346,10 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
 fn run(opts: &Opts) -> Result<(), BenchError> {
     let ep = amnet::init()?;
     let st = Arc::new(am::AmState::default());
+    let gst = Arc::new(gups::GupsState::default());
     let mut table = HandlerTable::new();
     am::register(&mut table, &st)?;
+    gups::register(&mut table, &gst)?;
     let plan = &opts.plan;
     // Long payloads, puts and gets all use offset 0 of the peer's segment; the coll suite
     // needs source and destination areas of `ranks` blocks each, and room for its figures.
@@ -349,8 +360,16 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
             ep.size() as usize,
         ));
     }
+    if opts.suite == Suite::Vis {
+        seg = seg.max(vis::segment_bytes());
+    }
+    if opts.suite == Suite::Gups {
+        let mut p = opts.plan.clone();
+        p.network = amnet::selected_conduit()? != amnet::ConduitKind::Smp;
+        seg = seg.max(gups::segment_bytes(&p, ep.size() as usize));
+    }
     ep.attach(table, seg)?;
-    let point_to_point = !matches!(opts.suite, Suite::Barrier | Suite::Coll);
+    let point_to_point = !matches!(opts.suite, Suite::Barrier | Suite::Coll | Suite::Gups);
     if point_to_point && ep.size() < 2 {
         return Err(BenchError::Usage(
             "the am, rma and atomic suites need at least 2 ranks (amrun -n 2 ...)".into(),
@@ -363,7 +382,9 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
     let udp = ep.conduit_name() == "udp";
     // The round-trip floor's set-up, once for every round.
     let mut floors = latency::Floors::default();
-    if ep.size() >= 2 && opts.suite != Suite::Coll {
+    // The round-trip floors, for the suites compared with them.
+    let with_floor = !matches!(opts.suite, Suite::Coll | Suite::Vis | Suite::Gups);
+    if ep.size() >= 2 && with_floor {
         if udp {
             floors.raw = rawudp::RawUdp::setup(&ep)?;
         } else {
@@ -376,7 +397,7 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
     let mut local = crate::pattern(plan.max_bytes);
     let mut reports = Vec::with_capacity(plan.rounds);
     for _ in 0..plan.rounds {
-        let mut report = measure(&ep, &st, opts, plan, &mut floors, &mut local)?;
+        let mut report = measure(&ep, (&st, &gst), opts, plan, &mut floors, &mut local)?;
         report.compute_ratios();
         reports.push(report);
     }
@@ -409,7 +430,7 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
 /// interleaved with the AM round trips), then every suite.
 fn measure(
     ep: &amnet::Endpoint,
-    st: &Arc<am::AmState>,
+    (st, gst): (&Arc<am::AmState>, &Arc<gups::GupsState>),
     opts: &Opts,
     plan: &Plan,
     floors: &mut latency::Floors,
@@ -443,7 +464,8 @@ fn measure(
     } else {
         None
     };
-    if ep.size() >= 2 && opts.suite != Suite::Coll {
+    let with_floor = !matches!(opts.suite, Suite::Coll | Suite::Vis | Suite::Gups);
+    if ep.size() >= 2 && with_floor {
         // The round-trip floor, interleaved with the AM round trips when they are measured.
         let mut ops = if udp {
             vec![latency::LatOp::RawUdp]
@@ -495,6 +517,12 @@ fn measure(
     }
     if matches!(opts.suite, Suite::Barrier | Suite::All) {
         report.extend(barrier::run(ep, plan)?);
+    }
+    if opts.suite == Suite::Vis {
+        report.extend(vis::run(ep, st, plan)?);
+    }
+    if opts.suite == Suite::Gups {
+        report.extend(gups::run(ep, gst, plan)?);
     }
     if opts.suite == Suite::Coll {
         #[cfg(feature = "mpi")]

@@ -328,6 +328,19 @@ impl Report {
     /// streaming at the same size.
     pub(crate) fn compute_ratios(&mut self) {
         self.compute_coll_ratios();
+        self.compute_conduit_ratios();
+        // One strided tile put against the 64 row puts timed with it (lower is better).
+        if let Some(rows) = self.p50("row_puts_tile", None) {
+            for r in &mut self.rows {
+                if r.op == "strided_tile_put" {
+                    r.ratio = Some(r.p50_ns / rows);
+                }
+            }
+        }
+    }
+
+    /// The point-to-point rows against the conduit's floors.
+    fn compute_conduit_ratios(&mut self) {
         if self.udp() {
             self.compute_udp_ratios();
             return;
@@ -740,6 +753,14 @@ impl Report {
                 8,
                 Cmp::AtMost,
                 1.15,
+            ),
+            ratio(
+                "strided 64x64 f64 tile put / 64 row puts",
+                "strided_tile_vs_row_puts",
+                "strided_tile_put",
+                0,
+                Cmp::AtMost,
+                0.1,
             ),
         ]
     }
@@ -1214,6 +1235,29 @@ mod tests {
         assert_eq!(r.rows[3].ratio, None, "no MPI_Compare_and_swap row");
     }
 
+    /// The strided tile against the row puts timed with it, on every conduit; a target on udp.
+    #[test]
+    fn strided_tile_ratio_and_target() {
+        for conduit in ["smp", "udp", "mpi"] {
+            let mut r = Report::new(conduit, 2);
+            r.extend([
+                row("strided_tile_put", 32768, 50.0, true),
+                row("row_puts_tile", 32768, 1000.0, true),
+            ]);
+            r.compute_ratios();
+            assert_eq!(r.rows[0].ratio, Some(0.05), "{conduit}");
+            let t = r
+                .targets()
+                .into_iter()
+                .find(|t| t.key == "strided_tile_vs_row_puts");
+            assert_eq!(
+                t.and_then(|t| t.met()),
+                (conduit == "udp").then_some(true),
+                "{conduit}"
+            );
+        }
+    }
+
     /// The broadcast bandwidth targets: the memcpy floor's median over the MYSYNC
     /// broadcast's, only where both were measured; the floor rows get no ratios.
     #[test]
@@ -1327,7 +1371,8 @@ mod tests {
                 "get_lat_vs_raw_udp",
                 "long_bw_vs_raw_udp",
                 "put_bw_vs_raw_udp",
-                "fetch_add_vs_raw_udp"
+                "fetch_add_vs_raw_udp",
+                "strided_tile_vs_row_puts"
             ]
         );
         assert_eq!(t[0].value, Some(1.05));
