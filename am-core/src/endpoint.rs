@@ -714,7 +714,7 @@ impl Endpoint {
     // ----- sending ------------------------------------------------------------------------
 
     #[inline]
-    fn check_request(
+    pub(crate) fn check_request(
         &self,
         op: &'static str,
         dest: Rank,

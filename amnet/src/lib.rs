@@ -56,7 +56,7 @@ pub use amnet_core::handlers;
 pub use amnet_core::{
     AmCounts, AtomicDomain, AtomicElem, AtomicFuture, AtomicHandle, AtomicOp, AtomicOps,
     AtomicType, Backoff, Category, ConduitKind, Endpoint, EndpointConfig, Error, Handle, HandlerFn,
-    HandlerTable, Layer, LayerHooks, Rank, Result, RmaPath, Source, Stats, Token,
+    HandlerTable, Layer, LayerHooks, Prepared, Rank, Result, RmaPath, Source, Stats, Token,
     FIRST_CLIENT_HANDLER, MAX_ARGS,
 };
 pub use amnet_smp::{RankOutcome, ThreadExit};

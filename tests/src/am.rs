@@ -34,8 +34,64 @@ pub fn tests() -> Vec<Test> {
             ..test("am_concurrent_threads", concurrent_threads)
         },
         test("am_register_after_attach", register_after_attach),
+        test("am_negotiated_payload", negotiated_payload),
         test("am_immediate", immediate),
     ]
+}
+
+/// Prepared (negotiated-payload) Medium and Long requests to every rank, built in the
+/// library's buffer and committed shorter than prepared; a cancelled one sends nothing; the
+/// errors.
+fn negotiated_payload(c: &Ctx<'_>) -> Verdict {
+    let before = c.st.acks.load(Ordering::SeqCst);
+    let me = c.rank();
+    let max = c.ep.max_medium();
+    let mut sent = 0u64;
+    for d in 0..c.size() {
+        let seed = me.wrapping_mul(1000).wrapping_add(d);
+        let args = pattern::args(seed, 3);
+        let mut m = ck(
+            "prepare_request_medium",
+            c.ep.prepare_request_medium(d, H_CHECK, max),
+        )?;
+        ensure(m.len() == max, || {
+            format!("a Medium buffer of {} bytes, {max} prepared", m.len())
+        })?;
+        m[..1000].copy_from_slice(&pattern::bytes(seed, 1000));
+        ck("commit medium", m.commit(&args, 1000))?;
+        let mut l = ck(
+            "prepare_request_long",
+            c.ep.prepare_request_long(d, H_CHECK, 5000, long_slot(me)),
+        )?;
+        l[..4096].copy_from_slice(&pattern::bytes(seed, 4096));
+        ck("commit long", l.commit(&args, 4096))?;
+        sent += 2;
+        // Cancelled: nothing travels.
+        let mut x = ck("prepare", c.ep.prepare_request_medium(d, H_CHECK, 8))?;
+        x[0] = 1;
+        x.cancel();
+        drop(ck("prepare", c.ep.prepare_request_medium(d, H_CHECK, 8))?);
+        // Longer than prepared: refused, nothing sent.
+        let y = ck("prepare", c.ep.prepare_request_medium(d, H_CHECK, 8))?;
+        let r = y.commit(&args, 9);
+        ensure(matches!(r, Err(amnet::Error::Usage { .. })), || {
+            format!("commit of 9 bytes into 8 prepared: {r:?}")
+        })?;
+    }
+    let r = c.ep.prepare_request_medium(0, H_CHECK, max + 1).map(|_| ());
+    ensure(matches!(r, Err(amnet::Error::PayloadTooLarge { .. })), || {
+        format!("a Medium prepared beyond max_medium: {r:?}")
+    })?;
+    let seg = ck("segment_len_of", c.ep.segment_len_of(0))? as u64;
+    let r = c.ep.prepare_request_long(0, H_CHECK, 16, seg - 8).map(|_| ());
+    ensure(matches!(r, Err(amnet::Error::OutOfSegment { .. })), || {
+        format!("a Long prepared past the segment: {r:?}")
+    })?;
+    ck(
+        "wait for acks",
+        c.ep.wait_until(|| c.st.acks.load(Ordering::SeqCst) >= before + sent),
+    )?;
+    finish(c, 2)
 }
 
 /// A client handler index registered after attach by the suite.
