@@ -367,7 +367,7 @@ const ST_RANGE: u32 = 1;
 const ST_ALIGN: u32 = 2;
 const ST_CODE: u32 = 3;
 
-/// The request's operation word: type, operation and whether it fetches.
+/// The request's operation word: the type's code in the low byte, the operation's above.
 fn op_word(ty: AtomicType, op: AtomicOp) -> u32 {
     ty.code() | op.code() << 8
 }
@@ -542,30 +542,37 @@ enum Started {
 impl Endpoint {
     /// Collective: an atomic domain for elements of type `T` allowing `ops`. Every rank must
     /// create its domains in the same order with the same `T` and `ops`; ranks that disagree
-    /// all get [`Error::Mismatch`]. The bitwise operations are refused for `f32` and `f64`.
+    /// all get [`Error::Mismatch`]. The bitwise operations are refused for `f32` and `f64`
+    /// (`Error::Usage`, after the collective part).
     pub fn atomic_domain<T: AtomicElem>(&self, ops: AtomicOps) -> Result<AtomicDomain<T>> {
         self.attached_for("atomic_domain")?;
         crate::endpoint::not_in_handler("atomic_domain")?;
-        if T::TYPE.is_float() {
-            if let Some(op) = ops.iter().find(|o| o.is_bitwise()) {
-                return Err(Error::Usage {
-                    op: "atomic_domain",
-                    detail: format!(
-                        "{} has no bitwise operations: `{}` is not allowed in an {} domain \
-                         (AtomicOps::ARITHMETIC is every operation it may have)",
-                        T::TYPE.name(),
-                        op.name(),
-                        T::TYPE.name()
-                    ),
-                });
-            }
-        }
+        // A floating-point domain with a bitwise operation is refused, after the collective
+        // part (so that ranks passing it do not leave the others waiting), under a barrier
+        // name of its own.
+        let refused = if T::TYPE.is_float() {
+            ops.iter().find(|o| o.is_bitwise())
+        } else {
+            None
+        };
         // The barrier's name carries the type and the operations: ranks that disagree
         // mismatch.
-        let sig = T::TYPE.code() << 16 | ops.0;
+        let sig = T::TYPE.code() << 16 | ops.0 | u32::from(refused.is_some()) << 31;
         let agreed = self
             .barrier_notify(sig, 0)
             .and_then(|()| self.barrier_wait(sig, 0));
+        if let (Some(op), Ok(())) = (refused, &agreed) {
+            return Err(Error::Usage {
+                op: "atomic_domain",
+                detail: format!(
+                    "{} has no bitwise operations: `{}` is not allowed in an {} domain \
+                     (AtomicOps::ARITHMETIC is every operation it may have)",
+                    T::TYPE.name(),
+                    op.name(),
+                    T::TYPE.name()
+                ),
+            });
+        }
         match agreed {
             Ok(()) => Ok(AtomicDomain {
                 ep: self.clone(),

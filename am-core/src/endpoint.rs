@@ -200,6 +200,17 @@ pub struct Endpoint {
     pub(crate) inner: Arc<Inner>,
 }
 
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        // The last client reference while the progress thread holds the other: stop and join
+        // the thread here (cheap otherwise: one count and, with a thread, two loads).
+        let strong = Arc::strong_count(&self.inner);
+        if strong == 2 {
+            self.inner.progress.client_dropping(strong);
+        }
+    }
+}
+
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Endpoint")
@@ -544,16 +555,16 @@ impl Endpoint {
         // become copies instead of active messages to oneself. (With native operations the
         // own segment stays on that path: MPI orders local stores into a window only with
         // its own synchronization.)
-        let mut peers = peers;
-        let me = self.rank() as usize;
-        if self.inner.cfg.rma_native && native_rma.is_none() && peers[me].is_none() {
-            peers[me] = Some(SendPtr(seg.base));
-        }
         let rma = match (peers.iter().any(Option::is_some), &native_rma) {
             (_, Some(n)) => format!("native ({})", n.describe()),
             (true, None) => "native".to_string(),
             (false, None) => "am".to_string(),
         };
+        let mut peers = peers;
+        let me = self.rank() as usize;
+        if self.inner.cfg.rma_native && native_rma.is_none() && peers[me].is_none() {
+            peers[me] = Some(SendPtr(seg.base));
+        }
         let att = Attached {
             handlers: table
                 .entries
@@ -988,8 +999,12 @@ impl Endpoint {
         let w = inner.exit_word.0;
         // SAFETY: a non-null exit word lives inside the conduit, which `inner` owns.
         if w.is_null() || unsafe { (*w).load(Ordering::Relaxed) } != 0 {
+            // The progress thread leaves the process to the client's threads: it notices the
+            // request itself and ends.
             if let Some(code) = inner.conduit.exit_requested() {
-                self.finish(code);
+                if !crate::progress::on_progress_thread() {
+                    self.finish(code);
+                }
             }
         }
         if n > 0 && inner.layer.has_progress() {

@@ -34,7 +34,10 @@ pub enum Error {
     #[error("handler index 0 is invalid (clients use 128..=255)")]
     HandlerZero,
     /// A message named a handler index that no rank registered.
-    #[error("handler {index} is not registered; register it in the HandlerTable before attach")]
+    #[error(
+        "handler {index} is not registered; register it in the HandlerTable before attach or \
+         with Endpoint::register_handler after"
+    )]
     UnregisteredHandler {
         /// The offending index.
         index: u8,

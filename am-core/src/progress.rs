@@ -39,11 +39,32 @@ pub(crate) struct Progress {
     client_polls: AtomicU64,
     /// Asks the thread to end.
     stop: AtomicBool,
+    /// The thread holds a strong reference to the endpoint (during a poll or an idle wait).
+    holding: AtomicBool,
     /// The thread, to join when the endpoint goes.
     handle: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
+/// True on a progress thread.
+pub(crate) fn on_progress_thread() -> bool {
+    ON_PROGRESS_THREAD.with(Cell::get)
+}
+
 impl Progress {
+    /// Called when a client's `Endpoint` goes: when the only other reference is the one the
+    /// thread holds for its current poll, this was the client's last, so the thread is told
+    /// to end and joined here (the endpoint then ends on this thread, not on the progress
+    /// thread after the client thought it gone).
+    pub(crate) fn client_dropping(&self, strong: usize) {
+        if strong == 2
+            && self.on.load(Ordering::Acquire)
+            && self.holding.load(Ordering::Acquire)
+            && !on_progress_thread()
+        {
+            self.shut_down();
+        }
+    }
+
     /// Called at every poll: counts the polls of client threads while a progress thread runs.
     #[inline]
     pub(crate) fn note_poll(&self) {
@@ -67,48 +88,68 @@ impl Progress {
 /// The thread's loop; ends when the endpoint is gone, `stop` is set, the job is ending, or
 /// a poll fails (the client's own calls report the failure).
 fn run(weak: &Weak<Inner>) {
+    /// Marks the thread ended, however it ends (`progress_thread_running` turns false, and
+    /// futures go back to re-polling themselves).
+    struct Ended(Weak<Inner>);
+    impl Drop for Ended {
+        fn drop(&mut self) {
+            if let Some(inner) = self.0.upgrade() {
+                inner.progress.on.store(false, Ordering::Release);
+                inner.progress.holding.store(false, Ordering::Release);
+            }
+        }
+    }
+    let _ended = Ended(weak.clone());
     ON_PROGRESS_THREAD.with(|c| c.set(true));
     let mut idle = 0u32;
     let mut wait = FIRST_WAIT;
     let mut seen_client = 0u64;
     loop {
         let Some(inner) = weak.upgrade() else { return };
-        if inner.progress.stop.load(Ordering::Acquire) {
+        let p = &inner.progress;
+        p.holding.store(true, Ordering::Release);
+        if p.stop.load(Ordering::Acquire) {
+            p.holding.store(false, Ordering::Release);
             return;
         }
         let ep = Endpoint { inner };
         let clients = ep.inner.progress.client_polls.load(Ordering::Relaxed);
+        let mut pause = None;
         if clients != seen_client {
             // A client thread polls: it runs the handlers; look again a little later.
             seen_client = clients;
             idle = 0;
             wait = FIRST_WAIT;
-            drop(ep);
-            std::thread::sleep(CLIENT_ACTIVE_WAIT);
-            continue;
-        }
-        if ep.exit_requested().is_some() {
+            pause = Some(CLIENT_ACTIVE_WAIT);
+        } else if ep.exit_requested().is_some() {
+            ep.inner.progress.holding.store(false, Ordering::Release);
             return;
-        }
-        match ep.poll_inner(false) {
-            Ok(0) => idle = idle.saturating_add(1),
-            Ok(_) => {
-                idle = 0;
-                wait = FIRST_WAIT;
-                continue;
-            }
-            Err(e) => {
-                crate::diag!("amnet rank {}: the progress thread stops: {e}", ep.rank());
-                return;
-            }
-        }
-        if idle < SPIN_POLLS {
-            std::hint::spin_loop();
-        } else if idle < SPIN_POLLS + YIELD_POLLS {
-            std::thread::yield_now();
         } else {
-            ep.inner.conduit.idle_wait(wait);
-            wait = (wait * 2).min(MAX_WAIT);
+            match ep.poll_inner(false) {
+                Ok(0) => idle = idle.saturating_add(1),
+                Ok(_) => {
+                    idle = 0;
+                    wait = FIRST_WAIT;
+                }
+                Err(e) => {
+                    crate::diag!("amnet rank {}: the progress thread stops: {e}", ep.rank());
+                    ep.inner.progress.holding.store(false, Ordering::Release);
+                    return;
+                }
+            }
+            if idle >= SPIN_POLLS + YIELD_POLLS {
+                ep.inner.conduit.idle_wait(wait);
+                wait = (wait * 2).min(MAX_WAIT);
+            }
+        }
+        ep.inner.progress.holding.store(false, Ordering::Release);
+        drop(ep);
+        match pause {
+            Some(d) => std::thread::sleep(d),
+            None if idle == 0 => {}
+            None if idle < SPIN_POLLS => std::hint::spin_loop(),
+            None if idle < SPIN_POLLS + YIELD_POLLS => std::thread::yield_now(),
+            None => {}
         }
     }
 }
@@ -125,9 +166,18 @@ impl Endpoint {
         self.attached_for("start_progress_thread")?;
         let p = &self.inner.progress;
         let mut h = p.handle.lock().unwrap_or_else(|e| e.into_inner());
-        if h.is_some() {
-            return Ok(());
+        match h.take() {
+            // Ended (the job ending, a failed poll): start another.
+            Some(t) if t.is_finished() => {
+                let _ = t.join();
+            }
+            Some(t) => {
+                *h = Some(t);
+                return Ok(());
+            }
+            None => {}
         }
+        p.stop.store(false, Ordering::Release);
         let weak = Arc::downgrade(&self.inner);
         let t = std::thread::Builder::new()
             .name(format!("amnet-progress-{}", self.rank()))

@@ -91,7 +91,7 @@ impl OpState {
     }
     /// Retire the native operations that are complete (`block`: wait for every one). Returns
     /// true when there were native operations outstanding.
-    fn settle_native(&self, rma: &dyn NativeRma, block: bool) -> Result<bool> {
+    pub(crate) fn settle_native(&self, rma: &dyn NativeRma, block: bool) -> Result<bool> {
         let mut v = self.native.lock().unwrap_or_else(|e| e.into_inner());
         if v.is_empty() {
             return Ok(false);
@@ -247,6 +247,41 @@ impl Pending {
         slot.gen = slot.gen.wrapping_add(1).max(1);
         p.free.push(id[0]);
         chunk
+    }
+
+    /// [`take`](Self::take), running `f` on the chunk while the table is still locked, so
+    /// that a [`cancel`](Self::cancel) either happens before (and `f` does not run) or waits
+    /// until `f` is done (a get reply's copy into memory the canceller is about to free).
+    pub(crate) fn take_with<R>(
+        &self,
+        id: [u32; 2],
+        from: Rank,
+        kind: ReplyKind,
+        f: impl FnOnce(&Chunk) -> R,
+    ) -> Option<(Chunk, R)> {
+        let mut p = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = p.slots.get_mut(id[0] as usize)?;
+        let matches = slot.gen == id[1]
+            && slot
+                .chunk
+                .as_ref()
+                .is_some_and(|c| c.rank == from && c.waiting.kind() == kind);
+        if !matches {
+            return None;
+        }
+        let r = f(slot.chunk.as_ref()?);
+        let chunk = slot.chunk.take()?;
+        slot.gen = slot.gen.wrapping_add(1).max(1);
+        p.free.push(id[0]);
+        Some((chunk, r))
+    }
+
+    /// Takes back the chunk `id` of `op` that was armed for a message the conduit did not
+    /// accept (nothing will answer it), so that the operation does not wait for it.
+    pub(crate) fn disarm(&self, id: [u32; 2], to: Rank, kind: ReplyKind) {
+        if let Some(c) = self.take(id, to, kind) {
+            c.op.complete_one();
+        }
     }
 
     /// Removes every chunk of `op` still waiting (a blocking call that gives up on an error
@@ -410,30 +445,79 @@ fn get_handler(tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
 }
 
 fn get_reply_handler(tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
-    let chunk = match (args, tok.endpoint().attached_for("get")) {
-        (&[lo, hi, ..], Ok(att)) => att.pending.take([lo, hi], tok.src(), ReplyKind::GetReply),
+    let src = tok.src();
+    // The copy runs with the table locked: a blocking get that gives up removes its chunks
+    // under the same lock before it lets go of the destination.
+    let copy = |c: &Chunk| -> bool {
+        let Waiting::GetReply { dst, len } = c.waiting else {
+            return false;
+        };
+        if payload.len() != len {
+            return false;
+        }
+        // SAFETY: `dst` is the destination the requester keeps valid (safe API: its own
+        // segment, or a buffer whose call removes its chunks under this lock before it
+        // returns; unsafe API: the caller's contract) for `len` bytes while the chunk is in
+        // the table, which it is until this closure returns.
+        unsafe { crate::mem::copy(payload.as_ptr(), dst as *mut u8, len) };
+        true
+    };
+    let taken = match (args, tok.endpoint().attached_for("get")) {
+        (&[lo, hi, ..], Ok(att)) => att
+            .pending
+            .take_with([lo, hi], src, ReplyKind::GetReply, copy),
         _ => None,
     };
-    let Some(c) = chunk else {
+    let Some((c, copied)) = taken else {
         return stray(tok, "get reply");
     };
-    let Waiting::GetReply { dst, len } = c.waiting else {
-        unreachable!("Pending::take matched a get reply");
-    };
-    if payload.len() == len {
-        // SAFETY: `dst` is the destination the requester promised valid (safe API: its own
-        // segment; unsafe API: the caller's contract) for `len` bytes until the operation
-        // completes, which needs this chunk; the table hands the chunk out once.
-        unsafe { crate::mem::copy(payload.as_ptr(), dst as *mut u8, len) };
-    } else {
+    if !copied {
+        let len = match c.waiting {
+            Waiting::GetReply { len, .. } => len,
+            _ => 0,
+        };
         c.op.fail(format!(
-            "get from rank {}: the reply carried {} bytes of the {len} asked for (the target \
+            "get from rank {src}: the reply carried {} bytes of the {len} asked for (the target \
              refused the range)",
-            tok.src(),
             payload.len()
         ));
     }
     c.op.complete_one();
+}
+
+/// Ends a blocking get's claim on its destination however the call ends: unless the get
+/// completed, the operation's pending chunks are removed (late replies then write nothing)
+/// and its native operations are waited for, before the destination's borrow ends.
+pub(crate) struct GetClaim<'a> {
+    ep: &'a Endpoint,
+    op: &'a std::cell::OnceCell<Arc<OpState>>,
+    /// The get completed: nothing to undo.
+    pub(crate) done: bool,
+}
+
+impl<'a> GetClaim<'a> {
+    pub(crate) fn new(ep: &'a Endpoint, op: &'a std::cell::OnceCell<Arc<OpState>>) -> Self {
+        GetClaim {
+            ep,
+            op,
+            done: false,
+        }
+    }
+}
+
+impl Drop for GetClaim<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let (Some(st), Ok(att)) = (self.op.get(), self.ep.attached_for("get")) else {
+            return;
+        };
+        att.pending.cancel(st);
+        if let Some(rma) = &att.native {
+            let _ = st.settle_native(&**rma, true);
+        }
+    }
 }
 
 impl Endpoint {
@@ -502,7 +586,11 @@ impl Endpoint {
         }
         for (i, piece) in src.chunks(chunk).enumerate() {
             let args = att.pending.arm(&st, dest, Waiting::PutAck);
-            self.lib_request(dest, &put_msg(&args, piece, offset + (i * chunk) as u64))?;
+            let sent = self.lib_request(dest, &put_msg(&args, piece, offset + (i * chunk) as u64));
+            if let Err(e) = sent {
+                att.pending.disarm(args, dest, ReplyKind::PutAck);
+                return Err(e);
+            }
         }
         Ok(Some(st))
     }
@@ -680,7 +768,7 @@ impl Endpoint {
                     len: n,
                 },
             );
-            self.lib_request(
+            let sent = self.lib_request(
                 src_rank,
                 &OutMsg {
                     handler: LIB_GET,
@@ -690,7 +778,12 @@ impl Endpoint {
                     payload: &[],
                     long_offset: 0,
                 },
-            )?;
+            );
+            if let Err(e) = sent {
+                att.pending
+                    .disarm([id_lo, id_hi], src_rank, ReplyKind::GetReply);
+                return Err(e);
+            }
             done += n;
         }
         Ok(Some(st))
@@ -747,7 +840,11 @@ impl Endpoint {
 
     /// Blocking get: copy from `src_rank`'s segment at `offset` into `dst`.
     pub fn get(&self, src_rank: Rank, offset: u64, dst: &mut [u8]) -> Result<()> {
-        // SAFETY: `dst` is borrowed mutably for the whole call and the call waits for completion.
+        let cell = std::cell::OnceCell::new();
+        let mut claim = GetClaim::new(self, &cell);
+        // SAFETY: `dst` is borrowed mutably for the whole call, and `claim` removes every
+        // pending chunk (and waits for native operations) before the call returns, however
+        // it returns, unless the get completed.
         let st = unsafe {
             self.get_start(
                 "get",
@@ -756,19 +853,15 @@ impl Endpoint {
                 dst.as_mut_ptr(),
                 dst.len(),
                 true,
-                || self.new_op(),
+                || cell.get_or_init(|| self.new_op()).clone(),
             )?
         };
-        match st {
+        let r = match st {
             None => Ok(()),
-            Some(st) => self.wait_op(&st).inspect_err(|_| {
-                // `dst` is borrowed no longer once this returns: late replies must not write
-                // into it.
-                if let Ok(att) = self.attached_for("get") {
-                    att.pending.cancel(&st);
-                }
-            }),
-        }
+            Some(st) => self.wait_op(&st),
+        };
+        claim.done = r.is_ok();
+        r
     }
 
     /// Non-blocking put with an explicit handle. `src` is consumed before the call returns (it

@@ -79,9 +79,11 @@ impl Endpoint {
     /// Errors: `BadRank`, `OutOfSegment`, and `Error::Usage` for a segment not mapped here or
     /// an `offset` not aligned to `A`'s size in that memory.
     ///
-    /// Accesses through the view are atomic with respect to each other but not to put/get,
-    /// Long payloads or atomic domains' operations on the same bytes beyond what the
-    /// processor gives (spec/core.md §7b).
+    /// Accesses through the view are atomic with respect to each other and to atomic
+    /// domains' operations of the same width on the same element. The library's own copies
+    /// into a segment (put, VIS put, Long payloads, `write_local`) are plain copies: a client
+    /// orders them against its view accesses of the same bytes (a barrier, a reply), as it
+    /// orders two puts to the same bytes (spec/core.md §7b).
     ///
     /// [`mapped_segment`]: Endpoint::mapped_segment
     pub fn segment_atomics<A: SegmentAtomic>(
@@ -116,9 +118,10 @@ impl Endpoint {
         // SAFETY: `count` elements of `A` from `p` lie inside a segment mapped (readable and
         // writable) for the life of the endpoint, which `&self` borrows; `p` is aligned for
         // `A` (size equals alignment, checked at compile time); every bit pattern is a valid
-        // integer; and the memory is only ever accessed through atomics or by copies whose
-        // races the spec leaves to the client (an `A` is an `UnsafeCell`, so shared
-        // references to it permit the writes other ranks make).
+        // integer; an `A` is an `UnsafeCell`, so shared references to it permit the writes
+        // other ranks and threads make. Other processes' accesses are outside this process's
+        // memory model; within it, the library's non-atomic copies into the same bytes are
+        // ordered against view accesses by the client, as spec/core.md §7b requires.
         Ok(unsafe { std::slice::from_raw_parts(p.cast::<A>(), count) })
     }
 }

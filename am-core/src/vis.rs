@@ -16,7 +16,7 @@ use crate::conduit::{Category, OutMsg};
 use crate::endpoint::{seg_off, Attached, Endpoint};
 use crate::handler::{HandlerTable, Token};
 use crate::handlers::{GET_REPLY, VIS_ACK, VIS_GET, VIS_PUT};
-use crate::rma::{stray, Handle, OpState, ReplyKind, Waiting};
+use crate::rma::{stray, GetClaim, Handle, OpState, ReplyKind, Waiting};
 use crate::stats::Ctr;
 use crate::{Error, Rank, Result};
 
@@ -112,7 +112,12 @@ fn strided_extent(
         let below = if k == 0 {
             count[0] as u64
         } else {
-            strides[k - 1] * count[k] as u64
+            strides[k - 1].checked_mul(count[k] as u64).ok_or_else(|| {
+                usage(format!(
+                    "{side}: stride {} times its count overflows",
+                    k - 1
+                ))
+            })?
         };
         if written && s < below {
             return Err(usage(format!(
@@ -358,9 +363,11 @@ fn vis_get_handler(tok: &mut Token<'_>, args: &[u32], payload: &[u8]) {
     }
 }
 
-/// Packed messages of at most `cap` bytes: each a list of (range, bytes from the packed
-/// stream at `at`), long ranges split.
+/// Packed messages of at most `cap` bytes (more than [`RANGE_BYTES`]; a conduit's
+/// `max_medium` is far larger): each a list of (range, bytes from the packed stream at
+/// `at`), long ranges split.
 fn batches(ranges: &[Range], cap: usize) -> Vec<Vec<(Range, usize)>> {
+    let cap = cap.max(RANGE_BYTES + 1);
     let mut out: Vec<Vec<(Range, usize)>> = Vec::new();
     let mut cur: Vec<(Range, usize)> = Vec::new();
     let mut used = 0usize;
@@ -448,7 +455,7 @@ impl Endpoint {
             }
             let id = att.pending.arm(&st, dest, Waiting::VisAck);
             let n = u32::try_from(batch.len()).unwrap_or(u32::MAX);
-            self.lib_request(
+            let sent = self.lib_request(
                 dest,
                 &OutMsg {
                     handler: VIS_PUT,
@@ -458,7 +465,11 @@ impl Endpoint {
                     payload: &msg,
                     long_offset: 0,
                 },
-            )?;
+            );
+            if let Err(e) = sent {
+                att.pending.disarm(id, dest, ReplyKind::VisAck);
+                return Err(e);
+            }
         }
         Ok(Some(st))
     }
@@ -492,15 +503,14 @@ impl Endpoint {
             });
             return Ok(());
         }
-        // Staged: the bytes arrive packed, then scatter.
+        // Staged: the bytes arrive packed, then scatter. The claim removes the pending
+        // chunks and waits for native gets before `stage` goes, however this returns.
         let mut stage = vec![0u8; total];
-        let st = self.new_op();
-        let filled = self.vis_get_staged(att, src_rank, ranges, &mut stage, &st);
-        if filled.is_err() {
-            // Late replies must not write into `stage` once it is gone.
-            att.pending.cancel(&st);
-        }
-        filled?;
+        let cell = std::cell::OnceCell::new();
+        let st = cell.get_or_init(|| self.new_op()).clone();
+        let mut claim = GetClaim::new(self, &cell);
+        self.vis_get_staged(att, src_rank, ranges, &mut stage, &st)?;
+        claim.done = true;
         let mut at = 0;
         for p in local.iter_mut() {
             p.copy_from_slice(&stage[at..at + p.len()]);
@@ -518,12 +528,15 @@ impl Endpoint {
         stage: &mut [u8],
         st: &Arc<OpState>,
     ) -> Result<()> {
+        // One pointer for every write into `stage` (no reborrow of it until the wait ends).
+        let base = stage.as_mut_ptr();
         if let Some(rma) = &att.native {
             let mut at = 0;
             for r in ranges {
-                // SAFETY: `stage` outlives the wait below, which completes every ticket (or
-                // fails, and the caller keeps `stage` until it returns).
-                let t = unsafe { rma.get_nb(src_rank, r.off, stage[at..].as_mut_ptr(), r.len)? };
+                // SAFETY: `base + at .. + r.len` lies inside `stage` (the ranges' total is its
+                // length), which the caller keeps until every ticket completed (or, on an
+                // error, leaks).
+                let t = unsafe { rma.get_nb(src_rank, r.off, base.add(at), r.len)? };
                 if let Some(t) = t {
                     st.add_native(t);
                 }
@@ -542,12 +555,13 @@ impl Endpoint {
                     st,
                     src_rank,
                     Waiting::GetReply {
-                        dst: stage[at..].as_mut_ptr() as usize,
+                        // Inside `stage` (see above); written only by the reply's handler.
+                        dst: base as usize + at,
                         len,
                     },
                 );
                 let n = u32::try_from(batch.len()).unwrap_or(u32::MAX);
-                self.lib_request(
+                let sent = self.lib_request(
                     src_rank,
                     &OutMsg {
                         handler: VIS_GET,
@@ -557,7 +571,11 @@ impl Endpoint {
                         payload: &msg,
                         long_offset: 0,
                     },
-                )?;
+                );
+                if let Err(e) = sent {
+                    att.pending.disarm(id, src_rank, ReplyKind::GetReply);
+                    return Err(e);
+                }
             }
         }
         self.wait_op(st)
@@ -659,10 +677,30 @@ impl Endpoint {
         src_strides: &[usize],
         count: &[usize],
     ) -> Result<()> {
+        const OP: &str = "put_strided";
+        if let Some(base) = self.strided_direct(
+            OP,
+            dest,
+            dst_off,
+            dst_strides,
+            src.len(),
+            src_strides,
+            count,
+            true,
+        )? {
+            strided_pairs(dst_strides, src_strides, count, |d, s| {
+                // SAFETY: `strided_direct` checked that every chunk lies inside `dest`'s
+                // segment, mapped at `base` for the endpoint's life, and inside `src`.
+                unsafe {
+                    crate::mem::copy(src[s..].as_ptr(), base.add(seg_off(dst_off + d)), count[0]);
+                }
+            });
+            return Ok(());
+        }
         let (r, pieces) =
-            self.strided_put_lists("put_strided", dst_off, dst_strides, src, src_strides, count)?;
+            self.strided_put_lists(OP, dest, dst_off, dst_strides, src, src_strides, count)?;
         let local: Vec<&[u8]> = pieces.iter().map(|&(a, n)| &src[a..a + n]).collect();
-        self.vis_put_blocking("put_strided", dest, &r, &local)
+        self.vis_put_blocking(OP, dest, &r, &local)
     }
 
     /// [`put_strided`](Self::put_strided) with an explicit handle (`src` consumed on return).
@@ -677,6 +715,7 @@ impl Endpoint {
     ) -> Result<Handle> {
         let (r, pieces) = self.strided_put_lists(
             "put_strided_nb",
+            dest,
             dst_off,
             dst_strides,
             src,
@@ -725,7 +764,8 @@ impl Endpoint {
             });
             return Ok(());
         }
-        strided_extent(OP, "target side", src_strides, count, false)?;
+        let (extent, _) = strided_extent(OP, "target side", src_strides, count, false)?;
+        self.check_extent(OP, src_rank, src_off, extent)?;
         let pieces = strided_local(OP, dst.len(), dst_strides, count, true)?;
         let r = if count.contains(&0) {
             Vec::new()
@@ -811,18 +851,32 @@ impl Endpoint {
     fn strided_put_lists(
         &self,
         op: &'static str,
+        dest: Rank,
         dst_off: u64,
         dst_strides: &[u64],
         src: &[u8],
         src_strides: &[usize],
         count: &[usize],
     ) -> Result<(Vec<Range>, Pieces)> {
-        strided_extent(op, "target side", dst_strides, count, true)?;
+        let (extent, _) = strided_extent(op, "target side", dst_strides, count, true)?;
+        self.check_extent(op, dest, dst_off, extent)?;
         let pieces = strided_local(op, src.len(), src_strides, count, false)?;
         if count.contains(&0) {
             return Ok((Vec::new(), pieces));
         }
         Ok((strided_ranges(dst_off, dst_strides, count), pieces))
+    }
+
+    /// The whole strided region `[off, off + extent)` lies in `rank`'s segment (checked before
+    /// its chunks are listed, so that a huge description fails instead of exhausting memory).
+    fn check_extent(&self, op: &'static str, rank: Rank, off: u64, extent: u64) -> Result<()> {
+        let att = self.attached_for(op)?;
+        crate::endpoint::not_in_handler(op)?;
+        if extent == 0 {
+            return att.check_rank(rank);
+        }
+        let len = usize::try_from(extent).unwrap_or(usize::MAX);
+        check_ranges(att, op, rank, &[Range { off, len }])
     }
 }
 

@@ -79,11 +79,14 @@ fn negotiated_payload(c: &Ctx<'_>) -> Verdict {
         })?;
     }
     let r = c.ep.prepare_request_medium(0, H_CHECK, max + 1).map(|_| ());
-    ensure(matches!(r, Err(amnet::Error::PayloadTooLarge { .. })), || {
-        format!("a Medium prepared beyond max_medium: {r:?}")
-    })?;
+    ensure(
+        matches!(r, Err(amnet::Error::PayloadTooLarge { .. })),
+        || format!("a Medium prepared beyond max_medium: {r:?}"),
+    )?;
     let seg = ck("segment_len_of", c.ep.segment_len_of(0))? as u64;
-    let r = c.ep.prepare_request_long(0, H_CHECK, 16, seg - 8).map(|_| ());
+    let r =
+        c.ep.prepare_request_long(0, H_CHECK, 16, seg - 8)
+            .map(|_| ());
     ensure(matches!(r, Err(amnet::Error::OutOfSegment { .. })), || {
         format!("a Long prepared past the segment: {r:?}")
     })?;

@@ -134,7 +134,7 @@ pub(crate) fn bind(ip: IpAddr) -> Result<UdpSocket> {
 }
 
 impl Socket {
-    /// Wait at most `max` until the main socket has a datagram to read (`poll(2)`); returns
+    /// Wait at most `max` until the main socket has a datagram to read (`ppoll(2)`); returns
     /// early on a signal or an error, which the next receive reports.
     pub(crate) fn wait_readable(&self, max: std::time::Duration) {
         let mut pfd = libc::pollfd {
@@ -142,9 +142,13 @@ impl Socket {
             events: libc::POLLIN,
             revents: 0,
         };
-        let ms = libc::c_int::try_from(max.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
-        // SAFETY: `pfd` is one valid pollfd for the call; the socket stays open meanwhile.
-        unsafe { libc::poll(&mut pfd, 1, ms) };
+        let ts = libc::timespec {
+            tv_sec: libc::time_t::try_from(max.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: libc::c_long::from(max.subsec_nanos()),
+        };
+        // SAFETY: `pfd` is one valid pollfd and `ts` a valid timespec for the call (no signal
+        // mask); the socket stays open meanwhile.
+        unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
     }
 
     /// The sockets of rank `rank` in a job of `size` ranks whose main sockets are at `peers`:
