@@ -588,6 +588,28 @@ impl Endpoint {
         ranges: &[Range],
         local: &[&[u8]],
     ) -> Result<()> {
+        // Native path, blocking: each span straight from the caller's pieces with the
+        // conduit's blocking put (no packing, no tickets).
+        if let Ok(att) = self.attached_for(op) {
+            if let (None, Some(rma)) =
+                (att.peers.get(dest as usize).copied().flatten(), &att.native)
+            {
+                crate::endpoint::not_in_handler(op)?;
+                check_ranges(att, op, dest, ranges)?;
+                let total = total_of(op, ranges, local.iter().map(|p| p.len()).sum())?;
+                let b = self.stats_block();
+                b.add(Ctr::Puts, 1);
+                b.add(Ctr::PutBytes, total as u64);
+                let lens: Vec<usize> = local.iter().map(|p| p.len()).collect();
+                let mut r = Ok(());
+                zip_spans(ranges, &lens, |off, p, at, n| {
+                    if r.is_ok() {
+                        r = rma.put(dest, off, &local[p][at..at + n]);
+                    }
+                });
+                return r;
+            }
+        }
         match self.vis_put_start(op, dest, ranges, local)? {
             None => Ok(()),
             Some(st) => self.wait_op(&st),
