@@ -154,7 +154,7 @@ pub(crate) enum Waiting {
 
 impl Waiting {
     /// The kind of reply that completes it.
-    fn kind(&self) -> ReplyKind {
+    pub(crate) fn kind(&self) -> ReplyKind {
         match self {
             Waiting::PutAck => ReplyKind::PutAck,
             Waiting::GetReply { .. } => ReplyKind::GetReply,
@@ -233,20 +233,7 @@ impl Pending {
     /// The chunk `id` names, taken out of the table, when it is live, was sent to `from` and
     /// waits for a reply of this kind; None otherwise (the table is unchanged).
     pub(crate) fn take(&self, id: [u32; 2], from: Rank, kind: ReplyKind) -> Option<Chunk> {
-        let mut p = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let slot = p.slots.get_mut(id[0] as usize)?;
-        let matches = slot.gen == id[1]
-            && slot
-                .chunk
-                .as_ref()
-                .is_some_and(|c| c.rank == from && c.waiting.kind() == kind);
-        if !matches {
-            return None;
-        }
-        let chunk = slot.chunk.take();
-        slot.gen = slot.gen.wrapping_add(1).max(1);
-        p.free.push(id[0]);
-        chunk
+        self.take_with(id, from, kind, |_| ()).map(|(c, ())| c)
     }
 
     /// [`take`](Self::take), running `f` on the chunk while the table is still locked, so

@@ -453,23 +453,7 @@ impl Endpoint {
             for (r, at) in &batch {
                 msg.extend_from_slice(&packed[*at..*at + r.len]);
             }
-            let id = att.pending.arm(&st, dest, Waiting::VisAck);
-            let n = u32::try_from(batch.len()).unwrap_or(u32::MAX);
-            let sent = self.lib_request(
-                dest,
-                &OutMsg {
-                    handler: VIS_PUT,
-                    category: Category::Medium,
-                    is_reply: false,
-                    args: &[id[0], id[1], n],
-                    payload: &msg,
-                    long_offset: 0,
-                },
-            );
-            if let Err(e) = sent {
-                att.pending.disarm(id, dest, ReplyKind::VisAck);
-                return Err(e);
-            }
+            self.send_packed(att, dest, &st, Waiting::VisAck, VIS_PUT, batch.len(), &msg)?;
         }
         Ok(Some(st))
     }
@@ -519,6 +503,39 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Sends one packed message of `n` ranges (`payload`) to `handler` at `rank`, with an
+    /// entry of `st` armed for its reply (taken back when the conduit refuses the message).
+    #[allow(clippy::too_many_arguments)]
+    fn send_packed(
+        &self,
+        att: &Attached,
+        rank: Rank,
+        st: &Arc<OpState>,
+        waiting: Waiting,
+        handler: u8,
+        n: usize,
+        payload: &[u8],
+    ) -> Result<()> {
+        let kind = waiting.kind();
+        let id = att.pending.arm(st, rank, waiting);
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        let sent = self.lib_request(
+            rank,
+            &OutMsg {
+                handler,
+                category: Category::Medium,
+                is_reply: false,
+                args: &[id[0], id[1], n],
+                payload,
+                long_offset: 0,
+            },
+        );
+        if sent.is_err() {
+            att.pending.disarm(id, rank, kind);
+        }
+        sent
+    }
+
     /// Fills `stage` with the bytes of `ranges` through the native or the AM path and waits.
     fn vis_get_staged(
         &self,
@@ -551,31 +568,12 @@ impl Endpoint {
                 pack_header(&batch, &mut msg);
                 let at = batch[0].1;
                 let len: usize = batch.iter().map(|(r, _)| r.len).sum();
-                let id = att.pending.arm(
-                    st,
-                    src_rank,
-                    Waiting::GetReply {
-                        // Inside `stage` (see above); written only by the reply's handler.
-                        dst: base as usize + at,
-                        len,
-                    },
-                );
-                let n = u32::try_from(batch.len()).unwrap_or(u32::MAX);
-                let sent = self.lib_request(
-                    src_rank,
-                    &OutMsg {
-                        handler: VIS_GET,
-                        category: Category::Medium,
-                        is_reply: false,
-                        args: &[id[0], id[1], n],
-                        payload: &msg,
-                        long_offset: 0,
-                    },
-                );
-                if let Err(e) = sent {
-                    att.pending.disarm(id, src_rank, ReplyKind::GetReply);
-                    return Err(e);
-                }
+                let waiting = Waiting::GetReply {
+                    // Inside `stage` (see above); written only by the reply's handler.
+                    dst: base as usize + at,
+                    len,
+                };
+                self.send_packed(att, src_rank, st, waiting, VIS_GET, batch.len(), &msg)?;
             }
         }
         self.wait_op(st)

@@ -368,7 +368,8 @@ fn operations(c: &Ctx<'_>) -> Verdict {
     ck("barrier", c.ep.barrier())
 }
 
-fn expect_usage<T: std::fmt::Debug>(what: &str, r: amnet::Result<T>, words: &str) -> Verdict {
+/// `r` is an `Error::Usage` whose detail contains `words`.
+pub fn expect_usage<T: std::fmt::Debug>(what: &str, r: amnet::Result<T>, words: &str) -> Verdict {
     match r {
         Err(Error::Usage { detail, .. }) if detail.contains(words) => Ok(()),
         other => Err(format!(

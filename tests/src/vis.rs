@@ -3,8 +3,9 @@
 // Offsets and sizes here are small test constants: the casts between them do not truncate.
 #![allow(clippy::cast_possible_truncation)]
 
-use amnet::{Error, Rank};
+use amnet::Rank;
 
+use crate::atomic::expect_usage;
 use crate::{ck, ensure, pattern, test, Ctx, Test, Verdict};
 
 /// The area the tests write in every rank's segment.
@@ -229,15 +230,6 @@ fn vector_indexed(c: &Ctx<'_>) -> Verdict {
         "get_indexed: the bytes differ from those put".into()
     })?;
     ck("barrier", c.ep.barrier())
-}
-
-fn expect_usage(what: &str, r: amnet::Result<()>, words: &str) -> Verdict {
-    match r {
-        Err(Error::Usage { detail, .. }) if detail.contains(words) => Ok(()),
-        other => Err(format!(
-            "{what}: expected a usage error naming `{words}`, got {other:?}"
-        )),
-    }
 }
 
 fn errors(c: &Ctx<'_>) -> Verdict {
