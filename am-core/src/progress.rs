@@ -192,6 +192,21 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Stop this rank's progress thread, if one runs, and wait for it to end (its current
+    /// poll or idle wait, at most about a millisecond). `Error::Usage` from a handler running
+    /// on the progress thread itself. A later `start_progress_thread` starts a new one.
+    pub fn stop_progress_thread(&self) -> Result<()> {
+        if on_progress_thread() {
+            return Err(crate::Error::Usage {
+                op: "stop_progress_thread",
+                detail: "called on the progress thread itself (from a handler it runs)".into(),
+            });
+        }
+        self.inner.progress.shut_down();
+        self.inner.progress.on.store(false, Ordering::Release);
+        Ok(())
+    }
+
     /// True when this rank's progress thread runs.
     pub fn progress_thread_running(&self) -> bool {
         self.inner.progress.on.load(Ordering::Acquire)

@@ -108,6 +108,11 @@ fn progress_thread(c: &Ctx<'_>) -> Verdict {
         let v = ck("get", ad.get(1, COUNTER_OFF))?;
         ensure(v == 5, || format!("rank 1's counter {v}, expected 5"))?;
     }
+    // The rest of the suite runs as clients run by default, without the thread.
+    ck("stop_progress_thread", c.ep.stop_progress_thread())?;
+    ensure(!c.ep.progress_thread_running(), || {
+        "progress_thread_running() is true after stop_progress_thread".into()
+    })?;
     ck("barrier", c.ep.barrier())?;
     verdict
 }
@@ -200,5 +205,6 @@ fn futures(c: &Ctx<'_>) -> Verdict {
         })?;
         ck("barrier", c.ep.barrier())?;
     }
+    ck("stop_progress_thread", c.ep.stop_progress_thread())?;
     ck("barrier", c.ep.barrier())
 }
