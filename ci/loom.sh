@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# loom models of the lock-free ring and of the smp-native collectives' flags (separate target
-# dir: --cfg loom rebuilds everything).
+# loom models of the lock-free ring and its doorbell, and of the smp-native collectives'
+# flags (separate target dir: --cfg loom rebuilds everything).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \

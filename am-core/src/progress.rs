@@ -8,15 +8,19 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::endpoint::{Endpoint, Inner};
 use crate::Result;
 
-/// Idle polls that spin before the thread starts yielding.
-const SPIN_POLLS: u32 = 64;
-/// Idle polls that yield before the thread starts waiting in the conduit.
-const YIELD_POLLS: u32 = 16;
+/// How long after its last message the thread spins before it starts yielding.
+const SPIN_FOR: Duration = Duration::from_micros(20);
+/// How long after its last message the thread polls (spinning, then yielding) before it
+/// waits in the conduit. Counted in time, not in polls: a peer in a request/reply exchange
+/// that took a wake-up to answer has often gone to sleep in its own wait, and comes back
+/// with the next request tens of microseconds later; a thread that gave up after a few
+/// polls would be asleep again by then, and every exchange would pay two wake-ups.
+const POLL_FOR: Duration = Duration::from_micros(300);
 /// The first idle wait; each further idle wait doubles it up to [`MAX_WAIT`].
 const FIRST_WAIT: Duration = Duration::from_micros(20);
 /// The longest idle wait: the bound on how late the thread notices a message where the
@@ -101,7 +105,7 @@ fn run(weak: &Weak<Inner>) {
     }
     let _ended = Ended(weak.clone());
     ON_PROGRESS_THREAD.with(|c| c.set(true));
-    let mut idle = 0u32;
+    let mut last_work = Instant::now();
     let mut wait = FIRST_WAIT;
     let mut seen_client = 0u64;
     loop {
@@ -115,10 +119,11 @@ fn run(weak: &Weak<Inner>) {
         let ep = Endpoint { inner };
         let clients = ep.inner.progress.client_polls.load(Ordering::Relaxed);
         let mut pause = None;
+        let mut idle = Duration::ZERO;
         if clients != seen_client {
             // A client thread polls: it runs the handlers; look again a little later.
             seen_client = clients;
-            idle = 0;
+            last_work = Instant::now();
             wait = FIRST_WAIT;
             pause = Some(CLIENT_ACTIVE_WAIT);
         } else if ep.exit_requested().is_some() {
@@ -126,9 +131,9 @@ fn run(weak: &Weak<Inner>) {
             return;
         } else {
             match ep.poll_inner(false) {
-                Ok(0) => idle = idle.saturating_add(1),
+                Ok(0) => idle = last_work.elapsed(),
                 Ok(_) => {
-                    idle = 0;
+                    last_work = Instant::now();
                     wait = FIRST_WAIT;
                 }
                 Err(e) => {
@@ -137,7 +142,7 @@ fn run(weak: &Weak<Inner>) {
                     return;
                 }
             }
-            if idle >= SPIN_POLLS + YIELD_POLLS {
+            if idle >= POLL_FOR {
                 ep.inner.conduit.idle_wait(wait);
                 wait = (wait * 2).min(MAX_WAIT);
             }
@@ -146,9 +151,9 @@ fn run(weak: &Weak<Inner>) {
         drop(ep);
         match pause {
             Some(d) => std::thread::sleep(d),
-            None if idle == 0 => {}
-            None if idle < SPIN_POLLS => std::hint::spin_loop(),
-            None if idle < SPIN_POLLS + YIELD_POLLS => std::thread::yield_now(),
+            None if idle.is_zero() => {}
+            None if idle < SPIN_FOR => std::hint::spin_loop(),
+            None if idle < POLL_FOR => std::thread::yield_now(),
             None => {}
         }
     }

@@ -26,6 +26,7 @@ mod floor;
 mod gups;
 mod latency;
 mod measure;
+mod progress;
 #[cfg(feature = "mpi")]
 mod rawmpi;
 mod rawudp;
@@ -49,7 +50,9 @@ every operation finds the line in the other core's cache, as in the floor; with 
 feature also MPI_Fetch_and_op and MPI_Compare_and_swap plus flush), vis (a 64x64 f64
 tile out of a 1024-column array put as one strided put and as 64 row puts, alternately),
 gups (HPCC RandomAccess-style updates: batched AMs, then remote atomic xors, with the
-verification pass; every rank takes part), barrier, coll (broadcast, scatter, gather, gather_all, exchange,
+verification pass; every rank takes part), progress (Short round trips to rank 1 while
+its client computes and its progress thread answers: back to back, and each after a 3 ms
+pause that lets the thread go to sleep in the conduit's idle wait), barrier, coll (broadcast, scatter, gather, gather_all, exchange,
 reduce_to_all, prefix_reduce, reduce_elems_to_all, scan_elems and reduce_elems in the nine IN/OUT sync modes, 8 B to 1 MiB,
 the MYSYNC broadcast alternating with a local memcpy of its bytes), or all
 (every suite but coll). Every run but coll also measures the floors between ranks 0
@@ -122,6 +125,7 @@ enum Suite {
     Atomic,
     Vis,
     Gups,
+    Progress,
     Barrier,
     Coll,
     All,
@@ -311,6 +315,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
                     "atomic" => Suite::Atomic,
                     "vis" => Suite::Vis,
                     "gups" => Suite::Gups,
+                    "progress" => Suite::Progress,
                     "barrier" => Suite::Barrier,
                     "coll" => Suite::Coll,
                     "all" => Suite::All,
@@ -372,7 +377,7 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
     let point_to_point = !matches!(opts.suite, Suite::Barrier | Suite::Coll | Suite::Gups);
     if point_to_point && ep.size() < 2 {
         return Err(BenchError::Usage(
-            "the am, rma and atomic suites need at least 2 ranks (amrun -n 2 ...)".into(),
+            "the point-to-point suites (am, rma, atomic, vis, progress, all) need at least 2 ranks (amrun -n 2 ...)".into(),
         ));
     }
     let me = ep.rank();
@@ -523,6 +528,9 @@ fn measure(
     }
     if opts.suite == Suite::Gups {
         report.extend(gups::run(ep, gst, plan)?);
+    }
+    if matches!(opts.suite, Suite::Progress | Suite::All) && ep.size() >= 2 {
+        report.extend(progress::run(ep, st, plan)?);
     }
     if opts.suite == Suite::Coll {
         #[cfg(feature = "mpi")]

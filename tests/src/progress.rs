@@ -1,7 +1,8 @@
 //! The progress thread: while one rank computes without any amnet call, rank 0's active
 //! message, get and atomic aimed at it are answered, and the computing rank learns that they
-//! were only through a flag rank 0 puts into its segment afterwards. And handles as futures,
-//! awaited by a minimal executor, with and without the thread.
+//! were only through a flag rank 0 puts into its segment afterwards; a collective the
+//! computing rank started completes on the other ranks in the same way. And handles as
+//! futures, awaited by a minimal executor, with and without the thread.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,6 +10,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
+use amnet::coll::raw::Collectives;
+use amnet::coll::Addr;
+use amnet::sync_modes::flags as f;
 use amnet::{AtomicOp, AtomicOps, Error};
 
 use crate::{ck, ensure, test, Ctx, Test, Verdict};
@@ -34,6 +38,10 @@ pub fn tests() -> Vec<Test> {
         Test {
             min_ranks: 2,
             ..test("progress_thread", progress_thread)
+        },
+        Test {
+            min_ranks: 2,
+            ..test("progress_thread_collective", collective)
         },
     ]
 }
@@ -130,6 +138,89 @@ fn ask_while_computing(c: &Ctx<'_>, ad: &amnet::AtomicDomain<u64>) -> Verdict {
     ensure(&b == b"progress", || format!("get returned {b:?}"))?;
     let old = ck("fetch_add", ad.fetch_add(1, COUNTER_OFF, 5))?;
     ensure(old == 0, || format!("fetch_add read {old}, expected 0"))
+}
+
+/// Where each rank's contribution to the collective lies.
+const COLL_SRC: u64 = COUNTER_OFF + 8192;
+/// Where the gathered blocks land.
+const COLL_DST: u64 = COUNTER_OFF + 16384;
+/// Bytes per rank.
+const COLL_BYTES: usize = 96;
+
+/// The block `rank` contributes in round `round`.
+fn block_of(rank: u32, round: u32) -> Vec<u8> {
+    crate::pattern::bytes(rank * 31 + round, COLL_BYTES)
+}
+
+/// A collective advances while one of its ranks computes: every rank starts a gather_all
+/// with `OUT_ALLSYNC` (no rank's sync returns before every rank's destination is complete,
+/// which takes each rank's own polls to notice and announce), then rank 1 computes without
+/// any amnet call until rank 0's sync returned and rank 0 set a flag in rank 1's segment.
+/// Twice, with other data the second time.
+fn collective(c: &Ctx<'_>) -> Verdict {
+    let co = crate::coll::coll(c)?;
+    let (me, p) = (c.rank(), c.size());
+    ck("start_progress_thread", c.ep.start_progress_thread())?;
+    let ad = ck("atomic_domain", c.ep.atomic_domain::<u64>(AtomicOps::ALL))?;
+    let mut verdict: Verdict = Ok(());
+    for round in 0..2u32 {
+        ck(
+            "write_local",
+            c.ep.write_local(COLL_SRC, &block_of(me, round)),
+        )?;
+        ck(
+            "write_local",
+            c.ep.write_local(COLL_DST, &vec![0u8; COLL_BYTES * p as usize]),
+        )?;
+        ck("write_local", c.ep.write_local(FLAG_OFF, &[0u8; 8]))?;
+        ck("barrier", c.ep.barrier())?;
+        let fl = f::IN_NOSYNC | f::OUT_ALLSYNC | f::SINGLE;
+        let h = ck(
+            "gather_all_nb",
+            // SAFETY: segment offsets only: no address to keep valid.
+            unsafe {
+                co.gather_all_nb(
+                    co.world(),
+                    Addr::Seg(COLL_DST),
+                    Addr::Seg(COLL_SRC),
+                    COLL_BYTES,
+                    fl,
+                )
+            },
+        )?;
+        if me == 1 {
+            let flag = &ck(
+                "segment_atomics",
+                c.ep.segment_atomics::<AtomicU64>(1, FLAG_OFF, 1),
+            )?[0];
+            if !compute_until(flag, COMPUTE_LIMIT) && verdict.is_ok() {
+                verdict = Err(format!(
+                    "round {round}: computed for {COMPUTE_LIMIT:?} and rank 0's OUT_ALLSYNC \
+                     gather_all did not complete (no flag) on {}",
+                    c.ep.conduit_name()
+                ));
+            }
+        }
+        ck("wait_sync", co.wait_sync(h))?;
+        if me == 0 {
+            // Rank 1 computes until this flag: rank 0's sync returned without its polls.
+            ck("set flag", ad.set(1, FLAG_OFF, 1))?;
+        }
+        let mut got = vec![0u8; COLL_BYTES * p as usize];
+        ck("read_local", c.ep.read_local(COLL_DST, &mut got))?;
+        for r in 0..p {
+            let at = r as usize * COLL_BYTES;
+            if got[at..at + COLL_BYTES] != block_of(r, round)[..] && verdict.is_ok() {
+                verdict = Err(format!(
+                    "round {round}: rank {r}'s block in rank {me}'s destination differs"
+                ));
+            }
+        }
+        ck("barrier", c.ep.barrier())?;
+    }
+    ck("stop_progress_thread", c.ep.stop_progress_thread())?;
+    ck("barrier", c.ep.barrier())?;
+    verdict
 }
 
 /// Unparks the executor's thread; counts its wake-ups.

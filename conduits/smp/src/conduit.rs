@@ -10,6 +10,8 @@
 //! into a large-slot ring. A poll checks the small-slot rings of every peer and this one word;
 //! only when the word moved does it visit the large-slot rings. An idle poll thus reads two
 //! lines per peer plus one, and the small-message round trip pays nothing for the large rings.
+//! The next cache line is the rank's doorbell ([`bell`](crate::bell)): its progress thread
+//! sleeps on it, and a sender that pushed into one of the rank's rings wakes it.
 //!
 //! Long payloads and put/get go straight into the peer's segment, which every rank maps.
 
@@ -19,6 +21,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use amnet_core::config::{vars, Source};
 use amnet_core::{Category, Conduit, Error, InMsg, LocalSegment, OutMsg, Rank, Result};
 
+use crate::bell::Doorbell;
 use crate::ctl::{Boot, Ctl, LAUNCHER};
 use crate::ring::Ring;
 use crate::shm::{unlink, Region};
@@ -51,8 +54,11 @@ fn ring_geometry(class: usize) -> (usize, usize) {
     }
 }
 
-/// Bytes before the first ring of a queue area: the large-ring counter's cache line.
-const QUEUE_HDR: usize = 64;
+/// Bytes before the first ring of a queue area: the large-ring counter's cache line, then
+/// the doorbell's.
+const QUEUE_HDR: usize = 128;
+/// Where the doorbell lies in a queue area.
+const BELL_OFF: usize = 64;
 
 fn per_src_bytes() -> usize {
     (0..RINGS_PER_SRC)
@@ -94,6 +100,17 @@ fn scratch_at(base: *mut u8, size: u32) -> Result<std::ptr::NonNull<u8>> {
 ///   stays mapped while the returned pointer is used.
 unsafe fn large_counter(base: *mut u8) -> *const AtomicU64 {
     base.cast::<AtomicU64>().cast_const()
+}
+
+/// The doorbell of the queue area whose large-ring counter is at `large`.
+///
+/// # Safety
+/// - `large` came from [`large_counter`], for an area that stays mapped while the returned
+///   pointer is used.
+unsafe fn doorbell(large: *const AtomicU64) -> *const Doorbell {
+    // SAFETY: the doorbell's line follows the counter's inside the area's header
+    // (`QUEUE_HDR`), 64-byte aligned; zero-filled, it is a doorbell at rest.
+    unsafe { large.cast::<u8>().add(BELL_OFF).cast::<Doorbell>() }
 }
 
 /// Views of the four rings for each source rank in a queue area at `base`.
@@ -252,6 +269,8 @@ pub struct SmpConduit {
     out: Vec<[Ring; 4]>,
     /// Each destination's large-ring counter (see the module notes).
     out_large: Vec<*const AtomicU64>,
+    /// Each destination's doorbell (this rank's own included).
+    out_bell: Vec<*const Doorbell>,
     /// Every other rank's small-slot rings into this rank, replies first, as polled.
     peer_all: Vec<Inbound>,
     /// The small-slot reply rings alone (what a handler waiting to reply polls).
@@ -524,6 +543,9 @@ impl SmpConduit {
             large_all: poll_order(inb, &out, rank, false, true),
             large_rep: poll_order(inb, &out, rank, true, true),
             out,
+            // SAFETY: each counter came from `large_counter` for an area the conduit keeps
+            // mapped (`mode`).
+            out_bell: out_large.iter().map(|&l| unsafe { doorbell(l) }).collect(),
             out_large,
             in_large,
             large_seen: AtomicU64::new(0),
@@ -571,6 +593,23 @@ impl SmpConduit {
             Boot::new(Source::env().boot_timeout()?),
             Mode::Threads(shared),
         ))
+    }
+
+    /// After a push into `dest`'s rings: wake its progress thread if it sleeps.
+    #[inline(always)]
+    fn ring_bell(&self, dest: Rank) {
+        // SAFETY: the destination's doorbell, mapped for the conduit's life.
+        unsafe { &*self.out_bell[dest as usize] }.ring();
+    }
+
+    /// True when any ring into this rank holds a message or is about to (the progress
+    /// thread's check before it sleeps, after arming its doorbell).
+    fn anything_claimed(&self) -> bool {
+        self.peer_all
+            .iter()
+            .chain(&self.large_all)
+            .chain(&self.own)
+            .any(|inb| inb.ring.claimed())
     }
 
     fn on_exit(&self) -> impl Fn(i32) + '_ {
@@ -771,7 +810,11 @@ impl Conduit for SmpConduit {
             let inline = msg.category != Category::Short;
             // SAFETY: the slot holds SMALL_DATA >= encoded_len bytes (checked just above); the
             // core checked the argument count and payload size.
-            return Ok(ring.try_push(|p| unsafe { wire::encode(p, msg, inline) }));
+            let sent = ring.try_push(|p| unsafe { wire::encode(p, msg, inline) });
+            if sent {
+                self.ring_bell(dest);
+            }
+            return Ok(sent);
         }
         let inline = match msg.category {
             Category::Short => false,
@@ -817,6 +860,9 @@ impl Conduit for SmpConduit {
             // SAFETY: the destination's counter, mapped for the conduit's life.
             // Release: a poll that reads the new value finds the message in its ring.
             unsafe { &*self.out_large[dest as usize] }.fetch_add(1, Ordering::Release);
+        }
+        if sent {
+            self.ring_bell(dest);
         }
         Ok(sent)
     }
@@ -891,6 +937,16 @@ impl Conduit for SmpConduit {
             return Some(std::ptr::NonNull::<u8>::dangling().as_ptr());
         }
         Some(segs.bases[rank as usize])
+    }
+
+    fn idle_wait(&self, max: std::time::Duration) {
+        // SAFETY: this rank's doorbell, mapped for the conduit's life.
+        let bell = unsafe { &*self.out_bell[self.rank as usize] };
+        bell.arm();
+        if !self.anything_claimed() {
+            bell.wait(max);
+        }
+        bell.rest();
     }
 
     fn exit_word(&self) -> Option<&AtomicU64> {

@@ -5,6 +5,7 @@
 //! every rank maps every peer's segment, so Long payloads and put/get are plain copies. The
 //! send and poll paths make no system call, take no lock and allocate nothing.
 
+pub mod bell;
 mod conduit;
 mod ctl;
 pub mod ring;

@@ -196,10 +196,12 @@ impl Ring {
             let seq = slot.seq.load(Ordering::Acquire);
             let diff = seq.wrapping_sub(lap) as i64;
             if diff == 0 {
+                // SeqCst on success: the claim is the first half of the doorbell protocol
+                // (`bell`); on x86 it is the same locked instruction as a relaxed one.
                 match ctl.enq.0.compare_exchange_weak(
                     pos,
                     pos.wrapping_add(1),
-                    Ordering::Relaxed,
+                    Ordering::SeqCst,
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
@@ -237,6 +239,16 @@ impl Ring {
     pub fn maybe_ready(&self) -> bool {
         let pos = self.ctl().deq.0.load(Ordering::Relaxed);
         self.slot(pos).seq.load(Ordering::Relaxed) == (pos & !self.mask).wrapping_add(1)
+    }
+
+    /// True when a producer has claimed a position that no consumer has taken yet: a message
+    /// is in the ring or about to be. The sleeper's check of the doorbell protocol
+    /// ([`bell`](crate::bell)): sequentially consistent with the producers' claims.
+    #[inline]
+    pub fn claimed(&self) -> bool {
+        let ctl = self.ctl();
+        let deq = ctl.deq.0.load(Ordering::Relaxed);
+        ctl.enq.0.load(Ordering::SeqCst) != deq
     }
 
     /// Claim the oldest published slot, run `read` on its data, and free it.

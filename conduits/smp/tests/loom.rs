@@ -1,12 +1,14 @@
 //! loom models of the shared-memory ring: every interleaving (up to the preemption bound) of
 //! producers and consumers delivers each message exactly once, in order per producer, and
-//! never lets a reader see a slot a writer still owns (loom checks the data cell).
+//! never lets a reader see a slot a writer still owns (loom checks the data cell); and the
+//! doorbell that wakes a sleeping progress thread never loses a wake-up.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p amnet-smp --test loom --release`.
 #![cfg(loom)]
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 
+use amnet_smp::bell::Doorbell;
 use amnet_smp::ring::Ring;
 use loom::sync::Arc;
 use loom::thread;
@@ -115,5 +117,34 @@ fn one_producer_two_consumers() {
         v.sort_unstable();
         assert_eq!(v, vec![1, 2]);
         drop(m);
+    });
+}
+
+/// The doorbell protocol (`amnet_smp::bell`): a sender pushes and rings while the owner's
+/// progress thread arms its doorbell and checks the ring. In every interleaving either the
+/// check sees the message claimed (no sleep) or the sender rings (the sleep ends at once):
+/// a sleeper is never left waiting while a message sits in its ring.
+#[test]
+fn doorbell_never_sleeps_through_a_message() {
+    loom::model(|| {
+        let (m, r) = ring(2);
+        let bell = Arc::new(Doorbell::new());
+        let sender = {
+            let (m, bell) = (m.clone(), bell.clone());
+            thread::spawn(move || {
+                let _m = m;
+                push(&r, 7);
+                bell.ring()
+            })
+        };
+        bell.arm();
+        let sleeps = !r.claimed();
+        let rang = sender.join().unwrap();
+        assert!(
+            !sleeps || rang,
+            "the sleeper saw no message and the sender did not ring: a lost wake-up"
+        );
+        bell.rest();
+        assert_eq!(pop(&r), 7);
     });
 }
