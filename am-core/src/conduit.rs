@@ -188,7 +188,8 @@ pub trait Conduit: Send + Sync + 'static {
     }
     /// Wait at most `max` for something to arrive, without polling (the progress thread's idle
     /// wait, spec/core.md §5a): a conduit with a waitable endpoint returns as soon as a
-    /// message may be there (udp: `poll(2)` on its socket). The default sleeps `max`.
+    /// message may be there (smp: a futex that senders ring; udp: `poll(2)` on its socket).
+    /// The default sleeps `max`.
     fn idle_wait(&self, max: std::time::Duration) {
         std::thread::sleep(max);
     }

@@ -2,8 +2,9 @@
 //! endpoint while the client's threads do not, so that active messages, AM-path gets and
 //! atomics, and the collectives' steps are served while the client computes; handlers then
 //! run on it. When nothing arrives it backs off and then waits in the conduit's idle wait
-//! ([`Conduit::idle_wait`](crate::Conduit::idle_wait): the socket on udp, a short sleep
-//! elsewhere) instead of spinning; while a client thread polls, it stays out of the way.
+//! ([`Conduit::idle_wait`](crate::Conduit::idle_wait): the doorbell futex on smp, the socket
+//! on udp, a short sleep elsewhere) instead of spinning; while a client thread polls, it stays
+//! out of the way.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -165,8 +166,8 @@ impl Endpoint {
     /// of the library polls the endpoint whenever the client's threads do not, so that
     /// active messages, AM-path put/get and atomics aimed at this rank, and its collectives
     /// advance while the client computes; handlers may then run on that thread. Idle, it
-    /// waits in the conduit (the socket on udp, sleeps of at most 0.5 ms elsewhere) instead
-    /// of spinning. Idempotent; ends with the endpoint. Errors: `NotAttached`.
+    /// waits in the conduit (the doorbell futex on smp, the socket on udp, sleeps of at most
+    /// 0.5 ms elsewhere) instead of spinning. Idempotent; ends with the endpoint. Errors: `NotAttached`.
     pub fn start_progress_thread(&self) -> Result<()> {
         self.attached_for("start_progress_thread")?;
         let p = &self.inner.progress;
