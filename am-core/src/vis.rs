@@ -33,6 +33,18 @@ struct Range {
     len: usize,
 }
 
+/// Checks every piece of this rank's own segment (`rank`) that a get writes; the error
+/// names the piece.
+fn check_local(att: &Attached, op: &'static str, rank: Rank, pieces: &[Range]) -> Result<()> {
+    check_ranges(att, op, rank, pieces).map_err(|e| match e {
+        Error::Usage { op, detail } => Error::Usage {
+            op,
+            detail: format!("local side: {detail}"),
+        },
+        e => e,
+    })
+}
+
 /// Checks every target range against `rank`'s segment; the error names the piece.
 fn check_ranges(att: &Attached, op: &'static str, rank: Rank, ranges: &[Range]) -> Result<()> {
     att.check_rank(rank)?;
@@ -546,13 +558,31 @@ impl Endpoint {
         st: &Arc<OpState>,
     ) -> Result<()> {
         // One pointer for every write into `stage` (no reborrow of it until the wait ends).
-        let base = stage.as_mut_ptr();
+        // SAFETY: `stage` holds the ranges' total; the caller keeps it until every chunk and
+        // ticket of `st` completed (its `GetClaim` removes them, or waits, on every path).
+        unsafe { self.vis_get_issue(att, src_rank, ranges, stage.as_mut_ptr(), st)? };
+        self.wait_op(st)
+    }
+
+    /// Starts the get of `ranges` of `src_rank`'s segment, packed on the AM path, into the
+    /// bytes at `base` (as many as the ranges hold, in order), tracked by `st`.
+    ///
+    /// # Safety
+    /// - `base` is valid for writes of the ranges' total, and nothing else accesses those
+    ///   bytes, until every chunk and native ticket of `st` completed or was removed.
+    unsafe fn vis_get_issue(
+        &self,
+        att: &Attached,
+        src_rank: Rank,
+        ranges: &[Range],
+        base: *mut u8,
+        st: &Arc<OpState>,
+    ) -> Result<()> {
         if let Some(rma) = &att.native {
             let mut at = 0;
             for r in ranges {
-                // SAFETY: `base + at .. + r.len` lies inside `stage` (the ranges' total is its
-                // length), which the caller keeps until every ticket completed (or, on an
-                // error, leaks).
+                // SAFETY: `base + at .. + r.len` lies inside the destination (the ranges'
+                // total is its length), which the caller keeps per the contract.
                 let t = unsafe { rma.get_nb(src_rank, r.off, base.add(at), r.len)? };
                 if let Some(t) = t {
                     st.add_native(t);
@@ -569,14 +599,80 @@ impl Endpoint {
                 let at = batch[0].1;
                 let len: usize = batch.iter().map(|(r, _)| r.len).sum();
                 let waiting = Waiting::GetReply {
-                    // Inside `stage` (see above); written only by the reply's handler.
+                    // Inside the destination (see above); written only by the reply's handler.
                     dst: base as usize + at,
                     len,
                 };
                 self.send_packed(att, src_rank, st, waiting, VIS_GET, batch.len(), &msg)?;
             }
         }
-        self.wait_op(st)
+        Ok(())
+    }
+
+    /// A non-blocking get of `ranges` of `src_rank`'s segment into the pieces `local` of this
+    /// rank's own segment, in order. The destination is split into runs of pieces that
+    /// follow each other in the segment; each run is fetched like a blocking get's staging
+    /// buffer (packed on the AM path), so that a contiguous destination costs as few
+    /// messages as the blocking form.
+    fn vis_get_nb_local(
+        &self,
+        op: &'static str,
+        src_rank: Rank,
+        ranges: &[Range],
+        local: &[Range],
+    ) -> Result<Handle> {
+        let att = self.attached_for(op)?;
+        crate::endpoint::not_in_handler(op)?;
+        check_ranges(att, op, src_rank, ranges)?;
+        check_local(att, op, self.rank(), local)?;
+        let total = total_of(op, ranges, local.iter().map(|r| r.len).sum())?;
+        let b = self.stats_block();
+        b.add(Ctr::Gets, 1);
+        b.add(Ctr::GetBytes, total as u64);
+        if total == 0 {
+            return Ok(Handle { op: None });
+        }
+        let lens: Vec<usize> = local.iter().map(|r| r.len).collect();
+        let lbase = att.seg.base;
+        if let Some(base) = att.peers[src_rank as usize] {
+            zip_spans(ranges, &lens, |off, p, at, n| {
+                // SAFETY: both ranges were checked against their segments, each mapped for
+                // the endpoint's life; `ptr::copy` tolerates overlap (a get from this rank).
+                unsafe {
+                    crate::mem::copy(
+                        base.0.add(seg_off(off)),
+                        lbase.add(seg_off(local[p].off + at as u64)),
+                        n,
+                    );
+                }
+            });
+            return Ok(Handle { op: None });
+        }
+        // (local start, bytes, source ranges) of each run of contiguous destination spans.
+        let mut runs: Vec<(u64, usize, Vec<Range>)> = Vec::new();
+        zip_spans(ranges, &lens, |off, p, at, n| {
+            let d = local[p].off + at as u64;
+            match runs.last_mut() {
+                Some((start, len, rs)) if *start + *len as u64 == d => {
+                    *len += n;
+                    match rs.last_mut() {
+                        Some(last) if last.off + last.len as u64 == off => last.len += n,
+                        _ => rs.push(Range { off, len: n }),
+                    }
+                }
+                _ => runs.push((d, n, vec![Range { off, len: n }])),
+            }
+        });
+        let st = self.new_op();
+        for (d, _, rs) in &runs {
+            // SAFETY: the run lies inside this rank's segment (its pieces were checked),
+            // mapped for the endpoint's life; the client leaves those bytes alone until the
+            // handle is synced, as for `get_nb_local`.
+            unsafe { self.vis_get_issue(att, src_rank, rs, lbase.add(seg_off(*d)), &st)? };
+        }
+        Ok(Handle {
+            op: if st.done() { None } else { Some(st) },
+        })
     }
 
     fn vis_put_blocking(
@@ -643,6 +739,25 @@ impl Endpoint {
         self.vis_get("get_vector", src_rank, &r, dst)
     }
 
+    /// [`get_vector`](Self::get_vector) with an explicit handle, into this rank's own
+    /// segment: the pieces `src` (segment offset, length) of `src_rank`'s segment, in order,
+    /// into the pieces `dst` (offset, length) of the local segment; the totals must be equal.
+    /// The handle completes when every byte is in place; leave those bytes alone until then.
+    /// Destination pieces that follow each other are fetched together (packed on the AM path).
+    pub fn get_vector_nb_local(
+        &self,
+        src_rank: Rank,
+        src: &[(u64, usize)],
+        dst: &[(u64, usize)],
+    ) -> Result<Handle> {
+        self.vis_get_nb_local(
+            "get_vector_nb_local",
+            src_rank,
+            &to_ranges(src),
+            &to_ranges(dst),
+        )
+    }
+
     /// Indexed put (`gasnet_puti`): `src` (pieces, in order) into `dst_len` bytes at each
     /// offset of `dst` in `dest`'s segment. Blocking.
     pub fn put_indexed(
@@ -681,6 +796,23 @@ impl Endpoint {
     ) -> Result<()> {
         let r: Vec<Range> = src.iter().map(|&off| Range { off, len: src_len }).collect();
         self.vis_get("get_indexed", src_rank, &r, dst)
+    }
+
+    /// [`get_indexed`](Self::get_indexed) with an explicit handle, into this rank's own
+    /// segment: `src_len` bytes at each offset of `src` in `src_rank`'s segment, in order,
+    /// into `dst_len` bytes at each offset of `dst` in the local segment. The handle completes
+    /// when every byte is in place.
+    pub fn get_indexed_nb_local(
+        &self,
+        src_rank: Rank,
+        src: &[u64],
+        src_len: usize,
+        dst: &[u64],
+        dst_len: usize,
+    ) -> Result<Handle> {
+        let r: Vec<Range> = src.iter().map(|&off| Range { off, len: src_len }).collect();
+        let l: Vec<Range> = dst.iter().map(|&off| Range { off, len: dst_len }).collect();
+        self.vis_get_nb_local("get_indexed_nb_local", src_rank, &r, &l)
     }
 
     /// Strided put (`gasnet_puts`): a region of `count[0]`-byte chunks, `count[k + 1]` of them
@@ -804,6 +936,43 @@ impl Endpoint {
             base = a + n;
         }
         self.vis_get(OP, src_rank, &r, &mut local)
+    }
+
+    /// [`get_strided`](Self::get_strided) with an explicit handle, into this rank's own
+    /// segment: the region at `src_off` of `src_rank`'s segment (strides `src_strides`) into
+    /// the region at `dst_off` of the local segment (strides `dst_strides`, whose chunks may
+    /// not overlap), both of `count`. The handle completes when every byte is in place.
+    pub fn get_strided_nb_local(
+        &self,
+        src_rank: Rank,
+        src_off: u64,
+        src_strides: &[u64],
+        dst_off: u64,
+        dst_strides: &[u64],
+        count: &[usize],
+    ) -> Result<Handle> {
+        const OP: &str = "get_strided_nb_local";
+        let (extent, _) = strided_extent(OP, "target side", src_strides, count, false)?;
+        self.check_extent(OP, src_rank, src_off, extent)?;
+        let (lext, _) = strided_extent(OP, "local side", dst_strides, count, true)?;
+        if lext > 0 {
+            let len = usize::try_from(lext).unwrap_or(usize::MAX);
+            check_local(
+                self.attached_for(OP)?,
+                OP,
+                self.rank(),
+                &[Range { off: dst_off, len }],
+            )?;
+        }
+        let (r, l) = if count.contains(&0) {
+            (Vec::new(), Vec::new())
+        } else {
+            (
+                strided_ranges(src_off, src_strides, count),
+                strided_ranges(dst_off, dst_strides, count),
+            )
+        };
+        self.vis_get_nb_local(OP, src_rank, &r, &l)
     }
 
     /// The direct path of a strided put (`put`) or get: where `rank`'s segment is mapped

@@ -1,5 +1,6 @@
 //! Vector, indexed and strided put/get: every form to the next rank and back, pieces that
-//! cross the Medium size, gaps left untouched, the non-blocking puts, and the errors.
+//! cross the Medium size, gaps left untouched, the non-blocking puts and gets, and the
+//! errors.
 // Offsets and sizes here are small test constants: the casts between them do not truncate.
 #![allow(clippy::cast_possible_truncation)]
 
@@ -18,6 +19,7 @@ pub fn tests() -> Vec<Test> {
     vec![
         test("vis_strided", strided),
         test("vis_vector_indexed", vector_indexed),
+        test("vis_nb_gets", nb_gets),
         test("vis_errors", errors),
     ]
 }
@@ -229,6 +231,96 @@ fn vector_indexed(c: &Ctx<'_>) -> Verdict {
     ensure(back == mine, || {
         "get_indexed: the bytes differ from those put".into()
     })?;
+    ck("barrier", c.ep.barrier())
+}
+
+/// Where the non-blocking gets read (the next rank's first half of the area) and write (this
+/// rank's second half).
+const NB_SRC: u64 = VIS_OFF;
+const NB_DST: u64 = VIS_OFF + (VIS_LEN / 2) as u64;
+
+/// The non-blocking gets into this rank's own segment, all outstanding at once: a vector
+/// get whose destination has contiguous and separate pieces, an indexed get of 100 small
+/// pieces into one contiguous run, and two strided gets (a tile between row strides, and
+/// rows longer than a Medium message); each destination's gaps stay untouched.
+fn nb_gets(c: &Ctx<'_>) -> Verdict {
+    let next = (c.rank() + 1) % c.size();
+    let half = VIS_LEN / 2;
+    let theirs = pattern::bytes(seed(next, 5), half);
+    clear(c)?;
+    ck(
+        "write_local",
+        c.ep.write_local(NB_SRC, &pattern::bytes(seed(c.rank(), 5), half)),
+    )?;
+    ck("barrier", c.ep.barrier())?;
+    let d = |o: usize| NB_DST + o as u64;
+    let s = |o: usize| NB_SRC + o as u64;
+    // (destination offset, source offset, bytes) that each get must have copied.
+    let mut want: Vec<(usize, usize, usize)> = Vec::new();
+    let mut hs = Vec::new();
+
+    // Vector: remote pieces out of order; local pieces 0 and 1 adjacent, then apart.
+    let src = [(s(200_000), 70_000), (s(3), 10), (s(100), 300)];
+    let dst = [(d(0), 60_000), (d(60_000), 10_005), (d(80_000), 305)];
+    hs.push(ck(
+        "get_vector_nb_local",
+        c.ep.get_vector_nb_local(next, &src, &dst),
+    )?);
+    // The byte stream (70,000 + 10 + 300) fills local pieces of 60,000 + 10,005 (adjacent)
+    // and 305.
+    want.extend([
+        (0, 200_000, 70_000),
+        (70_000, 3, 5),
+        (80_000, 8, 5),
+        (80_005, 100, 300),
+    ]);
+
+    // Indexed: 100 pieces of 24 bytes, every 40 bytes in reverse order, into one run.
+    let offs: Vec<u64> = (0..100u64).rev().map(|i| s(300_000) + i * 40).collect();
+    let local: Vec<u64> = (0..100u64).map(|i| d(100_000) + i * 24).collect();
+    hs.push(ck(
+        "get_indexed_nb_local",
+        c.ep.get_indexed_nb_local(next, &offs, 24, &local, 24),
+    )?);
+    for (k, &o) in offs.iter().enumerate() {
+        want.push((100_000 + 24 * k, (o - NB_SRC) as usize, 24));
+    }
+
+    // Strided: a tile of 20 rows of 48 bytes (stride 100) into rows of 64.
+    hs.push(ck(
+        "get_strided_nb_local",
+        c.ep.get_strided_nb_local(next, s(5_000), &[100], d(110_000), &[64], &[48, 20]),
+    )?);
+    for r in 0..20 {
+        want.push((110_000 + 64 * r, 5_000 + 100 * r, 48));
+    }
+    // Rows longer than a Medium message, 3 of them, packed at the destination.
+    hs.push(ck(
+        "get_strided_nb_local",
+        c.ep.get_strided_nb_local(next, s(0), &[70_001], d(120_000), &[70_001], &[70_001, 3]),
+    )?);
+    for r in 0..3 {
+        want.push((120_000 + 70_001 * r, 70_001 * r, 70_001));
+    }
+    ck("wait_sync_all", c.ep.wait_sync_all(&mut hs))?;
+
+    let mut got = vec![0u8; half];
+    ck("read_local", c.ep.read_local(NB_DST, &mut got))?;
+    let mut expect = vec![0u8; half];
+    for &(dof, sof, n) in &want {
+        expect[dof..dof + n].copy_from_slice(&theirs[sof..sof + n]);
+    }
+    if let Some(k) = (0..half).find(|&k| got[k] != expect[k]) {
+        return Err(format!(
+            "non-blocking gets: byte {k} of the destination is {}, expected {}",
+            got[k], expect[k]
+        ));
+    }
+    expect_usage(
+        "local piece outside",
+        c.ep.get_vector_nb_local(next, &[(s(0), 8)], &[(d(0), 4), (u64::MAX - 2, 4)]),
+        "local side: piece 1 of 2",
+    )?;
     ck("barrier", c.ep.barrier())
 }
 
