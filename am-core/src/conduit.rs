@@ -220,6 +220,15 @@ pub trait Conduit: Send + Sync + 'static {
     /// `dest` that lie within `payload`: what the conduit still needs of them (data not
     /// acknowledged yet) is copied before this returns. The default does nothing.
     fn release_held(&self, _dest: Rank, _payload: &[u8]) {}
+    /// True while the conduit still reads payloads it holds ([`try_send_held`]) that lie
+    /// within `payload`, sent to `dest` (for udp: datagrams not acknowledged yet). False once
+    /// [`release_held`](Conduit::release_held) would copy nothing: the payload's local
+    /// completion. The default, for conduits that copy: false.
+    ///
+    /// [`try_send_held`]: Conduit::try_send_held
+    fn held_pending(&self, _dest: Rank, _payload: &[u8]) -> bool {
+        false
+    }
     /// Deliver arrived messages to `sink`, replies only when `replies_only`. `sink` returns
     /// false to end the call early (a waiter whose condition now holds): the conduit then
     /// delivers nothing more in this call. Returns how many were delivered.

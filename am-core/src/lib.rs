@@ -20,6 +20,7 @@ mod handler;
 pub mod handlers;
 pub mod job;
 pub mod layer;
+mod lc;
 pub mod mem;
 mod npam;
 mod progress;

@@ -5,7 +5,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
@@ -45,6 +45,52 @@ pub(crate) struct OpState {
     failure: Mutex<Option<String>>,
     /// The task awaiting the operation ([`SyncFuture`]), woken when `remaining` reaches 0.
     waker: Mutex<Option<Waker>>,
+    /// A payload the conduit may still read (a request sent with local completion,
+    /// `request_long_nb`), counted in `remaining` while it is; `has_held` tells without the
+    /// lock.
+    held: Mutex<Option<Held>>,
+    has_held: AtomicBool,
+}
+
+/// A client payload that a conduit sends from where it lies ([`Conduit::try_send_held`]).
+#[derive(Debug)]
+pub(crate) struct Held {
+    /// The endpoint whose conduit holds it: a handle dropped before completion ends the hold
+    /// through it (nothing to end once the endpoint, and so the conduit, is gone).
+    ep: std::sync::Weak<crate::endpoint::Inner>,
+    dest: Rank,
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: `ptr` addresses the client's payload, which the client keeps valid and unchanged
+// until the hold ends (the contract of `request_long_nb`); it is only read, by the conduit.
+unsafe impl Send for Held {}
+// SAFETY: as above.
+unsafe impl Sync for Held {}
+
+impl Held {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: valid and unchanged while the hold lasts (see the `Send` impl).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for OpState {
+    fn drop(&mut self) {
+        // A handle dropped before its local completion: the conduit copies what it still
+        // needs of the payload before the client may reuse it.
+        let held = self
+            .held
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(h) = held {
+            if let Some(inner) = h.ep.upgrade() {
+                inner.conduit.release_held(h.dest, h.bytes());
+            }
+        }
+    }
 }
 
 impl OpState {
@@ -56,6 +102,44 @@ impl OpState {
             native: Mutex::new(Vec::new()),
             failure: Mutex::new(None),
             waker: Mutex::new(None),
+            held: Mutex::new(None),
+            has_held: AtomicBool::new(false),
+        }
+    }
+    /// Tracks a payload the conduit holds until it no longer reads it.
+    pub(crate) fn add_held(
+        &self,
+        ep: std::sync::Weak<crate::endpoint::Inner>,
+        dest: Rank,
+        payload: &[u8],
+    ) {
+        let mut h = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        self.remaining.fetch_add(1, Ordering::Relaxed);
+        *h = Some(Held {
+            ep,
+            dest,
+            ptr: payload.as_ptr(),
+            len: payload.len(),
+        });
+        self.has_held.store(true, Ordering::Release);
+    }
+    /// Ends the hold once the conduit no longer reads the payload (its datagrams were all
+    /// acknowledged): the operation's local completion.
+    fn settle_held(&self, conduit: &dyn crate::Conduit) {
+        if !self.has_held.load(Ordering::Acquire) {
+            return;
+        }
+        let mut h = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let free = h
+            .as_ref()
+            .is_some_and(|x| !conduit.held_pending(x.dest, x.bytes()));
+        if free {
+            if let Some(x) = h.take() {
+                conduit.release_held(x.dest, x.bytes());
+            }
+            self.has_held.store(false, Ordering::Release);
+            drop(h);
+            self.complete_one();
         }
     }
     pub(crate) fn done(&self) -> bool {
@@ -365,11 +449,14 @@ impl Future for SyncFuture {
             Ok(true) => Poll::Ready(Ok(())),
             Err(e) => Poll::Ready(Err(e)),
             Ok(false) => {
+                // Native operations and held payloads complete in no handler: look again.
                 let native = this.h.op.as_ref().is_some_and(|op| {
-                    !op.native
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .is_empty()
+                    op.has_held.load(Ordering::Acquire)
+                        || !op
+                            .native
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .is_empty()
                 });
                 if native || !this.ep.progress_thread_running() {
                     cx.waker().wake_by_ref();
@@ -791,8 +878,15 @@ impl Endpoint {
 
     pub(crate) fn wait_op(&self, st: &OpState) -> Result<()> {
         self.settle(st, true)?;
-        self.wait_inner(&mut || st.done())?;
+        self.wait_inner(&mut || self.op_done(st))?;
         self.outcome(st)
+    }
+
+    /// True when `st` completed, its local completion (a held payload) checked first.
+    #[inline]
+    pub(crate) fn op_done(&self, st: &OpState) -> bool {
+        st.settle_held(&*self.inner.conduit);
+        st.done()
     }
 
     /// A complete operation's result: an error where a piece failed at its target.
@@ -1015,13 +1109,13 @@ impl Endpoint {
         not_in_handler("try_sync")?;
         self.check_handle(h)?;
         let Some(op) = &h.op else { return Ok(true) };
-        if !op.done() {
+        if !self.op_done(op) {
             self.settle(op, false)?;
         }
         if !op.done() {
             self.poll_inner(false)?;
         }
-        if op.done() {
+        if self.op_done(op) {
             let r = self.outcome(op);
             h.op = None;
             return r.map(|()| true);
@@ -1067,7 +1161,7 @@ impl Endpoint {
         let mut failed = Ok(());
         for h in hs.iter_mut() {
             match &h.op {
-                Some(op) if op.done() => {
+                Some(op) if self.op_done(op) => {
                     let r = self.outcome(op);
                     if failed.is_ok() {
                         failed = r;

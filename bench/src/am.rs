@@ -135,7 +135,7 @@ fn bandwidth(
     plan: &Plan,
     cat: Category,
     payload: &[u8],
-    op: &'static str,
+    (op, lc): (&'static str, bool),
 ) -> Result<Option<Row>, BenchError> {
     let bytes = payload.len();
     let window = plan.window(bytes);
@@ -154,8 +154,12 @@ fn bandwidth(
             let mut floor_ns = Vec::with_capacity(iters);
             for i in 0..warmup + iters {
                 let t = Instant::now();
-                for _ in 0..window {
-                    send(ep, cat, H_SINK, &[], payload)?;
+                if lc {
+                    send_window_lc(ep, cat, payload, window)?;
+                } else {
+                    for _ in 0..window {
+                        send(ep, cat, H_SINK, &[], payload)?;
+                    }
                 }
                 let want = acks0 + i as u64 + 1;
                 ep.wait_until(|| st.acks.load(Ordering::Acquire) >= want)?;
@@ -187,6 +191,31 @@ fn bandwidth(
     Ok(row)
 }
 
+/// A window of `cat` requests carrying `payload` with local completion (`request_long_nb`,
+/// `request_medium_nb`: udp sends large payloads from where they lie), synced at its end.
+fn send_window_lc(
+    ep: &Endpoint,
+    cat: Category,
+    payload: &[u8],
+    window: usize,
+) -> Result<(), BenchError> {
+    let mut hs = Vec::with_capacity(window);
+    for _ in 0..window {
+        // SAFETY: `payload` is borrowed, unchanged, for the whole call, and every handle is
+        // synced before it returns (on an error, the handles' drops end the holds).
+        let h = unsafe {
+            if cat == Category::Long {
+                ep.request_long_nb(1, H_SINK, &[], payload, 0)
+            } else {
+                ep.request_medium_nb(1, H_SINK, &[], payload)
+            }
+        };
+        hs.push(h?);
+    }
+    ep.wait_sync_all(&mut hs)?;
+    Ok(())
+}
+
 /// Collective: the bandwidth half of the suite (the round trips are measured interleaved
 /// with the floor, in `latency`), with payloads taken from `local` (at least
 /// `plan.max_bytes` long). Returns the rows on rank 0.
@@ -200,11 +229,35 @@ pub(crate) fn run(
     let max_medium = ep.max_medium().min(plan.max_bytes);
     for n in plan.sizes(max_medium) {
         let p = &local[..n];
-        rows.extend(bandwidth(ep, st, plan, Category::Medium, p, "medium_bw")?);
+        rows.extend(bandwidth(
+            ep,
+            st,
+            plan,
+            Category::Medium,
+            p,
+            ("medium_bw", false),
+        )?);
     }
     for n in plan.sizes(plan.max_bytes) {
         let p = &local[..n];
-        rows.extend(bandwidth(ep, st, plan, Category::Long, p, "long_bw")?);
+        rows.extend(bandwidth(
+            ep,
+            st,
+            plan,
+            Category::Long,
+            p,
+            ("long_bw", false),
+        )?);
+        // With local completion: where the conduit sends from the caller's buffer (udp,
+        // 16 KiB and more), no copy into the conduit.
+        rows.extend(bandwidth(
+            ep,
+            st,
+            plan,
+            Category::Long,
+            p,
+            ("long_lc_bw", true),
+        )?);
     }
     Ok(rows)
 }

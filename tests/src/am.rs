@@ -35,6 +35,7 @@ pub fn tests() -> Vec<Test> {
         },
         test("am_register_after_attach", register_after_attach),
         test("am_negotiated_payload", negotiated_payload),
+        test("am_local_completion", local_completion),
         test("am_immediate", immediate),
     ]
 }
@@ -95,6 +96,61 @@ fn negotiated_payload(c: &Ctx<'_>) -> Verdict {
         c.ep.wait_until(|| c.st.acks.load(Ordering::SeqCst) >= before + sent),
     )?;
     finish(c, 2)
+}
+
+/// Medium and Long requests with local completion (`request_medium_nb`, `request_long_nb`)
+/// to every rank, large enough for udp to send them from the caller's buffers: once the
+/// handles completed (first round) or were dropped (second round), the buffers are
+/// overwritten at once, and the targets' handlers must still see the original bytes (under
+/// injected loss, a datagram retransmitted from a reused buffer would carry the new ones).
+fn local_completion(c: &Ctx<'_>) -> Verdict {
+    let me = c.rank();
+    let medium = c.ep.max_medium().min(20_000);
+    let mut sent = 0u64;
+    for round in 0..2u32 {
+        let before = c.st.acks.load(Ordering::SeqCst);
+        let mut bufs: Vec<(Vec<u32>, Vec<u8>)> = Vec::new();
+        for d in 0..c.size() {
+            let seed = me.wrapping_mul(1000).wrapping_add(d) + 100_000 * (round + 1);
+            bufs.push((pattern::args(seed, 2), pattern::bytes(seed, 40_000)));
+            let seed = seed + 50_000;
+            bufs.push((pattern::args(seed, 3), pattern::bytes(seed, medium)));
+        }
+        let mut hs = Vec::new();
+        for (i, (args, bytes)) in bufs.iter().enumerate() {
+            let d = u32::try_from(i / 2).map_err(|e| e.to_string())?;
+            // `bytes` lives in `bufs` and is left alone until the handle completed (the wait
+            // below) or was dropped (second round).
+            let h = if i % 2 == 0 {
+                // SAFETY: as above.
+                unsafe { c.ep.request_long_nb(d, H_CHECK, args, bytes, long_slot(me)) }
+            } else {
+                // SAFETY: as above.
+                unsafe { c.ep.request_medium_nb(d, H_CHECK, args, bytes) }
+            };
+            let h = ck("request_nb", h)?;
+            if round == 0 {
+                hs.push(h);
+            } else {
+                drop(h);
+            }
+            sent += 1;
+        }
+        ck("wait_sync_all", c.ep.wait_sync_all(&mut hs))?;
+        for (_, bytes) in &mut bufs {
+            bytes.fill(0xee);
+        }
+        ck(
+            "wait for acks",
+            c.ep.wait_until(|| {
+                c.st.acks.load(Ordering::SeqCst) >= before + 2 * u64::from(c.size())
+            }),
+        )?;
+    }
+    ensure(sent == 4 * u64::from(c.size()), || {
+        format!("{sent} requests sent")
+    })?;
+    finish(c, 4)
 }
 
 /// A client handler index registered after attach by the suite.

@@ -653,6 +653,10 @@ impl Conduit for UdpConduit {
         self.lock().proto.release_held(dest, payload);
     }
 
+    fn held_pending(&self, dest: Rank, payload: &[u8]) -> bool {
+        self.lock().proto.held_pending(dest, payload)
+    }
+
     fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {
         // One clock reading per poll, taken before the socket is read: it stamps what arrives
         // and checks the timers, so none is taken between a datagram's arrival and its handler.

@@ -413,6 +413,20 @@ impl Proto {
         }
     }
 
+    /// True while a datagram to `dest` not yet acknowledged still refers to a chunk of
+    /// `payload` where it lies (a hold of [`Proto::send_held`] or [`Proto::send_now_held`]).
+    pub fn held_pending(&mut self, dest: Rank, payload: &[u8]) -> bool {
+        self.settle();
+        let Some(peer) = self.peers.get(ix(dest)) else {
+            return false;
+        };
+        let range = payload.as_ptr_range();
+        peer.segs.iter().any(|seg| {
+            seg.held
+                .is_some_and(|h| range.contains(&h.ptr.as_ptr().cast_const()))
+        })
+    }
+
     /// True when something towards `rank` is due at once: an ack that must not wait, or DATA
     /// the windows admit that is unsent or deemed lost. [`Proto::next_timeout`] then answers a
     /// time at or before any `now`; this looks at that one peer only, for a caller that
