@@ -149,6 +149,19 @@ pub trait NativeRma: Send + Sync + 'static {
     fn wait(&self, t: RmaTicket) -> Result<()>;
 }
 
+/// Room in a conduit's own send memory for a negotiated-payload Medium (spec/core.md §3a),
+/// from [`Conduit::prepare_medium`]: `len` bytes at `buf` that the client writes its payload
+/// into, and the conduit's note of where they are.
+#[derive(Debug)]
+pub struct PreparedSlot {
+    /// The payload's bytes, writable by the holder until it commits or cancels.
+    pub buf: std::ptr::NonNull<u8>,
+    /// How many (the `max_len` asked for).
+    pub len: usize,
+    /// The conduit's own note (smp: the ring and the claimed position).
+    pub token: [u64; 2],
+}
+
 /// A transport that moves active messages between the ranks of one job.
 ///
 /// Conduits must be usable from several threads at once: `try_send` and `poll` may run
@@ -229,6 +242,41 @@ pub trait Conduit: Send + Sync + 'static {
     fn held_pending(&self, _dest: Rank, _payload: &[u8]) -> bool {
         false
     }
+    /// Room for a Medium request (or reply, `is_reply`) to `dest` whose payload of at most
+    /// `max_len` bytes the client builds in place, with no copy at commit (spec/core.md
+    /// §3a). `None`: the conduit has no such room now, or none at all (the default); the
+    /// core then builds the payload in a buffer of its own. Until the slot is committed or
+    /// cancelled, the conduit may deliver nothing sent to `dest` after it on the same path.
+    fn prepare_medium(
+        &self,
+        _dest: Rank,
+        _is_reply: bool,
+        _max_len: usize,
+    ) -> Option<PreparedSlot> {
+        None
+    }
+    /// Send the Medium prepared in `slot`: `handler`, `args` and the first `len` bytes of the
+    /// slot's buffer.
+    ///
+    /// # Safety
+    /// - `slot` came from [`prepare_medium`](Conduit::prepare_medium) on this conduit with
+    ///   the same `dest` and `is_reply`, and is committed or cancelled once.
+    /// - `len <= slot.len`, `args.len() <= MAX_ARGS`, and `handler` passed the core's checks.
+    unsafe fn commit_medium(
+        &self,
+        _dest: Rank,
+        _slot: &PreparedSlot,
+        _is_reply: bool,
+        _handler: u8,
+        _args: &[u32],
+        _len: usize,
+    ) {
+    }
+    /// Send nothing for `slot` (it frees whatever the conduit holds for it).
+    ///
+    /// # Safety
+    /// - As for [`commit_medium`](Conduit::commit_medium), which it replaces.
+    unsafe fn cancel_medium(&self, _dest: Rank, _slot: &PreparedSlot) {}
     /// Deliver arrived messages to `sink`, replies only when `replies_only`. `sink` returns
     /// false to end the call early (a waiter whose condition now holds): the conduit then
     /// delivers nothing more in this call. Returns how many were delivered.

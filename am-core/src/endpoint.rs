@@ -153,6 +153,10 @@ impl Attached {
     }
 }
 
+/// How long a send waits for room while its thread holds an uncommitted prepared slot
+/// (`npam`) before it fails instead of waiting forever behind that slot.
+const SLOT_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_millis(200);
+
 pub(crate) struct Inner {
     pub(crate) id: u64,
     pub(crate) conduit: Box<dyn Conduit>,
@@ -711,6 +715,16 @@ impl Endpoint {
         count(self.stats_block(), base, msg.category, msg.payload.len());
     }
 
+    /// Counts a Medium request committed from a conduit's prepared slot (`npam`).
+    pub(crate) fn count_prepared_sent(&self, len: usize) {
+        count(
+            self.stats_block(),
+            Ctr::ReqShort as usize,
+            Category::Medium,
+            len,
+        );
+    }
+
     #[inline]
     fn count_received(&self, b: &StatBlock, msg: &InMsg<'_>) {
         b.add(Ctr::HandlerCalls, 1);
@@ -925,7 +939,23 @@ impl Endpoint {
     /// Retry `attempt` until the conduit takes the message, polling meanwhile.
     fn send_retry(&self, in_handler: bool, attempt: impl Fn() -> Result<bool>) -> Result<()> {
         let mut b = self.backoff();
+        // A thread that holds a prepared slot may wait behind it (its destination takes
+        // nothing after the slot until it is committed): bounded, then an error.
+        let held_since = crate::npam::slots_held().then(std::time::Instant::now);
         loop {
+            if let Some(t) = held_since {
+                if t.elapsed() > SLOT_WAIT_LIMIT {
+                    return Err(Error::Usage {
+                        op: "send",
+                        detail: format!(
+                            "no room for the message after {SLOT_WAIT_LIMIT:?} while this \
+                             thread holds a prepared message it has not committed: its \
+                             destination may be waiting for that one first; commit or cancel \
+                             prepared messages before sending more"
+                        ),
+                    });
+                }
+            }
             self.stats_block().add(Ctr::SendStalls, 1);
             // A handler may only reply, and reply handlers never send: polling replies alone
             // from handler context cannot recurse further, and always frees room eventually.

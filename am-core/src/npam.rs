@@ -3,21 +3,33 @@
 //! of up to `max_len` bytes, builds its payload in it, then commits the message with the final
 //! length and arguments, or cancels it by dropping the buffer.
 //!
-//! The buffer comes from a per-thread pool of the library (no allocation once a thread has
-//! prepared as many messages at once as it ever will), and the commit hands it to the conduit
-//! like `request_medium`/`request_long`: one copy into the conduit, where building the payload
-//! in a buffer of the client's own and sending it takes that copy too.
+//! A Medium whose conduit can build messages in place (smp: a slot of the ring to the
+//! destination, [`Conduit::prepare_medium`](crate::Conduit::prepare_medium)) gets that room
+//! itself: the commit writes the header and publishes, with no copy. Otherwise the buffer
+//! comes from a per-thread pool of the library (no allocation once a thread has prepared as
+//! many messages at once as it ever will), and the commit hands it to the conduit like
+//! `request_medium`/`request_long`: one copy into the conduit, where building the payload in
+//! a buffer of the client's own and sending it takes that copy too.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 
-use crate::conduit::Category;
+use crate::conduit::{Category, PreparedSlot};
 use crate::endpoint::Endpoint;
 use crate::{Error, Rank, Result};
 
 thread_local! {
     /// Buffers of committed or cancelled messages, for the next prepare on this thread.
     static POOL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    /// Slots of the conduit this thread prepared and has not committed or cancelled yet.
+    static SLOTS_HELD: Cell<u32> = const { Cell::new(0) };
+}
+
+/// True while this thread holds a prepared slot of the conduit: a send of its that waits
+/// for room may be waiting behind that very slot (spec/core.md §3a).
+pub(crate) fn slots_held() -> bool {
+    SLOTS_HELD.with(Cell::get) > 0
 }
 
 /// Buffers the pool keeps per thread.
@@ -39,9 +51,19 @@ fn give_back(b: Vec<u8>) {
     });
 }
 
+/// Where a prepared message's payload is built.
+#[derive(Debug)]
+enum Buf {
+    /// A buffer of the library's pool.
+    Pool(Vec<u8>),
+    /// Room in the conduit's own send memory.
+    Slot(PreparedSlot),
+}
+
 /// A prepared Medium or Long request: a buffer of the negotiated size to build the payload in
-/// (`Deref<Target = [u8]>`), sent by [`commit`](Prepared::commit); dropping it cancels the
-/// message (nothing is sent).
+/// (`Deref<Target = [u8]>`; its initial contents are unspecified), sent by
+/// [`commit`](Prepared::commit); dropping it cancels the message (nothing is sent). It is
+/// committed or cancelled on the thread that prepared it (the type is not `Send`).
 #[derive(Debug)]
 #[must_use = "a prepared message is sent only by commit; dropping it cancels it"]
 pub struct Prepared<'ep> {
@@ -51,26 +73,46 @@ pub struct Prepared<'ep> {
     category: Category,
     /// Long only: where the payload lands in `dest`'s segment.
     dest_offset: u64,
-    buf: Option<Vec<u8>>,
+    buf: Option<Buf>,
+    /// Not `Send`: a slot is released on the thread that took it.
+    _thread: PhantomData<*const ()>,
 }
 
 impl Deref for Prepared<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        self.buf.as_deref().unwrap_or_default()
+        match &self.buf {
+            Some(Buf::Pool(b)) => b,
+            // SAFETY: the slot's `len` bytes are this value's alone until it commits or
+            // cancels (the conduit's claim), and stay mapped for the conduit's life.
+            Some(Buf::Slot(s)) => unsafe { std::slice::from_raw_parts(s.buf.as_ptr(), s.len) },
+            None => &[],
+        }
     }
 }
 
 impl DerefMut for Prepared<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
-        self.buf.as_deref_mut().unwrap_or_default()
+        match &mut self.buf {
+            Some(Buf::Pool(b)) => b,
+            // SAFETY: as in `deref`, borrowed mutably through `self`.
+            Some(Buf::Slot(s)) => unsafe { std::slice::from_raw_parts_mut(s.buf.as_ptr(), s.len) },
+            None => &mut [],
+        }
     }
 }
 
 impl Drop for Prepared<'_> {
     fn drop(&mut self) {
-        if let Some(b) = self.buf.take() {
-            give_back(b);
+        match self.buf.take() {
+            Some(Buf::Pool(b)) => give_back(b),
+            Some(Buf::Slot(s)) => {
+                // SAFETY: the slot came from this endpoint's conduit for `dest` and was
+                // neither committed nor cancelled (`buf` is taken once).
+                unsafe { self.ep.inner.conduit.cancel_medium(self.dest, &s) };
+                SLOTS_HELD.with(|c| c.set(c.get().saturating_sub(1)));
+            }
+            None => {}
         }
     }
 }
@@ -81,7 +123,44 @@ impl Prepared<'_> {
     /// request calls, and `Error::Usage` for a `len` beyond the buffer; the message is not
     /// sent then.
     pub fn commit(mut self, args: &[u32], len: usize) -> Result<()> {
-        let buf = self.buf.take().unwrap_or_default();
+        if let Some(Buf::Slot(s)) = &self.buf {
+            if len > s.len || args.len() > crate::MAX_ARGS {
+                // Refused; the drop cancels the slot.
+                return Err(if len > s.len {
+                    Error::Usage {
+                        op: "commit",
+                        detail: format!(
+                            "a payload of {len} bytes in a buffer prepared for at most {}",
+                            s.len
+                        ),
+                    }
+                } else {
+                    Error::TooManyArgs {
+                        given: args.len(),
+                        max: crate::MAX_ARGS,
+                    }
+                });
+            }
+            let Some(Buf::Slot(s)) = self.buf.take() else {
+                return Ok(());
+            };
+            // SAFETY: the slot came from this endpoint's conduit for `dest` as a request,
+            // and is committed once (`buf` taken); `len` and `args` were checked above, the
+            // handler at prepare.
+            unsafe {
+                self.ep
+                    .inner
+                    .conduit
+                    .commit_medium(self.dest, &s, false, self.handler, args, len);
+            }
+            SLOTS_HELD.with(|c| c.set(c.get().saturating_sub(1)));
+            self.ep.count_prepared_sent(len);
+            return Ok(());
+        }
+        let buf = match self.buf.take() {
+            Some(Buf::Pool(b)) => b,
+            _ => Vec::new(),
+        };
         let r = if len > buf.len() {
             Err(Error::Usage {
                 op: "commit",
@@ -124,13 +203,21 @@ impl Endpoint {
     ) -> Result<Prepared<'_>> {
         let att = self.check_request("prepare_request_medium", dest, handler, &[])?;
         att.check_payload(dest, Category::Medium, max_len, 0)?;
+        let buf = match self.inner.conduit.prepare_medium(dest, false, max_len) {
+            Some(s) => {
+                SLOTS_HELD.with(|c| c.set(c.get() + 1));
+                Buf::Slot(s)
+            }
+            None => Buf::Pool(take_buffer(max_len)),
+        };
         Ok(Prepared {
             ep: self,
             dest,
             handler,
             category: Category::Medium,
             dest_offset: 0,
-            buf: Some(take_buffer(max_len)),
+            buf: Some(buf),
+            _thread: PhantomData,
         })
     }
 
@@ -151,7 +238,8 @@ impl Endpoint {
             handler,
             category: Category::Long,
             dest_offset,
-            buf: Some(take_buffer(max_len)),
+            buf: Some(Buf::Pool(take_buffer(max_len))),
+            _thread: PhantomData,
         })
     }
 }

@@ -36,6 +36,10 @@ pub fn tests() -> Vec<Test> {
         test("am_register_after_attach", register_after_attach),
         test("am_negotiated_payload", negotiated_payload),
         test("am_local_completion", local_completion),
+        Test {
+            min_ranks: 2,
+            ..test("am_prepared_holds_its_place", prepared_holds_its_place)
+        },
         test("am_immediate", immediate),
     ]
 }
@@ -267,6 +271,78 @@ fn immediate(c: &Ctx<'_>) -> Verdict {
     ensure(hits == want, || {
         format!("{hits} immediate sends arrived, {want} were sent")
     })
+}
+
+/// A prepared Medium holds its place in the conduit's order until it is committed: on smp,
+/// where it is built in a slot of the ring to its destination, nothing sent after it on that
+/// ring is delivered before it, so once the ring is full a blocking send from the same
+/// thread fails with `Usage` (after a bounded wait) instead of waiting forever; elsewhere
+/// the send goes through. Every message arrives once the prepared one is committed.
+fn prepared_holds_its_place(c: &Ctx<'_>) -> Verdict {
+    const CAP: u64 = 100_000;
+    let next = (c.rank() + 1) % c.size();
+    ck("barrier", c.ep.barrier())?;
+    let mut m = ck(
+        "prepare_request_medium",
+        c.ep.prepare_request_medium(next, H_COUNT, 8),
+    )?;
+    m[..8].copy_from_slice(b"prepared");
+    let mut sent = 0u64;
+    // The verdict, returned after the commit and the closing barriers (a failure must not
+    // leave the ranks at different barriers).
+    let mut verdict: Verdict = Ok(());
+    if c.ep.conduit_name() == "smp" {
+        // Messages queued before the slot still drain; those after it fill the ring.
+        let mut refused = false;
+        while sent < 4096 {
+            match c.ep.request_short(next, H_COUNT, &[1, 2]) {
+                Ok(()) => sent += 1,
+                Err(amnet::Error::Usage { detail, .. }) if detail.contains("prepared") => {
+                    refused = true;
+                    break;
+                }
+                Err(e) => {
+                    verdict = Err(format!("request_short behind a prepared message: {e}"));
+                    break;
+                }
+            }
+        }
+        if !refused && verdict.is_ok() {
+            verdict = Err(format!(
+                "{sent} blocking sends behind this thread's own prepared message, none refused"
+            ));
+        }
+    } else {
+        while sent < CAP {
+            match c.ep.try_request_short(next, H_COUNT, &[1, 2]) {
+                Ok(()) => sent += 1,
+                Err(amnet::Error::WouldBlock { .. }) => break,
+                Err(e) => return Err(format!("try_request_short: {e}")),
+            }
+        }
+        ck("request_short", c.ep.request_short(next, H_COUNT, &[1, 2]))?;
+        sent += 1;
+    }
+    ck("commit", m.commit(&[3], 8))?;
+    sent += 1;
+    ck(
+        "put count",
+        c.ep.put(next, IMM_COUNT_OFF, &sent.to_le_bytes()),
+    )?;
+    ck("barrier", c.ep.barrier())?;
+    let mut b = [0u8; 8];
+    ck("read_local", c.ep.read_local(IMM_COUNT_OFF, &mut b))?;
+    let want = u64::from_le_bytes(b);
+    ck(
+        "wait for the messages",
+        c.ep.wait_until(|| c.st.hits.load(Ordering::SeqCst) >= want),
+    )?;
+    ck("barrier", c.ep.barrier())?;
+    let hits = c.st.hits.load(Ordering::SeqCst);
+    ensure(hits == want, || {
+        format!("{hits} messages arrived, {want} were sent")
+    })?;
+    verdict
 }
 
 /// Offset of `src`'s slot in the Long area, at an unaligned start.

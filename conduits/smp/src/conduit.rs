@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use amnet_core::config::{vars, Source};
-use amnet_core::{Category, Conduit, Error, InMsg, LocalSegment, OutMsg, Rank, Result};
+use amnet_core::{
+    Category, Conduit, Error, InMsg, LocalSegment, OutMsg, PreparedSlot, Rank, Result,
+};
 
 use crate::bell::Doorbell;
 use crate::ctl::{Boot, Ctl, LAUNCHER};
@@ -602,6 +604,15 @@ impl SmpConduit {
         unsafe { &*self.out_bell[dest as usize] }.ring();
     }
 
+    /// After publishing a prepared slot into `dest`'s ring of `class`: a large ring's
+    /// counter moves, as after any push into it (see the module notes).
+    fn published_prepared(&self, dest: Rank, class: usize) {
+        if class & 1 == 1 {
+            // SAFETY: the destination's counter, mapped for the conduit's life.
+            unsafe { &*self.out_large[dest as usize] }.fetch_add(1, Ordering::Release);
+        }
+    }
+
     /// True when any ring into this rank holds a message or is about to (the progress
     /// thread's check before it sleeps, after arming its doorbell).
     fn anything_claimed(&self) -> bool {
@@ -661,6 +672,8 @@ impl SmpConduit {
         // stays untouched until try_pop frees the slot after this returns.
         let d = match unsafe { wire::decode(p, cap) } {
             Ok(d) => d,
+            // A cancelled negotiated-payload slot.
+            Err(wire::DecodeError::Void) => return true,
             Err(e) => {
                 amnet_core::diag!(
                     "amnet smp rank {}: dropped a malformed message from rank {src}: {e:?}",
@@ -937,6 +950,63 @@ impl Conduit for SmpConduit {
             return Some(std::ptr::NonNull::<u8>::dangling().as_ptr());
         }
         Some(segs.bases[rank as usize])
+    }
+
+    fn prepare_medium(&self, dest: Rank, is_reply: bool, max_len: usize) -> Option<PreparedSlot> {
+        // Messages to this rank itself keep their counted path (`self_pending`).
+        if dest == self.rank {
+            return None;
+        }
+        let need = wire::FIXED_AT.checked_add(max_len)?;
+        let class = if is_reply { REP_SMALL } else { REQ_SMALL }
+            + match need {
+                n if n <= SMALL_DATA => 0,
+                n if n <= LARGE_DATA => 1,
+                _ => return None,
+            };
+        let ring = &self.out[dest as usize][class];
+        let pos = ring.try_claim()?;
+        // SAFETY: the slot's data area holds `data_cap() >= need` bytes, claimed by this
+        // thread until the commit or cancel publishes it.
+        let buf = unsafe { ring.slot_data(pos).add(wire::FIXED_AT) };
+        Some(PreparedSlot {
+            buf: std::ptr::NonNull::new(buf)?,
+            len: max_len,
+            token: [pos, class as u64],
+        })
+    }
+
+    unsafe fn commit_medium(
+        &self,
+        dest: Rank,
+        slot: &PreparedSlot,
+        is_reply: bool,
+        handler: u8,
+        args: &[u32],
+        len: usize,
+    ) {
+        #[allow(clippy::cast_possible_truncation)] // a ring class, 0..4
+        let class = slot.token[1] as usize;
+        let ring = &self.out[dest as usize][class];
+        let pos = slot.token[0];
+        // SAFETY: the slot was claimed by `prepare_medium` (the caller's contract) and is not
+        // published yet; its data area holds `FIXED_AT + slot.len` bytes, the payload
+        // already in place behind the header's room.
+        unsafe { wire::encode_fixed(ring.slot_data(pos), handler, is_reply, args, len) };
+        ring.publish(pos);
+        self.published_prepared(dest, class);
+        self.ring_bell(dest);
+    }
+
+    unsafe fn cancel_medium(&self, dest: Rank, slot: &PreparedSlot) {
+        #[allow(clippy::cast_possible_truncation)] // a ring class, 0..4
+        let class = slot.token[1] as usize;
+        let ring = &self.out[dest as usize][class];
+        let pos = slot.token[0];
+        // SAFETY: as in `commit_medium`: a claimed slot not yet published.
+        unsafe { wire::encode_void(ring.slot_data(pos)) };
+        ring.publish(pos);
+        self.published_prepared(dest, class);
     }
 
     fn idle_wait(&self, max: std::time::Duration) {

@@ -181,6 +181,23 @@ impl Ring {
     /// Returns false when the ring is full.
     #[inline(always)]
     pub fn try_push(&self, fill: impl FnOnce(*mut u8)) -> bool {
+        match self.try_claim() {
+            Some(pos) => {
+                let p = self.data_ptr(pos);
+                self.slot(pos).data.with_mut(|_| fill(p));
+                self.publish(pos);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Claim a free slot for a write that [`publish`](Self::publish) ends: returns its
+    /// position (its data area is [`slot_data`](Self::slot_data)), or None when the ring is
+    /// full. Until the publish, consumers wait at this position: messages claimed after it
+    /// are delivered only once it is published.
+    #[inline(always)]
+    pub fn try_claim(&self) -> Option<u64> {
         let ctl = self.ctl();
         let mut pos = ctl.enq.0.load(Ordering::Relaxed);
         // The slot's line was last written by its consumer (when it freed the slot) and is
@@ -204,20 +221,32 @@ impl Ring {
                     Ordering::SeqCst,
                     Ordering::Relaxed,
                 ) {
-                    Ok(_) => {
-                        let p = self.data_ptr(pos);
-                        slot.data.with_mut(|_| fill(p));
-                        slot.seq.store(lap.wrapping_add(1), Ordering::Release);
-                        return true;
-                    }
+                    Ok(_) => return Some(pos),
                     Err(cur) => pos = cur,
                 }
             } else if diff < 0 {
-                return false;
+                return None;
             } else {
                 pos = ctl.enq.0.load(Ordering::Relaxed);
             }
         }
+    }
+
+    /// The data area of the slot claimed at `pos` (`data_cap()` bytes), for its claimer to
+    /// write until it publishes.
+    #[inline(always)]
+    pub fn slot_data(&self, pos: u64) -> *mut u8 {
+        self.data_ptr(pos)
+    }
+
+    /// Publish the slot claimed at `pos` ([`try_claim`](Self::try_claim)), whose data the
+    /// claimer has written: consumers may take it from now on.
+    #[inline(always)]
+    pub fn publish(&self, pos: u64) {
+        let lap = pos & !self.mask;
+        self.slot(pos)
+            .seq
+            .store(lap.wrapping_add(1), Ordering::Release);
     }
 
     /// Ask for the line of the slot the next push will fill, in exclusive state, ahead of

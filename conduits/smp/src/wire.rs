@@ -11,11 +11,22 @@
 //! for a Long whose (small) payload travels inline: the receiver copies it into its own
 //! segment before the handler runs, which saves a cache-line transfer into the peer's segment.
 //! With up to 10 arguments a Short message fits in the slot's first cache line.
+//!
+//! Two rarer kinds: bit 4 ([`FIXED_PAYLOAD`]) marks a Medium whose payload starts at
+//! [`FIXED_AT`] whatever the number of arguments (a negotiated-payload message, built in the
+//! slot before its arguments were known), and [`VOID`] a slot that carries nothing (a
+//! negotiated-payload message cancelled after its slot was claimed); the receiver skips it.
 
 use amnet_core::{Category, OutMsg, MAX_ARGS};
 
 /// Header bytes before the arguments.
 pub(crate) const HDR: usize = 16;
+/// Kind bit: the Medium payload starts at [`FIXED_AT`].
+pub(crate) const FIXED_PAYLOAD: u8 = 16;
+/// The kind of a slot that carries nothing.
+pub(crate) const VOID: u8 = 32;
+/// Where a [`FIXED_PAYLOAD`] message's payload starts: after room for every argument.
+pub(crate) const FIXED_AT: usize = HDR + args_bytes(MAX_ARGS);
 
 /// Bytes the arguments occupy (padded to 8).
 #[inline(always)]
@@ -133,12 +144,67 @@ pub(crate) struct Decoded<'a> {
     pub(crate) inline: &'a [u8],
 }
 
-/// Why a slot was rejected.
+/// Why a slot was rejected (or, `Void`, skipped).
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum DecodeError {
+    /// A cancelled negotiated-payload slot: nothing to deliver, nothing wrong.
+    Void,
     BadKind(u8),
     TooManyArgs(u8),
     PayloadOverflow(usize),
+}
+
+/// A kind with bits above the category, reply and inline-Long bits: a fixed-payload Medium
+/// (returned as its plain kind, and true), a void slot, or garbage.
+#[cold]
+fn rare_kind(kind: u8) -> Result<(u8, bool), DecodeError> {
+    if kind == VOID {
+        return Err(DecodeError::Void);
+    }
+    let plain = kind & !FIXED_PAYLOAD;
+    if kind & FIXED_PAYLOAD != 0 && plain & !4 == 1 {
+        return Ok((plain, true));
+    }
+    Err(DecodeError::BadKind(kind))
+}
+
+/// Write the header and arguments of a Medium whose `len` payload bytes already lie at
+/// [`FIXED_AT`] (a negotiated-payload commit).
+///
+/// # Safety
+/// - `p` is 8-byte aligned and valid for `FIXED_AT` bytes of writes.
+/// - `args.len() <= MAX_ARGS`; `len` fits in u32.
+pub(crate) unsafe fn encode_fixed(
+    p: *mut u8,
+    handler: u8,
+    is_reply: bool,
+    args: &[u32],
+    len: usize,
+) {
+    let kind = 1 | FIXED_PAYLOAD | if is_reply { 4 } else { 0 };
+    #[allow(clippy::cast_possible_truncation)] // checked by the caller: nargs <= 16
+    let nargs = args.len() as u8;
+    #[allow(clippy::cast_possible_truncation)] // checked by the caller: len <= u32::MAX
+    let plen = len as u32;
+    // SAFETY: per the contract, p is aligned and the header and argument area are writable.
+    unsafe {
+        p.cast::<u64>()
+            .write(pack_header(handler, kind, nargs, plen));
+        p.add(8).cast::<u64>().write(0);
+        let dst = p.add(HDR).cast::<u32>();
+        for (i, &a) in args.iter().enumerate() {
+            dst.add(i).write(a);
+        }
+    }
+}
+
+/// Mark the slot at `p` void: the receiver skips it.
+///
+/// # Safety
+/// - `p` is 8-byte aligned and valid for 8 bytes of writes.
+pub(crate) unsafe fn encode_void(p: *mut u8) {
+    // SAFETY: per the contract.
+    unsafe { p.cast::<u64>().write(pack_header(0, VOID, 0, 0)) };
 }
 
 /// Read the message at `p`.
@@ -154,9 +220,11 @@ pub(crate) unsafe fn decode<'a>(p: *const u8, cap: usize) -> Result<Decoded<'a>,
     let payload_len = u32::from_ne_bytes([l0, l1, l2, l3]) as usize;
     // SAFETY: as above.
     let long_offset = unsafe { p.add(8).cast::<u64>().read() };
-    if kind & !15 != 0 {
-        return Err(DecodeError::BadKind(kind));
-    }
+    let (kind, fixed) = if kind & !15 == 0 {
+        (kind, false)
+    } else {
+        rare_kind(kind)?
+    };
     let category = match kind & 3 {
         0 => Category::Short,
         1 => Category::Medium,
@@ -166,7 +234,11 @@ pub(crate) unsafe fn decode<'a>(p: *const u8, cap: usize) -> Result<Decoded<'a>,
     if usize::from(nargs) > MAX_ARGS {
         return Err(DecodeError::TooManyArgs(nargs));
     }
-    let ab = args_bytes(usize::from(nargs));
+    let ab = if fixed {
+        FIXED_AT - HDR
+    } else {
+        args_bytes(usize::from(nargs))
+    };
     // SAFETY: args lie inside the slot (HDR + 64 <= cap for every ring), aligned to 4.
     let args = unsafe { std::slice::from_raw_parts(p.add(HDR).cast::<u32>(), usize::from(nargs)) };
     let has_inline = category == Category::Medium || (category == Category::Long && kind & 8 != 0);
@@ -245,5 +317,39 @@ mod tests {
         // SAFETY: as above.
         let many_args = unsafe { decode(p, 512) };
         assert!(matches!(many_args, Err(DecodeError::TooManyArgs(17))));
+    }
+
+    #[test]
+    fn fixed_payload_and_void() {
+        let mut buf = vec![0u64; 64];
+        let p = buf.as_mut_ptr().cast::<u8>();
+        let payload = [9u8, 8, 7];
+        // SAFETY: buffer of 512 aligned bytes; the payload goes where a commit finds it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), p.add(FIXED_AT), 3);
+            encode_fixed(p, 201, false, &[5, 6], 3);
+        }
+        // SAFETY: as above.
+        let d = unsafe { decode(p, 512) }.unwrap();
+        assert_eq!(
+            (d.handler, d.category, d.is_reply),
+            (201, Category::Medium, false)
+        );
+        assert_eq!(d.args, &[5, 6]);
+        assert_eq!(d.inline, &payload);
+        // SAFETY: as above.
+        let short_cap = unsafe { decode(p, FIXED_AT + 2) };
+        assert!(matches!(short_cap, Err(DecodeError::PayloadOverflow(3))));
+        // A fixed payload on anything but a Medium is garbage.
+        // SAFETY: writing inside the buffer.
+        unsafe { *p.add(1) = FIXED_PAYLOAD | 2 };
+        // SAFETY: as above.
+        let bad = unsafe { decode(p, 512) };
+        assert!(matches!(bad, Err(DecodeError::BadKind(18))));
+        // SAFETY: as above.
+        unsafe { encode_void(p) };
+        // SAFETY: as above.
+        let void = unsafe { decode(p, 512) };
+        assert!(matches!(void, Err(DecodeError::Void)));
     }
 }
