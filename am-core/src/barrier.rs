@@ -299,9 +299,14 @@ impl Endpoint {
         self.attached_for("barrier_wait")?;
         not_in_handler("barrier_wait")?;
         let mut b = self.backoff();
+        let mut first = true;
         loop {
             if self.barrier_advance("barrier_wait")? {
                 return self.barrier_finish(id, flags);
+            }
+            if first {
+                crate::npam::check_may_wait("barrier_wait")?;
+                first = false;
             }
             if self.poll_inner(false)? > 0 {
                 b.reset();
@@ -326,6 +331,8 @@ impl Endpoint {
 
     /// Anonymous blocking barrier.
     pub fn barrier(&self) -> Result<()> {
+        // Refused before the notify, so that the barrier's state stays as it was.
+        crate::npam::check_may_wait("barrier")?;
         self.barrier_notify(0, flags::ANONYMOUS)?;
         self.barrier_wait(0, flags::ANONYMOUS)
     }

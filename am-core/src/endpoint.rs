@@ -153,10 +153,6 @@ impl Attached {
     }
 }
 
-/// How long a send waits for room while its thread holds an uncommitted prepared slot
-/// (`npam`) before it fails instead of waiting forever behind that slot.
-const SLOT_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_millis(200);
-
 pub(crate) struct Inner {
     pub(crate) id: u64,
     pub(crate) conduit: Box<dyn Conduit>,
@@ -434,6 +430,14 @@ impl Endpoint {
     /// [`Backoff::snooze`] asks.
     pub fn keep_awake(&self) -> bool {
         self.inner.conduit.keep_awake()
+    }
+
+    /// `Error::Usage` (naming `op`) when the calling thread holds a prepared message it has
+    /// not committed or cancelled (spec/core.md §3a): what a wait would wait for may be
+    /// queued behind it. The core's waits call it before they start waiting; layers with
+    /// wait loops of their own call it too.
+    pub fn check_may_wait(&self, op: &'static str) -> Result<()> {
+        crate::npam::check_may_wait(op)
     }
 
     /// A fresh idle back-off with this endpoint's settings (spec/core.md §5), for layers with
@@ -939,23 +943,7 @@ impl Endpoint {
     /// Retry `attempt` until the conduit takes the message, polling meanwhile.
     fn send_retry(&self, in_handler: bool, attempt: impl Fn() -> Result<bool>) -> Result<()> {
         let mut b = self.backoff();
-        // A thread that holds a prepared slot may wait behind it (its destination takes
-        // nothing after the slot until it is committed): bounded, then an error.
-        let held_since = crate::npam::slots_held().then(std::time::Instant::now);
         loop {
-            if let Some(t) = held_since {
-                if t.elapsed() > SLOT_WAIT_LIMIT {
-                    return Err(Error::Usage {
-                        op: "send",
-                        detail: format!(
-                            "no room for the message after {SLOT_WAIT_LIMIT:?} while this \
-                             thread holds a prepared message it has not committed: its \
-                             destination may be waiting for that one first; commit or cancel \
-                             prepared messages before sending more"
-                        ),
-                    });
-                }
-            }
             self.stats_block().add(Ctr::SendStalls, 1);
             // A handler may only reply, and reply handlers never send: polling replies alone
             // from handler context cannot recurse further, and always frees room eventually.
@@ -1091,6 +1079,10 @@ impl Endpoint {
 
     pub(crate) fn wait_inner(&self, cond: &mut dyn FnMut() -> bool) -> Result<()> {
         let mut b = self.backoff();
+        if cond() {
+            return Ok(());
+        }
+        crate::npam::check_may_wait("wait")?;
         loop {
             if cond() {
                 return Ok(());

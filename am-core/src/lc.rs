@@ -12,7 +12,7 @@ use crate::{Rank, Result};
 impl Endpoint {
     /// [`request_medium`](Self::request_medium) with local completion reported through the
     /// returned handle instead of reached before the call returns: where the conduit sends the
-    /// payload from the caller's memory (udp, payloads of 4 KiB and more), the handle
+    /// payload from the caller's memory (udp, payloads of 16 KiB and more), the handle
     /// completes once every datagram that carries it was acknowledged; where the conduit
     /// copies the payload (smp, mpi, smaller payloads), it is complete on return. Sync it
     /// with [`try_sync`](Self::try_sync), [`wait_sync`](Self::wait_sync) (and the `_all`,

@@ -22,14 +22,32 @@ use crate::{Error, Rank, Result};
 thread_local! {
     /// Buffers of committed or cancelled messages, for the next prepare on this thread.
     static POOL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
-    /// Slots of the conduit this thread prepared and has not committed or cancelled yet.
-    static SLOTS_HELD: Cell<u32> = const { Cell::new(0) };
+    /// Messages this thread prepared and has not committed or cancelled yet.
+    static PREPARED_HELD: Cell<u32> = const { Cell::new(0) };
 }
 
-/// True while this thread holds a prepared slot of the conduit: a send of its that waits
-/// for room may be waiting behind that very slot (spec/core.md §3a).
-pub(crate) fn slots_held() -> bool {
-    SLOTS_HELD.with(Cell::get) > 0
+/// True while this thread holds a prepared message: it may not wait (spec/core.md §3a),
+/// since what it waits for may be queued behind that message.
+pub(crate) fn prepared_held() -> bool {
+    PREPARED_HELD.with(Cell::get) > 0
+}
+
+/// `Error::Usage` for a wait by a thread that holds a prepared message.
+pub(crate) fn check_may_wait(op: &'static str) -> Result<()> {
+    if prepared_held() {
+        return Err(Error::Usage {
+            op,
+            detail: "this thread holds a prepared message (prepare_request_medium or \
+                     prepare_request_long) that it has not committed or cancelled: what the \
+                     call would wait for may be queued behind it; commit or cancel it first"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
+fn held(delta: i32) {
+    PREPARED_HELD.with(|c| c.set(c.get().saturating_add_signed(delta)));
 }
 
 /// Buffers the pool keeps per thread.
@@ -105,12 +123,15 @@ impl DerefMut for Prepared<'_> {
 impl Drop for Prepared<'_> {
     fn drop(&mut self) {
         match self.buf.take() {
-            Some(Buf::Pool(b)) => give_back(b),
+            Some(Buf::Pool(b)) => {
+                give_back(b);
+                held(-1);
+            }
             Some(Buf::Slot(s)) => {
                 // SAFETY: the slot came from this endpoint's conduit for `dest` and was
                 // neither committed nor cancelled (`buf` is taken once).
                 unsafe { self.ep.inner.conduit.cancel_medium(self.dest, &s) };
-                SLOTS_HELD.with(|c| c.set(c.get().saturating_sub(1)));
+                held(-1);
             }
             None => {}
         }
@@ -153,7 +174,7 @@ impl Prepared<'_> {
                     .conduit
                     .commit_medium(self.dest, &s, false, self.handler, args, len);
             }
-            SLOTS_HELD.with(|c| c.set(c.get().saturating_sub(1)));
+            held(-1);
             self.ep.count_prepared_sent(len);
             return Ok(());
         }
@@ -161,6 +182,8 @@ impl Prepared<'_> {
             Some(Buf::Pool(b)) => b,
             _ => Vec::new(),
         };
+        // Released before the send, which may wait for room.
+        held(-1);
         let r = if len > buf.len() {
             Err(Error::Usage {
                 op: "commit",
@@ -204,12 +227,10 @@ impl Endpoint {
         let att = self.check_request("prepare_request_medium", dest, handler, &[])?;
         att.check_payload(dest, Category::Medium, max_len, 0)?;
         let buf = match self.inner.conduit.prepare_medium(dest, false, max_len) {
-            Some(s) => {
-                SLOTS_HELD.with(|c| c.set(c.get() + 1));
-                Buf::Slot(s)
-            }
+            Some(s) => Buf::Slot(s),
             None => Buf::Pool(take_buffer(max_len)),
         };
+        held(1);
         Ok(Prepared {
             ep: self,
             dest,
@@ -241,5 +262,6 @@ impl Endpoint {
             buf: Some(Buf::Pool(take_buffer(max_len))),
             _thread: PhantomData,
         })
+        .inspect(|_| held(1))
     }
 }

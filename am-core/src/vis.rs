@@ -668,7 +668,16 @@ impl Endpoint {
             // SAFETY: the run lies inside this rank's segment (its pieces were checked),
             // mapped for the endpoint's life; the client leaves those bytes alone until the
             // handle is synced, as for `get_nb_local`.
-            unsafe { self.vis_get_issue(att, src_rank, rs, lbase.add(seg_off(*d)), &st)? };
+            let r = unsafe { self.vis_get_issue(att, src_rank, rs, lbase.add(seg_off(*d)), &st) };
+            if let Err(e) = r {
+                // Nothing of a failed call writes after it returns: the runs already asked
+                // for are withdrawn (late replies then write nothing) or waited for.
+                att.pending.cancel(&st);
+                if let Some(rma) = &att.native {
+                    let _ = st.settle_native(&**rma, true);
+                }
+                return Err(e);
+            }
         }
         Ok(Handle {
             op: if st.done() { None } else { Some(st) },

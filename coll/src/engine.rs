@@ -1162,9 +1162,14 @@ impl Shared {
         // Since when nothing happened: read from the clock at the first idle poll after
         // something did, not on every poll that moved something.
         let mut quiet: Option<Instant> = None;
+        let mut first = true;
         loop {
             if done()? {
                 return Ok(());
+            }
+            if first {
+                ep.check_may_wait("collective wait")?;
+                first = false;
             }
             let n = ep.poll()?;
             let moved = self.advance()?;

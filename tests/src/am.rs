@@ -275,9 +275,10 @@ fn immediate(c: &Ctx<'_>) -> Verdict {
 
 /// A prepared Medium holds its place in the conduit's order until it is committed: on smp,
 /// where it is built in a slot of the ring to its destination, nothing sent after it on that
-/// ring is delivered before it, so once the ring is full a blocking send from the same
-/// thread fails with `Usage` (after a bounded wait) instead of waiting forever; elsewhere
-/// the send goes through. Every message arrives once the prepared one is committed.
+/// ring is delivered before it, so once the ring is full behind it a send from the same
+/// thread fails with `Usage` instead of waiting forever; elsewhere the send goes through. On
+/// every conduit a wait by a thread that holds a prepared message fails with `Usage`. Every
+/// message arrives once the prepared one is committed.
 fn prepared_holds_its_place(c: &Ctx<'_>) -> Verdict {
     const CAP: u64 = 100_000;
     let next = (c.rank() + 1) % c.size();
@@ -322,6 +323,11 @@ fn prepared_holds_its_place(c: &Ctx<'_>) -> Verdict {
         }
         ck("request_short", c.ep.request_short(next, H_COUNT, &[1, 2]))?;
         sent += 1;
+    }
+    let w = c.ep.wait_until(|| false);
+    let refused = matches!(&w, Err(amnet::Error::Usage { detail, .. }) if detail.contains("prepared message"));
+    if !refused && verdict.is_ok() {
+        verdict = Err(format!("a wait while holding a prepared message: {w:?}"));
     }
     ck("commit", m.commit(&[3], 8))?;
     sent += 1;

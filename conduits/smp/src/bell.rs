@@ -108,9 +108,10 @@ impl Doorbell {
 /// `futex(FUTEX_WAIT)` on a word that may be shared between processes (no private flag).
 #[cfg(not(loom))]
 fn futex_wait(word: &AtomicU32, expect: u32, max: Duration) {
+    #[allow(clippy::cast_possible_wrap, clippy::cast_lossless)] // below 10^9 fits any c_long
     let ts = libc::timespec {
         tv_sec: libc::time_t::try_from(max.as_secs()).unwrap_or(libc::time_t::MAX),
-        tv_nsec: libc::c_long::from(max.subsec_nanos()),
+        tv_nsec: max.subsec_nanos() as libc::c_long,
     };
     // SAFETY: `word` is a valid, aligned u32 for the duration of the call; the kernel only
     // compares it with `expect` and sleeps; `ts` is a valid relative timeout. An error (EAGAIN

@@ -48,6 +48,13 @@ const REP_SMALL: usize = 2;
 const REQ_LARGE: usize = REQ_SMALL + 1;
 const REP_LARGE: usize = REP_SMALL + 1;
 
+thread_local! {
+    /// Ring slots this thread claimed for prepared Mediums and has not published yet:
+    /// (the claiming conduit, destination, ring class, position).
+    static CLAIMS: std::cell::RefCell<Vec<(usize, Rank, usize, u64)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
 fn ring_geometry(class: usize) -> (usize, usize) {
     if class % 2 == 0 {
         (SMALL_CAP, SMALL_DATA)
@@ -143,6 +150,16 @@ unsafe fn rings(base: *mut u8, size: u32, init: bool) -> Vec<[Ring; 4]> {
     }
     out
 }
+
+/// What [`SmpConduit::inbound`] found.
+enum Inbound3 {
+    Ready,
+    Claimed,
+    Empty,
+}
+
+/// The longest idle wait while a ring into the rank holds a claimed, unpublished slot.
+const CLAIMED_WAIT: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// One ring a poll visits.
 #[derive(Clone, Copy)]
@@ -604,6 +621,40 @@ impl SmpConduit {
         unsafe { &*self.out_bell[dest as usize] }.ring();
     }
 
+    /// A push into `dest`'s ring of `class` found it full: `Error::Usage` when its consumer
+    /// waits at a slot this thread claimed for a prepared message (it would never make room
+    /// before the commit this thread is not making). Otherwise the caller waits for room.
+    #[cold]
+    fn check_behind_own_claim(&self, dest: Rank, class: usize) -> Result<()> {
+        let me = self as *const Self as usize;
+        let ring = &self.out[dest as usize][class];
+        let blocked = CLAIMS.with(|c| {
+            c.borrow()
+                .iter()
+                .any(|&(s, d, k, pos)| s == me && d == dest && k == class && ring.head() == pos)
+        });
+        if blocked {
+            return Err(Error::Usage {
+                op: "send",
+                detail: format!(
+                    "the ring to rank {dest} is full behind a prepared message this thread has \
+                     not committed (its destination takes nothing after it until then); commit \
+                     or cancel it first"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Forgets this thread's claim of `pos` on `dest`'s ring of `class` (published now).
+    fn unclaim(&self, dest: Rank, class: usize, pos: u64) {
+        let me = self as *const Self as usize;
+        CLAIMS.with(|c| {
+            c.borrow_mut()
+                .retain(|&(s, d, k, p)| !(s == me && d == dest && k == class && p == pos));
+        });
+    }
+
     /// After publishing a prepared slot into `dest`'s ring of `class`: a large ring's
     /// counter moves, as after any push into it (see the module notes).
     fn published_prepared(&self, dest: Rank, class: usize) {
@@ -613,14 +664,25 @@ impl SmpConduit {
         }
     }
 
-    /// True when any ring into this rank holds a message or is about to (the progress
-    /// thread's check before it sleeps, after arming its doorbell).
-    fn anything_claimed(&self) -> bool {
-        self.peer_all
-            .iter()
-            .chain(&self.large_all)
-            .chain(&self.own)
-            .any(|inb| inb.ring.claimed())
+    /// What the rings into this rank hold, for the progress thread's check before it sleeps
+    /// (after arming its doorbell): a published message (`Ready`), only claimed slots whose
+    /// messages are not published yet (`Claimed`: a push in progress, or a prepared message
+    /// that its sender has not committed), or nothing (`Empty`).
+    fn inbound(&self) -> Inbound3 {
+        let mut claimed = false;
+        for inb in self.peer_all.iter().chain(&self.large_all).chain(&self.own) {
+            if inb.ring.claimed() {
+                if inb.ring.maybe_ready() {
+                    return Inbound3::Ready;
+                }
+                claimed = true;
+            }
+        }
+        if claimed {
+            Inbound3::Claimed
+        } else {
+            Inbound3::Empty
+        }
     }
 
     fn on_exit(&self) -> impl Fn(i32) + '_ {
@@ -826,6 +888,11 @@ impl Conduit for SmpConduit {
             let sent = ring.try_push(|p| unsafe { wire::encode(p, msg, inline) });
             if sent {
                 self.ring_bell(dest);
+            } else {
+                self.check_behind_own_claim(
+                    dest,
+                    if msg.is_reply { REP_SMALL } else { REQ_SMALL },
+                )?;
             }
             return Ok(sent);
         }
@@ -876,6 +943,8 @@ impl Conduit for SmpConduit {
         }
         if sent {
             self.ring_bell(dest);
+        } else {
+            self.check_behind_own_claim(dest, class)?;
         }
         Ok(sent)
     }
@@ -968,9 +1037,19 @@ impl Conduit for SmpConduit {
         let pos = ring.try_claim()?;
         // SAFETY: the slot's data area holds `data_cap() >= need` bytes, claimed by this
         // thread until the commit or cancel publishes it.
-        let buf = unsafe { ring.slot_data(pos).add(wire::FIXED_AT) };
+        let Some(buf) = std::ptr::NonNull::new(unsafe { ring.slot_data(pos).add(wire::FIXED_AT) })
+        else {
+            // Not a mapped address: give the slot back, void.
+            // SAFETY: the slot was just claimed and is not published.
+            unsafe { wire::encode_void(ring.slot_data(pos)) };
+            ring.publish(pos);
+            self.published_prepared(dest, class);
+            return None;
+        };
+        let me = self as *const Self as usize;
+        CLAIMS.with(|c| c.borrow_mut().push((me, dest, class, pos)));
         Some(PreparedSlot {
-            buf: std::ptr::NonNull::new(buf)?,
+            buf,
             len: max_len,
             token: [pos, class as u64],
         })
@@ -994,6 +1073,7 @@ impl Conduit for SmpConduit {
         // already in place behind the header's room.
         unsafe { wire::encode_fixed(ring.slot_data(pos), handler, is_reply, args, len) };
         ring.publish(pos);
+        self.unclaim(dest, class, pos);
         self.published_prepared(dest, class);
         self.ring_bell(dest);
     }
@@ -1006,15 +1086,22 @@ impl Conduit for SmpConduit {
         // SAFETY: as in `commit_medium`: a claimed slot not yet published.
         unsafe { wire::encode_void(ring.slot_data(pos)) };
         ring.publish(pos);
+        self.unclaim(dest, class, pos);
         self.published_prepared(dest, class);
+        // The receiver's progress thread may wait for this slot (see `idle_wait`).
+        self.ring_bell(dest);
     }
 
     fn idle_wait(&self, max: std::time::Duration) {
         // SAFETY: this rank's doorbell, mapped for the conduit's life.
         let bell = unsafe { &*self.out_bell[self.rank as usize] };
         bell.arm();
-        if !self.anything_claimed() {
-            bell.wait(max);
+        match self.inbound() {
+            Inbound3::Ready => {}
+            // A claim without its message yet: a push about to publish, or a prepared message
+            // held by its sender, whose commit or cancel rings. A short wait, not a spin.
+            Inbound3::Claimed => bell.wait(max.min(CLAIMED_WAIT)),
+            Inbound3::Empty => bell.wait(max),
         }
         bell.rest();
     }

@@ -263,6 +263,12 @@ impl Ring {
         prefetch_write(self.slot_ptr(pos).cast::<u8>());
     }
 
+    /// The position consumers take next (the oldest slot not yet taken).
+    #[inline]
+    pub fn head(&self) -> u64 {
+        self.ctl().deq.0.load(Ordering::Acquire)
+    }
+
     /// True when a message may be waiting (a cheap check without claiming).
     #[inline(always)]
     pub fn maybe_ready(&self) -> bool {
