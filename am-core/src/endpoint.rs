@@ -763,6 +763,33 @@ impl Endpoint {
         Ok(att)
     }
 
+    /// The checks of a client request of `category` (`check_request`, then the payload
+    /// against `max_medium` or the target's segment at `long_offset`) and the message they
+    /// clear.
+    #[inline]
+    pub(crate) fn checked_request<'a>(
+        &self,
+        op: &'static str,
+        dest: Rank,
+        handler: u8,
+        (category, long_offset): (Category, u64),
+        args: &'a [u32],
+        payload: &'a [u8],
+    ) -> Result<OutMsg<'a>> {
+        let att = self.check_request(op, dest, handler, args)?;
+        if category != Category::Short {
+            att.check_payload(dest, category, payload.len(), long_offset)?;
+        }
+        Ok(OutMsg {
+            handler,
+            category,
+            is_reply: false,
+            args,
+            payload,
+            long_offset,
+        })
+    }
+
     /// Send a Short request: `args` only.
     #[inline]
     pub fn request_short(&self, dest: Rank, handler: u8, args: &[u32]) -> Result<()> {
@@ -791,20 +818,15 @@ impl Endpoint {
         args: &[u32],
         payload: &[u8],
     ) -> Result<()> {
-        let att = self.check_request("request_medium", dest, handler, args)?;
-        att.check_payload(dest, Category::Medium, payload.len(), 0)?;
-        self.send_msg(
+        let msg = self.checked_request(
+            "request_medium",
             dest,
-            &OutMsg {
-                handler,
-                category: Category::Medium,
-                is_reply: false,
-                args,
-                payload,
-                long_offset: 0,
-            },
-            false,
-        )
+            handler,
+            (Category::Medium, 0),
+            args,
+            payload,
+        )?;
+        self.send_msg(dest, &msg, false)
     }
 
     /// Send a Long request: `payload` is written at `dest_offset` in `dest`'s segment before the
@@ -818,20 +840,15 @@ impl Endpoint {
         payload: &[u8],
         dest_offset: u64,
     ) -> Result<()> {
-        let att = self.check_request("request_long", dest, handler, args)?;
-        att.check_payload(dest, Category::Long, payload.len(), dest_offset)?;
-        self.send_msg(
+        let msg = self.checked_request(
+            "request_long",
             dest,
-            &OutMsg {
-                handler,
-                category: Category::Long,
-                is_reply: false,
-                args,
-                payload,
-                long_offset: dest_offset,
-            },
-            false,
-        )
+            handler,
+            (Category::Long, dest_offset),
+            args,
+            payload,
+        )?;
+        self.send_msg(dest, &msg, false)
     }
 
     /// [`request_short`](Self::request_short) with the immediate flag: when the conduit has
@@ -865,20 +882,9 @@ impl Endpoint {
         args: &[u32],
         payload: &[u8],
     ) -> Result<()> {
-        let att = self.check_request("try_request_medium", dest, handler, args)?;
-        att.check_payload(dest, Category::Medium, payload.len(), 0)?;
-        self.send_immediate(
-            "try_request_medium",
-            dest,
-            &OutMsg {
-                handler,
-                category: Category::Medium,
-                is_reply: false,
-                args,
-                payload,
-                long_offset: 0,
-            },
-        )
+        const OP: &str = "try_request_medium";
+        let msg = self.checked_request(OP, dest, handler, (Category::Medium, 0), args, payload)?;
+        self.send_immediate(OP, dest, &msg)
     }
 
     /// [`request_long`](Self::request_long) with the immediate flag (see
@@ -892,20 +898,16 @@ impl Endpoint {
         payload: &[u8],
         dest_offset: u64,
     ) -> Result<()> {
-        let att = self.check_request("try_request_long", dest, handler, args)?;
-        att.check_payload(dest, Category::Long, payload.len(), dest_offset)?;
-        self.send_immediate(
-            "try_request_long",
+        const OP: &str = "try_request_long";
+        let msg = self.checked_request(
+            OP,
             dest,
-            &OutMsg {
-                handler,
-                category: Category::Long,
-                is_reply: false,
-                args,
-                payload,
-                long_offset: dest_offset,
-            },
-        )
+            handler,
+            (Category::Long, dest_offset),
+            args,
+            payload,
+        )?;
+        self.send_immediate(OP, dest, &msg)
     }
 
     /// One attempt to hand a message to the conduit.

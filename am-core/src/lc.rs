@@ -30,16 +30,14 @@ impl Endpoint {
         args: &[u32],
         payload: &[u8],
     ) -> Result<Handle> {
-        let att = self.check_request("request_medium_nb", dest, handler, args)?;
-        att.check_payload(dest, Category::Medium, payload.len(), 0)?;
-        let msg = OutMsg {
+        let msg = self.checked_request(
+            "request_medium_nb",
+            dest,
             handler,
-            category: Category::Medium,
-            is_reply: false,
+            (Category::Medium, 0),
             args,
             payload,
-            long_offset: 0,
-        };
+        )?;
         // SAFETY: forwarded contract.
         unsafe { self.send_lc(dest, &msg) }
     }
@@ -59,16 +57,14 @@ impl Endpoint {
         payload: &[u8],
         dest_offset: u64,
     ) -> Result<Handle> {
-        let att = self.check_request("request_long_nb", dest, handler, args)?;
-        att.check_payload(dest, Category::Long, payload.len(), dest_offset)?;
-        let msg = OutMsg {
+        let msg = self.checked_request(
+            "request_long_nb",
+            dest,
             handler,
-            category: Category::Long,
-            is_reply: false,
+            (Category::Long, dest_offset),
             args,
             payload,
-            long_offset: dest_offset,
-        };
+        )?;
         // SAFETY: forwarded contract.
         unsafe { self.send_lc(dest, &msg) }
     }

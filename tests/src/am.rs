@@ -254,6 +254,12 @@ fn immediate(c: &Ctx<'_>) -> Verdict {
             format!("{CAP} immediate sends and none found the conduit full")
         })?;
     }
+    arrived_as_sent(c, next, sent, "immediate sends")
+}
+
+/// Tells `next` how many `H_COUNT` requests this rank sent it (`sent`), and checks that
+/// exactly as many as its predecessor sent here arrived.
+fn arrived_as_sent(c: &Ctx<'_>, next: u32, sent: u64, what: &str) -> Verdict {
     ck(
         "put count",
         c.ep.put(next, IMM_COUNT_OFF, &sent.to_le_bytes()),
@@ -263,13 +269,13 @@ fn immediate(c: &Ctx<'_>) -> Verdict {
     ck("read_local", c.ep.read_local(IMM_COUNT_OFF, &mut b))?;
     let want = u64::from_le_bytes(b);
     ck(
-        "wait for the immediate sends",
+        &format!("wait for the {what}"),
         c.ep.wait_until(|| c.st.hits.load(Ordering::SeqCst) >= want),
     )?;
     ck("barrier", c.ep.barrier())?;
     let hits = c.st.hits.load(Ordering::SeqCst);
     ensure(hits == want, || {
-        format!("{hits} immediate sends arrived, {want} were sent")
+        format!("{hits} {what} arrived, {want} were sent")
     })
 }
 
@@ -331,23 +337,7 @@ fn prepared_holds_its_place(c: &Ctx<'_>) -> Verdict {
     }
     ck("commit", m.commit(&[3], 8))?;
     sent += 1;
-    ck(
-        "put count",
-        c.ep.put(next, IMM_COUNT_OFF, &sent.to_le_bytes()),
-    )?;
-    ck("barrier", c.ep.barrier())?;
-    let mut b = [0u8; 8];
-    ck("read_local", c.ep.read_local(IMM_COUNT_OFF, &mut b))?;
-    let want = u64::from_le_bytes(b);
-    ck(
-        "wait for the messages",
-        c.ep.wait_until(|| c.st.hits.load(Ordering::SeqCst) >= want),
-    )?;
-    ck("barrier", c.ep.barrier())?;
-    let hits = c.st.hits.load(Ordering::SeqCst);
-    ensure(hits == want, || {
-        format!("{hits} messages arrived, {want} were sent")
-    })?;
+    arrived_as_sent(c, next, sent, "messages")?;
     verdict
 }
 
