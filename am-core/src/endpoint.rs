@@ -719,14 +719,10 @@ impl Endpoint {
         count(self.stats_block(), base, msg.category, msg.payload.len());
     }
 
-    /// Counts a Medium request committed from a conduit's prepared slot (`npam`).
-    pub(crate) fn count_prepared_sent(&self, len: usize) {
-        count(
-            self.stats_block(),
-            Ctr::ReqShort as usize,
-            Category::Medium,
-            len,
-        );
+    /// Counts a Medium request (or reply) committed from a conduit's prepared slot (`npam`).
+    pub(crate) fn count_prepared_sent(&self, reply: bool, len: usize) {
+        let base = if reply { Ctr::RepShort } else { Ctr::ReqShort } as usize;
+        count(self.stats_block(), base, Category::Medium, len);
     }
 
     #[inline]

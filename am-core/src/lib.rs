@@ -45,7 +45,7 @@ pub use error::{Error, Result};
 pub use handler::{HandlerFn, HandlerTable, Token, FIRST_CLIENT_HANDLER};
 pub use handlers::Layer;
 pub use layer::LayerHooks;
-pub use npam::Prepared;
+pub use npam::{Prepared, PreparedReply};
 pub use rma::{Handle, RmaPath, SyncFuture};
 pub use segview::SegmentAtomic;
 pub use stats::{AmCounts, Stats};

@@ -96,27 +96,54 @@ pub struct Prepared<'ep> {
     _thread: PhantomData<*const ()>,
 }
 
+/// The bytes of a prepared message's buffer.
+fn bytes(buf: &Option<Buf>) -> &[u8] {
+    match buf {
+        Some(Buf::Pool(b)) => b,
+        // SAFETY: the slot's `len` bytes belong to its holder alone until it commits or
+        // cancels (the conduit's claim), and stay mapped for the conduit's life.
+        Some(Buf::Slot(s)) => unsafe { std::slice::from_raw_parts(s.buf.as_ptr(), s.len) },
+        None => &[],
+    }
+}
+
+/// [`bytes`], writable.
+fn bytes_mut(buf: &mut Option<Buf>) -> &mut [u8] {
+    match buf {
+        Some(Buf::Pool(b)) => b,
+        // SAFETY: as in `bytes`, borrowed mutably through the holder.
+        Some(Buf::Slot(s)) => unsafe { std::slice::from_raw_parts_mut(s.buf.as_ptr(), s.len) },
+        None => &mut [],
+    }
+}
+
+/// `Error::Usage` for a commit of `len` bytes into a buffer of `cap`, or `TooManyArgs`.
+fn check_commit(len: usize, cap: usize, nargs: usize) -> Result<()> {
+    if len > cap {
+        return Err(Error::Usage {
+            op: "commit",
+            detail: format!("a payload of {len} bytes in a buffer prepared for at most {cap}"),
+        });
+    }
+    if nargs > crate::MAX_ARGS {
+        return Err(Error::TooManyArgs {
+            given: nargs,
+            max: crate::MAX_ARGS,
+        });
+    }
+    Ok(())
+}
+
 impl Deref for Prepared<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        match &self.buf {
-            Some(Buf::Pool(b)) => b,
-            // SAFETY: the slot's `len` bytes are this value's alone until it commits or
-            // cancels (the conduit's claim), and stay mapped for the conduit's life.
-            Some(Buf::Slot(s)) => unsafe { std::slice::from_raw_parts(s.buf.as_ptr(), s.len) },
-            None => &[],
-        }
+        bytes(&self.buf)
     }
 }
 
 impl DerefMut for Prepared<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
-        match &mut self.buf {
-            Some(Buf::Pool(b)) => b,
-            // SAFETY: as in `deref`, borrowed mutably through `self`.
-            Some(Buf::Slot(s)) => unsafe { std::slice::from_raw_parts_mut(s.buf.as_ptr(), s.len) },
-            None => &mut [],
-        }
+        bytes_mut(&mut self.buf)
     }
 }
 
@@ -145,23 +172,8 @@ impl Prepared<'_> {
     /// sent then.
     pub fn commit(mut self, args: &[u32], len: usize) -> Result<()> {
         if let Some(Buf::Slot(s)) = &self.buf {
-            if len > s.len || args.len() > crate::MAX_ARGS {
-                // Refused; the drop cancels the slot.
-                return Err(if len > s.len {
-                    Error::Usage {
-                        op: "commit",
-                        detail: format!(
-                            "a payload of {len} bytes in a buffer prepared for at most {}",
-                            s.len
-                        ),
-                    }
-                } else {
-                    Error::TooManyArgs {
-                        given: args.len(),
-                        max: crate::MAX_ARGS,
-                    }
-                });
-            }
+            // Refused: the drop cancels the slot.
+            check_commit(len, s.len, args.len())?;
             let Some(Buf::Slot(s)) = self.buf.take() else {
                 return Ok(());
             };
@@ -175,7 +187,7 @@ impl Prepared<'_> {
                     .commit_medium(self.dest, &s, false, self.handler, args, len);
             }
             held(-1);
-            self.ep.count_prepared_sent(len);
+            self.ep.count_prepared_sent(false, len);
             return Ok(());
         }
         let buf = match self.buf.take() {
@@ -212,6 +224,140 @@ impl Prepared<'_> {
 
     /// Drop the message without sending it (what dropping the value does).
     pub fn cancel(self) {}
+}
+
+/// A prepared Medium reply (GASNet-EX's `gex_AM_PrepareReplyMedium`), from
+/// [`Token::prepare_reply_medium`](crate::Token::prepare_reply_medium): a buffer of the
+/// negotiated size to build the payload in (`Deref<Target = [u8]>`; initial contents
+/// unspecified), sent by [`commit`](PreparedReply::commit), which counts as the handler's one
+/// reply; dropping it sends nothing, and the handler may still reply. On smp the reply is
+/// built in place in a slot of the reply ring to the requester (no copy at commit).
+#[must_use = "a prepared reply is sent only by commit; dropping it cancels it"]
+pub struct PreparedReply<'t, 'a> {
+    tok: &'t mut crate::Token<'a>,
+    handler: u8,
+    buf: Option<Buf>,
+    /// Not `Send`: a slot is released on the thread that took it.
+    _thread: PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for PreparedReply<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedReply")
+            .field("to", &self.tok.src)
+            .field("handler", &self.handler)
+            .field("len", &bytes(&self.buf).len())
+            .finish()
+    }
+}
+
+impl Deref for PreparedReply<'_, '_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        bytes(&self.buf)
+    }
+}
+
+impl DerefMut for PreparedReply<'_, '_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        bytes_mut(&mut self.buf)
+    }
+}
+
+impl Drop for PreparedReply<'_, '_> {
+    fn drop(&mut self) {
+        match self.buf.take() {
+            Some(Buf::Pool(b)) => give_back(b),
+            Some(Buf::Slot(s)) => {
+                // SAFETY: the slot came from this endpoint's conduit as a reply to the
+                // requester and was neither committed nor cancelled (`buf` is taken once).
+                unsafe { self.tok.ep.inner.conduit.cancel_medium(self.tok.src, &s) };
+            }
+            None => {}
+        }
+    }
+}
+
+impl PreparedReply<'_, '_> {
+    /// Send the reply with the first `len` bytes of the buffer and `args`; errors as
+    /// `reply_medium`, and `Error::Usage` for a `len` beyond the buffer (nothing is sent
+    /// then, and the handler may still reply).
+    pub fn commit(mut self, args: &[u32], len: usize) -> Result<()> {
+        if let Some(Buf::Slot(s)) = &self.buf {
+            check_commit(len, s.len, args.len())?;
+            let Some(Buf::Slot(s)) = self.buf.take() else {
+                return Ok(());
+            };
+            let src = self.tok.src;
+            // SAFETY: the slot came from this endpoint's conduit as a reply to `src`, and is
+            // committed once (`buf` taken); `len` and `args` were checked above, the handler
+            // at prepare.
+            unsafe {
+                self.tok
+                    .ep
+                    .inner
+                    .conduit
+                    .commit_medium(src, &s, true, self.handler, args, len);
+            }
+            self.tok.replied = true;
+            self.tok.ep.count_prepared_sent(true, len);
+            return Ok(());
+        }
+        let buf = match self.buf.take() {
+            Some(Buf::Pool(b)) => b,
+            _ => Vec::new(),
+        };
+        let r = check_commit(len, buf.len(), args.len()).and_then(|()| {
+            self.tok
+                .reply(self.handler, Category::Medium, args, &buf[..len], 0, false)
+        });
+        give_back(buf);
+        r
+    }
+
+    /// Drop the reply without sending it (what dropping the value does).
+    pub fn cancel(self) {}
+}
+
+impl<'a> crate::Token<'a> {
+    /// Prepare a Medium reply to the requester's `handler` with a payload of at most
+    /// `max_len` bytes (at most `max_medium()`): returns the buffer to build it in, sent by
+    /// [`PreparedReply::commit`]. Checks as `reply_medium`: `ReplyFromReply`, `SecondReply`,
+    /// the handler index, `PayloadTooLarge`.
+    pub fn prepare_reply_medium(
+        &mut self,
+        handler: u8,
+        max_len: usize,
+    ) -> Result<PreparedReply<'_, 'a>> {
+        if !self.is_request {
+            return Err(Error::ReplyFromReply {
+                handler: self.handler,
+            });
+        }
+        if self.replied {
+            return Err(Error::SecondReply {
+                handler: self.handler,
+            });
+        }
+        self.att.check_client_handler(handler)?;
+        self.att
+            .check_payload(self.src, Category::Medium, max_len, 0)?;
+        let buf = match self
+            .ep
+            .inner
+            .conduit
+            .prepare_medium(self.src, true, max_len)
+        {
+            Some(s) => Buf::Slot(s),
+            None => Buf::Pool(take_buffer(max_len)),
+        };
+        Ok(PreparedReply {
+            tok: self,
+            handler,
+            buf: Some(buf),
+            _thread: PhantomData,
+        })
+    }
 }
 
 impl Endpoint {

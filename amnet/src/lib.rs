@@ -56,8 +56,8 @@ pub use amnet_core::handlers;
 pub use amnet_core::{
     AmCounts, AtomicDomain, AtomicElem, AtomicFuture, AtomicHandle, AtomicOp, AtomicOps,
     AtomicType, Backoff, Category, ConduitKind, Endpoint, EndpointConfig, Error, Handle, HandlerFn,
-    HandlerTable, Layer, LayerHooks, Prepared, Rank, Result, RmaPath, Source, Stats, Token,
-    FIRST_CLIENT_HANDLER, MAX_ARGS,
+    HandlerTable, Layer, LayerHooks, Prepared, PreparedReply, Rank, Result, RmaPath, Source, Stats,
+    Token, FIRST_CLIENT_HANDLER, MAX_ARGS,
 };
 pub use amnet_smp::{RankOutcome, ThreadExit};
 
