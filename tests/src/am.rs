@@ -1,7 +1,7 @@
 //! Active messages: every category with 0..=16 arguments and payloads of 0, 1, 7, 8, 4095
 //! bytes and the maximum, replies of every category, request/reply chains, several threads.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use amnet::MAX_ARGS;
@@ -344,21 +344,12 @@ fn prepared_holds_its_place(c: &Ctx<'_>) -> Verdict {
 
 /// Request `[seed, len, mode]` (registered after attach): mode 0 replies `H_PREP_REP` with
 /// `len` pattern bytes built in a prepared reply; mode 1 prepares one, cancels it, and then
-/// replies with a Short `[seed]` (a cancelled reply is no reply); both check that a second
+/// replies with a Short `[seed, 0]` (a cancelled reply is no reply); both check that a second
 /// reply is refused.
 const H_PREP_REQ: u8 = 204;
-/// Reply `[seed, len]`: checks the payload against the pattern and its length, counts.
+/// Request or reply `[seed, len]`: checks the payload against the pattern and its length,
+/// and counts in `hits`.
 const H_PREP_REP: u8 = 205;
-/// Prepared replies received in good order, and problems seen in their handlers.
-static PREP_OK: AtomicU64 = AtomicU64::new(0);
-static PREP_BAD: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-
-fn prep_bad(what: String) {
-    PREP_BAD
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(what);
-}
 
 /// Prepared (negotiated-payload) Medium replies from every rank, of sizes up to
 /// `max_medium`, committed shorter than prepared; a cancelled one leaves the reply to make.
@@ -366,55 +357,55 @@ fn prep_bad(what: String) {
 // Sizes up to max_medium and small indices: the casts to u32 do not truncate.
 #[allow(clippy::cast_possible_truncation)]
 fn prepared_reply(c: &Ctx<'_>) -> Verdict {
+    let (st, st2) = (c.st.clone(), c.st.clone());
     let registered =
-        c.ep.register_handler(H_PREP_REQ, |tok, args, _p| {
+        c.ep.register_handler(H_PREP_REQ, move |tok, args, _p| {
             let &[seed, len, mode] = args else {
-                return prep_bad(format!("H_PREP_REQ with {args:?}"));
+                return st.error(format!("H_PREP_REQ with {args:?}"));
             };
             let len = len as usize;
             let max = tok.endpoint().max_medium().min(len + 64);
             if mode == 1 {
                 match tok.prepare_reply_medium(H_PREP_REP, max) {
                     Ok(p) => p.cancel(),
-                    Err(e) => return prep_bad(format!("prepare_reply_medium: {e}")),
+                    Err(e) => return st.error(format!("prepare_reply_medium: {e}")),
                 }
                 if let Err(e) = tok.reply_short(H_PREP_REP, &[seed, 0]) {
-                    prep_bad(format!("reply after a cancelled prepared reply: {e}"));
+                    st.error(format!("reply after a cancelled prepared reply: {e}"));
                 }
             } else {
                 let mut p = match tok.prepare_reply_medium(H_PREP_REP, max) {
                     Ok(p) => p,
-                    Err(e) => return prep_bad(format!("prepare_reply_medium: {e}")),
+                    Err(e) => return st.error(format!("prepare_reply_medium: {e}")),
                 };
                 if p.len() != max {
-                    prep_bad(format!(
+                    st.error(format!(
                         "a prepared reply of {} bytes, {max} asked",
                         p.len()
                     ));
                 }
                 p[..len].copy_from_slice(&pattern::bytes(seed, len));
-                #[allow(clippy::cast_possible_truncation)] // at most max_medium
                 if let Err(e) = p.commit(&[seed, len as u32], len) {
-                    prep_bad(format!("commit of a prepared reply: {e}"));
+                    st.error(format!("commit of a prepared reply: {e}"));
                 }
             }
             let again = tok.reply_short(H_PREP_REP, &[seed]);
             if !matches!(again, Err(amnet::Error::SecondReply { .. })) {
-                prep_bad(format!("a second reply: {again:?}"));
+                st.error(format!("a second reply: {again:?}"));
             }
         })
         .and_then(|()| {
-            c.ep.register_handler(H_PREP_REP, |_tok, args, payload| {
+            c.ep.register_handler(H_PREP_REP, move |_tok, args, payload| {
                 let &[seed, len] = args else {
-                    return prep_bad(format!("H_PREP_REP with {args:?}"));
+                    return st2.error(format!("H_PREP_REP with {args:?}"));
                 };
                 if payload.len() != len as usize || pattern::first_bad(seed, payload).is_some() {
-                    prep_bad(format!(
-                        "a prepared reply of {} bytes ({len} sent) differs",
+                    st2.error(format!(
+                        "a prepared message of {} bytes ({len} sent) differs",
                         payload.len()
                     ));
                 } else {
-                    PREP_OK.fetch_add(1, Ordering::SeqCst);
+                    st2.hits.fetch_add(1, Ordering::SeqCst);
                 }
             })
         });
@@ -422,8 +413,6 @@ fn prepared_reply(c: &Ctx<'_>) -> Verdict {
         Ok(()) | Err(amnet::Error::DuplicateHandler { .. }) => {}
         Err(e) => return Err(format!("register_handler: {e}")),
     }
-    // Read before the barrier: every rank's messages here come after it.
-    let before = PREP_OK.load(Ordering::SeqCst);
     ck("barrier", c.ep.barrier())?;
     let lens = [0usize, 100, 168, 169, 4000, c.ep.max_medium()];
     for d in 0..c.size() {
@@ -451,19 +440,14 @@ fn prepared_reply(c: &Ctx<'_>) -> Verdict {
     let n = lens.len() as u64;
     let want = u64::from(c.size()) * ((n + 1) + n);
     ck(
-        "wait for the prepared replies",
+        "wait for the prepared messages",
         c.ep.wait_until(|| {
-            PREP_OK.load(Ordering::SeqCst) >= before + want
-                || !PREP_BAD
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .is_empty()
+            c.st.hits.load(Ordering::SeqCst) >= want || !lock(&c.st.errors).is_empty()
         }),
     )?;
     ck("barrier", c.ep.barrier())?;
-    let bad = std::mem::take(&mut *PREP_BAD.lock().unwrap_or_else(|e| e.into_inner()));
-    ensure(bad.is_empty(), || bad.join("; "))?;
-    let got = PREP_OK.load(Ordering::SeqCst) - before;
+    c.st.handler_verdict()?;
+    let got = c.st.hits.load(Ordering::SeqCst);
     ensure(got == want, || {
         format!("{got} prepared messages arrived, {want} expected")
     })
