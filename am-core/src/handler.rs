@@ -135,15 +135,8 @@ impl<'a> Token<'a> {
         self.reply(handler, Category::Long, args, payload, dest_offset, false)
     }
 
-    pub(crate) fn reply(
-        &mut self,
-        handler: u8,
-        category: Category,
-        args: &[u32],
-        payload: &[u8],
-        long_offset: u64,
-        internal: bool,
-    ) -> Result<()> {
+    /// `ReplyFromReply` in a reply handler, `SecondReply` once the handler replied.
+    pub(crate) fn check_may_reply(&self) -> Result<()> {
         if !self.is_request {
             return Err(Error::ReplyFromReply {
                 handler: self.handler,
@@ -154,6 +147,19 @@ impl<'a> Token<'a> {
                 handler: self.handler,
             });
         }
+        Ok(())
+    }
+
+    pub(crate) fn reply(
+        &mut self,
+        handler: u8,
+        category: Category,
+        args: &[u32],
+        payload: &[u8],
+        long_offset: u64,
+        internal: bool,
+    ) -> Result<()> {
+        self.check_may_reply()?;
         let att = self.att;
         if !internal {
             att.check_client_handler(handler)?;

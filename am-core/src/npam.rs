@@ -329,16 +329,7 @@ impl<'a> crate::Token<'a> {
         handler: u8,
         max_len: usize,
     ) -> Result<PreparedReply<'_, 'a>> {
-        if !self.is_request {
-            return Err(Error::ReplyFromReply {
-                handler: self.handler,
-            });
-        }
-        if self.replied {
-            return Err(Error::SecondReply {
-                handler: self.handler,
-            });
-        }
+        self.check_may_reply()?;
         self.att.check_client_handler(handler)?;
         self.att
             .check_payload(self.src, Category::Medium, max_len, 0)?;
