@@ -196,28 +196,15 @@ impl Prepared<'_> {
         };
         // Released before the send, which may wait for room.
         held(-1);
-        let r = if len > buf.len() {
-            Err(Error::Usage {
-                op: "commit",
-                detail: format!(
-                    "a payload of {len} bytes in a buffer prepared for at most {}",
-                    buf.len()
-                ),
-            })
-        } else {
-            match self.category {
-                Category::Long => self.ep.request_long(
-                    self.dest,
-                    self.handler,
-                    args,
-                    &buf[..len],
-                    self.dest_offset,
-                ),
-                _ => self
-                    .ep
-                    .request_medium(self.dest, self.handler, args, &buf[..len]),
+        let r = check_commit(len, buf.len(), args.len()).and_then(|()| match self.category {
+            Category::Long => {
+                self.ep
+                    .request_long(self.dest, self.handler, args, &buf[..len], self.dest_offset)
             }
-        };
+            _ => self
+                .ep
+                .request_medium(self.dest, self.handler, args, &buf[..len]),
+        });
         give_back(buf);
         r
     }

@@ -655,13 +655,22 @@ impl SmpConduit {
         });
     }
 
-    /// After publishing a prepared slot into `dest`'s ring of `class`: a large ring's
-    /// counter moves, as after any push into it (see the module notes).
-    fn published_prepared(&self, dest: Rank, class: usize) {
+    /// Publishes the prepared slot at `pos` of `dest`'s ring of `class` (committed or void)
+    /// and forgets this thread's claim; a large ring's counter moves, as after any push into
+    /// it (see the module notes), and the destination's doorbell rings (its progress thread
+    /// may be waiting for this slot, see `idle_wait`).
+    ///
+    /// # Safety
+    /// - `pos` was claimed on that ring by `prepare_medium` and is not published yet.
+    unsafe fn publish_prepared(&self, dest: Rank, class: usize, pos: u64) {
+        // SAFETY: per the contract.
+        unsafe { self.out[dest as usize][class].publish(pos) };
+        self.unclaim(dest, class, pos);
         if class & 1 == 1 {
             // SAFETY: the destination's counter, mapped for the conduit's life.
             unsafe { &*self.out_large[dest as usize] }.fetch_add(1, Ordering::Release);
         }
+        self.ring_bell(dest);
     }
 
     /// What the rings into this rank hold, for the progress thread's check before it sleeps
@@ -1041,9 +1050,10 @@ impl Conduit for SmpConduit {
         else {
             // Not a mapped address: give the slot back, void.
             // SAFETY: the slot was just claimed and is not published.
-            unsafe { wire::encode_void(ring.slot_data(pos)) };
-            ring.publish(pos);
-            self.published_prepared(dest, class);
+            unsafe {
+                wire::encode_void(ring.slot_data(pos));
+                self.publish_prepared(dest, class, pos);
+            }
             return None;
         };
         let me = self as *const Self as usize;
@@ -1071,11 +1081,10 @@ impl Conduit for SmpConduit {
         // SAFETY: the slot was claimed by `prepare_medium` (the caller's contract) and is not
         // published yet; its data area holds `FIXED_AT + slot.len` bytes, the payload
         // already in place behind the header's room.
-        unsafe { wire::encode_fixed(ring.slot_data(pos), handler, is_reply, args, len) };
-        ring.publish(pos);
-        self.unclaim(dest, class, pos);
-        self.published_prepared(dest, class);
-        self.ring_bell(dest);
+        unsafe {
+            wire::encode_fixed(ring.slot_data(pos), handler, is_reply, args, len);
+            self.publish_prepared(dest, class, pos);
+        }
     }
 
     unsafe fn cancel_medium(&self, dest: Rank, slot: &PreparedSlot) {
@@ -1084,12 +1093,10 @@ impl Conduit for SmpConduit {
         let ring = &self.out[dest as usize][class];
         let pos = slot.token[0];
         // SAFETY: as in `commit_medium`: a claimed slot not yet published.
-        unsafe { wire::encode_void(ring.slot_data(pos)) };
-        ring.publish(pos);
-        self.unclaim(dest, class, pos);
-        self.published_prepared(dest, class);
-        // The receiver's progress thread may wait for this slot (see `idle_wait`).
-        self.ring_bell(dest);
+        unsafe {
+            wire::encode_void(ring.slot_data(pos));
+            self.publish_prepared(dest, class, pos);
+        }
     }
 
     fn idle_wait(&self, max: std::time::Duration) {

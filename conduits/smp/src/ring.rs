@@ -185,7 +185,8 @@ impl Ring {
             Some(pos) => {
                 let p = self.data_ptr(pos);
                 self.slot(pos).data.with_mut(|_| fill(p));
-                self.publish(pos);
+                // SAFETY: `pos` was claimed just above and is published once, here.
+                unsafe { self.publish(pos) };
                 true
             }
             None => false,
@@ -233,7 +234,7 @@ impl Ring {
     }
 
     /// The data area of the slot claimed at `pos` (`data_cap()` bytes), for its claimer to
-    /// write until it publishes.
+    /// write until it publishes. Only the holder of the claim may write through it.
     #[inline(always)]
     pub fn slot_data(&self, pos: u64) -> *mut u8 {
         self.data_ptr(pos)
@@ -241,8 +242,12 @@ impl Ring {
 
     /// Publish the slot claimed at `pos` ([`try_claim`](Self::try_claim)), whose data the
     /// claimer has written: consumers may take it from now on.
+    ///
+    /// # Safety
+    /// - `pos` was returned by `try_claim` on this ring and is published once: publishing a
+    ///   position nobody claimed would hand consumers a slot a producer may be writing.
     #[inline(always)]
-    pub fn publish(&self, pos: u64) {
+    pub unsafe fn publish(&self, pos: u64) {
         let lap = pos & !self.mask;
         self.slot(pos)
             .seq
