@@ -110,6 +110,8 @@ struct Entry {
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct ShmKey {
     shared: u64,
+    /// The team's id.
+    team: u64,
     generation: u64,
     image: u32,
     kind: Kind,
@@ -396,6 +398,7 @@ impl Coll {
                                 .unwrap_or(DEFAULT_EARLY_BYTES),
                         ),
                         shm_world: crate::shm::ShmTeam::world(ep),
+                        shm_areas: Mutex::new(crate::shm::AreaBook::default()),
                         agg_teams: std::sync::atomic::AtomicUsize::new(0),
                         kernels: builtin::builtin_kernels(),
                     });
@@ -646,13 +649,14 @@ impl Coll {
         })
     }
 
-    /// The smp-native state of `geo`'s team, if it has one (the world team, where every rank
-    /// maps every other rank's host scratch).
-    fn shm_team(&self, geo: &Geo) -> Option<&crate::shm::ShmTeam> {
+    /// The smp-native state of `geo`'s team, if it has one: where every member maps every
+    /// other member's host scratch, the world team's, and another team's where it got an area
+    /// of the scratch when it was made (`Coll::shm_areas`).
+    pub(crate) fn shm_team<'a>(&'a self, geo: &'a Geo) -> Option<&'a crate::shm::ShmTeam> {
         if geo.id == 0 {
             self.sh.shm_world.as_ref()
         } else {
-            None
+            geo.shm.get()
         }
     }
 
@@ -853,13 +857,12 @@ impl Coll {
     }
 
     /// The key of `c` for the repeat of an smp-native call, when it may have one: blocking,
-    /// one address each, uniform counts, a table function, the world team with its
-    /// smp-native state.
+    /// one address each, uniform counts, a table function, a team with smp-native state.
     fn shm_key(&self, team: &Team, c: &Call<'_>) -> Option<ShmKey> {
-        if !c.blocking || c.call_fn.is_some() || team.geo().id != 0 {
+        if !c.blocking || c.call_fn.is_some() {
             return None;
         }
-        self.sh.shm_world.as_ref()?;
+        self.shm_team(team.geo())?;
         let Addrs::One { src, dst } = c.addrs else {
             return None;
         };
@@ -875,6 +878,7 @@ impl Coll {
         };
         Some(ShmKey {
             shared: self.sh.id,
+            team: team.geo().id,
             generation: self.sh.selector.generation(),
             image: self.image,
             kind: c.kind,
@@ -902,9 +906,7 @@ impl Coll {
         self.check_team(c.op, team)?;
         self.no_barrier_pending(c.op)?;
         let t = self
-            .sh
-            .shm_world
-            .as_ref()
+            .shm_team(team.geo())
             .ok_or_else(|| usage(c.op, "the smp-native algorithm on a team without one"))?;
         let Addrs::One { src, dst } = c.addrs else {
             return Err(usage(c.op, "a repeated call changed its address form"));

@@ -3,11 +3,13 @@
 //!
 //! Every creation call is collective over the parent team: every rank of the parent makes it
 //! (one thread per rank; in an image job the client serializes it like any representative
-//! call), in the same order as its other creation calls and collectives on the parent. Only
-//! `split` communicates (one gather of every member's color and key); the others compute the
-//! new team from their single-valued arguments. A new team is usable at once: a member may
-//! send to it before another has finished creating it, and the message waits under the
-//! team's id.
+//! call), in the same order as its other creation calls and collectives on the parent. `split`
+//! gathers every member's color and key; the others compute the new team from their
+//! single-valued arguments. Where the ranks share memory (the world team has smp-native
+//! state), every creation also gathers which areas of the host scratch each rank has free, and
+//! the new teams of more than one member take the first areas free on every rank of the
+//! parent (`shm::AreaBook`). A new team is usable at once: a member may send to it before
+//! another has finished creating it, and the message waits under the team's id.
 
 use std::collections::HashSet;
 
@@ -19,18 +21,123 @@ use crate::plan::Kind;
 use crate::team::{child_id, grid, strided, Geo, Team};
 use crate::types::Addr;
 
+/// Ends a creation's hold on the area book (`AreaBook::end_creation`) however it ends.
+struct Creating<'a>(&'a Coll);
+
+impl Drop for Creating<'_> {
+    fn drop(&mut self) {
+        self.0
+            .sh
+            .shm_areas
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .end_creation();
+    }
+}
+
+/// The host-scratch areas a creation call got for its new teams (`Coll::shm_areas`), each
+/// with its epoch base; held while the call makes its teams.
+struct Areas<'a> {
+    list: Vec<(usize, u64)>,
+    _creating: Option<Creating<'a>>,
+}
+
+impl Areas<'_> {
+    /// The area for the new teams of kind `i` (0, or 1 for `split_2d`'s columns).
+    fn get(&self, i: usize) -> Option<(usize, u64)> {
+        self.list.get(i).copied()
+    }
+}
+
 impl Coll {
     /// A new team from the parent's ranks `parent_ranks` (in new-team order), or `None` when
-    /// this rank is not among them.
-    fn child(&self, parent: &Team, id: u64, parent_ranks: &[u32]) -> Option<Team> {
+    /// this rank is not among them. `area`: the host-scratch area (and epoch base) the parent's
+    /// ranks agreed on for it, which it takes when it has more than one member and every
+    /// member maps every other member's scratch (the same answer on every member).
+    fn child(
+        &self,
+        parent: &Team,
+        id: u64,
+        parent_ranks: &[u32],
+        area: Option<(usize, u64)>,
+    ) -> Option<Team> {
         let pg = parent.geo();
         if !parent_ranks.contains(&pg.me) {
             return None;
         }
-        let members = parent_ranks.iter().map(|&p| pg.world(p)).collect();
-        let team = Team::new(Geo::new(id, members, self.sh.rank, &self.sh.images));
+        let members: Vec<_> = parent_ranks.iter().map(|&p| pg.world(p)).collect();
+        let geo = Geo::new(id, members.clone(), self.sh.rank, &self.sh.images);
+        if let Some((k, base)) = area.filter(|_| members.len() > 1) {
+            if let Some(t) = crate::shm::ShmTeam::new(&self.sh.ep, members, self.sh.rank, k, base) {
+                self.sh
+                    .shm_areas
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .claim(k);
+                t.start();
+                // A fresh Geo: the cell is empty.
+                let _ = geo.shm.set(t);
+            }
+        }
+        let team = Team::new(geo);
         self.trace_team(&team);
         Some(team)
+    }
+
+    /// The host-scratch areas for up to `want` new teams made from `parent`, each with the
+    /// epoch base its team counts from: the first areas free on every rank of the parent, from
+    /// a gather of every rank's `AreaBook::report`. None where the ranks do not share memory
+    /// (the world team has no smp-native state: the same on every rank). While the result
+    /// lives, this rank's other creations do not take the same areas (the claims are made).
+    fn shm_areas(&self, op: &'static str, parent: &Team, want: usize) -> Result<Areas<'_>> {
+        use crate::shm::REPORT_WORDS;
+        if self.sh.shm_world.is_none() {
+            return Ok(Areas {
+                list: Vec::new(),
+                _creating: None,
+            });
+        }
+        let report = self
+            .sh
+            .shm_areas
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .report();
+        let guard = Creating(self);
+        let n = parent.size() as usize;
+        let w = 8 * REPORT_WORDS;
+        // [this rank's report | every rank's], on the heap for the whole collective.
+        let mut bufs = InFlight::new(vec![0u8; w * (n + 1)]);
+        let v = bufs.get_mut();
+        for (i, x) in report.iter().enumerate() {
+            v[8 * i..8 * i + 8].copy_from_slice(&x.to_le_bytes());
+        }
+        let (mine, every) = (v.as_mut_ptr(), v[w..].as_mut_ptr());
+        // SAFETY: both ranges lie in `bufs`, which is freed only after the blocking call
+        // returned Ok (the gather completed here) and leaked when it failed.
+        let (src, dst) = unsafe { (Addr::ptr(mine), Addr::ptr(every)) };
+        let c = call(
+            op,
+            Kind::GatherAll,
+            None,
+            Counts::Uniform(w),
+            one(src, dst),
+            IN_MYSYNC | OUT_MYSYNC | SINGLE,
+        );
+        let r = self.run(parent, c, true);
+        let v = bufs.finish(r)?;
+        let reports: Vec<[u64; REPORT_WORDS]> = v[w..]
+            .chunks_exact(w)
+            .map(|r| {
+                std::array::from_fn(|i| {
+                    u64::from_le_bytes(r[8 * i..8 * i + 8].try_into().unwrap_or([0xff; 8]))
+                })
+            })
+            .collect();
+        Ok(Areas {
+            list: crate::shm::agree(&reports, want),
+            _creating: Some(guard),
+        })
     }
 
     fn creation_rules(&self, op: &'static str, parent: &Team) -> Result<u64> {
@@ -74,6 +181,8 @@ impl Coll {
         let r = self.run(parent, c, true);
         let v = bufs.finish(r)?;
         let all = &v[8..];
+        // Every color's team takes the same area: they have no member in common.
+        let areas = self.shm_areas(OP, parent, 1)?;
         let Some(color) = color else {
             return Ok(None);
         };
@@ -92,13 +201,15 @@ impl Coll {
             parent,
             child_id(parent.id(), ordinal, u64::from(color)),
             &ranks,
+            areas.get(0),
         ))
     }
 
     /// The team of parent ranks `start + stride * i` for `i` in `0..size` (OpenSHMEM's
     /// `team_split_strided`): a negative stride reverses the order, stride 0 needs size 1. An
     /// invalid triplet is the same [`Error::Usage`] on every rank of the parent; a rank that
-    /// is not in the new team gets `None`. Collective over `parent`, with no communication.
+    /// is not in the new team gets `None`. Collective over `parent`: no communication beyond the
+    /// gather of free host-scratch areas where the ranks share memory.
     pub fn split_strided(
         &self,
         parent: &Team,
@@ -109,14 +220,21 @@ impl Coll {
         const OP: &str = "team split_strided";
         let ordinal = self.creation_rules(OP, parent)?;
         let ranks = strided(parent.size(), start, stride, size).map_err(|e| usage(OP, e))?;
-        Ok(self.child(parent, child_id(parent.id(), ordinal, 0), &ranks))
+        let areas = self.shm_areas(OP, parent, 1)?;
+        Ok(self.child(
+            parent,
+            child_id(parent.id(), ordinal, 0),
+            &ranks,
+            areas.get(0),
+        ))
     }
 
     /// Split `parent` into the rows and columns of a grid `xrange` wide (OpenSHMEM's
     /// `team_split_2d`): parent rank `p` is at `(p % xrange, p / xrange)`; returns this rank's
     /// row (its number there is its x) and column (its number there is its y). The last row may
     /// be incomplete; an `xrange` larger than the parent acts as the parent's size. Collective
-    /// over `parent`, with no communication.
+    /// over `parent`: no communication beyond the gather of free host-scratch areas where the
+    /// ranks share memory.
     pub fn split_2d(&self, parent: &Team, xrange: u32) -> Result<(Team, Team)> {
         const OP: &str = "team split_2d";
         let ordinal = self.creation_rules(OP, parent)?;
@@ -124,15 +242,20 @@ impl Coll {
             return Err(usage(OP, "xrange is 0; it must be positive"));
         }
         let (_, (y, row), (x, col)) = grid(parent.size(), xrange, parent.rank());
+        // The rows take one area and the columns another (rows have no member in common, nor
+        // have columns).
+        let areas = self.shm_areas(OP, parent, 2)?;
         let row_team = self.child(
             parent,
             child_id(parent.id(), ordinal, 2 * u64::from(y)),
             &row,
+            areas.get(0),
         );
         let col_team = self.child(
             parent,
             child_id(parent.id(), ordinal, 2 * u64::from(x) + 1),
             &col,
+            areas.get(1),
         );
         match (row_team, col_team) {
             (Some(r), Some(c)) => Ok((r, c)),
@@ -143,7 +266,7 @@ impl Coll {
     /// The team of the parent ranks listed in `members`, in that order. Every rank of the
     /// parent passes the same list (ranks not in it get `None`); a rank out of range or listed
     /// twice is an [`Error::Usage`] on every rank. Collective over `parent`, with no
-    /// communication.
+    /// communication beyond the gather of free host-scratch areas where the ranks share memory.
     pub fn create(&self, parent: &Team, members: &[u32]) -> Result<Option<Team>> {
         const OP: &str = "team create";
         let ordinal = self.creation_rules(OP, parent)?;
@@ -168,7 +291,13 @@ impl Coll {
                 return Err(usage(OP, format!("member {m} is listed twice")));
             }
         }
-        Ok(self.child(parent, child_id(parent.id(), ordinal, 0), members))
+        let areas = self.shm_areas(OP, parent, 1)?;
+        Ok(self.child(
+            parent,
+            child_id(parent.id(), ordinal, 0),
+            members,
+            areas.get(0),
+        ))
     }
 
     /// Wait until every member of `team` has called `barrier` on it. Collective over `team`
@@ -239,6 +368,15 @@ impl Coll {
         team.0
             .alive
             .store(false, std::sync::atomic::Ordering::Release);
+        // Every member passed the barrier, so none reads or writes this rank's area of the
+        // team any more: the next team may take it over.
+        if let Some(t) = team.geo().shm.get() {
+            self.sh
+                .shm_areas
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .release(t.index(), t.high_water());
+        }
         let mut guard = self.sh.lock();
         let st = &mut *guard;
         st.teams.remove(&team.id());

@@ -752,6 +752,8 @@ pub(crate) struct Shared {
     /// The world team's smp-native state, when every rank maps every other rank's host
     /// scratch (`shm`).
     pub(crate) shm_world: Option<crate::shm::ShmTeam>,
+    /// Which areas of this rank's host scratch other teams hold (`shm::AreaBook`).
+    pub(crate) shm_areas: Mutex<crate::shm::AreaBook>,
     /// Teams on which some caller left an aggregate open (`TeamSeq::agg_open` not empty).
     pub(crate) agg_teams: std::sync::atomic::AtomicUsize,
     /// The built-in entries' elementwise kernels, by function index.

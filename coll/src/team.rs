@@ -35,6 +35,9 @@ pub(crate) struct Geo {
     /// The team's characteristic bits for the selector (`select::team_bits`), computed at
     /// the first call.
     pub(crate) sel_bits: std::sync::OnceLock<u64>,
+    /// The team's smp-native state (teams other than the world; the world's is in `Shared`),
+    /// set when the team is made.
+    pub(crate) shm: std::sync::OnceLock<crate::shm::ShmTeam>,
 }
 
 impl Geo {
@@ -60,6 +63,7 @@ impl Geo {
             img_first,
             index,
             sel_bits: std::sync::OnceLock::new(),
+            shm: std::sync::OnceLock::new(),
         }
     }
 

@@ -60,6 +60,7 @@ pub fn tests() -> Vec<Test> {
             crate::coll_teams::concurrent,
             60,
         ),
+        t("coll_team_areas", crate::coll_teams::areas, 120),
         // A measurement of a real job (it takes minutes in thread mode with a debug build).
         Test {
             process_only: true,

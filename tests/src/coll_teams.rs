@@ -1,6 +1,7 @@
 //! Teams: creation (split, split_strided, split_2d, create), numbering, ids and translation,
-//! destruction, the oracle property tests on every kind of team, and collectives on two teams
-//! from two threads of a rank at once.
+//! destruction, the oracle property tests on every kind of team, collectives on two teams
+//! from two threads of a rank at once, and the smp-native state of teams (host-scratch areas
+//! taken over from destroyed teams, and teams beyond the areas).
 
 use amnet::coll::raw::Collectives;
 use amnet::coll::{Addr, Coll, Team};
@@ -268,4 +269,100 @@ pub fn concurrent(c: &Ctx<'_>) -> Verdict {
     b.map_err(|_| "the column thread panicked".to_string())??;
     ck("destroy", co.destroy(&row))?;
     ck("destroy", co.destroy(&col))
+}
+
+/// `calls` broadcasts from team rank 0 and gathers on `team`, every value new (`tag`
+/// distinguishes teams and rounds), each checked on every member, then a barrier.
+fn traffic(co: &Coll, team: &Team, tag: u64, calls: u64) -> Verdict {
+    let me = u64::from(team.rank());
+    for i in 0..calls {
+        let v = (tag << 32) | (i << 8);
+        let got = bcast_u64(co, team, v | me, 0)?;
+        ensure(got == v, || {
+            format!("{team:?} call {i}: broadcast gave {got:#x}, expected {v:#x}")
+        })?;
+        let all = gather_u64(co, team, v | me)?;
+        for (r, &x) in all.iter().enumerate() {
+            ensure(x == v | r as u64, || {
+                format!("{team:?} call {i}: gathered {x:#x} from team rank {r}")
+            })?;
+        }
+    }
+    ck("team barrier", co.barrier(team))
+}
+
+/// Whether `team`'s 8-byte broadcast runs the smp-native algorithm.
+fn on_shm(co: &Coll, team: &Team) -> Result<bool, String> {
+    let alg = ck(
+        "selected",
+        co.selected(team, "broadcast", 8, f::ALLSYNC | f::SINGLE),
+    )?;
+    Ok(alg == "shm")
+}
+
+/// Where the ranks share memory, every team of more than one member made while an area of the
+/// host scratch is free runs the smp-native algorithms, on an area taken over from destroyed
+/// teams of other members and other numbers of calls (their headers and barrier words must
+/// not pass for the new team's); teams made while no area is free run the message algorithms,
+/// correctly, and a destroyed team's area serves the next team.
+pub fn areas(c: &Ctx<'_>) -> Verdict {
+    let co = coll(c)?;
+    let (me, n) = (c.rank(), c.size());
+    let world = co.world().clone();
+    let shm = on_shm(co, &world)?;
+    let want = |team: &Team| -> Verdict {
+        let got = on_shm(co, team)?;
+        ensure(got == (shm && team.size() > 1), || {
+            format!("{team:?} runs shm: {got}, the world: {shm}")
+        })
+    };
+    for round in 0..6u64 {
+        // Parity teams of different lengths of use, then the world reversed (it takes the
+        // area the parity teams left, at the larger of their high waters), then rows.
+        let half = ck("split", co.split(&world, Some(me % 2), 0))?.ok_or("no parity team")?;
+        want(&half)?;
+        traffic(co, &half, round * 16 + 1, 9 + 5 * u64::from(me % 2) + round)?;
+        ck("destroy", co.destroy(&half))?;
+        let list: Vec<u32> = (0..n).rev().collect();
+        let rev = ck("create", co.create(&world, &list))?.ok_or("no created team")?;
+        want(&rev)?;
+        traffic(co, &rev, round * 16 + 2, 20 + round)?;
+        let (row, col) = ck("split_2d", co.split_2d(&world, 2))?;
+        want(&row)?;
+        want(&col)?;
+        traffic(co, &row, round * 16 + 3, 3)?;
+        traffic(co, &col, round * 16 + 4, 4)?;
+        for t in [rev, row, col] {
+            ck("destroy", co.destroy(&t))?;
+        }
+    }
+    // Teams kept alive until the areas run out: the later ones take the message algorithms.
+    let mut kept = Vec::new();
+    let mut fell_back = false;
+    for i in 0..24u64 {
+        let t = ck("create", co.create(&world, &(0..n).collect::<Vec<u32>>()))?
+            .ok_or("no created team")?;
+        let on = on_shm(co, &t)?;
+        ensure(!(on && fell_back), || {
+            format!("team {i} runs shm after an earlier one fell back")
+        })?;
+        fell_back |= !on;
+        traffic(co, &t, 0x100 + i, 3)?;
+        kept.push(t);
+    }
+    ensure(!shm || n == 1 || fell_back, || {
+        "24 teams alive at once all run shm: the host scratch has no end".to_string()
+    })?;
+    let first = kept.first().map(|t| on_shm(co, t)).transpose()?;
+    ensure(first == Some(shm && n > 1), || {
+        format!("the first kept team runs shm: {first:?}")
+    })?;
+    for t in kept.drain(..) {
+        ck("destroy", co.destroy(&t))?;
+    }
+    let t =
+        ck("create", co.create(&world, &(0..n).collect::<Vec<u32>>()))?.ok_or("no created team")?;
+    want(&t)?;
+    traffic(co, &t, 0x200, 5)?;
+    ck("destroy", co.destroy(&t))
 }

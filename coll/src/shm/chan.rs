@@ -1,6 +1,7 @@
 //! The flag protocol of the smp-native collectives, over each rank's host scratch
-//! ([`amnet_core::LayerHooks::host_scratch`]): one [`Area`] per rank, which that rank owns
-//! (writes) except for its barrier words, each written by one partner.
+//! ([`amnet_core::LayerHooks::host_scratch`]): [`NAREAS`] [`Area`]s per rank, one per team
+//! with smp-native state (area 0 the world team's), each owned (written) by that rank except
+//! for its barrier words, each written by one partner.
 //!
 //! Every collective of a team is numbered by an *epoch* (1, 2, ...; every member counts the
 //! same calls) and uses slot `epoch % NSLOTS` of each member's area:
@@ -17,7 +18,14 @@
 //! The barrier is a dissemination barrier on the `bar` words: in round `k` a member stores the
 //! epoch into the word `k` of the member `2^k` after it, and waits until its own word `k`
 //! holds at least the epoch. Epochs only grow, so no word is ever reset (the counter is the
-//! sense). The loom models at the end check the publish/read/done/reuse cycle and the barrier.
+//! sense). The loom models at the end check the publish/read/done/reuse cycle, the barrier and
+//! the takeover of areas by a new team (below).
+//!
+//! An area passes from a destroyed team to a new one without being cleared: the new team
+//! counts its epochs from a **base** at least the [`Area::high_water`] of every member's area
+//! (agreed when the team is made), and every member first stores the base into its own `done`
+//! ([`Area::start_at`]). Every word of the area then holds at most the base, below the new
+//! team's first epoch, so no old header or barrier word passes for a new one.
 //!
 //! Nothing here waits: the waits (with the core's back-off and progress) are the caller's.
 
@@ -63,6 +71,12 @@ pub(crate) struct Header {
     inline: UnsafeCell<[u8; INLINE]>,
 }
 
+/// Bytes of host scratch per area (an [`Area`] fits, checked at compile time).
+pub(crate) const AREA_BYTES: usize = 512 << 10;
+/// Areas in a rank's host scratch: the world team's and those of up to `NAREAS - 1` other
+/// teams alive at once.
+pub(crate) const NAREAS: usize = amnet_core::HOST_SCRATCH_BYTES / AREA_BYTES;
+
 /// Bytes of an area's control part (done, barrier words, headers), padded to a page.
 const CONTROL: usize = 4096;
 const CONTROL_USED: usize = LINE * (1 + ROUNDS + NSLOTS);
@@ -82,7 +96,8 @@ pub(crate) struct Area {
 const _: () = {
     assert!(std::mem::size_of::<Header>() == LINE);
     assert!(std::mem::size_of::<Word>() == LINE);
-    assert!(std::mem::size_of::<Area>() <= amnet_core::HOST_SCRATCH_BYTES);
+    assert!(std::mem::size_of::<Area>() <= AREA_BYTES);
+    assert!(AREA_BYTES % 4096 == 0 && NAREAS >= 2);
     assert!(std::mem::align_of::<Area>() <= 4096);
 };
 
@@ -125,6 +140,21 @@ impl Area {
     #[inline]
     pub(crate) fn set_done(&self, e: u64) {
         self.done.v.store(e, Ordering::Release);
+    }
+
+    /// The largest epoch any word of the area holds (its `done`, barrier words and headers):
+    /// what a team that takes the area over must count past.
+    pub(crate) fn high_water(&self) -> u64 {
+        let bars = self.bar.iter().map(|w| w.v.load(Ordering::Acquire));
+        let hdrs = self.hdr.iter().map(|h| h.epoch.load(Ordering::Acquire));
+        bars.chain(hdrs).fold(self.done(), u64::max)
+    }
+
+    /// The owner, taking the area over for a team whose epochs start after `base` (at least
+    /// the `high_water` of every member's area): nothing of the earlier epochs is read any
+    /// more, so the new team's first slot reuse does not wait for them.
+    pub(crate) fn start_at(&self, base: u64) {
+        self.set_done(base);
     }
 
     /// Barrier word `k` (Acquire).
@@ -285,6 +315,75 @@ mod loom_models {
                 .collect();
             assert_eq!(got0, want0);
             assert_eq!(got1, want1);
+        });
+    }
+
+    /// Two members use their areas for one team (a broadcast, then the destroying barrier),
+    /// agree on the base (the larger high water, as the creation's gather does), take the
+    /// areas over for a new team and broadcast over more epochs than there are slots: every
+    /// value of the new team arrives intact, none of the old team's passes for it.
+    #[test]
+    fn loom_area_taken_over() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(|| {
+            let areas: Arc<[Box<Area>; 2]> = Arc::new([Area::boxed(), Area::boxed()]);
+            let water: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+            let bcast = |me: usize, areas: &[Box<Area>; 2], e: u64, root: usize, tag: u64| -> u64 {
+                let s = slot(e);
+                spin(|| areas.iter().all(|a| a.done() >= reuse_floor(e)));
+                let v = tag + e * 10 + root as u64;
+                let got = if me == root {
+                    // SAFETY: the owner, after the reuse floor; 8 bytes fit the slot.
+                    unsafe {
+                        areas[me].publish(s, e, LOC_SLOT, 8, |p| {
+                            p.cast::<u64>().write_unaligned(v);
+                        });
+                    }
+                    v
+                } else {
+                    // SAFETY: the owner, after the reuse floor; an entry only.
+                    unsafe { areas[me].publish(s, e, LOC_INLINE, 0, |_| {}) };
+                    let mut got = None;
+                    spin(|| {
+                        got = areas[root].published(s, e);
+                        got.is_some()
+                    });
+                    // SAFETY: published for slot s, not yet marked done.
+                    unsafe {
+                        areas[root].read(s, got.unwrap(), |q| q.cast::<u64>().read_unaligned())
+                    }
+                    .unwrap()
+                };
+                areas[me].set_done(e);
+                got
+            };
+            let member =
+                move |me: usize, areas: Arc<[Box<Area>; 2]>, water: Arc<[AtomicU64; 2]>| {
+                    // The old team: a broadcast from member 1, then its destroying barrier.
+                    assert_eq!(bcast(me, &areas, 1, 1, 100), 111);
+                    areas[1 - me].signal_bar(0, 2);
+                    spin(|| areas[me].bar(0) >= 2);
+                    areas[me].set_done(2);
+                    // The creation's gather of high waters.
+                    water[me].store(areas[me].high_water(), Ordering::SeqCst);
+                    spin(|| water[1 - me].load(Ordering::SeqCst) != 0);
+                    let base = water
+                        .iter()
+                        .map(|w| w.load(Ordering::SeqCst))
+                        .max()
+                        .unwrap();
+                    areas[me].start_at(base);
+                    // The new team, numbered from the base, its roots alternating.
+                    for e in base + 1..=base + NSLOTS as u64 + 1 {
+                        let root = (e % 2) as usize;
+                        assert_eq!(bcast(me, &areas, e, root, 0), e * 10 + root as u64);
+                    }
+                };
+            let (a1, w1) = (areas.clone(), water.clone());
+            let t = thread::spawn(move || member(1, a1, w1));
+            member(0, areas.clone(), water.clone());
+            t.join().unwrap();
         });
     }
 

@@ -51,6 +51,8 @@ pub(crate) struct ShmTeam {
     /// Every member's segment base and length where `direct` (the vector reductions fold
     /// contributions in place from them).
     segs: Vec<(NonNull<u8>, usize)>,
+    /// Which area of every member's host scratch the team uses (`chan::NAREAS`).
+    index: usize,
     /// The last epoch used.
     epoch: AtomicU64,
     /// Every member's `done` was last seen at least this.
@@ -87,13 +89,37 @@ impl Drop for Busy<'_> {
 }
 
 impl ShmTeam {
-    /// The world team's state, when every rank maps every other rank's host scratch.
+    /// The world team's state (area 0, epochs from 0), when every rank maps every other
+    /// rank's host scratch.
     pub(crate) fn world(ep: &Endpoint) -> Option<ShmTeam> {
-        let hooks = ep.layer(Layer::Coll);
         let ranks: Vec<Rank> = (0..ep.size()).collect();
+        ShmTeam::new(ep, ranks, ep.rank(), 0, 0)
+    }
+
+    /// The state of the team of job ranks `ranks` (in team order, `me` among them) on area
+    /// `area` of every member's host scratch, its epochs counted from `base` (see
+    /// [`chan`]), when every member maps every other member's host scratch. The caller owns
+    /// the area on this rank (no other team of this rank uses it) and calls
+    /// [`ShmTeam::start`] before the team's first call.
+    pub(crate) fn new(
+        ep: &Endpoint,
+        ranks: Vec<Rank>,
+        me: Rank,
+        area: usize,
+        base: u64,
+    ) -> Option<ShmTeam> {
+        if area >= chan::NAREAS {
+            return None;
+        }
+        let hooks = ep.layer(Layer::Coll);
         let areas = ranks
             .iter()
-            .map(|&r| hooks.host_scratch(r))
+            .map(|&r| {
+                let p = hooks.host_scratch(r)?;
+                // Inside the scratch: `area * AREA_BYTES + size_of::<Area>()` is at most
+                // HOST_SCRATCH_BYTES (NAREAS areas of AREA_BYTES, an Area fits one).
+                Some(p.as_ptr().wrapping_add(area * chan::AREA_BYTES))
+            })
             .collect::<Option<Vec<_>>>()?;
         // Contributions read in place lie in this rank's segment (`Shared::seg`).
         ep.segment_ptr().ok()?;
@@ -104,31 +130,118 @@ impl ShmTeam {
             .collect::<Option<_>>()
             .unwrap_or_default();
         let direct = segs.len() == ranks.len();
+        let me = ranks.iter().position(|&r| r == me)?;
         Some(ShmTeam {
             // SAFETY (of the later dereferences, `area`): the conduit's host scratch is
-            // page-aligned, zero-filled at start-up, HOST_SCRATCH_BYTES long (an `Area`
-            // fits, checked at compile time), used only by this layer, and mapped for the
-            // endpoint's life.
-            areas: areas.into_iter().map(NonNull::cast::<Area>).collect(),
-            me: ep.rank() as usize,
+            // page-aligned, zero-filled at start-up, HOST_SCRATCH_BYTES long (NAREAS areas of
+            // AREA_BYTES, page multiples, each holding an `Area`: checked at compile time),
+            // used only by this layer, and mapped for the endpoint's life.
+            areas: areas
+                .into_iter()
+                .map(|p| NonNull::new(p.cast::<Area>()))
+                .collect::<Option<Vec<_>>>()?,
+            me,
             ranks,
             direct,
             segs,
-            epoch: AtomicU64::new(0),
-            floor_seen: AtomicU64::new(0),
+            index: area,
+            epoch: AtomicU64::new(base),
+            floor_seen: AtomicU64::new(base),
             busy: AtomicBool::new(false),
         })
     }
 
+    /// Take this rank's area over for the team: its `done` says every epoch up to the base
+    /// is read (no earlier team's epoch is waited for). Before the team's first call.
+    pub(crate) fn start(&self) {
+        self.area(self.me)
+            .start_at(self.epoch.load(Ordering::Relaxed));
+    }
+
+    /// Which area of the host scratch the team uses.
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The largest epoch this rank's area holds (for the next team that takes it over),
+    /// once no member reads or writes it any more (the team was destroyed).
+    pub(crate) fn high_water(&self) -> u64 {
+        self.area(self.me)
+            .high_water()
+            .max(self.epoch.load(Ordering::Relaxed))
+    }
+
     /// Member `i`'s area.
     fn area(&self, i: usize) -> &Area {
-        // SAFETY: see `world`: each pointer is an `Area` in memory mapped while `self` lives.
+        // SAFETY: see `new`: each pointer is an `Area` in memory mapped while `self` lives.
         unsafe { self.areas[i].as_ref() }
     }
 
     fn n(&self) -> usize {
         self.areas.len()
     }
+}
+
+/// Which areas of this rank's host scratch teams other than the world hold (area 0 is the
+/// world team's), and the high water each free one was left at: a team creation on a parent
+/// with smp-native state gathers every member's [`AreaBook::report`] and takes the first areas
+/// free on all of them ([`agree`]).
+#[derive(Debug, Default)]
+pub(crate) struct AreaBook {
+    held: [bool; chan::NAREAS],
+    water: [u64; chan::NAREAS],
+    /// Creations of this rank between their report and their claims.
+    creating: usize,
+}
+
+/// Words of a rank's report: one per area but the world's.
+pub(crate) const REPORT_WORDS: usize = chan::NAREAS - 1;
+
+impl AreaBook {
+    /// This rank's report for a team creation, per area 1..NAREAS: `u64::MAX` where a team
+    /// holds it, else its high water. While another creation of this rank is between its
+    /// report and its claims, every area reads as held (two creations at once must not both
+    /// take one area); [`AreaBook::end_creation`] ends the creation.
+    pub(crate) fn report(&mut self) -> [u64; REPORT_WORDS] {
+        let busy = self.creating > 0;
+        self.creating += 1;
+        std::array::from_fn(|i| {
+            if busy || self.held[i + 1] {
+                u64::MAX
+            } else {
+                self.water[i + 1]
+            }
+        })
+    }
+
+    /// A creation that reported is over (its claims made, or failed).
+    pub(crate) fn end_creation(&mut self) {
+        self.creating = self.creating.saturating_sub(1);
+    }
+
+    /// A new team of this rank holds `area`.
+    pub(crate) fn claim(&mut self, area: usize) {
+        self.held[area] = true;
+    }
+
+    /// The team that held `area` was destroyed; its words reach at most `water`.
+    pub(crate) fn release(&mut self, area: usize, water: u64) {
+        self.held[area] = false;
+        self.water[area] = self.water[area].max(water);
+    }
+}
+
+/// From every member's report (gathered, `REPORT_WORDS` words each), the first `want` areas
+/// free on every member, each with the base its team counts epochs from (the largest high
+/// water reported for it).
+pub(crate) fn agree(reports: &[[u64; REPORT_WORDS]], want: usize) -> Vec<(usize, u64)> {
+    (0..REPORT_WORDS)
+        .filter_map(|i| {
+            let top = reports.iter().map(|r| r[i]).max().unwrap_or(0);
+            (top != u64::MAX).then_some((i + 1, top))
+        })
+        .take(want)
+        .collect()
 }
 
 /// A blocking wait on flags, for hang reports and the back-off.
@@ -856,6 +969,39 @@ fn internal(op: &'static str, what: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn area_book_reports_and_agreement() {
+        let mut b = AreaBook::default();
+        let r = b.report();
+        assert_eq!(r, [0; REPORT_WORDS], "a fresh book: every area free, at 0");
+        // A second creation before the first ends sees every area held.
+        assert_eq!(b.report(), [u64::MAX; REPORT_WORDS]);
+        b.end_creation();
+        b.claim(1);
+        b.claim(3);
+        b.end_creation();
+        let r = b.report();
+        assert_eq!((r[0], r[1], r[2]), (u64::MAX, 0, u64::MAX));
+        b.end_creation();
+        b.release(1, 40);
+        b.release(3, 7);
+        // The high water never goes down.
+        b.claim(3);
+        b.release(3, 5);
+        let mine = b.report();
+        b.end_creation();
+        assert_eq!((mine[0], mine[2]), (40, 7));
+        // Another rank holds area 2 and left area 1 at 90: the first two areas free on both
+        // are 1 (base 90) and 3 (base 7).
+        let mut other = [0u64; REPORT_WORDS];
+        other[0] = 90;
+        other[1] = u64::MAX;
+        assert_eq!(agree(&[mine, other], 2), vec![(1, 90), (3, 7)]);
+        assert_eq!(agree(&[mine, other], 1), vec![(1, 90)]);
+        // None free on some rank: no area.
+        assert_eq!(agree(&[mine, [u64::MAX; REPORT_WORDS]], 2), vec![]);
+    }
 
     #[test]
     fn what_fits_the_host_scratch() {
