@@ -682,6 +682,12 @@ pub(crate) static ALGS: &[Alg] = &[
     shm_alg(Kind::ReduceElemsAll, 0),
     shm_alg(Kind::ScanElems, 0),
     shm_alg(Kind::ExclusiveScanElems, 0),
+    // The array scans: a member's prefixes need only the fold of the earlier members' runs.
+    shm_alg(Kind::Prefix, bits::RUNS_IN_ORDER | bits::SAME_LAYOUT),
+    shm_alg(
+        Kind::ExclusivePrefix,
+        bits::RUNS_IN_ORDER | bits::SAME_LAYOUT,
+    ),
     // The team barrier promises that the messages of earlier collectives are in: only where
     // a send is in the target's memory when it returns (smp's rings).
     shm_alg(Kind::Barrier, bits::DIRECT_SEGMENTS),
@@ -1272,10 +1278,10 @@ mod tests {
         use bits::*;
         let sel = Selector::from_parts(Vec::new(), Vec::new(), Model::for_conduit("smp"));
         let base = HOST_SHM | SHM_FITS | DIRECT_SEGMENTS | UNIFORM_IMAGES | SINGLE_ADDR;
-        let red = COMMUTATIVE | BUILTIN_FN | ALL_CONTRIBUTE | ORDER_SAFE;
-        // Every operation but the array scans.
+        let red =
+            COMMUTATIVE | BUILTIN_FN | ALL_CONTRIBUTE | ORDER_SAFE | RUNS_IN_ORDER | SAME_LAYOUT;
         let scans = [Kind::Prefix, Kind::ExclusivePrefix];
-        for kind in Kind::ALL.into_iter().filter(|k| !scans.contains(k)) {
+        for kind in Kind::ALL {
             for ranks in [2, 3, 8, 16] {
                 for bytes in [0, 8, 4096, 1 << 20] {
                     if kind == Kind::Barrier && bytes > 0 {
@@ -1309,8 +1315,22 @@ mod tests {
                 }
             }
         }
-        // The array scans have no smp-native algorithm yet.
-        assert!(!algorithms("prefix_reduce").unwrap().contains(&"shm"));
+        // The array scans need one run per participant, in order, in the same layout.
+        for kind in scans {
+            for off in [RUNS_IN_ORDER, SAME_LAYOUT] {
+                let c = CallInfo {
+                    kind,
+                    mask: (base | red) & !off,
+                    bytes: 8,
+                    ranks: 4,
+                };
+                assert_ne!(
+                    sel.choose(&c).unwrap().alg.name,
+                    "shm",
+                    "{kind:?} without {off:#x}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -292,6 +292,16 @@ impl Fold<'_> {
         (self.f)(out, 1, left, 1, right, self.es, self.flags, self.arg);
     }
 
+    /// `out[i]` = `carry ∘ xs[0] ∘ ... ∘ xs[i]` for every element of `xs` (one call).
+    fn scan(&self, out: &mut [u8], carry: Option<&[u8]>, xs: &[u8]) {
+        let m = xs.len() / self.es;
+        if m == 0 {
+            return;
+        }
+        let (left, lc) = carry.map_or((&[][..], 0), |c| (c, 1));
+        (self.f)(out, m, left, lc, xs, self.es, self.flags, self.arg);
+    }
+
     /// `out` = the fold of the elements of `xs` in order (at least one).
     fn fold(&self, out: &mut [u8], xs: &[u8]) {
         let m = xs.len() / self.es;
@@ -310,7 +320,7 @@ pub(crate) fn published_bytes(kind: Kind, n: usize, np: usize, es: usize, count:
     match kind {
         Kind::Broadcast | Kind::Gather | Kind::GatherAll => n,
         Kind::Scatter | Kind::Exchange => n.saturating_mul(np),
-        Kind::Reduce | Kind::ReduceAll => es,
+        Kind::Reduce | Kind::ReduceAll | Kind::Prefix | Kind::ExclusivePrefix => es,
         k if k.is_vector() => es.saturating_mul(count),
         _ => 0,
     }
@@ -532,7 +542,7 @@ fn epoch_call(
             // SAFETY: as above.
             (unsafe { bytes_of(src) }, src.ptr == dst.ptr)
         }
-        Kind::Reduce | Kind::ReduceAll => {
+        Kind::Reduce | Kind::ReduceAll | Kind::Prefix | Kind::ExclusivePrefix => {
             let fold = fold.as_ref().ok_or_else(|| internal(op, "no function"))?;
             let es = fold.es;
             // SAFETY: as above.
@@ -677,6 +687,39 @@ fn epoch_call(
         Kind::Reduce | Kind::ReduceAll if spec.kind == Kind::ReduceAll || me == root => {
             let fold = fold.as_ref().ok_or_else(|| internal(op, "no function"))?;
             rd.reduce_elems(fold, 1, np, dst)?;
+        }
+        // The array scans (one run per member, in member order, the same layout at the
+        // destination, `RUNS_IN_ORDER | SAME_LAYOUT`): a member's carry is the fold of the
+        // partials of the members before it, then its run's prefixes after the carry.
+        Kind::Prefix | Kind::ExclusivePrefix => {
+            let fold = fold.as_ref().ok_or_else(|| internal(op, "no function"))?;
+            if let Some(run) = runs_iter(spec.src_lay, spec.n, spec.np).find(|r| r.part == me) {
+                let es = fold.es;
+                let mut small = [0u8; INLINE];
+                let mut big = Vec::new();
+                let carry: &mut [u8] = if es <= INLINE {
+                    &mut small[..es]
+                } else {
+                    big.resize(es, 0);
+                    &mut big
+                };
+                let at = Mem {
+                    ptr: carry.as_mut_ptr() as usize,
+                    len: es,
+                };
+                let has = rd.fold_members(fold, 1, me, at)?;
+                let exclusive = spec.kind == Kind::ExclusivePrefix;
+                prefix_run(
+                    op,
+                    fold,
+                    exclusive,
+                    has.then_some(&*carry),
+                    src,
+                    dst,
+                    run.local,
+                    run.len,
+                )?;
+            }
         }
         Kind::ReduceElems | Kind::ReduceElemsAll
             if spec.kind == Kind::ReduceElemsAll || me == root =>
@@ -842,6 +885,18 @@ impl Reader<'_> {
     /// (`count * es` bytes); members that contributed nothing are left out.
     /// `dst` = the elementwise fold of the vectors of members `0..upto`, in member order.
     fn reduce_elems(&self, fold: &Fold<'_>, count: usize, upto: usize, dst: Mem) -> Result<()> {
+        if !self.fold_members(fold, count, upto, dst)? {
+            return Err(Error::Usage {
+                op: self.op,
+                detail: "no participant holds an element".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Fold the `count`-element contributions of members `0..upto` that have one, in team
+    /// order, into `dst`: whether any had (`dst` untouched if none).
+    fn fold_members(&self, fold: &Fold<'_>, count: usize, upto: usize, dst: Mem) -> Result<bool> {
         let es = fold.es;
         let len = count * es;
         if dst.len < len {
@@ -917,14 +972,55 @@ impl Reader<'_> {
             }
             have = true;
         }
-        if !have {
-            return Err(Error::Usage {
-                op: self.op,
-                detail: "no participant holds an element".into(),
-            });
-        }
-        Ok(())
+        Ok(have)
     }
+}
+
+/// The prefixes of this member's run of `len` elements at element `at` of its source into the
+/// same place of its destination, after `carry` (the fold of the earlier members' runs; none
+/// for the first member with elements). Exclusive: element i gets the prefix through i - 1,
+/// the array's first element stays as it is.
+#[allow(clippy::too_many_arguments)]
+fn prefix_run(
+    op: &'static str,
+    fold: &Fold<'_>,
+    exclusive: bool,
+    carry: Option<&[u8]>,
+    src: Mem,
+    dst: Mem,
+    at: usize,
+    len: usize,
+) -> Result<()> {
+    let es = fold.es;
+    let (off, bytes) = (at * es, len * es);
+    if off + bytes > src.len || off + bytes > dst.len {
+        return Err(internal(op, "a run beyond its source or destination area"));
+    }
+    // SAFETY: this rank's source and destination, resolved by the initiation (valid for
+    // reads, and writes, of their lengths until the call returns); the run lies inside both
+    // (checked). An in-place source is copied out before the destination is written.
+    let xs_at = unsafe { std::slice::from_raw_parts((src.ptr + off) as *const u8, bytes) };
+    let out = (dst.ptr + off) as *mut u8;
+    let copy;
+    let xs: &[u8] = if overlaps(xs_at, dst) {
+        copy = xs_at.to_vec();
+        &copy
+    } else {
+        xs_at
+    };
+    // SAFETY: as above; `xs` no longer aliases the destination.
+    let out = unsafe { std::slice::from_raw_parts_mut(out, bytes) };
+    if !exclusive {
+        fold.scan(out, carry, xs);
+        return Ok(());
+    }
+    if len > 1 {
+        fold.scan(&mut out[es..], carry, &xs[..bytes - es]);
+    }
+    if let Some(c) = carry {
+        out[..es].copy_from_slice(c);
+    }
+    Ok(())
 }
 
 /// Whether `a` and the area `b` share a byte.
