@@ -651,7 +651,7 @@ impl Coll {
 
     /// The smp-native state of `geo`'s team, if it has one: where every member maps every
     /// other member's host scratch, the world team's, and another team's where it got an area
-    /// of the scratch when it was made (`Coll::shm_areas`).
+    /// of the scratch when it was made (`Coll::creation_gather`).
     pub(crate) fn shm_team<'a>(&'a self, geo: &'a Geo) -> Option<&'a crate::shm::ShmTeam> {
         if geo.id == 0 {
             self.sh.shm_world.as_ref()

@@ -35,7 +35,7 @@ impl Drop for Creating<'_> {
     }
 }
 
-/// The host-scratch areas a creation call got for its new teams (`Coll::shm_areas`), each
+/// The host-scratch areas a creation call got for its new teams (`Coll::creation_gather`), each
 /// with its epoch base; held while the call makes its teams.
 struct Areas<'a> {
     list: Vec<(usize, u64)>,
@@ -84,38 +84,51 @@ impl Coll {
         Some(team)
     }
 
-    /// The host-scratch areas for up to `want` new teams made from `parent`, each with the
-    /// epoch base its team counts from: the first areas free on every rank of the parent, from
-    /// a gather of every rank's `AreaBook::report`. None where the ranks do not share memory
-    /// (the world team has no smp-native state: the same on every rank). While the result
-    /// lives, this rank's other creations do not take the same areas (the claims are made).
-    fn shm_areas(&self, op: &'static str, parent: &Team, want: usize) -> Result<Areas<'_>> {
+    /// One gather over `parent` of every rank's `mine` (the same length on every rank) and,
+    /// where the ranks share memory, of its `AreaBook::report`: every rank's `mine`, in parent
+    /// order, and the host-scratch areas for up to `want` new teams made from `parent` (the
+    /// first free on every rank of the parent, each with the epoch base its team counts from).
+    /// No areas where the ranks do not share memory (the world team has no smp-native state:
+    /// the same on every rank), and no gather at all then if `mine` is empty. While the areas
+    /// live, this rank's other creations do not take them (the claims are made).
+    fn creation_gather(
+        &self,
+        op: &'static str,
+        parent: &Team,
+        mine: &[u8],
+        want: usize,
+    ) -> Result<(Vec<u8>, Areas<'_>)> {
         use crate::shm::REPORT_WORDS;
-        if self.sh.shm_world.is_none() {
-            return Ok(Areas {
+        let shm = self.sh.shm_world.is_some();
+        if !shm && mine.is_empty() {
+            let none = Areas {
                 list: Vec::new(),
                 _creating: None,
-            });
+            };
+            return Ok((Vec::new(), none));
         }
-        let report = self
-            .sh
-            .shm_areas
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .report();
-        let guard = Creating(self);
+        let report = shm.then(|| {
+            self.sh
+                .shm_areas
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .report()
+        });
+        let guard = shm.then(|| Creating(self));
         let n = parent.size() as usize;
-        let w = 8 * REPORT_WORDS;
-        // [this rank's report | every rank's], on the heap for the whole collective.
+        let m = mine.len();
+        let w = m + if shm { 8 * REPORT_WORDS } else { 0 };
+        // [this rank's part | every rank's], on the heap for the whole collective.
         let mut bufs = InFlight::new(vec![0u8; w * (n + 1)]);
         let v = bufs.get_mut();
-        for (i, x) in report.iter().enumerate() {
-            v[8 * i..8 * i + 8].copy_from_slice(&x.to_le_bytes());
+        v[..m].copy_from_slice(mine);
+        for (i, x) in report.iter().flatten().enumerate() {
+            v[m + 8 * i..m + 8 * i + 8].copy_from_slice(&x.to_le_bytes());
         }
-        let (mine, every) = (v.as_mut_ptr(), v[w..].as_mut_ptr());
+        let (me, every) = (v.as_mut_ptr(), v[w..].as_mut_ptr());
         // SAFETY: both ranges lie in `bufs`, which is freed only after the blocking call
         // returned Ok (the gather completed here) and leaked when it failed.
-        let (src, dst) = unsafe { (Addr::ptr(mine), Addr::ptr(every)) };
+        let (src, dst) = unsafe { (Addr::ptr(me), Addr::ptr(every)) };
         let c = call(
             op,
             Kind::GatherAll,
@@ -126,18 +139,28 @@ impl Coll {
         );
         let r = self.run(parent, c, true);
         let v = bufs.finish(r)?;
-        let reports: Vec<[u64; REPORT_WORDS]> = v[w..]
-            .chunks_exact(w)
-            .map(|r| {
-                std::array::from_fn(|i| {
-                    u64::from_le_bytes(r[8 * i..8 * i + 8].try_into().unwrap_or([0xff; 8]))
+        let parts = v[w..].chunks_exact(w);
+        let all: Vec<u8> = parts.clone().flat_map(|p| &p[..m]).copied().collect();
+        let list = if shm {
+            let reports: Vec<[u64; REPORT_WORDS]> = parts
+                .map(|p| {
+                    std::array::from_fn(|i| {
+                        let at = m + 8 * i;
+                        u64::from_le_bytes(p[at..at + 8].try_into().unwrap_or([0xff; 8]))
+                    })
                 })
-            })
-            .collect();
-        Ok(Areas {
-            list: crate::shm::agree(&reports, want),
-            _creating: Some(guard),
-        })
+                .collect();
+            crate::shm::agree(&reports, want)
+        } else {
+            Vec::new()
+        };
+        Ok((
+            all,
+            Areas {
+                list,
+                _creating: guard,
+            },
+        ))
     }
 
     fn creation_rules(&self, op: &'static str, parent: &Team) -> Result<u64> {
@@ -161,28 +184,11 @@ impl Coll {
             ));
         }
         let n = parent.size() as usize;
-        // [this rank's color and key | every rank's], on the heap for the whole collective.
-        let mut bufs = InFlight::new(vec![0u8; 8 * (n + 1)]);
-        let v = bufs.get_mut();
-        v[..4].copy_from_slice(&color.unwrap_or(u32::MAX).to_le_bytes());
-        v[4..8].copy_from_slice(&key.to_le_bytes());
-        let (mine, every) = (v.as_mut_ptr(), v[8..].as_mut_ptr());
-        // SAFETY: both ranges lie in `bufs`, which is freed only after the blocking call
-        // returned Ok (the gather completed here) and leaked when it failed.
-        let (src, dst) = unsafe { (Addr::ptr(mine), Addr::ptr(every)) };
-        let c = call(
-            OP,
-            Kind::GatherAll,
-            None,
-            Counts::Uniform(8),
-            one(src, dst),
-            IN_MYSYNC | OUT_MYSYNC | SINGLE,
-        );
-        let r = self.run(parent, c, true);
-        let v = bufs.finish(r)?;
-        let all = &v[8..];
+        let mut mine = [0u8; 8];
+        mine[..4].copy_from_slice(&color.unwrap_or(u32::MAX).to_le_bytes());
+        mine[4..].copy_from_slice(&key.to_le_bytes());
         // Every color's team takes the same area: they have no member in common.
-        let areas = self.shm_areas(OP, parent, 1)?;
+        let (all, areas) = self.creation_gather(OP, parent, &mine, 1)?;
         let Some(color) = color else {
             return Ok(None);
         };
@@ -220,7 +226,7 @@ impl Coll {
         const OP: &str = "team split_strided";
         let ordinal = self.creation_rules(OP, parent)?;
         let ranks = strided(parent.size(), start, stride, size).map_err(|e| usage(OP, e))?;
-        let areas = self.shm_areas(OP, parent, 1)?;
+        let (_, areas) = self.creation_gather(OP, parent, &[], 1)?;
         Ok(self.child(
             parent,
             child_id(parent.id(), ordinal, 0),
@@ -244,7 +250,7 @@ impl Coll {
         let (_, (y, row), (x, col)) = grid(parent.size(), xrange, parent.rank());
         // The rows take one area and the columns another (rows have no member in common, nor
         // have columns).
-        let areas = self.shm_areas(OP, parent, 2)?;
+        let (_, areas) = self.creation_gather(OP, parent, &[], 2)?;
         let row_team = self.child(
             parent,
             child_id(parent.id(), ordinal, 2 * u64::from(y)),
@@ -291,7 +297,7 @@ impl Coll {
                 return Err(usage(OP, format!("member {m} is listed twice")));
             }
         }
-        let areas = self.shm_areas(OP, parent, 1)?;
+        let (_, areas) = self.creation_gather(OP, parent, &[], 1)?;
         Ok(self.child(
             parent,
             child_id(parent.id(), ordinal, 0),
