@@ -18,8 +18,9 @@
 //! The barrier is a dissemination barrier on the `bar` words: in round `k` a member stores the
 //! epoch into the word `k` of the member `2^k` after it, and waits until its own word `k`
 //! holds at least the epoch. Epochs only grow, so no word is ever reset (the counter is the
-//! sense). The loom models at the end check the publish/read/done/reuse cycle, the barrier and
-//! the takeover of areas by a new team (below).
+//! sense). The loom models at the end check the publish/read/done/reuse cycle, the barrier,
+//! the takeover of areas by a new team (below), and the entry words of a broadcast under
+//! `IN_ALLSYNC` with its root's early `done`.
 //!
 //! An area passes from a destroyed team to a new one without being cleared: the new team
 //! counts its epochs from a **base** at least the [`Area::high_water`] of every member's area
@@ -59,6 +60,14 @@ pub(crate) struct Word {
     v: AtomicU64,
 }
 
+/// The owner's `done` word and its entry word, on one line: a member that finishes a call and
+/// enters the next one at once writes both, and a root waiting for both fetches the line once.
+#[repr(C, align(128))]
+pub(crate) struct DoneLine {
+    done: AtomicU64,
+    entry: AtomicU64,
+}
+
 /// A slot's header line.
 #[repr(C, align(128))]
 pub(crate) struct Header {
@@ -85,7 +94,7 @@ const PAD: usize = CONTROL - CONTROL_USED;
 /// One rank's area.
 #[repr(C)]
 pub(crate) struct Area {
-    done: Word,
+    done: DoneLine,
     bar: [Word; ROUNDS],
     hdr: [Header; NSLOTS],
     _pad: [u8; PAD],
@@ -96,6 +105,7 @@ pub(crate) struct Area {
 const _: () = {
     assert!(std::mem::size_of::<Header>() == LINE);
     assert!(std::mem::size_of::<Word>() == LINE);
+    assert!(std::mem::size_of::<DoneLine>() == LINE);
     assert!(std::mem::size_of::<Area>() <= AREA_BYTES);
     assert!(AREA_BYTES % 4096 == 0 && NAREAS >= 2);
     assert!(std::mem::align_of::<Area>() <= 4096);
@@ -122,7 +132,10 @@ impl Area {
             inline: UnsafeCell::new([0; INLINE]),
         };
         Box::new(Area {
-            done: word(),
+            done: DoneLine {
+                done: AtomicU64::new(0),
+                entry: AtomicU64::new(0),
+            },
             bar: std::array::from_fn(|_| word()),
             hdr: std::array::from_fn(|_| header()),
             _pad: [0; PAD],
@@ -133,13 +146,13 @@ impl Area {
     /// The epoch up to which the owner read everything it needed (Acquire).
     #[inline]
     pub(crate) fn done(&self) -> u64 {
-        self.done.v.load(Ordering::Acquire)
+        self.done.done.load(Ordering::Acquire)
     }
 
     /// The owner: everything of epochs up to `e` is read (Release).
     #[inline]
     pub(crate) fn set_done(&self, e: u64) {
-        self.done.v.store(e, Ordering::Release);
+        self.done.done.store(e, Ordering::Release);
     }
 
     /// The largest epoch any word of the area holds (its `done`, barrier words and headers):
@@ -147,7 +160,8 @@ impl Area {
     pub(crate) fn high_water(&self) -> u64 {
         let bars = self.bar.iter().map(|w| w.v.load(Ordering::Acquire));
         let hdrs = self.hdr.iter().map(|h| h.epoch.load(Ordering::Acquire));
-        bars.chain(hdrs).fold(self.done(), u64::max)
+        bars.chain(hdrs)
+            .fold(self.done().max(self.entered()), u64::max)
     }
 
     /// The owner, taking the area over for a team whose epochs start after `base` (at least
@@ -155,6 +169,19 @@ impl Area {
     /// more, so the new team's first slot reuse does not wait for them.
     pub(crate) fn start_at(&self, base: u64) {
         self.set_done(base);
+    }
+
+    /// The last epoch the owner entered where it signals entry alone (an `IN_ALLSYNC` call
+    /// with one publisher), Acquire.
+    #[inline]
+    pub(crate) fn entered(&self) -> u64 {
+        self.done.entry.load(Ordering::Acquire)
+    }
+
+    /// The owner entered epoch `e` (Release): whatever it did before may be read now.
+    #[inline]
+    pub(crate) fn set_entered(&self, e: u64) {
+        self.done.entry.store(e, Ordering::Release);
     }
 
     /// Barrier word `k` (Acquire).
@@ -383,6 +410,79 @@ mod loom_models {
             let (a1, w1) = (areas.clone(), water.clone());
             let t = thread::spawn(move || member(1, a1, w1));
             member(0, areas.clone(), water.clone());
+            t.join().unwrap();
+        });
+    }
+
+    /// `IN_ALLSYNC|OUT_ALLSYNC` broadcasts with one publisher, roots alternating: before it
+    /// enters, each member writes the next root's source cell; the root waits for the other's
+    /// entry word, copies its source into its own destination, marks the epoch done and then
+    /// publishes. The root reads the value written before the other entered, and a reader that
+    /// saw the publication finds the root's destination written without waiting for its
+    /// `done`.
+    #[test]
+    fn loom_entry_word_and_early_done() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(|| {
+            let areas: Arc<[Box<Area>; 2]> = Arc::new([Area::boxed(), Area::boxed()]);
+            // Each member's source and destination cells (plain data of the client).
+            let cells: Arc<[[AtomicU64; 2]; 2]> = Arc::new(std::array::from_fn(|_| {
+                [AtomicU64::new(0), AtomicU64::new(0)]
+            }));
+            let member = move |me: usize,
+                               areas: Arc<[Box<Area>; 2]>,
+                               cells: Arc<[[AtomicU64; 2]; 2]>| {
+                for e in 1..=3u64 {
+                    let root = (e % 2) as usize;
+                    let s = slot(e);
+                    if me != root {
+                        // Writes into the root's source before entering (a put).
+                        cells[root][0].store(e * 7, Ordering::Relaxed);
+                    }
+                    spin(|| areas.iter().all(|a| a.done() >= reuse_floor(e)));
+                    if me == root {
+                        spin(|| areas[1 - me].entered() >= e);
+                        let v = cells[me][0].load(Ordering::Relaxed);
+                        assert_eq!(
+                            v,
+                            e * 7,
+                            "the root read its source before the other entered"
+                        );
+                        cells[me][1].store(v, Ordering::Relaxed);
+                        areas[me].set_done(e);
+                        // SAFETY: the owner, after the reuse floor; 8 bytes fit the line.
+                        unsafe {
+                            areas[me].publish(s, e, LOC_INLINE, 8, |p| {
+                                p.cast::<u64>().write_unaligned(v);
+                            });
+                        }
+                        spin(|| areas[1 - me].done() >= e);
+                        assert_eq!(cells[1 - me][1].load(Ordering::Relaxed), e * 7);
+                    } else {
+                        areas[me].set_entered(e);
+                        // SAFETY: the owner, after the reuse floor; an entry only.
+                        unsafe { areas[me].publish(s, e, LOC_INLINE, 0, |_| {}) };
+                        let mut got = None;
+                        spin(|| {
+                            got = areas[root].published(s, e);
+                            got.is_some()
+                        });
+                        // SAFETY: published for slot s, not yet marked done.
+                        let v = unsafe {
+                            areas[root].read(s, got.unwrap(), |q| q.cast::<u64>().read_unaligned())
+                        }
+                        .unwrap();
+                        cells[me][1].store(v, Ordering::Relaxed);
+                        areas[me].set_done(e);
+                        // OUT_ALLSYNC: the root's own copy is in place without its `done`.
+                        assert_eq!(cells[root][1].load(Ordering::Relaxed), e * 7);
+                    }
+                }
+            };
+            let (a1, c1) = (areas.clone(), cells.clone());
+            let t = thread::spawn(move || member(1, a1, c1));
+            member(0, areas.clone(), cells.clone());
             t.join().unwrap();
         });
     }

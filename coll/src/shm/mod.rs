@@ -498,7 +498,26 @@ fn epoch_call(
     }
     if mode.input == InSync::All {
         // No data moves, no source is read, before every member entered.
-        dissemination(t, w, e, "the entry signal (IN_ALLSYNC)")?;
+        if matches!(spec.kind, Kind::Broadcast | Kind::Scatter) {
+            // One member publishes and the others only read what it published: the others
+            // signal their entry, the root waits for every entry before it publishes, and the
+            // others' reads, which wait for the root's publication, come after it.
+            if me == spec.root {
+                w.wait(
+                    || (0..np).all(|i| i == me || t.area(i).entered() >= e),
+                    || {
+                        let late: Vec<usize> = (0..np)
+                            .filter(|&i| i != me && t.area(i).entered() < e)
+                            .collect();
+                        format!("the entry signal of team ranks {late:?} (IN_ALLSYNC)")
+                    },
+                )?;
+            } else {
+                t.area(me).set_entered(e);
+            }
+        } else {
+            dissemination(t, w, e, "the entry signal (IN_ALLSYNC)")?;
+        }
     }
     // Publish this rank's contribution (or only its entry).
     let f = match spec.kind {
@@ -610,6 +629,21 @@ fn epoch_call(
     // is published.
     let private =
         spec.kind.is_vector() && !read_by_others(spec.kind, me, root, np) && !overlaps(bytes, dst);
+    // A broadcast's or scatter's root reads nothing from its peers: where its contribution
+    // fits the header line (the same answer on every member), it makes its own copy first and
+    // marks the epoch done before it publishes, so that a reader that saw its publication
+    // knows it finished (an `OUT_ALLSYNC` reader does not wait for its `done`).
+    let root_early = matches!(spec.kind, Kind::Broadcast | Kind::Scatter)
+        && published_bytes(spec.kind, n, np, 0, 0) <= INLINE;
+    if root_early && me == root {
+        let at = if spec.kind == Kind::Scatter {
+            me * n
+        } else {
+            0
+        };
+        local_copy(src, at, dst, 0, n);
+        t.area(me).set_done(e);
+    }
     // SAFETY: this rank owns its area and is its only writer now (`busy`); every member's
     // `done` reached the reuse floor; `bytes` fits where `loc` says.
     unsafe {
@@ -629,6 +663,12 @@ fn epoch_call(
         e,
         op,
         own,
+        after: if mode.input == InSync::All && matches!(spec.kind, Kind::Broadcast | Kind::Scatter)
+        {
+            " (published once every member's entry signal is in: IN_ALLSYNC)"
+        } else {
+            ""
+        },
     };
     match spec.kind {
         Kind::Gather if push => {
@@ -652,14 +692,18 @@ fn epoch_call(
         }
         Kind::Broadcast => {
             if me == root {
-                local_copy(src, 0, dst, 0, n);
+                if !root_early {
+                    local_copy(src, 0, dst, 0, n);
+                }
             } else {
                 rd.fetch(root, 0, n, dst.ptr)?;
             }
         }
         Kind::Scatter => {
             if me == root {
-                local_copy(src, me * n, dst, 0, n);
+                if !root_early {
+                    local_copy(src, me * n, dst, 0, n);
+                }
             } else {
                 rd.fetch(root, me * n, n, dst.ptr)?;
             }
@@ -739,13 +783,17 @@ fn epoch_call(
         }
         _ => {}
     }
-    t.area(me).set_done(e);
+    if !(root_early && me == root) {
+        t.area(me).set_done(e);
+    }
     let in_place_read = loc & LOC_SEG != 0;
     match mode.output {
         OutSync::All => w.wait(
-            || (0..np).all(|i| t.area(i).done() >= e),
+            || (0..np).all(|i| (root_early && i == root) || t.area(i).done() >= e),
             || {
-                let late: Vec<usize> = (0..np).filter(|&i| t.area(i).done() < e).collect();
+                let late: Vec<usize> = (0..np)
+                    .filter(|&i| !(root_early && i == root) && t.area(i).done() < e)
+                    .collect();
                 format!("team ranks {late:?} to finish (OUT_ALLSYNC)")
             },
         )?,
@@ -824,6 +872,8 @@ struct Reader<'a> {
     /// This rank's own vector (a vector reduction's source), which its fold reads in place of
     /// the staged copy.
     own: &'a [u8],
+    /// What a hang report adds to a wait for a contribution.
+    after: &'static str,
 }
 
 impl Reader<'_> {
@@ -836,7 +886,7 @@ impl Reader<'_> {
                 got = a.published(self.s, self.e);
                 got.is_some()
             },
-            || format!("team rank {q}'s contribution"),
+            || format!("team rank {q}'s contribution{}", self.after),
         )?;
         got.ok_or_else(|| internal(self.op, "published header vanished"))
     }
