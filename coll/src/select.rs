@@ -694,8 +694,10 @@ pub(crate) static ALGS: &[Alg] = &[
 ];
 
 /// The smp-native algorithm of `kind`: it requires a team on one host with its smp-native
-/// state and contributions that fit (`SHM_FITS`) plus `also`, and takes no images, `v` forms,
-/// aggregation, non-blocking calls or checked mode. Its cost is one flag's latency plus a
+/// state and contributions that fit (`SHM_FITS`) plus `also`, and takes no image
+/// participants (`m` forms, `ALL_THREADS`; a rank's representative call in a job of several
+/// images per rank is a rank participant), `v` forms, aggregation, non-blocking calls or
+/// checked mode. Its cost is one flag's latency plus a
 /// single copy, below every algorithm that sends messages.
 const fn shm_alg(kind: Kind, also: u64) -> Alg {
     Alg {
@@ -704,7 +706,6 @@ const fn shm_alg(kind: Kind, also: u64) -> Alg {
         imp: Imp::Shm,
         requires: bits::HOST_SHM | bits::SHM_FITS | also,
         forbids: bits::IMAGE_SPACE
-            | bits::MULTI_IMAGE
             | bits::V_FORM
             | bits::AGGREGATED
             | bits::NONBLOCKING
@@ -1302,14 +1303,7 @@ mod tests {
                     for off in [HOST_SHM, SHM_FITS] {
                         assert_ne!(pick(base & !off), "shm", "{kind:?} without {off:#x}");
                     }
-                    for on in [
-                        NONBLOCKING,
-                        AGGREGATED,
-                        IMAGE_SPACE,
-                        MULTI_IMAGE,
-                        V_FORM,
-                        CHECKED,
-                    ] {
+                    for on in [NONBLOCKING, AGGREGATED, IMAGE_SPACE, V_FORM, CHECKED] {
                         assert_ne!(pick(base | on), "shm", "{kind:?} with {on:#x}");
                     }
                 }
