@@ -15,8 +15,7 @@ pub const MAX_ARGS: usize = 16;
 
 /// Bytes of one rank's host scratch ([`Conduit::host_scratch`]): shared memory that the ranks
 /// of a host map from one another for the library layers' flags and staging buffers (the
-/// collectives divide it into one area per team, 512 KiB each). Pages are committed as the
-/// layers touch them.
+/// collectives divide it into one area per team, 512 KiB each).
 pub const HOST_SCRATCH_BYTES: usize = 4 << 20;
 
 /// The three active-message categories.

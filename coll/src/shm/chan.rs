@@ -286,6 +286,35 @@ mod loom_models {
         }
     }
 
+    /// One broadcast of epoch `e` between two members: the root publishes `v` in its slot,
+    /// the other reads it; both then mark the epoch done. Returns the value this member holds.
+    fn bcast(me: usize, areas: &[Box<Area>; 2], e: u64, root: usize, v: u64) -> u64 {
+        let s = slot(e);
+        spin(|| areas.iter().all(|a| a.done() >= reuse_floor(e)));
+        let got = if me == root {
+            // SAFETY: the owner, after the reuse floor; 8 bytes fit the slot.
+            unsafe {
+                areas[me].publish(s, e, LOC_SLOT, 8, |p| {
+                    p.cast::<u64>().write_unaligned(v);
+                });
+            }
+            v
+        } else {
+            // SAFETY: the owner, after the reuse floor; an entry only.
+            unsafe { areas[me].publish(s, e, LOC_INLINE, 0, |_| {}) };
+            let mut got = None;
+            spin(|| {
+                got = areas[root].published(s, e);
+                got.is_some()
+            });
+            // SAFETY: published for slot s, not yet marked done.
+            unsafe { areas[root].read(s, got.unwrap(), |q| q.cast::<u64>().read_unaligned()) }
+                .unwrap()
+        };
+        areas[me].set_done(e);
+        got
+    }
+
     /// Two members broadcast in turn (root `e % 2`) for more epochs than there are slots:
     /// each value arrives intact, and loom finds no write to a slot a reader still reads.
     #[test]
@@ -294,38 +323,15 @@ mod loom_models {
         b.preemption_bound = Some(2);
         b.check(|| {
             let areas: Arc<[Box<Area>; 2]> = Arc::new([Area::boxed(), Area::boxed()]);
+            // Each member's values from the other's epochs (the root's value is e * 10 + root).
             let member = |me: usize, areas: Arc<[Box<Area>; 2]>| {
-                let epochs = NSLOTS as u64 + 1;
-                let mut seen = Vec::new();
-                for e in 1..=epochs {
-                    let s = slot(e);
-                    let root = (e % 2) as usize;
-                    spin(|| areas.iter().all(|a| a.done() >= reuse_floor(e)));
-                    let v = e * 10 + me as u64;
-                    if me == root {
-                        // SAFETY: the owner, after the reuse floor; 8 bytes fit the slot.
-                        unsafe {
-                            areas[me].publish(s, e, LOC_SLOT, 8, |p| {
-                                p.cast::<u64>().write_unaligned(v);
-                            });
-                        }
-                    } else {
-                        // SAFETY: the owner, after the reuse floor; an entry only.
-                        unsafe { areas[me].publish(s, e, LOC_INLINE, 0, |_| {}) };
-                        let mut got = None;
-                        spin(|| {
-                            got = areas[root].published(s, e);
-                            got.is_some()
-                        });
-                        let p = got.unwrap();
-                        // SAFETY: published for slot s, not yet marked done.
-                        let x =
-                            unsafe { areas[root].read(s, p, |q| q.cast::<u64>().read_unaligned()) };
-                        seen.push(x.unwrap());
-                    }
-                    areas[me].set_done(e);
-                }
-                seen
+                (1..=NSLOTS as u64 + 1)
+                    .filter_map(|e| {
+                        let root = (e % 2) as usize;
+                        let got = bcast(me, &areas, e, root, e * 10 + root as u64);
+                        (me != root).then_some(got)
+                    })
+                    .collect::<Vec<u64>>()
             };
             let a1 = areas.clone();
             let t = thread::spawn(move || member(1, a1));
@@ -356,39 +362,10 @@ mod loom_models {
         b.check(|| {
             let areas: Arc<[Box<Area>; 2]> = Arc::new([Area::boxed(), Area::boxed()]);
             let water: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
-            let bcast = |me: usize, areas: &[Box<Area>; 2], e: u64, root: usize, tag: u64| -> u64 {
-                let s = slot(e);
-                spin(|| areas.iter().all(|a| a.done() >= reuse_floor(e)));
-                let v = tag + e * 10 + root as u64;
-                let got = if me == root {
-                    // SAFETY: the owner, after the reuse floor; 8 bytes fit the slot.
-                    unsafe {
-                        areas[me].publish(s, e, LOC_SLOT, 8, |p| {
-                            p.cast::<u64>().write_unaligned(v);
-                        });
-                    }
-                    v
-                } else {
-                    // SAFETY: the owner, after the reuse floor; an entry only.
-                    unsafe { areas[me].publish(s, e, LOC_INLINE, 0, |_| {}) };
-                    let mut got = None;
-                    spin(|| {
-                        got = areas[root].published(s, e);
-                        got.is_some()
-                    });
-                    // SAFETY: published for slot s, not yet marked done.
-                    unsafe {
-                        areas[root].read(s, got.unwrap(), |q| q.cast::<u64>().read_unaligned())
-                    }
-                    .unwrap()
-                };
-                areas[me].set_done(e);
-                got
-            };
             let member =
                 move |me: usize, areas: Arc<[Box<Area>; 2]>, water: Arc<[AtomicU64; 2]>| {
                     // The old team: a broadcast from member 1, then its destroying barrier.
-                    assert_eq!(bcast(me, &areas, 1, 1, 100), 111);
+                    assert_eq!(bcast(me, &areas, 1, 1, 111), 111);
                     areas[1 - me].signal_bar(0, 2);
                     spin(|| areas[me].bar(0) >= 2);
                     areas[me].set_done(2);
@@ -404,7 +381,8 @@ mod loom_models {
                     // The new team, numbered from the base, its roots alternating.
                     for e in base + 1..=base + NSLOTS as u64 + 1 {
                         let root = (e % 2) as usize;
-                        assert_eq!(bcast(me, &areas, e, root, 0), e * 10 + root as u64);
+                        let v = e * 10 + root as u64;
+                        assert_eq!(bcast(me, &areas, e, root, v), v);
                     }
                 };
             let (a1, w1) = (areas.clone(), water.clone());
