@@ -845,7 +845,7 @@ impl Coll {
     }
 
     /// No barrier of the endpoint is between its notify and its end.
-    fn no_barrier_pending(&self, op: &'static str) -> Result<()> {
+    pub(crate) fn no_barrier_pending(&self, op: &'static str) -> Result<()> {
         if self.sh.ep.barrier_pending() {
             return Err(usage(
                 op,

@@ -163,11 +163,32 @@ impl Coll {
         ))
     }
 
+    /// The rules of a creation call, which is a collective on the parent (it may gather
+    /// there): outside handlers, on a live team of this rank, not between `barrier_notify`
+    /// and the end of that barrier, and with no aggregate open on the parent (its gather
+    /// would close it). The same answer on every rank of a correct program.
     fn creation_rules(&self, op: &'static str, parent: &Team) -> Result<u64> {
         if let Some(h) = self.sh.ep.current_handler() {
             return Err(Error::InHandler { op, handler: h });
         }
         self.check_team(op, parent)?;
+        self.no_barrier_pending(op)?;
+        let open = self
+            .sh
+            .lock()
+            .teams
+            .get(&parent.id())
+            .is_some_and(|t| !t.agg_open.is_empty());
+        if open {
+            return Err(usage(
+                op,
+                format!(
+                    "an aggregate is open on team {:#x}; close it (a call without \
+                     AGGREGATE) before making a team from it",
+                    parent.id()
+                ),
+            ));
+        }
         Ok(parent.next_creation())
     }
 

@@ -1467,6 +1467,14 @@ fn rules(c: &Ctx<'_>) -> Verdict {
         "an aggregate member returned a live handle".into()
     })?;
     notify_refused(c, "barrier_notify with an aggregate open")?;
+    // A team creation gathers on its parent (where the ranks share memory): refused while an
+    // aggregate is open there, on every conduit.
+    let all: Vec<u32> = (0..c.size()).collect();
+    expect_err(
+        "team create with an aggregate open",
+        co.create(t, &all).map(|_| ()),
+        |e| matches!(e, Error::Usage { detail, .. } if detail.contains("aggregate")),
+    )?;
     let h1 = ck(
         "closing call",
         // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
@@ -1474,6 +1482,17 @@ fn rules(c: &Ctx<'_>) -> Verdict {
     )?;
     ck("wait_sync", co.wait_sync(h1))?;
     ck("barrier after the aggregate", c.ep.barrier())?;
+    // Nor between barrier_notify and the end of that barrier.
+    ck(
+        "barrier_notify",
+        c.ep.barrier_notify(0, amnet::barrier_flags::ANONYMOUS),
+    )?;
+    let r = co.split(t, Some(0), 0).map(|_| ());
+    ck(
+        "barrier_wait",
+        c.ep.barrier_wait(0, amnet::barrier_flags::ANONYMOUS),
+    )?;
+    expect_err("team split inside a barrier", r, is_usage)?;
     let mut hs = [CollHandle::INVALID; 3];
     ck(
         "wait_sync_all of invalid handles",

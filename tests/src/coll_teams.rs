@@ -267,6 +267,30 @@ pub fn concurrent(c: &Ctx<'_>) -> Verdict {
     });
     a.map_err(|_| "the row thread panicked".to_string())??;
     b.map_err(|_| "the column thread panicked".to_string())??;
+    // Teams made from the row and from the column by two threads at once (where the ranks
+    // share memory, the two creations must not take the same host-scratch area), then used
+    // from both threads at once.
+    // Four teams a thread kept alive (more than the areas there are for both threads
+    // together: the later ones run the message algorithms), then destroyed.
+    let make_and_use = |parent: &Team, at: u64| -> Verdict {
+        let mut kept = Vec::new();
+        for _ in 0..4 {
+            let t = ck("split", co.split(parent, Some(0), 0))?.ok_or("no team")?;
+            run(&t, at)?;
+            kept.push(t);
+        }
+        for t in kept {
+            ck("destroy", co.destroy(&t))?;
+        }
+        Ok(())
+    };
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| make_and_use(&row, 0));
+        let b = s.spawn(|| make_and_use(&col, 4096));
+        (a.join(), b.join())
+    });
+    a.map_err(|_| "the row creation thread panicked".to_string())??;
+    b.map_err(|_| "the column creation thread panicked".to_string())??;
     ck("destroy", co.destroy(&row))?;
     ck("destroy", co.destroy(&col))
 }
@@ -321,7 +345,7 @@ pub fn areas(c: &Ctx<'_>) -> Verdict {
         // area the parity teams left, at the larger of their high waters), then rows.
         let half = ck("split", co.split(&world, Some(me % 2), 0))?.ok_or("no parity team")?;
         want(&half)?;
-        traffic(co, &half, round * 16 + 1, 9 + 5 * u64::from(me % 2) + round)?;
+        traffic(co, &half, round * 16 + 1, 9 + 2 * u64::from(me % 2) + round)?;
         ck("destroy", co.destroy(&half))?;
         let list: Vec<u32> = (0..n).rev().collect();
         let rev = ck("create", co.create(&world, &list))?.ok_or("no created team")?;

@@ -3,8 +3,9 @@
 //! with smp-native state (area 0 the world team's), each owned (written) by that rank except
 //! for its barrier words, each written by one partner.
 //!
-//! Every collective of a team is numbered by an *epoch* (1, 2, ...; every member counts the
-//! same calls) and uses slot `epoch % NSLOTS` of each member's area:
+//! Every collective of a team is numbered by an *epoch* (base + 1, base + 2, ...: the world's
+//! base is 0, another team's see below; every member counts the same calls) and uses slot
+//! `epoch % NSLOTS` of each member's area:
 //! - **publish**: at entry a member writes what it contributes (inline in the slot's header
 //!   line, in the slot's data, or only where it lies in its segment), then the header's epoch
 //!   with Release. The header's epoch doubles as the member's entry signal.
@@ -392,10 +393,10 @@ mod loom_models {
         });
     }
 
-    /// `IN_ALLSYNC|OUT_ALLSYNC` broadcasts with one publisher, roots alternating: before it
-    /// enters, each member writes the next root's source cell; the root waits for the other's
-    /// entry word, copies its source into its own destination, marks the epoch done and then
-    /// publishes. The root reads the value written before the other entered, and a reader that
+    /// `IN_ALLSYNC|OUT_ALLSYNC` broadcasts with one publisher over more epochs than there are
+    /// slots, roots alternating: before it enters, each member writes the next root's source
+    /// cell; the root waits for the other's entry word, copies its source into its own
+    /// destination, marks the epoch done and then publishes. The root reads the value written before the other entered, and a reader that
     /// saw the publication finds the root's destination written without waiting for its
     /// `done`.
     #[test]
@@ -411,7 +412,7 @@ mod loom_models {
             let member = move |me: usize,
                                areas: Arc<[Box<Area>; 2]>,
                                cells: Arc<[[AtomicU64; 2]; 2]>| {
-                for e in 1..=3u64 {
+                for e in 1..=NSLOTS as u64 + 2 {
                     let root = (e % 2) as usize;
                     let s = slot(e);
                     if me != root {

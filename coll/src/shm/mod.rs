@@ -5,9 +5,11 @@
 //! segments), with the flag protocol of [`chan`].
 //!
 //! A member writes only its own destination, so the input modes need nothing beyond the
-//! publication itself, except `IN_ALLSYNC`, which waits for every member's entry (the
-//! headers' epochs); `OUT_ALLSYNC` waits for every member's `done`, `OUT_MYSYNC` for the
-//! readers of a contribution read in place from the segment, `OUT_NOSYNC` for nothing. Every
+//! publication itself, except `IN_ALLSYNC`, which waits for every member's entry (dissemination
+//! rounds on the barrier words; a broadcast's or scatter's root alone waits, for the others'
+//! entry words); `OUT_ALLSYNC` waits for every member's `done` (not for a broadcast's or
+//! scatter's root that marked itself done before it published), `OUT_MYSYNC` for the readers
+//! of a contribution read in place from the segment, `OUT_NOSYNC` for nothing. Every
 //! wait first checks its flag, then polls the endpoint and advances the engine with the
 //! core's back-off, and fails with `Error::Hang` under `AMNET_HANG_TIMEOUT`.
 
@@ -696,6 +698,7 @@ fn epoch_call(
                     local_copy(src, 0, dst, 0, n);
                 }
             } else {
+                rd.exact(root, n)?;
                 rd.fetch(root, 0, n, dst.ptr)?;
             }
         }
@@ -705,6 +708,7 @@ fn epoch_call(
                     local_copy(src, me * n, dst, 0, n);
                 }
             } else {
+                rd.exact(root, n * np)?;
                 rd.fetch(root, me * n, n, dst.ptr)?;
             }
         }
@@ -912,6 +916,24 @@ impl Reader<'_> {
         unsafe {
             self.t.area(q).read(self.s, p, |b| {
                 amnet_core::mem::copy(b.add(off), to, len);
+            });
+        }
+        Ok(())
+    }
+
+    /// Member `q` (a broadcast's or scatter's root) contributed exactly `want` bytes: its
+    /// size decides, as this rank's does, whether its readers wait for its `done`
+    /// (`root_early`), so sizes that differ must not pass unnoticed.
+    fn exact(&self, q: usize, want: usize) -> Result<()> {
+        let p = self.published(q)?;
+        if p.len != want {
+            return Err(Error::Usage {
+                op: self.op,
+                detail: format!(
+                    "team rank {q} contributed {} bytes where this rank expects {want}; the \
+                     ranks passed different sizes",
+                    p.len
+                ),
             });
         }
         Ok(())

@@ -89,7 +89,7 @@ pub(crate) fn scratch_offset(size: u32) -> usize {
 }
 
 /// Bytes of one rank's queue object: its queue area, then its host scratch
-/// (`Conduit::host_scratch`; committed only as the layers above touch it).
+/// (`Conduit::host_scratch`), reserved in /dev/shm together.
 pub(crate) fn object_bytes(size: u32) -> usize {
     scratch_offset(size) + amnet_core::HOST_SCRATCH_BYTES
 }
