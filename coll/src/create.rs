@@ -26,12 +26,7 @@ struct Creating<'a>(&'a Coll);
 
 impl Drop for Creating<'_> {
     fn drop(&mut self) {
-        self.0
-            .sh
-            .shm_areas
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .end_creation();
+        self.0.sh.area_book().end_creation();
     }
 }
 
@@ -69,11 +64,7 @@ impl Coll {
         let geo = Geo::new(id, members.clone(), self.sh.rank, &self.sh.images);
         if let Some((k, base)) = area.filter(|_| members.len() > 1) {
             if let Some(t) = crate::shm::ShmTeam::new(&self.sh.ep, members, self.sh.rank, k, base) {
-                self.sh
-                    .shm_areas
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .claim(k);
+                self.sh.area_book().claim(k);
                 t.start();
                 // A fresh Geo: the cell is empty.
                 let _ = geo.shm.set(t);
@@ -107,13 +98,7 @@ impl Coll {
             };
             return Ok((Vec::new(), none));
         }
-        let report = shm.then(|| {
-            self.sh
-                .shm_areas
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .report()
-        });
+        let report = shm.then(|| self.sh.area_book().report());
         let guard = shm.then(|| Creating(self));
         let n = parent.size() as usize;
         let m = mine.len();
@@ -398,11 +383,7 @@ impl Coll {
         // Every member passed the barrier, so none reads or writes this rank's area of the
         // team any more: the next team may take it over.
         if let Some(t) = team.geo().shm.get() {
-            self.sh
-                .shm_areas
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .release(t.index(), t.high_water());
+            self.sh.area_book().release(t.index(), t.high_water());
         }
         let mut guard = self.sh.lock();
         let st = &mut *guard;

@@ -790,6 +790,11 @@ impl Shared {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// This rank's book of host-scratch areas.
+    pub(crate) fn area_book(&self) -> MutexGuard<'_, crate::shm::AreaBook> {
+        self.shm_areas.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub(crate) fn nimages(&self) -> u32 {
         self.img_first[self.size as usize]
     }

@@ -926,36 +926,33 @@ impl Reader<'_> {
     /// (`root_early`), so sizes that differ must not pass unnoticed.
     fn exact(&self, q: usize, want: usize) -> Result<()> {
         let p = self.published(q)?;
-        if p.len != want {
-            return Err(Error::Usage {
-                op: self.op,
-                detail: format!(
-                    "team rank {q} contributed {} bytes where this rank expects {want}; the \
-                     ranks passed different sizes",
-                    p.len
-                ),
-            });
+        if p.len == want {
+            return Ok(());
         }
-        Ok(())
+        Err(self.sizes_differ(q, p, want))
     }
 
+    /// Member `q`'s contribution `p` holds at least `want` bytes.
     fn check_len(&self, q: usize, p: Published, want: usize) -> Result<()> {
-        if p.len < want {
-            return Err(Error::Usage {
-                op: self.op,
-                detail: format!(
-                    "team rank {q} contributed {} bytes where this rank needs {want}; the \
-                     ranks passed different sizes",
-                    p.len
-                ),
-            });
+        if p.len >= want {
+            return Ok(());
         }
-        Ok(())
+        Err(self.sizes_differ(q, p, want))
     }
 
-    /// Fold every member's `count` elements elementwise, in team order, into `dst`
-    /// (`count * es` bytes); members that contributed nothing are left out.
-    /// `dst` = the elementwise fold of the vectors of members `0..upto`, in member order.
+    fn sizes_differ(&self, q: usize, p: Published, want: usize) -> Error {
+        Error::Usage {
+            op: self.op,
+            detail: format!(
+                "team rank {q} contributed {} bytes where this rank needs {want}; the ranks \
+                 passed different sizes",
+                p.len
+            ),
+        }
+    }
+
+    /// `dst` = the elementwise fold of the `count`-element vectors of members `0..upto`, in
+    /// member order (`fold_members`); `Usage` when none of them holds an element.
     fn reduce_elems(&self, fold: &Fold<'_>, count: usize, upto: usize, dst: Mem) -> Result<()> {
         if !self.fold_members(fold, count, upto, dst)? {
             return Err(Error::Usage {
