@@ -52,7 +52,9 @@ tile out of a 1024-column array put as one strided put and as 64 row puts, alter
 gups (HPCC RandomAccess-style updates: batched AMs, then remote atomic xors, with the
 verification pass; every rank takes part), progress (Short round trips to rank 1 while
 its client computes and its progress thread answers: back to back, and each after a 3 ms
-pause that lets the thread go to sleep in the conduit's idle wait), barrier, coll (broadcast, scatter, gather, gather_all, exchange,
+pause that lets the thread go to sleep in the conduit's idle wait), barrier (the endpoint's
+barrier and the collectives' team barrier over every rank; alone, in blocks interleaved
+with the cache-line floor and, with the mpi feature, MPI_Barrier), coll (broadcast, scatter, gather, gather_all, exchange,
 reduce_to_all, prefix_reduce, reduce_elems_to_all, scan_elems and reduce_elems in the nine IN/OUT sync modes, 8 B to 1 MiB,
 the MYSYNC broadcast alternating with a local memcpy of its bytes), or all
 (every suite but coll). Every run but coll also measures the floors between ranks 0
@@ -401,8 +403,17 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
     // comparison with the floor about the remote side only.
     let mut local = crate::pattern(plan.max_bytes);
     let mut reports = Vec::with_capacity(plan.rounds);
+    // The collectives of the barrier suite, made when it first runs.
+    let mut coll = None;
     for _ in 0..plan.rounds {
-        let mut report = measure(&ep, (&st, &gst), opts, plan, &mut floors, &mut local)?;
+        let mut report = measure(
+            &ep,
+            (&st, &gst),
+            opts,
+            plan,
+            (&mut floors, &mut coll),
+            &mut local,
+        )?;
         report.compute_ratios();
         reports.push(report);
     }
@@ -438,7 +449,7 @@ fn measure(
     (st, gst): (&Arc<am::AmState>, &Arc<gups::GupsState>),
     opts: &Opts,
     plan: &Plan,
-    floors: &mut latency::Floors,
+    (floors, coll): (&mut latency::Floors, &mut Option<amnet::coll::Coll>),
     local: &mut [u8],
 ) -> Result<Report, BenchError> {
     let me = ep.rank();
@@ -469,7 +480,11 @@ fn measure(
     } else {
         None
     };
-    let with_floor = !matches!(opts.suite, Suite::Coll | Suite::Vis | Suite::Gups);
+    // The barrier suite alone times its floors in its own blocks.
+    let with_floor = !matches!(
+        opts.suite,
+        Suite::Coll | Suite::Vis | Suite::Gups | Suite::Barrier
+    );
     if ep.size() >= 2 && with_floor {
         // The round-trip floor, interleaved with the AM round trips when they are measured.
         let mut ops = if udp {
@@ -506,7 +521,7 @@ fn measure(
 
     #[cfg(feature = "mpi")]
     if ep.conduit_name() == "mpi" && ep.size() >= 2 && opts.suite != Suite::Coll {
-        if sweeps || opts.suite == Suite::Barrier {
+        if sweeps {
             report.extend(rawmpi::run(ep, plan, &sizes)?);
         }
         if atomic.is_some() {
@@ -521,7 +536,23 @@ fn measure(
         report.extend(rma::run(ep, plan, local, rma_lat_interleaved)?);
     }
     if matches!(opts.suite, Suite::Barrier | Suite::All) {
-        report.extend(barrier::run(ep, plan)?);
+        if coll.is_none() {
+            *coll = Some(amnet::coll::Coll::init(ep, None, 0, &[])?);
+        }
+        let c = coll.as_ref().expect("made above");
+        let alone = opts.suite == Suite::Barrier;
+        #[cfg(feature = "mpi")]
+        let mut mpi_barrier = (alone && ep.conduit_name() == "mpi").then(rawmpi::world_barrier);
+        #[allow(unused_mut)]
+        let mut fl = barrier::Floors {
+            line: if alone { floors.line.as_mut() } else { None },
+            mpi: None,
+        };
+        #[cfg(feature = "mpi")]
+        if let Some(f) = mpi_barrier.as_mut() {
+            fl.mpi = Some(f);
+        }
+        report.extend(barrier::run(ep, c, plan, fl)?);
     }
     if opts.suite == Suite::Vis {
         report.extend(vis::run(ep, st, plan)?);

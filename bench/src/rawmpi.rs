@@ -280,6 +280,13 @@ pub(crate) fn atomics(ep: &Endpoint, plan: &Plan) -> Result<Vec<Row>, BenchError
     Ok(rows)
 }
 
+/// Collective: `MPI_Barrier` over every rank on a duplicate of `MPI_COMM_WORLD` of its own
+/// (the `barrier` suite's floor, timed in its blocks).
+pub(crate) fn world_barrier() -> impl FnMut() {
+    let comm = SimpleCommunicator::world().duplicate();
+    move || comm.barrier()
+}
+
 /// MPI's collectives over a duplicate of `MPI_COMM_WORLD` (or its even or odd half), with
 /// buffers for the largest size the `coll` suite measures.
 pub(crate) struct MpiColl {

@@ -362,7 +362,9 @@ impl Report {
                 continue;
             }
             r.ratio = match r.op {
-                "short_rtt" | "fetch_add_rtt" | "compare_swap_rtt" => floor.map(|f| r.p50_ns / f),
+                "short_rtt" | "fetch_add_rtt" | "compare_swap_rtt" | "team_barrier" => {
+                    floor.map(|f| r.p50_ns / f)
+                }
                 "medium_rtt" | "long_rtt" => short.map(|s| r.p50_ns / s),
                 "put_bw" | "get_bw" | "long_bw" | "medium_bw" => {
                     // The interleaved floor when there is one, else the floor sweep.
@@ -507,7 +509,7 @@ impl Report {
             r.ratio = match r.op {
                 "short_rtt" | "fetch_add_rtt" | "compare_swap_rtt" => rtt.map(|f| r.p50_ns / f),
                 "put_lat" | "get_lat" => put.map(|f| r.p50_ns / f),
-                "barrier" => bar.map(|f| r.p50_ns / f),
+                "barrier" | "team_barrier" => bar.map(|f| r.p50_ns / f),
                 "medium_rtt" | "long_rtt" => short.map(|s| r.p50_ns / s),
                 "put_bw" | "get_bw" | "long_bw" | "medium_bw" => {
                     let m = raw_bw.iter().find(|(b, _)| *b == r.bytes).map(|&(_, m)| m);
@@ -587,8 +589,45 @@ impl Report {
     /// value.
     pub(crate) fn targets(&self) -> Vec<Target> {
         let mut v = self.conduit_targets();
+        v.extend(self.barrier_targets());
         v.extend(self.coll_targets());
         v
+    }
+
+    /// The collectives' team barrier (medians) against the cache-line round trip and, on
+    /// the mpi conduit, `MPI_Barrier`, where the run measured them.
+    fn barrier_targets(&self) -> Vec<Target> {
+        let Some(team) = self.p50("team_barrier", None) else {
+            return Vec::new();
+        };
+        let over = |floor: &str, name, key, limit| {
+            Some(Target {
+                name,
+                key,
+                bytes: 0,
+                value: Some(team / self.p50(floor, None)?),
+                unit: "x",
+                cmp: Cmp::AtMost,
+                limit,
+            })
+        };
+        [
+            over(
+                "cacheline_rtt",
+                "team barrier / cache-line floor RTT",
+                "team_barrier_vs_floor",
+                1.5,
+            ),
+            over(
+                "raw_mpi_barrier",
+                "team barrier / MPI_Barrier",
+                "team_barrier_vs_mpi",
+                0.85,
+            ),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 
     /// The conduit's point-to-point targets.

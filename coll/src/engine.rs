@@ -1199,11 +1199,6 @@ impl Shared {
         }
     }
 
-    /// No collective of the engine is in flight on this rank.
-    pub(crate) fn engine_idle(&self) -> bool {
-        self.lock().ops.is_empty()
-    }
-
     /// Move every collective along as far as it can go without waiting. Returns whether
     /// anything happened.
     pub(crate) fn advance(&self) -> Result<bool> {
@@ -1768,6 +1763,11 @@ impl Shared {
             Some(e) => Err(e),
             None => Ok(true),
         }
+    }
+
+    /// Every detached group of this rank is complete here.
+    pub(crate) fn no_detached(&self) -> bool {
+        self.lock().detached.is_empty()
     }
 
     /// Before a barrier: complete every detached group here (their data may still be on its

@@ -688,9 +688,8 @@ pub(crate) static ALGS: &[Alg] = &[
         Kind::ExclusivePrefix,
         bits::RUNS_IN_ORDER | bits::SAME_LAYOUT,
     ),
-    // The team barrier promises that the messages of earlier collectives are in: only where
-    // a send is in the target's memory when it returns (smp's rings).
-    shm_alg(Kind::Barrier, bits::DIRECT_SEGMENTS),
+    // The team barrier: flags, then it completes this rank's detached collectives.
+    shm_alg(Kind::Barrier, 0),
 ];
 
 /// The smp-native algorithm of `kind`: it requires a team on one host with its smp-native

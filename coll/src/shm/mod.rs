@@ -821,16 +821,26 @@ fn epoch_call(
     Ok(())
 }
 
-/// The dissemination barrier of epoch `e`; afterwards every message a member sent before it
-/// entered is delivered here (the data of earlier collectives that travel in messages).
+/// The dissemination barrier of epoch `e`; afterwards the collectives of this rank that were
+/// synced before they were complete here (detached, `OUT_NOSYNC`) are complete: their data,
+/// which travels in messages the members sent before they entered, is in place.
 fn barrier(sh: &Shared, t: &ShmTeam, w: &Waiter<'_>, e: u64) -> Result<()> {
     dissemination(t, w, e, "the barrier")?;
     t.area(t.me).set_done(e);
-    if !sh.engine_idle() {
-        // Collectives of the engine are in flight here: take in everything the members sent
-        // before they entered (it is in this rank's rings already), then let them move.
-        while sh.ep.poll()? > 0 {}
-        sh.advance()?;
+    if !sh.no_detached() {
+        // On smp the messages are in this rank's rings already; elsewhere they may still be
+        // on their way, and the wait takes them in as they come.
+        sh.wait_loop(
+            || Ok(sh.no_detached()),
+            || {
+                format!(
+                    "rank {}: the team barrier (smp-native, epoch {e}) completes the collectives \
+                     synced before it (OUT_NOSYNC): {}",
+                    sh.rank,
+                    sh.report()
+                )
+            },
+        )?;
     }
     Ok(())
 }
