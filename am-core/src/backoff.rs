@@ -31,6 +31,14 @@ impl Backoff {
         }
     }
 
+    /// True when the wait yields its core once its spin is over instead of spinning again
+    /// (the host is oversubscribed): a caller's own spin before the wait then only delays the
+    /// peer that the wait waits for.
+    #[inline]
+    pub fn yields(&self) -> bool {
+        !self.respin
+    }
+
     /// Something happened: start over at spinning.
     #[inline]
     pub fn reset(&mut self) {
@@ -96,6 +104,12 @@ mod tests {
         }
         b.snooze(|| false);
         assert_eq!(b.idle, 4, "a false answer lets the wait go on to yielding");
+    }
+
+    #[test]
+    fn yields_says_whether_the_host_is_oversubscribed() {
+        assert!(Backoff::new(16, false).yields());
+        assert!(!Backoff::new(2000, true).yields());
     }
 
     #[test]

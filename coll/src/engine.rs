@@ -1161,6 +1161,19 @@ impl Shared {
     /// `report()` (also printed).
     pub(crate) fn wait_loop(
         &self,
+        done: impl FnMut() -> Result<bool>,
+        report: impl Fn() -> String,
+    ) -> Result<()> {
+        self.wait_loop_every(1, done, report)
+    }
+
+    /// `wait_loop` that polls and advances only at every `every`-th round (at least 1), each
+    /// idle poll followed by the back-off, and at the others checks `done()` and yields the
+    /// core (for waits on an oversubscribed host, whose flag is set by a rank that may need
+    /// this core).
+    pub(crate) fn wait_loop_every(
+        &self,
+        every: u32,
         mut done: impl FnMut() -> Result<bool>,
         report: impl Fn() -> String,
     ) -> Result<()> {
@@ -1170,6 +1183,7 @@ impl Shared {
         // something did, not on every poll that moved something.
         let mut quiet: Option<Instant> = None;
         let mut first = true;
+        let mut round = 0u32;
         loop {
             if done()? {
                 return Ok(());
@@ -1177,6 +1191,11 @@ impl Shared {
             if first {
                 ep.check_may_wait("collective wait")?;
                 first = false;
+            }
+            round = round.wrapping_add(1);
+            if round % every.max(1) != 0 {
+                std::thread::yield_now();
+                continue;
             }
             let n = ep.poll()?;
             let moved = self.advance()?;
