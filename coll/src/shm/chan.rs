@@ -1,7 +1,7 @@
 //! The flag protocol of the smp-native collectives, over each rank's host scratch
 //! ([`amnet_core::LayerHooks::host_scratch`]): [`NAREAS`] [`Area`]s per rank, one per team
 //! with smp-native state (area 0 the world team's), each owned (written) by that rank except
-//! for its barrier words, each written by one partner.
+//! for its barrier word on a team of two, which the partner writes.
 //!
 //! Every collective of a team is numbered by an *epoch* (base + 1, base + 2, ...: the world's
 //! base is 0, another team's see below; every member counts the same calls) and uses slot
@@ -16,10 +16,11 @@
 //! - **reuse**: a member writes slot `s` for epoch `e` only when every member's `done` is at
 //!   least `e - NSLOTS`: nobody still reads what the slot held.
 //!
-//! The barrier is a dissemination barrier on the `bar` words: in round `k` a member stores the
-//! epoch into the word `k` of the member `2^k` after it, and waits until its own word `k`
-//! holds at least the epoch. Epochs only grow, so no word is ever reset (the counter is the
-//! sense). The loom models at the end check the publish/read/done/reuse cycle, the barrier,
+//! The barrier (and the entry signal of `IN_ALLSYNC`) runs on each area's `bar` word: of two
+//! members each stores the epoch into the other's word and waits until its own holds at least
+//! the epoch (one round of a dissemination barrier); of more, each stores the epoch into its
+//! own word and waits until every member's holds it (a flat barrier). Epochs only grow, so no
+//! word is ever reset (the counter is the sense). The loom models at the end check the publish/read/done/reuse cycle, the barrier,
 //! the takeover of areas by a new team (below), and the entry words of a broadcast under
 //! `IN_ALLSYNC` with its root's early `done`.
 //!
@@ -39,7 +40,6 @@ pub(crate) const LINE: usize = 128;
 /// Slots per area: a member may run this many collectives ahead of the slowest reader.
 pub(crate) const NSLOTS: usize = 4;
 /// Dissemination rounds (up to 2^8 = 256 members).
-pub(crate) const ROUNDS: usize = 8;
 /// Bytes of a header line that carry data.
 pub(crate) const INLINE: usize = LINE - 24;
 /// Bytes of one slot's data.
@@ -89,14 +89,14 @@ pub(crate) const NAREAS: usize = amnet_core::HOST_SCRATCH_BYTES / AREA_BYTES;
 
 /// Bytes of an area's control part (done, barrier words, headers), padded to a page.
 const CONTROL: usize = 4096;
-const CONTROL_USED: usize = LINE * (1 + ROUNDS + NSLOTS);
+const CONTROL_USED: usize = LINE * (2 + NSLOTS);
 const PAD: usize = CONTROL - CONTROL_USED;
 
 /// One rank's area.
 #[repr(C)]
 pub(crate) struct Area {
     done: DoneLine,
-    bar: [Word; ROUNDS],
+    bar: Word,
     hdr: [Header; NSLOTS],
     _pad: [u8; PAD],
     data: [UnsafeCell<[u8; SLOT_BYTES]>; NSLOTS],
@@ -137,7 +137,7 @@ impl Area {
                 done: AtomicU64::new(0),
                 entry: AtomicU64::new(0),
             },
-            bar: std::array::from_fn(|_| word()),
+            bar: word(),
             hdr: std::array::from_fn(|_| header()),
             _pad: [0; PAD],
             data: std::array::from_fn(|_| UnsafeCell::new([0; SLOT_BYTES])),
@@ -159,10 +159,10 @@ impl Area {
     /// The largest epoch any word of the area holds (its `done`, barrier words and headers):
     /// what a team that takes the area over must count past.
     pub(crate) fn high_water(&self) -> u64 {
-        let bars = self.bar.iter().map(|w| w.v.load(Ordering::Acquire));
-        let hdrs = self.hdr.iter().map(|h| h.epoch.load(Ordering::Acquire));
-        bars.chain(hdrs)
-            .fold(self.done().max(self.entered()), u64::max)
+        self.hdr
+            .iter()
+            .map(|h| h.epoch.load(Ordering::Acquire))
+            .fold(self.done().max(self.entered()).max(self.bar()), u64::max)
     }
 
     /// The owner, taking the area over for a team whose epochs start after `base` (at least
@@ -185,16 +185,17 @@ impl Area {
         self.done.entry.store(e, Ordering::Release);
     }
 
-    /// Barrier word `k` (Acquire).
+    /// The barrier word (Acquire).
     #[inline]
-    pub(crate) fn bar(&self, k: usize) -> u64 {
-        self.bar[k].v.load(Ordering::Acquire)
+    pub(crate) fn bar(&self) -> u64 {
+        self.bar.v.load(Ordering::Acquire)
     }
 
-    /// The round-`k` partner: the owner may pass round `k` of epoch `e` (Release).
+    /// Store `e` into the barrier word (Release): with two members the partner does, to say
+    /// the owner may pass epoch `e`'s entry; with more the owner does, to say it entered.
     #[inline]
-    pub(crate) fn signal_bar(&self, k: usize, e: u64) {
-        self.bar[k].v.store(e, Ordering::Release);
+    pub(crate) fn signal_bar(&self, e: u64) {
+        self.bar.v.store(e, Ordering::Release);
     }
 
     /// Slot `s`'s header once it holds epoch `e` (Acquire), else None.
@@ -367,8 +368,8 @@ mod loom_models {
                 move |me: usize, areas: Arc<[Box<Area>; 2]>, water: Arc<[AtomicU64; 2]>| {
                     // The old team: a broadcast from member 1, then its destroying barrier.
                     assert_eq!(bcast(me, &areas, 1, 1, 111), 111);
-                    areas[1 - me].signal_bar(0, 2);
-                    spin(|| areas[me].bar(0) >= 2);
+                    areas[1 - me].signal_bar(2);
+                    spin(|| areas[me].bar() >= 2);
                     areas[me].set_done(2);
                     // The creation's gather of high waters.
                     water[me].store(areas[me].high_water(), Ordering::SeqCst);
@@ -466,9 +467,8 @@ mod loom_models {
         });
     }
 
-    /// `P` members pass `epochs` dissemination barriers: no member leaves a barrier before
-    /// every member entered it. (Three spinning members are beyond loom's search in
-    /// reasonable time; the barrier's rounds at 3 to 8 ranks are exercised by the suite.)
+    /// `P` members pass `epochs` barriers as `all_entered` runs them with two members (each
+    /// signals the other's word): no member leaves a barrier before every member entered it.
     fn barrier_model<const P: usize>(epochs: u64, preemptions: usize) {
         let mut b = loom::model::Builder::new();
         b.preemption_bound = Some(preemptions);
@@ -479,14 +479,8 @@ mod loom_models {
                 move |me: usize, areas: Arc<Vec<Box<Area>>>, entered: Arc<[AtomicU64; P]>| {
                     for e in 1..=epochs {
                         entered[me].store(e, Ordering::SeqCst);
-                        let mut k = 0;
-                        let mut dist = 1;
-                        while dist < P {
-                            areas[(me + dist) % P].signal_bar(k, e);
-                            spin(|| areas[me].bar(k) >= e);
-                            k += 1;
-                            dist *= 2;
-                        }
+                        areas[(me + 1) % P].signal_bar(e);
+                        spin(|| areas[me].bar() >= e);
                         for x in entered.iter() {
                             assert!(x.load(Ordering::SeqCst) >= e, "left barrier {e} early");
                         }
@@ -509,5 +503,41 @@ mod loom_models {
     #[test]
     fn loom_barrier_epochs_reused() {
         barrier_model::<2>(3, 2);
+    }
+
+    /// The flat barrier of three members (each stores the epoch into its own word, then reads
+    /// every member's): a member that sees every word at the epoch finds every member entered.
+    /// Spinning three members is beyond loom's search in reasonable time, so each member reads
+    /// the words once and checks what it may conclude; the words only grow, so a wait that
+    /// reads them again reaches the same conclusion later.
+    #[test]
+    fn loom_flat_barrier_three_members() {
+        loom::model(|| {
+            let areas: Arc<Vec<Box<Area>>> = Arc::new((0..3).map(|_| Area::boxed()).collect());
+            let entered: Arc<[AtomicU64; 3]> = Arc::new(std::array::from_fn(|_| AtomicU64::new(0)));
+            let member =
+                move |me: usize, areas: Arc<Vec<Box<Area>>>, entered: Arc<[AtomicU64; 3]>| {
+                    for e in 1..=2 {
+                        entered[me].store(e, Ordering::Relaxed);
+                        areas[me].signal_bar(e);
+                        if !areas.iter().all(|a| a.bar() >= e) {
+                            return;
+                        }
+                        for x in entered.iter() {
+                            assert!(x.load(Ordering::Relaxed) >= e, "left barrier {e} early");
+                        }
+                    }
+                };
+            let ts: Vec<_> = (1..3)
+                .map(|me| {
+                    let (a, n) = (areas.clone(), entered.clone());
+                    thread::spawn(move || member(me, a, n))
+                })
+                .collect();
+            member(0, areas.clone(), entered.clone());
+            for t in ts {
+                t.join().unwrap();
+            }
+        });
     }
 }
