@@ -113,38 +113,16 @@ pub(crate) fn run(
     if me != 0 {
         return Ok(Vec::new());
     }
+    let row =
+        |suite, op, bytes, ns: Vec<f64>| Row::latency(suite, op, bytes, &Samples::from_ns(ns), 1);
     let mut rows = Vec::new();
     if line.is_some() {
-        rows.push(Row::latency(
-            "floor",
-            "cacheline_rtt",
-            64,
-            &Samples::from_ns(cache),
-            1,
-        ));
+        rows.push(row("floor", "cacheline_rtt", 64, cache));
     }
     if mpi.is_some() {
-        rows.push(Row::latency(
-            "floor",
-            "raw_mpi_barrier",
-            0,
-            &Samples::from_ns(raw),
-            1,
-        ));
+        rows.push(row("floor", "raw_mpi_barrier", 0, raw));
     }
-    rows.push(Row::latency(
-        "barrier",
-        "barrier",
-        0,
-        &Samples::from_ns(core),
-        1,
-    ));
-    rows.push(Row::latency(
-        "barrier",
-        "team_barrier",
-        0,
-        &Samples::from_ns(team),
-        1,
-    ));
+    rows.push(row("barrier", "barrier", 0, core));
+    rows.push(row("barrier", "team_barrier", 0, team));
     Ok(rows)
 }

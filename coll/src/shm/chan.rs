@@ -467,35 +467,42 @@ mod loom_models {
         });
     }
 
+    /// Run `member(me, areas, entered)` for `P` members (member 0 on this thread) over fresh
+    /// areas and entry records, and join them.
+    fn run_members<const P: usize, F>(member: F)
+    where
+        F: Fn(usize, &[Box<Area>], &[AtomicU64; P]) + Clone + Send + 'static,
+    {
+        let areas: Arc<Vec<Box<Area>>> = Arc::new((0..P).map(|_| Area::boxed()).collect());
+        let entered: Arc<[AtomicU64; P]> = Arc::new(std::array::from_fn(|_| AtomicU64::new(0)));
+        let ts: Vec<_> = (1..P)
+            .map(|me| {
+                let (a, n, m) = (areas.clone(), entered.clone(), member.clone());
+                thread::spawn(move || m(me, &a, &n))
+            })
+            .collect();
+        member(0, &areas, &entered);
+        for t in ts {
+            t.join().unwrap();
+        }
+    }
+
     /// `P` members pass `epochs` barriers as `all_entered` runs them with two members (each
     /// signals the other's word): no member leaves a barrier before every member entered it.
     fn barrier_model<const P: usize>(epochs: u64, preemptions: usize) {
         let mut b = loom::model::Builder::new();
         b.preemption_bound = Some(preemptions);
         b.check(move || {
-            let areas: Arc<Vec<Box<Area>>> = Arc::new((0..P).map(|_| Area::boxed()).collect());
-            let entered: Arc<[AtomicU64; P]> = Arc::new(std::array::from_fn(|_| AtomicU64::new(0)));
-            let member =
-                move |me: usize, areas: Arc<Vec<Box<Area>>>, entered: Arc<[AtomicU64; P]>| {
-                    for e in 1..=epochs {
-                        entered[me].store(e, Ordering::SeqCst);
-                        areas[(me + 1) % P].signal_bar(e);
-                        spin(|| areas[me].bar() >= e);
-                        for x in entered.iter() {
-                            assert!(x.load(Ordering::SeqCst) >= e, "left barrier {e} early");
-                        }
+            run_members::<P, _>(move |me, areas, entered| {
+                for e in 1..=epochs {
+                    entered[me].store(e, Ordering::SeqCst);
+                    areas[(me + 1) % P].signal_bar(e);
+                    spin(|| areas[me].bar() >= e);
+                    for x in entered.iter() {
+                        assert!(x.load(Ordering::SeqCst) >= e, "left barrier {e} early");
                     }
-                };
-            let ts: Vec<_> = (1..P)
-                .map(|me| {
-                    let (a, n) = (areas.clone(), entered.clone());
-                    thread::spawn(move || member(me, a, n))
-                })
-                .collect();
-            member(0, areas.clone(), entered.clone());
-            for t in ts {
-                t.join().unwrap();
-            }
+                }
+            });
         });
     }
 
@@ -513,31 +520,18 @@ mod loom_models {
     #[test]
     fn loom_flat_barrier_three_members() {
         loom::model(|| {
-            let areas: Arc<Vec<Box<Area>>> = Arc::new((0..3).map(|_| Area::boxed()).collect());
-            let entered: Arc<[AtomicU64; 3]> = Arc::new(std::array::from_fn(|_| AtomicU64::new(0)));
-            let member =
-                move |me: usize, areas: Arc<Vec<Box<Area>>>, entered: Arc<[AtomicU64; 3]>| {
-                    for e in 1..=2 {
-                        entered[me].store(e, Ordering::Relaxed);
-                        areas[me].signal_bar(e);
-                        if !areas.iter().all(|a| a.bar() >= e) {
-                            return;
-                        }
-                        for x in entered.iter() {
-                            assert!(x.load(Ordering::Relaxed) >= e, "left barrier {e} early");
-                        }
+            run_members::<3, _>(|me, areas, entered| {
+                for e in 1..=2 {
+                    entered[me].store(e, Ordering::Relaxed);
+                    areas[me].signal_bar(e);
+                    if !areas.iter().all(|a| a.bar() >= e) {
+                        return;
                     }
-                };
-            let ts: Vec<_> = (1..3)
-                .map(|me| {
-                    let (a, n) = (areas.clone(), entered.clone());
-                    thread::spawn(move || member(me, a, n))
-                })
-                .collect();
-            member(0, areas.clone(), entered.clone());
-            for t in ts {
-                t.join().unwrap();
-            }
+                    for x in entered.iter() {
+                        assert!(x.load(Ordering::Relaxed) >= e, "left barrier {e} early");
+                    }
+                }
+            });
         });
     }
 }
