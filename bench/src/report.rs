@@ -594,8 +594,9 @@ impl Report {
         v
     }
 
-    /// The collectives' team barrier (medians) against the cache-line round trip and, on
-    /// the mpi conduit, `MPI_Barrier`, where the run measured them.
+    /// The collectives' team barrier (medians) against `MPI_Barrier` on the mpi conduit and,
+    /// in a 2-rank job, the cache-line round trip between the two (with more ranks, ranks 0
+    /// and 1 may share a core and the round trip is no floor), where the run measured them.
     fn barrier_targets(&self) -> Vec<Target> {
         let Some(team) = self.p50("team_barrier", None) else {
             return Vec::new();
@@ -611,23 +612,23 @@ impl Report {
                 limit,
             })
         };
-        [
-            over(
-                "cacheline_rtt",
-                "team barrier / cache-line floor RTT",
-                "team_barrier_vs_floor",
-                1.5,
-            ),
-            over(
-                "raw_mpi_barrier",
-                "team barrier / MPI_Barrier",
-                "team_barrier_vs_mpi",
-                0.85,
-            ),
-        ]
-        .into_iter()
-        .flatten()
-        .collect()
+        let mpi = over(
+            "raw_mpi_barrier",
+            "team barrier / MPI_Barrier",
+            "team_barrier_vs_mpi",
+            0.85,
+        );
+        let line = (self.ranks == 2)
+            .then(|| {
+                over(
+                    "cacheline_rtt",
+                    "team barrier / cache-line floor RTT",
+                    "team_barrier_vs_floor",
+                    1.5,
+                )
+            })
+            .flatten();
+        [line, mpi].into_iter().flatten().collect()
     }
 
     /// The conduit's point-to-point targets.
