@@ -54,9 +54,10 @@ verification pass; every rank takes part), progress (Short round trips to rank 1
 its client computes and its progress thread answers: back to back, and each after a 3 ms
 pause that lets the thread go to sleep in the conduit's idle wait), barrier (the endpoint's
 barrier and the collectives' team barrier over every rank; alone, in blocks interleaved
-with the cache-line floor and, with the mpi feature, MPI_Barrier), coll (broadcast, scatter, gather, gather_all, exchange,
-reduce_to_all, prefix_reduce, reduce_elems_to_all, scan_elems and reduce_elems in the nine IN/OUT sync modes, 8 B to 1 MiB,
-the MYSYNC broadcast alternating with a local memcpy of its bytes), or all
+with the cache-line floor and, with the mpi feature, MPI_Barrier), coll (broadcast,
+scatter, gather, gather_all, exchange, reduce_to_all, prefix_reduce, reduce_elems_to_all,
+scan_elems and reduce_elems in the nine IN/OUT sync modes, 8 B to 1 MiB, the MYSYNC
+broadcast alternating with a local memcpy of its bytes), or all
 (every suite but coll). Every run but coll also measures the floors between ranks 0
 and 1 and local memcpy bandwidth. On smp the floor is a shared-memory cache-line round
 trip; on udp it is a raw UDP ping-pong of 8-byte datagrams between the two processes

@@ -315,7 +315,8 @@ impl Coll {
     /// Wait until every member of `team` has called `barrier` on it. Collective over `team`
     /// (one thread per rank), matched in order with its other collectives: a collective of
     /// its own (operation `barrier`) that moves no data, only the team's entry signal, whose
-    /// scheme (`dissemination` or `tree`) is selected like any algorithm. When it returns, the
+    /// scheme (`dissemination` or `tree`, or `shm` where the members share memory) is selected
+    /// like any algorithm. When it returns, the
     /// data of every `OUT_NOSYNC` collective this rank started before it is in place here (data
     /// written by direct puts, spec/coll.md §6: where the senders synced before the barrier).
     pub fn barrier(&self, team: &Team) -> Result<()> {

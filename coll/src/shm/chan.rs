@@ -20,9 +20,9 @@
 //! members each stores the epoch into the other's word and waits until its own holds at least
 //! the epoch (one round of a dissemination barrier); of more, each stores the epoch into its
 //! own word and waits until every member's holds it (a flat barrier). Epochs only grow, so no
-//! word is ever reset (the counter is the sense). The loom models at the end check the publish/read/done/reuse cycle, the barrier,
-//! the takeover of areas by a new team (below), and the entry words of a broadcast under
-//! `IN_ALLSYNC` with its root's early `done`.
+//! word is ever reset (the counter is the sense). The loom models at the end check the
+//! publish/read/done/reuse cycle, the barrier, the takeover of areas by a new team (below),
+//! and the entry words of a broadcast under `IN_ALLSYNC` with its root's early `done`.
 //!
 //! An area passes from a destroyed team to a new one without being cleared: the new team
 //! counts its epochs from a **base** at least the [`Area::high_water`] of every member's area
@@ -39,7 +39,6 @@ use amnet_core::sync::{AtomicU64, Ordering, UnsafeCell};
 pub(crate) const LINE: usize = 128;
 /// Slots per area: a member may run this many collectives ahead of the slowest reader.
 pub(crate) const NSLOTS: usize = 4;
-/// Dissemination rounds (up to 2^8 = 256 members).
 /// Bytes of a header line that carry data.
 pub(crate) const INLINE: usize = LINE - 24;
 /// Bytes of one slot's data.
@@ -397,9 +396,9 @@ mod loom_models {
     /// `IN_ALLSYNC|OUT_ALLSYNC` broadcasts with one publisher over more epochs than there are
     /// slots, roots alternating: before it enters, each member writes the next root's source
     /// cell; the root waits for the other's entry word, copies its source into its own
-    /// destination, marks the epoch done and then publishes. The root reads the value written before the other entered, and a reader that
-    /// saw the publication finds the root's destination written without waiting for its
-    /// `done`.
+    /// destination, marks the epoch done and then publishes. The root reads the value written
+    /// before the other entered, and a reader that saw the publication finds the root's
+    /// destination written without waiting for its `done`.
     #[test]
     fn loom_entry_word_and_early_done() {
         let mut b = loom::model::Builder::new();

@@ -6,8 +6,9 @@
 //!
 //! A member writes only its own destination, so the input modes need nothing beyond the
 //! publication itself, except `IN_ALLSYNC`, which waits for every member's entry (the barrier
-//! words; a broadcast's or scatter's root alone waits, for the others' entry words); `OUT_ALLSYNC` waits for every member's `done` (not for a broadcast's or
-//! scatter's root that marked itself done before it published), `OUT_MYSYNC` for the readers
+//! words; a broadcast's or scatter's root alone waits, for the others' entry words);
+//! `OUT_ALLSYNC` waits for every member's `done` (not for a broadcast's or scatter's root
+//! that marked itself done before it published), `OUT_MYSYNC` for the readers
 //! of a contribution read in place from the segment, `OUT_NOSYNC` for nothing. Every
 //! wait first checks its flag, then polls the endpoint and advances the engine with the
 //! core's back-off, and fails with `Error::Hang` under `AMNET_HANG_TIMEOUT`.
