@@ -9,6 +9,8 @@
 //! A peer can be at most one barrier ahead (it cannot finish barrier `e+1` before this rank
 //! notified it), so arrivals are kept by barrier parity.
 
+use std::sync::atomic::Ordering;
+
 use crate::conduit::{Category, OutMsg};
 use crate::endpoint::{not_in_handler, Endpoint};
 use crate::handler::{HandlerTable, Token};
@@ -137,7 +139,7 @@ fn rounds(size: u32) -> usize {
 
 impl Endpoint {
     pub(crate) fn barrier_is_pending(&self) -> bool {
-        !matches!(self.barrier_lock().phase, Phase::Idle)
+        self.inner.barrier_busy.load(Ordering::Acquire)
     }
 
     pub(crate) fn barrier_lock(&self) -> std::sync::MutexGuard<'_, BarrierState> {
@@ -177,6 +179,7 @@ impl Endpoint {
                 round: 0,
                 sent: false,
             };
+            self.inner.barrier_busy.store(true, Ordering::Release);
         }
         self.barrier_advance("barrier_notify")?;
         Ok(())
@@ -251,6 +254,7 @@ impl Endpoint {
     fn barrier_finish(&self, id: u32, flags: u32) -> Result<()> {
         let mut st = self.barrier_lock();
         let phase = std::mem::replace(&mut st.phase, Phase::Idle);
+        self.inner.barrier_busy.store(false, Ordering::Release);
         st.epoch = st.epoch.wrapping_add(1);
         drop(st);
         self.stats_block().add(Ctr::Barriers, 1);

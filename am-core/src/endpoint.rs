@@ -164,6 +164,8 @@ pub(crate) struct Inner {
     attached: OnceLock<Attached>,
     attach_started: AtomicBool,
     pub(crate) barrier: Mutex<BarrierState>,
+    /// Whether `barrier`'s phase is not idle (written under its lock, read without it).
+    pub(crate) barrier_busy: AtomicBool,
     stat_blocks: Mutex<Vec<Arc<StatBlock>>>,
     stats_printed: AtomicBool,
     pub(crate) layer: crate::layer::LayerSlots,
@@ -382,6 +384,7 @@ impl Endpoint {
             attached: OnceLock::new(),
             attach_started: AtomicBool::new(false),
             barrier: Mutex::new(BarrierState::new()),
+            barrier_busy: AtomicBool::new(false),
             stat_blocks: Mutex::new(Vec::new()),
             stats_printed: AtomicBool::new(false),
             layer: crate::layer::LayerSlots::new(),

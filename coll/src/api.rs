@@ -127,20 +127,22 @@ struct ShmKey {
 
 /// The last blocking call of a thread that ran an smp-native algorithm: its key and what the
 /// initiation worked out for it.
-#[derive(Clone, Copy)]
 struct ShmMemo {
     key: ShmKey,
     mode: Mode,
-    np: usize,
-    root: usize,
+    /// The call as the algorithm takes it (every field follows from the key).
+    spec: Spec,
     /// This rank's participant.
     p: usize,
-    alg: &'static str,
+    /// The source's and destination's lengths, where both are plain areas (neither an
+    /// in-place source nor an in-place scatter destination): `resolve` reduced to the two
+    /// bounds checks.
+    lens: Option<(usize, usize)>,
 }
 
 thread_local! {
-    /// This thread's `ShmMemo`.
-    static SHM_MEMO: std::cell::Cell<Option<ShmMemo>> = const { std::cell::Cell::new(None) };
+    /// This thread's `ShmMemo` (borrowed for the length of a repeated call).
+    static SHM_MEMO: std::cell::RefCell<Option<ShmMemo>> = const { std::cell::RefCell::new(None) };
 }
 
 /// A call's local participants: one (no allocation), or a list.
@@ -891,18 +893,25 @@ impl Coll {
         })
     }
 
-    /// This thread's memo of an earlier call with key `key`, if it has one and it applies
-    /// now (no aggregate is open on any team: the call could close it).
-    fn shm_memo(&self, key: ShmKey) -> Option<ShmMemo> {
-        let m = SHM_MEMO
-            .with(std::cell::Cell::get)
-            .filter(|m| m.key == key)?;
-        (self.sh.agg_teams.load(std::sync::atomic::Ordering::Relaxed) == 0).then_some(m)
+    /// Run `c` again as the thread's memo of an earlier call with the same key ran it (the
+    /// same mode, participants and algorithm, this call's addresses checked and resolved), if
+    /// the thread has one and it applies now (no aggregate is open on any team: the call could
+    /// close it). None: the call takes the full initiation.
+    fn shm_repeat(&self, team: &Team, c: &Call<'_>, key: &ShmKey) -> Option<Result<()>> {
+        if self.sh.agg_teams.load(std::sync::atomic::Ordering::Relaxed) != 0 {
+            return None;
+        }
+        SHM_MEMO.with(|cell| {
+            // A call made from inside a repeated one (a reduction function's, say) finds the
+            // memo borrowed for writing only by an initiation, never: it reads it too.
+            let memo = cell.try_borrow().ok()?;
+            let m = memo.as_ref().filter(|m| m.key == *key)?;
+            Some(self.shm_repeat_with(team, c, m))
+        })
     }
 
-    /// `c` again as the earlier call of memo `m` ran: the same mode, participants and
-    /// algorithm, with this call's addresses checked and resolved.
-    fn shm_repeat(&self, team: &Team, c: &Call<'_>, m: &ShmMemo) -> Result<()> {
+    /// `shm_repeat` with the memo `m` that matches `c`.
+    fn shm_repeat_with(&self, team: &Team, c: &Call<'_>, m: &ShmMemo) -> Result<()> {
         self.check_team(c.op, team)?;
         self.no_barrier_pending(c.op)?;
         let t = self
@@ -911,40 +920,33 @@ impl Coll {
         let Addrs::One { src, dst } = c.addrs else {
             return Err(usage(c.op, "a repeated call changed its address form"));
         };
-        let red = c.red.unwrap_or(Red::NONE);
-        let spec = Spec {
-            kind: c.kind,
-            np: m.np,
-            root: m.root,
-            counts: Vec::new(),
-            uniform: match c.counts {
-                Counts::Uniform(n) => Some(n),
-                _ => None,
-            },
-            es: red.es,
-            n: red.n,
-            src_lay: red.src_lay,
-            dst_lay: red.dst_lay,
-            func: red.func,
-            arg: red.arg,
-            alg: m.alg,
-            params: Vec::new(),
-            call_fn: None,
+        let e = Entry { p: m.p, src, dst };
+        let (src, dst) = match m.lens {
+            Some((src_len, dst_len)) => (
+                self.area_or_none(c.op, "source", src, src_len, m.mode.src_in_segment)?,
+                self.area_or_none(c.op, "destination", dst, dst_len, m.mode.dst_in_segment)?,
+            ),
+            None => {
+                let (_, src, dst) = self.resolve(c.op, &m.spec, &m.mode, e)?;
+                (src, dst)
+            }
         };
-        self.shm_call(t, c.op, &spec, &m.mode, Entry { p: m.p, src, dst })
+        self.shm_run(t, c.op, &m.spec, &m.mode, e, src, dst)
     }
 
     /// Run `spec` with the smp-native algorithms on `t`'s team, for this rank's participant
-    /// `e`.
-    fn shm_call(
+    /// `e`, whose areas `src` and `dst` are resolved.
+    #[allow(clippy::too_many_arguments)]
+    fn shm_run(
         &self,
         t: &crate::shm::ShmTeam,
         op: &'static str,
         spec: &Spec,
         mode: &Mode,
         e: Entry,
+        src: Area,
+        dst: Area,
     ) -> Result<()> {
-        let (_, src, dst) = self.resolve(op, spec, mode, e)?;
         // Under SINGLE a segment destination is the same offset on every rank.
         let dst_seg = match e.dst {
             Addr::Seg(off) if mode.addressing == amnet_sync_modes::Addressing::Single => Some(off),
@@ -977,8 +979,8 @@ impl Coll {
         // Read before the selector chooses: a memo made from this choice is stale once the
         // forced choices change.
         let shm_key = self.shm_key(team, &c);
-        if let Some(m) = shm_key.and_then(|k| self.shm_memo(k)) {
-            self.shm_repeat(team, &c, &m)?;
+        if let Some(r) = shm_key.as_ref().and_then(|k| self.shm_repeat(team, &c, k)) {
+            r?;
             return Ok((CollHandle::INVALID, Key { team: 0, seq: 0 }));
         }
         self.check_team(c.op, team)?;
@@ -1097,19 +1099,27 @@ impl Coll {
                 .first()
                 .copied()
                 .ok_or_else(|| usage(c.op, "a call without a participant on this rank"))?;
+            let (_, src, dst) = self.resolve(c.op, &spec, &mode, e)?;
+            self.shm_run(t, c.op, &spec, &mode, e, src, dst)?;
             if let Some(key) = shm_key {
+                let (src_len, dst_len) = self.lens(&spec, e.p);
+                let in_place_src = e.src == Addr::InPlace && src_len > 0;
+                let in_place_scatter =
+                    spec.kind == Kind::Scatter && e.dst == Addr::InPlace && dst_len > 0;
+                let plain = !(in_place_src || in_place_scatter);
                 SHM_MEMO.with(|m| {
-                    m.set(Some(ShmMemo {
-                        key,
-                        mode,
-                        np,
-                        root,
-                        p: e.p,
-                        alg: alg.name,
-                    }))
+                    // Borrowed by a repeated call further up this thread's stack: no memo.
+                    if let Ok(mut m) = m.try_borrow_mut() {
+                        *m = Some(ShmMemo {
+                            key,
+                            mode,
+                            spec,
+                            p: e.p,
+                            lens: plain.then_some((src_len, dst_len)),
+                        });
+                    }
                 });
             }
-            self.shm_call(t, c.op, &spec, &mode, e)?;
             return Ok((
                 CollHandle::INVALID,
                 Key {
@@ -1435,6 +1445,29 @@ impl Coll {
         }
     }
 
+    /// The lengths of participant `p`'s source and destination in a call of `spec`.
+    fn lens(&self, spec: &Spec, p: usize) -> (usize, usize) {
+        match spec.kind {
+            Kind::Reduce | Kind::ReduceAll => (
+                area_elems(spec.src_lay, spec.n, spec.np, p) * spec.es,
+                if spec.has_dst(p) || spec.kind == Kind::ReduceAll {
+                    spec.es
+                } else {
+                    0
+                },
+            ),
+            Kind::Prefix | Kind::ExclusivePrefix => (
+                area_elems(spec.src_lay, spec.n, spec.np, p) * spec.es,
+                area_elems(spec.dst_lay, spec.n, spec.np, p) * spec.es,
+            ),
+            k if k.is_vector() => {
+                let len = spec.n * spec.es;
+                (len, if spec.has_dst(p) { len } else { 0 })
+            }
+            _ => (spec.src_len(p), spec.dst_len(p)),
+        }
+    }
+
     fn resolve(
         &self,
         op: &'static str,
@@ -1442,25 +1475,7 @@ impl Coll {
         mode: &Mode,
         e: Entry,
     ) -> Result<(usize, Area, Area)> {
-        let (src_len, dst_len) = match spec.kind {
-            Kind::Reduce | Kind::ReduceAll => (
-                area_elems(spec.src_lay, spec.n, spec.np, e.p) * spec.es,
-                if spec.has_dst(e.p) || spec.kind == Kind::ReduceAll {
-                    spec.es
-                } else {
-                    0
-                },
-            ),
-            Kind::Prefix | Kind::ExclusivePrefix => (
-                area_elems(spec.src_lay, spec.n, spec.np, e.p) * spec.es,
-                area_elems(spec.dst_lay, spec.n, spec.np, e.p) * spec.es,
-            ),
-            k if k.is_vector() => {
-                let len = spec.n * spec.es;
-                (len, if spec.has_dst(e.p) { len } else { 0 })
-            }
-            _ => (spec.src_len(e.p), spec.dst_len(e.p)),
-        };
+        let (src_len, dst_len) = self.lens(spec, e.p);
         if spec.kind == Kind::Scatter && e.dst == Addr::InPlace && dst_len > 0 {
             // In-place scatter: the root's own block stays where it is in the source.
             if e.p != spec.root {
@@ -1484,11 +1499,7 @@ impl Coll {
                 },
             ));
         }
-        let dst = if dst_len > 0 {
-            self.area(op, "destination", e.dst, dst_len, mode.dst_in_segment)?
-        } else {
-            Area::default()
-        };
+        let dst = self.area_or_none(op, "destination", e.dst, dst_len, mode.dst_in_segment)?;
         let src = if src_len == 0 {
             Area::default()
         } else if e.src == Addr::InPlace {
@@ -1524,6 +1535,22 @@ impl Coll {
         Ok((e.p, src, dst))
     }
 
+    /// `area`, or the empty area where `len` is 0 (the address is not looked at).
+    fn area_or_none(
+        &self,
+        op: &'static str,
+        what: &str,
+        a: Addr,
+        len: usize,
+        in_seg: bool,
+    ) -> Result<Area> {
+        if len == 0 {
+            return Ok(Area::default());
+        }
+        self.area(op, what, a, len, in_seg)
+    }
+
+    #[inline]
     fn area(
         &self,
         op: &'static str,
@@ -1534,43 +1561,53 @@ impl Coll {
     ) -> Result<Area> {
         let (base, seg_len) = self.sh.seg;
         match a {
-            Addr::Seg(off) => {
-                let end = off.checked_add(len as u64);
-                if !matches!(end, Some(e) if e <= seg_len as u64) {
-                    return Err(Error::OutOfSegment {
-                        rank: self.sh.rank,
-                        offset: off,
-                        len,
-                        seg_len,
-                    });
-                }
-                Ok(Area {
+            Addr::Seg(off) => match off.checked_add(len as u64) {
+                Some(end) if end <= seg_len as u64 => Ok(Area {
                     ptr: base + usize::try_from(off).unwrap_or(usize::MAX),
                     len,
-                })
+                }),
+                _ => Err(self.area_error(op, what, a, len, in_seg)),
+            },
+            Addr::Ptr(p)
+                if p.addr() != 0
+                    && (!in_seg
+                        || (p.addr() >= base
+                            && p.addr()
+                                .checked_add(len)
+                                .is_some_and(|e| e <= base + seg_len))) =>
+            {
+                Ok(Area { ptr: p.addr(), len })
             }
+            _ => Err(self.area_error(op, what, a, len, in_seg)),
+        }
+    }
+
+    /// Why `area` refused `a` (kept out of its path).
+    #[cold]
+    #[inline(never)]
+    fn area_error(&self, op: &'static str, what: &str, a: Addr, len: usize, in_seg: bool) -> Error {
+        let (_, seg_len) = self.sh.seg;
+        match a {
+            Addr::Seg(off) => Error::OutOfSegment {
+                rank: self.sh.rank,
+                offset: off,
+                len,
+                seg_len,
+            },
+            Addr::Ptr(p) if p.addr() == 0 => usage(op, format!("the {what} address is null")),
             Addr::Ptr(p) => {
-                let p = p.addr();
-                if p == 0 {
-                    return Err(usage(op, format!("the {what} address is null")));
-                }
-                if in_seg && !(p >= base && p.checked_add(len).is_some_and(|e| e <= base + seg_len))
-                {
-                    return Err(usage(
-                        op,
-                        format!(
-                            "{what} {len} bytes at {p:#x} are not inside the segment, but the \
-                             flags assert {}_IN_SEGMENT",
-                            if what == "source" { "SRC" } else { "DST" }
-                        ),
-                    ));
-                }
-                Ok(Area { ptr: p, len })
+                debug_assert!(in_seg);
+                usage(
+                    op,
+                    format!(
+                        "{what} {len} bytes at {:#x} are not inside the segment, but the flags \
+                         assert {}_IN_SEGMENT",
+                        p.addr(),
+                        if what == "source" { "SRC" } else { "DST" }
+                    ),
+                )
             }
-            Addr::InPlace => Err(usage(
-                op,
-                format!("InPlace is not a valid {what} address here"),
-            )),
+            Addr::InPlace => usage(op, format!("InPlace is not a valid {what} address here")),
         }
     }
 
