@@ -31,6 +31,10 @@ use chan::{Area, Published, INLINE, LOC_INLINE, LOC_SEG, LOC_SLOT, SLOT_BYTES};
 /// the peer that sets the flag may need this rank's core.
 const SPIN_CHECKS: u32 = 64;
 
+/// Checks of a flag without the hint before the `SPIN_CHECKS` (a flag that its peer sets
+/// within a few hundred nanoseconds is seen within a few of them, not up to a PAUSE late).
+const FAST_CHECKS: u32 = 256;
+
 /// On an oversubscribed host a wait polls the endpoint and advances the engine only at every
 /// `OVERSUBSCRIBED_POLL`-th round, with the back-off after an idle poll, and at the others
 /// checks its flag and yields the core: a conduit's poll can cost as much as the wait (Open
@@ -272,6 +276,11 @@ impl Waiter<'_> {
         let every = if self.sh.ep.backoff().yields() {
             OVERSUBSCRIBED_POLL
         } else {
+            for _ in 0..FAST_CHECKS {
+                if ok() {
+                    return Ok(());
+                }
+            }
             for _ in 0..SPIN_CHECKS {
                 std::hint::spin_loop();
                 if ok() {
