@@ -5,7 +5,8 @@
 //!
 //! Every collective of a team is numbered by an *epoch* (base + 1, base + 2, ...: the world's
 //! base is 0, another team's see below; every member counts the same calls) and uses slot
-//! `epoch % NSLOTS` of each member's area:
+//! `epoch % NHEADERS` of each member's area: its header line, and the slot's data, data slot
+//! `epoch % NSLOTS` (fewer: the data slots take the area's bytes, the header lines a page):
 //! - **publish**: at entry a member writes what it contributes (inline in the slot's header
 //!   line, in the slot's data, or only where it lies in its segment), then the header's epoch
 //!   with Release. The header's epoch doubles as the member's entry signal.
@@ -14,7 +15,9 @@
 //! - **done**: a member stores the epoch in its `done` word (Release) once it read everything
 //!   it needed from its peers.
 //! - **reuse**: a member writes slot `s` for epoch `e` only when every member's `done` is at
-//!   least `e - NSLOTS`: nobody still reads what the slot held.
+//!   least `e - NHEADERS` (nobody still reads what the header held), and `e - NSLOTS` where
+//!   its contribution goes to the data slot (nobody still reads what the data slot held): a
+//!   run of small calls looks at its peers' `done` lines once every `NHEADERS` calls.
 //!
 //! The barrier (and the entry signal of `IN_ALLSYNC`) runs on each area's `bar` word: of two
 //! members each stores the epoch into the other's word and waits until its own holds at least
@@ -37,8 +40,18 @@ use amnet_core::sync::{AtomicU64, Ordering, UnsafeCell};
 /// Spacing of the words that different ranks write (two cache lines: the adjacent-line
 /// prefetcher of x86 cores pairs lines).
 pub(crate) const LINE: usize = 128;
-/// Slots per area: a member may run this many collectives ahead of the slowest reader.
+/// Data slots per area: a member may run this many collectives with data in the slot ahead
+/// of the slowest reader.
+#[cfg(not(loom))]
 pub(crate) const NSLOTS: usize = 4;
+#[cfg(loom)]
+pub(crate) const NSLOTS: usize = 2;
+/// Header lines per area (a multiple of `NSLOTS`): a member may run this many collectives
+/// whose contributions fit the header line ahead of the slowest reader.
+#[cfg(not(loom))]
+pub(crate) const NHEADERS: usize = 16;
+#[cfg(loom)]
+pub(crate) const NHEADERS: usize = 4;
 /// Bytes of a header line that carry data.
 pub(crate) const INLINE: usize = LINE - 24;
 /// Bytes of one slot's data.
@@ -88,7 +101,7 @@ pub(crate) const NAREAS: usize = amnet_core::HOST_SCRATCH_BYTES / AREA_BYTES;
 
 /// Bytes of an area's control part (done, barrier words, headers), padded to a page.
 const CONTROL: usize = 4096;
-const CONTROL_USED: usize = LINE * (2 + NSLOTS);
+const CONTROL_USED: usize = LINE * (2 + NHEADERS);
 const PAD: usize = CONTROL - CONTROL_USED;
 
 /// One rank's area.
@@ -96,7 +109,7 @@ const PAD: usize = CONTROL - CONTROL_USED;
 pub(crate) struct Area {
     done: DoneLine,
     bar: Word,
-    hdr: [Header; NSLOTS],
+    hdr: [Header; NHEADERS],
     _pad: [u8; PAD],
     data: [UnsafeCell<[u8; SLOT_BYTES]>; NSLOTS],
 }
@@ -108,6 +121,7 @@ const _: () = {
     assert!(std::mem::size_of::<DoneLine>() == LINE);
     assert!(std::mem::size_of::<Area>() <= AREA_BYTES);
     assert!(AREA_BYTES % 4096 == 0 && NAREAS >= 2);
+    assert!(CONTROL_USED <= CONTROL && NHEADERS % NSLOTS == 0);
     assert!(std::mem::align_of::<Area>() <= 4096);
 };
 
@@ -217,7 +231,8 @@ impl Area {
     ///
     /// # Safety
     /// - Only the owner calls it, from one thread at a time, and only once every member's
-    ///   `done` is at least `e - NSLOTS` (nobody reads the slot's previous contents).
+    ///   `done` is at least `reuse_floor(e, loc == LOC_SLOT)` (nobody reads the header's, or
+    ///   the data slot's, previous contents).
     /// - `len` fits where `loc` says (`INLINE` or `SLOT_BYTES`), and `fill` writes at most
     ///   `len` bytes through the pointer it gets.
     pub(crate) unsafe fn publish(
@@ -231,7 +246,7 @@ impl Area {
         let h = &self.hdr[s];
         match loc {
             LOC_INLINE => h.inline.with_mut(|p| fill(p.cast::<u8>())),
-            LOC_SLOT => self.data[s].with_mut(|p| fill(p.cast::<u8>())),
+            LOC_SLOT => self.data[s % NSLOTS].with_mut(|p| fill(p.cast::<u8>())),
             _ => {}
         }
         h.loc.store(loc, Ordering::Relaxed);
@@ -254,24 +269,25 @@ impl Area {
     ) -> Option<R> {
         match p.loc {
             LOC_INLINE => Some(self.hdr[s].inline.with(|q| f(q.cast::<u8>()))),
-            LOC_SLOT => Some(self.data[s].with(|q| f(q.cast::<u8>()))),
+            LOC_SLOT => Some(self.data[s % NSLOTS].with(|q| f(q.cast::<u8>()))),
             _ => None,
         }
     }
 }
 
-/// Slot of epoch `e`.
+/// Slot (header line) of epoch `e`; its data slot is `slot(e) % NSLOTS`.
 #[inline]
 pub(crate) fn slot(e: u64) -> usize {
-    #[allow(clippy::cast_possible_truncation)] // below NSLOTS
-    let s = (e % NSLOTS as u64) as usize;
+    #[allow(clippy::cast_possible_truncation)] // below NHEADERS
+    let s = (e % NHEADERS as u64) as usize;
     s
 }
 
-/// The epoch every member's `done` must reach before slot `slot(e)` is written for `e`.
+/// The epoch every member's `done` must reach before slot `slot(e)` is written for `e`:
+/// its header line, and with `data` its data slot too.
 #[inline]
-pub(crate) fn reuse_floor(e: u64) -> u64 {
-    e.saturating_sub(NSLOTS as u64)
+pub(crate) fn reuse_floor(e: u64, data: bool) -> u64 {
+    e.saturating_sub(if data { NSLOTS } else { NHEADERS } as u64)
 }
 
 #[cfg(all(test, loom))]
@@ -291,7 +307,8 @@ mod loom_models {
     /// the other reads it; both then mark the epoch done. Returns the value this member holds.
     fn bcast(me: usize, areas: &[Box<Area>; 2], e: u64, root: usize, v: u64) -> u64 {
         let s = slot(e);
-        spin(|| areas.iter().all(|a| a.done() >= reuse_floor(e)));
+        // The root's value goes to the data slot, the other's entry only to the header line.
+        spin(|| areas.iter().all(|a| a.done() >= reuse_floor(e, me == root)));
         let got = if me == root {
             // SAFETY: the owner, after the reuse floor; 8 bytes fit the slot.
             unsafe {
@@ -326,7 +343,7 @@ mod loom_models {
             let areas: Arc<[Box<Area>; 2]> = Arc::new([Area::boxed(), Area::boxed()]);
             // Each member's values from the other's epochs (the root's value is e * 10 + root).
             let member = |me: usize, areas: Arc<[Box<Area>; 2]>| {
-                (1..=NSLOTS as u64 + 1)
+                (1..=NHEADERS as u64 + 1)
                     .filter_map(|e| {
                         let root = (e % 2) as usize;
                         let got = bcast(me, &areas, e, root, e * 10 + root as u64);
@@ -339,16 +356,40 @@ mod loom_models {
             let got0 = member(0, areas.clone());
             let got1 = t.join().unwrap();
             // Member 0 reads the odd epochs' values from 1, member 1 the even ones from 0.
-            let want0: Vec<u64> = (1..=NSLOTS as u64 + 1)
+            let want0: Vec<u64> = (1..=NHEADERS as u64 + 1)
                 .filter(|e| e % 2 == 1)
                 .map(|e| e * 10 + 1)
                 .collect();
-            let want1: Vec<u64> = (1..=NSLOTS as u64 + 1)
+            let want1: Vec<u64> = (1..=NHEADERS as u64 + 1)
                 .filter(|e| e % 2 == 0)
                 .map(|e| e * 10)
                 .collect();
             assert_eq!(got0, want0);
             assert_eq!(got1, want1);
+        });
+    }
+
+    /// One root (member 1) broadcasts over more epochs than there are header lines: it runs
+    /// ahead of the reader as far as the reuse floors let it, its data slots (fewer than its
+    /// header lines) are each written again while the reader may still be behind, and every
+    /// value arrives intact (loom finds no write to a data slot the reader still reads).
+    #[test]
+    fn loom_one_root_runs_ahead() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(|| {
+            let areas: Arc<[Box<Area>; 2]> = Arc::new([Area::boxed(), Area::boxed()]);
+            let epochs = 1..=NHEADERS as u64 + 1;
+            let a1 = areas.clone();
+            let e1 = epochs.clone();
+            let t = thread::spawn(move || {
+                for e in e1 {
+                    assert_eq!(bcast(1, &a1, e, 1, e * 10), e * 10);
+                }
+            });
+            let got: Vec<u64> = epochs.clone().map(|e| bcast(0, &areas, e, 1, 0)).collect();
+            t.join().unwrap();
+            assert_eq!(got, epochs.map(|e| e * 10).collect::<Vec<u64>>());
         });
     }
 
@@ -380,7 +421,7 @@ mod loom_models {
                         .unwrap();
                     areas[me].start_at(base);
                     // The new team, numbered from the base, its roots alternating.
-                    for e in base + 1..=base + NSLOTS as u64 + 1 {
+                    for e in base + 1..=base + NHEADERS as u64 + 1 {
                         let root = (e % 2) as usize;
                         let v = e * 10 + root as u64;
                         assert_eq!(bcast(me, &areas, e, root, v), v);
@@ -412,14 +453,14 @@ mod loom_models {
             let member = move |me: usize,
                                areas: Arc<[Box<Area>; 2]>,
                                cells: Arc<[[AtomicU64; 2]; 2]>| {
-                for e in 1..=NSLOTS as u64 + 2 {
+                for e in 1..=NHEADERS as u64 + 2 {
                     let root = (e % 2) as usize;
                     let s = slot(e);
                     if me != root {
                         // Writes into the root's source before entering (a put).
                         cells[root][0].store(e * 7, Ordering::Relaxed);
                     }
-                    spin(|| areas.iter().all(|a| a.done() >= reuse_floor(e)));
+                    spin(|| areas.iter().all(|a| a.done() >= reuse_floor(e, false)));
                     if me == root {
                         spin(|| areas[1 - me].entered() >= e);
                         let v = cells[me][0].load(Ordering::Relaxed);

@@ -512,8 +512,10 @@ fn epoch_call(
             ),
         });
     }
-    // Reuse: every member is done with what slot `s` held.
-    let floor = chan::reuse_floor(e);
+    // Reuse: every member is done with what slot `s` held (its header line; its data slot
+    // too where a contribution of the call may go there).
+    let data = published_bytes(spec.kind, spec.uniform.unwrap_or(0), np, spec.es, spec.n) > INLINE;
+    let floor = chan::reuse_floor(e, data);
     if t.floor_seen.load(Ordering::Relaxed) < floor {
         w.wait(
             || (0..np).all(|i| t.area(i).done() >= floor),
@@ -673,8 +675,14 @@ fn epoch_call(
         local_copy(src, at, dst, 0, n);
         t.area(me).set_done(e);
     }
+    // Only a contribution beyond the header line goes to the data slot (`data` above).
+    debug_assert!(
+        loc != LOC_SLOT || data,
+        "a data slot written past its reuse floor"
+    );
     // SAFETY: this rank owns its area and is its only writer now (`busy`); every member's
-    // `done` reached the reuse floor; `bytes` fits where `loc` says.
+    // `done` reached the reuse floor (of the data slot where `loc` is `LOC_SLOT`); `bytes`
+    // fits where `loc` says.
     unsafe {
         t.area(me).publish(s, e, loc, bytes.len(), |p| {
             if !private {
