@@ -573,6 +573,9 @@ fn epoch_call(
         },
     });
     let mut partial = [0u8; INLINE];
+    // This rank's first run of an array reduction's or scan's elements (the layout's
+    // divisions done once per call).
+    let mut first_run = None;
     let mut partial_vec = Vec::new();
     let n = spec.uniform.unwrap_or(0);
     let root = spec.root;
@@ -607,6 +610,7 @@ fn epoch_call(
             let mut have = false;
             let mut run_acc = Vec::new();
             for r in runs_iter(spec.src_lay, spec.n, spec.np).filter(|r| r.part == me) {
+                first_run.get_or_insert(r);
                 let run = xs
                     .get(r.local * es..(r.local + r.len) * es)
                     .ok_or_else(|| internal(op, "a run beyond the source area"))?;
@@ -776,7 +780,8 @@ fn epoch_call(
         // partials of the members before it, then its run's prefixes after the carry.
         Kind::Prefix | Kind::ExclusivePrefix => {
             let fold = fold.as_ref().ok_or_else(|| internal(op, "no function"))?;
-            if let Some(run) = runs_iter(spec.src_lay, spec.n, spec.np).find(|r| r.part == me) {
+            // The array scans take one run per member (`RUNS_IN_ORDER`): its first.
+            if let Some(run) = first_run {
                 let es = fold.es;
                 let mut small = [0u8; INLINE];
                 let mut big = Vec::new();
