@@ -902,8 +902,9 @@ impl Coll {
             return None;
         }
         SHM_MEMO.with(|cell| {
-            // A call made from inside a repeated one (a reduction function's, say) finds the
-            // memo borrowed for writing only by an initiation, never: it reads it too.
+            // The memo stays borrowed while the repeated call runs: a call made from inside it
+            // (a reduction function's, say) reads it too, and an initiation there leaves it
+            // as it is (its `try_borrow_mut` fails).
             let memo = cell.try_borrow().ok()?;
             let m = memo.as_ref().filter(|m| m.key == *key)?;
             Some(self.shm_repeat_with(team, c, m))
