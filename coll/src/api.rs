@@ -924,8 +924,8 @@ impl Coll {
         let e = Entry { p: m.p, src, dst };
         let (src, dst) = match m.lens {
             Some((src_len, dst_len)) => (
-                self.area_or_none(c.op, "source", src, src_len, m.mode.src_in_segment)?,
-                self.area_or_none(c.op, "destination", dst, dst_len, m.mode.dst_in_segment)?,
+                self.area(c.op, "source", src, src_len, m.mode.src_in_segment)?,
+                self.area(c.op, "destination", dst, dst_len, m.mode.dst_in_segment)?,
             ),
             None => {
                 let (_, src, dst) = self.resolve(c.op, &m.spec, &m.mode, e)?;
@@ -1500,10 +1500,8 @@ impl Coll {
                 },
             ));
         }
-        let dst = self.area_or_none(op, "destination", e.dst, dst_len, mode.dst_in_segment)?;
-        let src = if src_len == 0 {
-            Area::default()
-        } else if e.src == Addr::InPlace {
+        let dst = self.area(op, "destination", e.dst, dst_len, mode.dst_in_segment)?;
+        let src = if src_len > 0 && e.src == Addr::InPlace {
             let off = spec
                 .in_place_offset(e.p)
                 .filter(|_| dst_len > 0)
@@ -1536,8 +1534,10 @@ impl Coll {
         Ok((e.p, src, dst))
     }
 
-    /// `area`, or the empty area where `len` is 0 (the address is not looked at).
-    fn area_or_none(
+    /// The area of `len` bytes at `a`, checked; the empty area where `len` is 0 (the address
+    /// is not looked at).
+    #[inline]
+    fn area(
         &self,
         op: &'static str,
         what: &str,
@@ -1548,18 +1548,6 @@ impl Coll {
         if len == 0 {
             return Ok(Area::default());
         }
-        self.area(op, what, a, len, in_seg)
-    }
-
-    #[inline]
-    fn area(
-        &self,
-        op: &'static str,
-        what: &str,
-        a: Addr,
-        len: usize,
-        in_seg: bool,
-    ) -> Result<Area> {
         let (base, seg_len) = self.sh.seg;
         match a {
             Addr::Seg(off) => match off.checked_add(len as u64) {

@@ -316,9 +316,9 @@ impl Coll {
     /// (one thread per rank), matched in order with its other collectives: a collective of
     /// its own (operation `barrier`) that moves no data, only the team's entry signal, whose
     /// scheme (`dissemination` or `tree`, or `shm` where the members share memory) is selected
-    /// like any algorithm. When it returns, the
-    /// data of every `OUT_NOSYNC` collective this rank started before it is in place here (data
-    /// written by direct puts, spec/coll.md §6: where the senders synced before the barrier).
+    /// like any algorithm. When it returns, the data of every `OUT_NOSYNC` collective this
+    /// rank started before it is in place here (data written by direct puts, spec/coll.md §6:
+    /// where the senders synced before the barrier).
     pub fn barrier(&self, team: &Team) -> Result<()> {
         const OP: &str = "team barrier";
         self.check_team(OP, team)?;

@@ -977,7 +977,9 @@ impl Reader<'_> {
         got.ok_or_else(|| internal(self.op, "published header vanished"))
     }
 
-    /// Copy `len` bytes at `off` of member `q`'s contribution to `to` in this process.
+    /// Copy `len` bytes at `off` of member `q`'s contribution to `to` in this process: this
+    /// rank's destination, or the team's fetch buffer (held by the caller), either valid for
+    /// writes of `len` bytes until the call returns.
     fn fetch(&self, q: usize, off: usize, len: usize, to: usize) -> Result<()> {
         if len == 0 {
             return Ok(());
@@ -988,8 +990,8 @@ impl Reader<'_> {
         if p.loc & LOC_SEG != 0 {
             let seg_off = (p.loc & !LOC_SEG) + off as u64;
             let ep = &self.sh.ep;
-            // SAFETY: `to` addresses this rank's destination, resolved by the initiation and
-            // valid for `len` more bytes until the call returns.
+            // SAFETY: `to` is valid for writes of `len` bytes until the call returns (this
+            // rank's destination, resolved by the initiation, or the held fetch buffer).
             let mut h = unsafe { ep.get_nb(self.t.ranks[q], seg_off, to, len)? };
             return ep.wait_sync(&mut h);
         }
@@ -1092,14 +1094,11 @@ impl Reader<'_> {
                 continue;
             }
             if p.loc & LOC_SEG != 0 && !self.t.direct {
-                // In member q's segment, not mapped here: through the conduit's get, into the
-                // destination for the first operand, else into the team's buffer and folded.
-                let off = p.loc & !LOC_SEG;
-                let ep = &self.sh.ep;
+                // In member q's segment, not mapped here: fetched through the conduit's get,
+                // into the destination for the first operand, else into the team's buffer
+                // and folded.
                 if !have {
-                    // SAFETY: `out` is this rank's destination, `len` bytes (above).
-                    let mut h = unsafe { ep.get_nb(self.t.ranks[q], off, out.as_mut_ptr(), len)? };
-                    ep.wait_sync(&mut h)?;
+                    self.fetch(q, 0, len, out.as_mut_ptr() as usize)?;
                 } else {
                     let mut buf = self
                         .t
@@ -1109,10 +1108,9 @@ impl Reader<'_> {
                     if buf.len() < len {
                         buf.resize(len, 0);
                     }
-                    // SAFETY: the buffer holds `len` bytes, and nothing else uses it while
-                    // the team's call runs (`busy`) and this guard is held.
-                    let mut h = unsafe { ep.get_nb(self.t.ranks[q], off, buf.as_mut_ptr(), len)? };
-                    ep.wait_sync(&mut h)?;
+                    // Nothing else uses the buffer while the team's call runs (`busy`) and
+                    // this guard is held.
+                    self.fetch(q, 0, len, buf.as_mut_ptr() as usize)?;
                     take(&buf[..len]);
                 }
                 have = true;
