@@ -10,6 +10,9 @@ for n in 2 4 8; do
     echo "== amrun -n $n amnet-testsuite"
     target/release/amrun -n "$n" --timeout 600 target/release/amnet-testsuite
 done
+# The endpoint barrier over active messages where the ranks share a host (flags by default).
+echo "== amrun -n 3 amnet-testsuite barrier, AMNET_BARRIER=am"
+AMNET_BARRIER=am target/release/amrun -n 3 --timeout 300 target/release/amnet-testsuite barrier
 for n in 3 7; do
     echo "== amrun -n $n amnet-testsuite coll"
     target/release/amrun -n "$n" --timeout 300 target/release/amnet-testsuite coll

@@ -8,12 +8,18 @@
 //!
 //! A peer can be at most one barrier ahead (it cannot finish barrier `e+1` before this rank
 //! notified it), so arrivals are kept by barrier parity.
+//!
+//! Where every rank shares this host (the conduit maps every rank's host scratch) the barrier
+//! sends no message: each rank stores its value and the barrier's number into a line of its
+//! own and waits until every rank's line holds the number (`shmbar`), then merges the values
+//! in rank order. `AMNET_BARRIER=am` keeps the messages there too.
 
 use std::sync::atomic::Ordering;
 
 use crate::conduit::{Category, OutMsg};
 use crate::endpoint::{not_in_handler, Endpoint};
 use crate::handler::{HandlerTable, Token};
+use crate::shmbar::ShmBarrier;
 use crate::stats::Ctr;
 use crate::{Error, Result};
 
@@ -92,16 +98,32 @@ enum Phase {
         id: u32,
         flags: u32,
         value: Val,
+        /// The dissemination round under way; on the flags, the first rank whose arrival
+        /// has not been seen (`FLAGS_DONE` once all have and `value` holds the verdict).
         round: usize,
         sent: bool,
     },
 }
+
+/// `Phase::Notified::round` of a barrier on the flags once every rank arrived.
+const FLAGS_DONE: usize = usize::MAX;
+
+/// Checks of the flags without the spin-loop hint before a wait on them starts polling (with a
+/// core per rank): a peer that arrives within a few hundred nanoseconds is seen at once.
+const FLAG_CHECKS: u32 = 256;
+
+/// On an oversubscribed host a wait on the flags polls the endpoint only every
+/// `OVERSUBSCRIBED_POLL`-th round and yields the core at the others (the rank it waits for may
+/// need this core; a conduit's poll can cost more than the flag's check).
+const OVERSUBSCRIBED_POLL: u32 = 8;
 
 /// Per-endpoint barrier state, behind a mutex (handlers record arrivals).
 #[derive(Debug)]
 pub(crate) struct BarrierState {
     phase: Phase,
     epoch: u32,
+    /// Barriers completed (the flags' barrier number).
+    count: u64,
     arrived: [[Option<Val>; MAX_ROUNDS]; 2],
 }
 
@@ -110,6 +132,7 @@ impl BarrierState {
         BarrierState {
             phase: Phase::Idle,
             epoch: 0,
+            count: 0,
             arrived: [[None; MAX_ROUNDS]; 2],
         }
     }
@@ -146,6 +169,21 @@ impl Endpoint {
         self.inner.barrier.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The barrier's flags, where every rank shares this host and `AMNET_BARRIER` is not
+    /// `am` (the same answer on every rank: each maps every rank's scratch, or none does).
+    fn shm_barrier(&self) -> Option<&ShmBarrier> {
+        self.inner
+            .shm_barrier
+            .get_or_init(|| {
+                if !self.inner.cfg.barrier_flags {
+                    return None;
+                }
+                let conduit = &self.inner.conduit;
+                ShmBarrier::new(self.size(), self.rank(), |r| conduit.host_scratch(r))
+            })
+            .as_ref()
+    }
+
     /// Start a barrier. `flags` may hold [`flags::ANONYMOUS`] (id ignored) and
     /// [`flags::MISMATCH`]. Must be followed by `barrier_wait` or a successful `barrier_try`.
     pub fn barrier_notify(&self, id: u32, flags: u32) -> Result<()> {
@@ -172,6 +210,10 @@ impl Endpoint {
             } else {
                 Val::Named { id, rank }
             };
+            let flags_bar = self.shm_barrier();
+            if let Some(b) = flags_bar {
+                b.arrive(st.count, value.encode());
+            }
             st.phase = Phase::Notified {
                 id,
                 flags,
@@ -185,8 +227,89 @@ impl Endpoint {
         Ok(())
     }
 
+    /// On the flags: whether every rank arrived, merging their values (in rank order) once
+    /// they have.
+    fn flags_advance(&self, b: &ShmBarrier, op: &'static str) -> Result<bool> {
+        let mut st = self.barrier_lock();
+        let c = st.count;
+        let Phase::Notified { value, round, .. } = &mut st.phase else {
+            return Err(Error::BarrierState(if op == "barrier_try" {
+                "barrier_try without barrier_notify"
+            } else {
+                "barrier_wait without barrier_notify"
+            }));
+        };
+        if *round == FLAGS_DONE {
+            return Ok(true);
+        }
+        if let Some(r) = b.first_missing(c, *round) {
+            *round = r;
+            return Ok(false);
+        }
+        *value = (0..b.ranks()).fold(Val::Anon, |v, r| v.merge(Val::decode(&b.value(c, r))));
+        *round = FLAGS_DONE;
+        Ok(true)
+    }
+
+    /// `barrier_wait` on the flags: checks first (with a core per rank), then polls the
+    /// endpoint with the back-off (on an oversubscribed host: yields, polling every few rounds).
+    fn flags_wait(&self, b: &ShmBarrier) -> Result<()> {
+        let (c, mut from) = {
+            let st = self.barrier_lock();
+            match st.phase {
+                Phase::Notified { round, .. } => (st.count, round),
+                Phase::Idle => {
+                    return Err(Error::BarrierState("barrier_wait without barrier_notify"))
+                }
+            }
+        };
+        let arrived = |from: &mut usize| {
+            if *from == FLAGS_DONE {
+                return true;
+            }
+            match b.first_missing(c, *from) {
+                Some(r) => {
+                    *from = r;
+                    false
+                }
+                None => true,
+            }
+        };
+        let mut idle = self.backoff();
+        let over = idle.yields();
+        let mut done = arrived(&mut from);
+        if !done && !over {
+            for _ in 0..FLAG_CHECKS {
+                if arrived(&mut from) {
+                    done = true;
+                    break;
+                }
+            }
+        }
+        if !done {
+            crate::npam::check_may_wait("barrier_wait")?;
+            let mut round = 0u32;
+            while !arrived(&mut from) {
+                round = round.wrapping_add(1);
+                if over && round % OVERSUBSCRIBED_POLL != 0 {
+                    std::thread::yield_now();
+                    continue;
+                }
+                if self.poll_inner(false)? > 0 {
+                    idle.reset();
+                } else {
+                    idle.snooze(|| self.inner.conduit.keep_awake());
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Send and merge as far as arrivals allow. Returns true when all rounds are done.
     fn barrier_advance(&self, op: &'static str) -> Result<bool> {
+        if let Some(b) = self.shm_barrier() {
+            return self.flags_advance(b, op);
+        }
         let total = rounds(self.size());
         loop {
             let mut st = self.barrier_lock();
@@ -256,6 +379,7 @@ impl Endpoint {
         let phase = std::mem::replace(&mut st.phase, Phase::Idle);
         self.inner.barrier_busy.store(false, Ordering::Release);
         st.epoch = st.epoch.wrapping_add(1);
+        st.count += 1;
         drop(st);
         self.stats_block().add(Ctr::Barriers, 1);
         let Phase::Notified {
@@ -302,6 +426,13 @@ impl Endpoint {
     pub fn barrier_wait(&self, id: u32, flags: u32) -> Result<()> {
         self.attached_for("barrier_wait")?;
         not_in_handler("barrier_wait")?;
+        if let Some(bar) = self.shm_barrier() {
+            self.flags_wait(bar)?;
+            if !self.flags_advance(bar, "barrier_wait")? {
+                return Err(Error::BarrierState("barrier_wait: the flags went back"));
+            }
+            return self.barrier_finish(id, flags);
+        }
         let mut b = self.backoff();
         let mut first = true;
         loop {

@@ -14,9 +14,19 @@ use crate::{Rank, Result};
 pub const MAX_ARGS: usize = 16;
 
 /// Bytes of one rank's host scratch ([`Conduit::host_scratch`]): shared memory that the ranks
-/// of a host map from one another for the library layers' flags and staging buffers (the
-/// collectives divide it into one area per team, 512 KiB each).
+/// of a host map from one another for flags and staging buffers. The library layers get the
+/// first [`LAYER_SCRATCH_BYTES`] (the collectives divide it into one area per team); the core
+/// keeps the last page for its barrier's flags (spec/core.md §8).
 pub const HOST_SCRATCH_BYTES: usize = 4 << 20;
+
+/// The core's part of a rank's host scratch: its last page.
+pub(crate) const CORE_SCRATCH_BYTES: usize = 4096;
+
+/// The library layers' part of a rank's host scratch ([`LayerHooks::host_scratch`]), from its
+/// start: all of it but the core's last page.
+///
+/// [`LayerHooks::host_scratch`]: crate::LayerHooks::host_scratch
+pub const LAYER_SCRATCH_BYTES: usize = HOST_SCRATCH_BYTES - CORE_SCRATCH_BYTES;
 
 /// The three active-message categories.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]

@@ -261,6 +261,16 @@ pub mod vars {
         default: "`native`",
         meaning: "`am` forces put/get onto the AM-based reference path",
     };
+    /// `AMNET_BARRIER`.
+    pub const BARRIER: Var = Var {
+        name: "AMNET_BARRIER",
+        scope: Scope::Core,
+        kind: Kind::Choice(&["flags", "am"]),
+        default: "`flags`",
+        meaning:
+            "`am` runs the endpoint barrier over active messages where all ranks share a host \
+                  (default there: flags in the host scratch)",
+    };
     /// `AMNET_STATS`.
     pub const STATS: Var = Var {
         name: "AMNET_STATS",
@@ -570,6 +580,7 @@ pub const VARS: &[&Var] = &[
     &vars::RANK,
     &vars::SIZE,
     &vars::RMA,
+    &vars::BARRIER,
     &vars::STATS,
     &vars::VERBOSE,
     &vars::PROGRESS_THREAD,

@@ -35,6 +35,9 @@ pub struct EndpointConfig {
     pub oversubscribed: bool,
     /// Start a progress thread at attach (`AMNET_PROGRESS_THREAD=1`).
     pub progress_thread: bool,
+    /// Run the endpoint barrier on flags in the host scratch where every rank shares this
+    /// host (`AMNET_BARRIER=flags`, the default), or always over active messages (`am`).
+    pub barrier_flags: bool,
 }
 
 impl EndpointConfig {
@@ -51,6 +54,7 @@ impl EndpointConfig {
             spin_given: given.is_some(),
             oversubscribed,
             progress_thread: src.flag(&vars::PROGRESS_THREAD)?.unwrap_or(false),
+            barrier_flags: src.choice(&vars::BARRIER)? != Some("am"),
         })
     }
 }
@@ -166,6 +170,9 @@ pub(crate) struct Inner {
     pub(crate) barrier: Mutex<BarrierState>,
     /// Whether `barrier`'s phase is not idle (written under its lock, read without it).
     pub(crate) barrier_busy: AtomicBool,
+    /// The barrier's flags in the host scratch, where every rank shares this host (made at
+    /// the first barrier).
+    pub(crate) shm_barrier: OnceLock<Option<crate::shmbar::ShmBarrier>>,
     stat_blocks: Mutex<Vec<Arc<StatBlock>>>,
     stats_printed: AtomicBool,
     pub(crate) layer: crate::layer::LayerSlots,
@@ -385,6 +392,7 @@ impl Endpoint {
             attach_started: AtomicBool::new(false),
             barrier: Mutex::new(BarrierState::new()),
             barrier_busy: AtomicBool::new(false),
+            shm_barrier: OnceLock::new(),
             stat_blocks: Mutex::new(Vec::new()),
             stats_printed: AtomicBool::new(false),
             layer: crate::layer::LayerSlots::new(),

@@ -271,9 +271,10 @@ impl LayerHooks<'_> {
 
     /// The host scratch of `rank` mapped into this process, when `rank` shares memory with
     /// this one ([`Conduit::host_scratch`](crate::Conduit::host_scratch)): an area of
-    /// [`HOST_SCRATCH_BYTES`](crate::HOST_SCRATCH_BYTES) bytes, page-aligned and zero-filled
+    /// [`LAYER_SCRATCH_BYTES`](crate::LAYER_SCRATCH_BYTES) bytes, page-aligned and zero-filled
     /// at start-up, that only the collectives layer writes (they are the only layer; more
-    /// layers would divide it). `None` for a rank out of range or not on this host.
+    /// layers would divide it; the core's barrier flags lie past its end). `None` for a rank
+    /// out of range or not on this host.
     ///
     /// Every access through it is the layer's own unsafe code: the memory is written by other
     /// processes at any time, so it is only to be read and written through atomics or under a

@@ -26,6 +26,7 @@ mod npam;
 mod progress;
 mod rma;
 mod segview;
+mod shmbar;
 mod stats;
 pub mod sync;
 mod vis;
@@ -37,7 +38,7 @@ pub use backoff::Backoff;
 pub use barrier::flags as barrier_flags;
 pub use conduit::{
     Category, Conduit, InMsg, LocalSegment, NativeRma, OutMsg, PreparedSlot, RmaTicket,
-    HOST_SCRATCH_BYTES, MAX_ARGS,
+    HOST_SCRATCH_BYTES, LAYER_SCRATCH_BYTES, MAX_ARGS,
 };
 pub use config::{ConduitKind, Source};
 pub use endpoint::{Endpoint, EndpointConfig};

@@ -93,11 +93,12 @@ pub(crate) struct Header {
     inline: UnsafeCell<[u8; INLINE]>,
 }
 
-/// Bytes of host scratch per area (an [`Area`] fits, checked at compile time).
-pub(crate) const AREA_BYTES: usize = 512 << 10;
+/// Bytes of host scratch per area (an [`Area`] fits, checked at compile time; eight fit the
+/// layers' part of the scratch).
+pub(crate) const AREA_BYTES: usize = 508 << 10;
 /// Areas in a rank's host scratch: the world team's and those of up to `NAREAS - 1` other
 /// teams alive at once.
-pub(crate) const NAREAS: usize = amnet_core::HOST_SCRATCH_BYTES / AREA_BYTES;
+pub(crate) const NAREAS: usize = amnet_core::LAYER_SCRATCH_BYTES / AREA_BYTES;
 
 /// Bytes of an area's control part (done, barrier words, headers), padded to a page.
 const CONTROL: usize = 4096;
@@ -120,7 +121,7 @@ const _: () = {
     assert!(std::mem::size_of::<Word>() == LINE);
     assert!(std::mem::size_of::<DoneLine>() == LINE);
     assert!(std::mem::size_of::<Area>() <= AREA_BYTES);
-    assert!(AREA_BYTES % 4096 == 0 && NAREAS >= 2);
+    assert!(AREA_BYTES % 4096 == 0 && NAREAS >= 8);
     assert!(CONTROL_USED <= CONTROL && NHEADERS % NSLOTS == 0);
     assert!(std::mem::align_of::<Area>() <= 4096);
 };

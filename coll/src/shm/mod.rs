@@ -141,8 +141,8 @@ impl ShmTeam {
             .iter()
             .map(|&r| {
                 let p = hooks.host_scratch(r)?;
-                // Inside the scratch: `area * AREA_BYTES + size_of::<Area>()` is at most
-                // HOST_SCRATCH_BYTES (NAREAS areas of AREA_BYTES, an Area fits one).
+                // Inside the layers' scratch: `area * AREA_BYTES + size_of::<Area>()` is at
+                // most LAYER_SCRATCH_BYTES (NAREAS areas of AREA_BYTES, an Area fits one).
                 Some(p.as_ptr().wrapping_add(area * chan::AREA_BYTES))
             })
             .collect::<Option<Vec<_>>>()?;
@@ -158,7 +158,7 @@ impl ShmTeam {
         let me = ranks.iter().position(|&r| r == me)?;
         Some(ShmTeam {
             // SAFETY (of the later dereferences, `area`): the conduit's host scratch is
-            // page-aligned, zero-filled at start-up, HOST_SCRATCH_BYTES long (NAREAS areas of
+            // page-aligned, zero-filled at start-up, LAYER_SCRATCH_BYTES long (NAREAS areas of
             // AREA_BYTES, page multiples, each holding an `Area`: checked at compile time),
             // used only by this layer, and mapped for the endpoint's life.
             areas: areas
