@@ -429,7 +429,10 @@ impl Endpoint {
         if let Some(bar) = self.shm_barrier() {
             self.flags_wait(bar)?;
             if !self.flags_advance(bar, "barrier_wait")? {
-                return Err(Error::BarrierState("barrier_wait: the flags went back"));
+                // Another thread's wait or try completed it (and a notify started the next).
+                return Err(Error::BarrierState(
+                    "barrier_wait: another thread completed the barrier during this wait",
+                ));
             }
             return self.barrier_finish(id, flags);
         }
