@@ -98,15 +98,10 @@ enum Phase {
         id: u32,
         flags: u32,
         value: Val,
-        /// The dissemination round under way; on the flags, the first rank whose arrival
-        /// has not been seen (`FLAGS_DONE` once all have and `value` holds the verdict).
         round: usize,
         sent: bool,
     },
 }
-
-/// `Phase::Notified::round` of a barrier on the flags once every rank arrived.
-const FLAGS_DONE: usize = usize::MAX;
 
 /// Checks of the flags without the spin-loop hint before a wait on them starts polling (with a
 /// core per rank): a peer that arrives within a few hundred nanoseconds is seen at once.
@@ -223,57 +218,29 @@ impl Endpoint {
             };
             self.inner.barrier_busy.store(true, Ordering::Release);
         }
-        self.barrier_advance("barrier_notify")?;
+        if self.shm_barrier().is_none() {
+            self.barrier_advance("barrier_notify")?;
+        }
         Ok(())
     }
 
-    /// On the flags: whether every rank arrived, merging their values (in rank order) once
-    /// they have.
-    fn flags_advance(&self, b: &ShmBarrier, op: &'static str) -> Result<bool> {
-        let mut st = self.barrier_lock();
-        let c = st.count;
-        let Phase::Notified { value, round, .. } = &mut st.phase else {
-            return Err(Error::BarrierState(if op == "barrier_try" {
-                "barrier_try without barrier_notify"
-            } else {
-                "barrier_wait without barrier_notify"
-            }));
-        };
-        if *round == FLAGS_DONE {
-            return Ok(true);
-        }
-        if let Some(r) = b.first_missing(c, *round) {
-            *round = r;
-            return Ok(false);
-        }
-        *value = (0..b.ranks()).fold(Val::Anon, |v, r| v.merge(Val::decode(&b.value(c, r))));
-        *round = FLAGS_DONE;
-        Ok(true)
+    /// Every rank's value at barrier `c` of the flags (all arrived), merged in rank order.
+    fn flags_verdict(b: &ShmBarrier, c: u64) -> Val {
+        (0..b.ranks()).fold(Val::Anon, |v, r| v.merge(Val::decode(&b.value(c, r))))
     }
 
-    /// `barrier_wait` on the flags: checks first (with a core per rank), then polls the
-    /// endpoint with the back-off (on an oversubscribed host: yields, polling every few rounds).
-    fn flags_wait(&self, b: &ShmBarrier) -> Result<()> {
-        let (c, mut from) = {
-            let st = self.barrier_lock();
-            match st.phase {
-                Phase::Notified { round, .. } => (st.count, round),
-                Phase::Idle => {
-                    return Err(Error::BarrierState("barrier_wait without barrier_notify"))
-                }
+    /// `barrier_wait` on the flags until every rank arrived at the barrier under way, whose
+    /// number it returns: checks first (with a core per rank), then polls the endpoint with the
+    /// back-off (on an oversubscribed host: yields, polling every few rounds).
+    fn flags_wait(&self, b: &ShmBarrier) -> Result<u64> {
+        let c = self.flags_under_way("barrier_wait")?;
+        let mut from = 0;
+        let arrived = |from: &mut usize| match b.first_missing(c, *from) {
+            Some(r) => {
+                *from = r;
+                false
             }
-        };
-        let arrived = |from: &mut usize| {
-            if *from == FLAGS_DONE {
-                return true;
-            }
-            match b.first_missing(c, *from) {
-                Some(r) => {
-                    *from = r;
-                    false
-                }
-                None => true,
-            }
+            None => true,
         };
         let mut idle = self.backoff();
         let over = idle.yields();
@@ -302,14 +269,24 @@ impl Endpoint {
                 }
             }
         }
-        Ok(())
+        Ok(c)
+    }
+
+    /// The number of the barrier on the flags that this rank notified and has not completed.
+    fn flags_under_way(&self, op: &'static str) -> Result<u64> {
+        let st = self.barrier_lock();
+        match st.phase {
+            Phase::Notified { .. } => Ok(st.count),
+            Phase::Idle => Err(Error::BarrierState(if op == "barrier_try" {
+                "barrier_try without barrier_notify"
+            } else {
+                "barrier_wait without barrier_notify"
+            })),
+        }
     }
 
     /// Send and merge as far as arrivals allow. Returns true when all rounds are done.
     fn barrier_advance(&self, op: &'static str) -> Result<bool> {
-        if let Some(b) = self.shm_barrier() {
-            return self.flags_advance(b, op);
-        }
         let total = rounds(self.size());
         loop {
             let mut st = self.barrier_lock();
@@ -374,8 +351,19 @@ impl Endpoint {
         }
     }
 
-    fn barrier_finish(&self, id: u32, flags: u32) -> Result<()> {
+    /// Complete the barrier under way; `flags_val`: on the flags, the barrier's number and the
+    /// verdict merged from every rank's value (the messages' path merged it in the phase).
+    fn barrier_finish(&self, id: u32, flags: u32, flags_val: Option<(u64, Val)>) -> Result<()> {
         let mut st = self.barrier_lock();
+        if !matches!(st.phase, Phase::Notified { .. }) {
+            return Err(Error::BarrierState("barrier_wait without barrier_notify"));
+        }
+        if flags_val.is_some_and(|(c, _)| c != st.count) {
+            // Another thread's wait or try completed it (and a notify started the next).
+            return Err(Error::BarrierState(
+                "barrier_wait: another thread completed the barrier during this wait",
+            ));
+        }
         let phase = std::mem::replace(&mut st.phase, Phase::Idle);
         self.inner.barrier_busy.store(false, Ordering::Release);
         st.epoch = st.epoch.wrapping_add(1);
@@ -391,6 +379,7 @@ impl Endpoint {
         else {
             return Err(Error::BarrierState("barrier_wait without barrier_notify"));
         };
+        let value = flags_val.map_or(value, |(_, v)| v);
         match value {
             Val::Differ { a, b } => {
                 return Err(Error::BarrierMismatch {
@@ -427,20 +416,14 @@ impl Endpoint {
         self.attached_for("barrier_wait")?;
         not_in_handler("barrier_wait")?;
         if let Some(bar) = self.shm_barrier() {
-            self.flags_wait(bar)?;
-            if !self.flags_advance(bar, "barrier_wait")? {
-                // Another thread's wait or try completed it (and a notify started the next).
-                return Err(Error::BarrierState(
-                    "barrier_wait: another thread completed the barrier during this wait",
-                ));
-            }
-            return self.barrier_finish(id, flags);
+            let c = self.flags_wait(bar)?;
+            return self.barrier_finish(id, flags, Some((c, Self::flags_verdict(bar, c))));
         }
         let mut b = self.backoff();
         let mut first = true;
         loop {
             if self.barrier_advance("barrier_wait")? {
-                return self.barrier_finish(id, flags);
+                return self.barrier_finish(id, flags, None);
             }
             if first {
                 crate::npam::check_may_wait("barrier_wait")?;
@@ -458,13 +441,24 @@ impl Endpoint {
     pub fn barrier_try(&self, id: u32, flags: u32) -> Result<bool> {
         self.attached_for("barrier_try")?;
         not_in_handler("barrier_try")?;
+        if let Some(bar) = self.shm_barrier() {
+            let c = self.flags_under_way("barrier_try")?;
+            if bar.first_missing(c, 0).is_some() {
+                self.poll_inner(false)?;
+                if bar.first_missing(c, 0).is_some() {
+                    return Ok(false);
+                }
+            }
+            let v = Self::flags_verdict(bar, c);
+            return self.barrier_finish(id, flags, Some((c, v))).map(|()| true);
+        }
         if !self.barrier_advance("barrier_try")? {
             self.poll_inner(false)?;
             if !self.barrier_advance("barrier_try")? {
                 return Ok(false);
             }
         }
-        self.barrier_finish(id, flags).map(|()| true)
+        self.barrier_finish(id, flags, None).map(|()| true)
     }
 
     /// Anonymous blocking barrier.

@@ -125,11 +125,13 @@ impl ShmBarrier {
     }
 
     /// Whether every rank from `from` on arrived at barrier `c`: the first that has not, or
-    /// `None` when all have (Acquire: their values may be read then).
+    /// `None` when all have (Acquire: their values may be read then). A slot past `c + 1` (a
+    /// rank at `c + 2` already, which this rank's other thread let through) counts as
+    /// arrived: the caller finds its barrier completed.
     pub(crate) fn first_missing(&self, c: u64, from: usize) -> Option<usize> {
         let k = (c % 2) as usize;
         (from..self.slots.len())
-            .find(|&r| self.slots(r).slot[k].epoch.load(Ordering::Acquire) != c + 1)
+            .find(|&r| self.slots(r).slot[k].epoch.load(Ordering::Acquire) < c + 1)
     }
 
     /// Rank `r`'s value at barrier `c`, once `first_missing` said it arrived (and before this

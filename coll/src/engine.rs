@@ -846,6 +846,9 @@ impl Shared {
                             ", or an aggregate left open"
                         }
                     ))
+                } else if st.detached.is_empty() && st.late_errors.is_empty() {
+                    // Nothing to settle (the barrier's common case: one lock, no clock).
+                    None
                 } else {
                     drop(st);
                     s.settle_detached()

@@ -517,12 +517,31 @@ pub(crate) unsafe fn iallgatherv(
     Ok(req)
 }
 
-/// Start a barrier over `comm`.
-pub(crate) fn ibarrier(comm: Comm) -> Result<Request> {
+/// Start the minimum over `comm` of every rank's `*v` into `*out` (`MPI_Iallreduce`, u64,
+/// `MPI_MIN`).
+///
+/// # Safety
+/// - `v` and `out` stay valid (and `out` unread) until the request completes.
+pub(crate) unsafe fn iallreduce_min_u64(
+    comm: Comm,
+    v: *const u64,
+    out: *mut u64,
+) -> Result<Request> {
     let mut req = null_request();
-    // SAFETY: `comm` is a valid communicator and `req` is writable.
-    let rc = locked(|| unsafe { ffi::MPI_Ibarrier(comm.0, &mut req) });
-    check(rc, "MPI_Ibarrier")?;
+    // SAFETY: `comm` is a valid communicator, `req` writable; `v` and `out` hold one u64 each
+    // until the request completes (the caller's contract).
+    let rc = locked(|| unsafe {
+        ffi::MPI_Iallreduce(
+            v.cast(),
+            out.cast(),
+            1,
+            ffi::RSMPI_UINT64_T,
+            ffi::RSMPI_MIN,
+            comm.0,
+            &mut req,
+        )
+    });
+    check(rc, "MPI_Iallreduce")?;
     Ok(req)
 }
 

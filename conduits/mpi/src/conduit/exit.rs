@@ -29,6 +29,22 @@ fn pack_exit(origin: u32, code: i32) -> u64 {
     (1u64 << 63) | (u64::from(origin & 0x7fff_ffff) << 32) | u64::from(code as u32)
 }
 
+/// The exit barrier's key of an exit slot (or of `pack_exit`): the smallest key is the job's
+/// code, a non-zero code before a zero one (a rank's return from `main` does not mask another's
+/// error), then the lowest asking rank.
+fn agreement_key(v: u64) -> u64 {
+    let origin = (v >> 32) & 0x7fff_ffff;
+    (u64::from(unpack_code(v) == 0) << 63) | (origin << 32) | (v & 0xffff_ffff)
+}
+
+/// The asking rank and the code of an agreement key.
+fn unpack_key(k: u64) -> (u32, i32) {
+    (
+        u32::try_from((k >> 32) & 0x7fff_ffff).unwrap_or(u32::MAX),
+        unpack_code(k),
+    )
+}
+
 fn unpack_code(v: u64) -> i32 {
     #[allow(clippy::cast_possible_truncation)] // the low half holds the code's bits
     let c = v as u32 as i32;
@@ -128,12 +144,13 @@ impl Engine {
         }
     }
 
-    /// Leave the job with `code`: every rank meets in the exit barrier and finalizes MPI; if
-    /// some rank does not arrive within the grace period, abort the job with the code. Returns
-    /// once MPI is finalized (or was finalized by the client); does not return otherwise.
-    fn leave(&self, code: i32) {
+    /// Leave the job with `code`: every rank meets in the exit barrier, which agrees on the
+    /// job's code, and finalizes MPI; if some rank does not arrive within the grace period,
+    /// abort the job with `code`. Returns the job's code once MPI is finalized (or `code`, MPI
+    /// finalized by the client); does not return otherwise.
+    fn leave(&self, code: i32) -> i32 {
         if raw::finalized() {
-            return;
+            return code;
         }
         if self
             .state
@@ -146,14 +163,27 @@ impl Engine {
             }
         }
         LEAVING_HERE.with(|l| l.set(true));
-        self.report_origin(code);
         lifeline_say(b"leaving\n");
         let deadline = Instant::now() + self.settings.grace;
-        let all_left = match raw::ibarrier(self.exit_comm) {
-            Ok(mut req) => Self::wait_until(&mut req, deadline),
-            Err(_) => false,
+        // The exit barrier agrees on the job's code: ranks that asked for an exit at once each
+        // recorded their own first, and on every rank the lowest asking rank's non-zero code
+        // wins (`agreement_key`; no exit slot: this rank asks).
+        let mine = agreement_key(match self.exit.load(Ordering::Acquire) {
+            0 => pack_exit(self.rank, code),
+            v => v,
+        });
+        // Leaked: MPI may still write the result should the wait give up (the job then aborts).
+        let bufs: &'static mut [u64; 2] = Box::leak(Box::new([mine, u64::MAX]));
+        let (v, out) = bufs.split_at_mut(1);
+        // SAFETY: both words live for the rest of the process.
+        let agreed = match unsafe { raw::iallreduce_min_u64(self.exit_comm, &v[0], &mut out[0]) } {
+            // SAFETY (of the read): the request completed.
+            Ok(mut req) => Self::wait_until(&mut req, deadline).then(|| out[0]),
+            Err(_) => None,
         };
-        if !all_left {
+        let Some(agreed) = agreed else {
+            let (origin, mine_code) = unpack_key(mine);
+            self.report_origin(origin, mine_code);
             amnet_core::diag!(
                 "amnet mpi rank {}: not every rank left within {:.1} s of the job-wide exit; \
                  aborting the job with code {code}",
@@ -161,7 +191,9 @@ impl Engine {
                 self.settings.grace.as_secs_f64()
             );
             raw::abort(code);
-        }
+        };
+        let (origin, code) = unpack_key(agreed);
+        self.report_origin(origin, code);
         // Every rank is leaving: retire the receives and finalize. The locks stay held, so no
         // other thread of this process reaches MPI again.
         let mut rx = lock(&self.rx);
@@ -189,17 +221,16 @@ impl Engine {
         self.state.store(FINALIZED, Ordering::Release);
         std::mem::forget(tx);
         std::mem::forget(rx);
+        code
     }
 
-    /// When this rank ended the job with a non-zero code, tell the launcher (which cannot see
-    /// which rank it was: every rank leaves with the same code).
-    fn report_origin(&self, code: i32) {
-        let v = self.exit.load(Ordering::Acquire);
-        let origin = u32::try_from((v >> 32) & 0x7fff_ffff).unwrap_or(u32::MAX);
+    /// When this rank (`origin`) ended the job with a non-zero `code`, tell the launcher
+    /// (which cannot see which rank it was: every rank leaves with the same code).
+    fn report_origin(&self, origin: u32, code: i32) {
         let Some(path) = &self.settings.report else {
             return;
         };
-        if v == 0 || code == 0 || origin != self.rank {
+        if code == 0 || origin != self.rank {
             return;
         }
         use std::io::Write;
@@ -212,7 +243,7 @@ impl Engine {
     }
 
     pub(super) fn terminate(&self, code: i32) -> ! {
-        self.leave(code);
+        let code = self.leave(code);
         flush_std();
         // SAFETY: _exit ends the process at once; MPI is finalized and the output flushed.
         unsafe { libc::_exit(code) }
@@ -273,7 +304,7 @@ impl Engine {
             }
         }
         let code = self.request_exit(status);
-        self.leave(code);
+        let code = self.leave(code);
         if code != status {
             flush_std();
             // SAFETY: _exit ends the process at once with the job's code; MPI is finalized.
