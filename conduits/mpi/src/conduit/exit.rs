@@ -177,7 +177,7 @@ impl Engine {
         let (v, out) = bufs.split_at_mut(1);
         // SAFETY: both words live for the rest of the process.
         let agreed = match unsafe { raw::iallreduce_min_u64(self.exit_comm, &v[0], &mut out[0]) } {
-            // SAFETY (of the read): the request completed.
+            // Read once the request completed (MPI no longer writes it).
             Ok(mut req) => Self::wait_until(&mut req, deadline).then(|| out[0]),
             Err(_) => None,
         };
