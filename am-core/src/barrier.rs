@@ -355,30 +355,27 @@ impl Endpoint {
     /// verdict merged from every rank's value (the messages' path merged it in the phase).
     fn barrier_finish(&self, id: u32, flags: u32, flags_val: Option<(u64, Val)>) -> Result<()> {
         let mut st = self.barrier_lock();
-        if !matches!(st.phase, Phase::Notified { .. }) {
-            return Err(Error::BarrierState("barrier_wait without barrier_notify"));
-        }
         if flags_val.is_some_and(|(c, _)| c != st.count) {
             // Another thread's wait or try completed it (and a notify started the next).
             return Err(Error::BarrierState(
                 "barrier_wait: another thread completed the barrier during this wait",
             ));
         }
-        let phase = std::mem::replace(&mut st.phase, Phase::Idle);
-        self.inner.barrier_busy.store(false, Ordering::Release);
-        st.epoch = st.epoch.wrapping_add(1);
-        st.count += 1;
-        drop(st);
-        self.stats_block().add(Ctr::Barriers, 1);
+        // Idle: nothing to complete (the replace left it as it was).
         let Phase::Notified {
             id: nid,
             flags: nflags,
             value,
             ..
-        } = phase
+        } = std::mem::replace(&mut st.phase, Phase::Idle)
         else {
             return Err(Error::BarrierState("barrier_wait without barrier_notify"));
         };
+        self.inner.barrier_busy.store(false, Ordering::Release);
+        st.epoch = st.epoch.wrapping_add(1);
+        st.count += 1;
+        drop(st);
+        self.stats_block().add(Ctr::Barriers, 1);
         let value = flags_val.map_or(value, |(_, v)| v);
         match value {
             Val::Differ { a, b } => {
