@@ -677,6 +677,9 @@ impl Coll {
         if image_space {
             m |= IMAGE_SPACE;
         }
+        if mode.all_threads {
+            m |= ALL_THREADS;
+        }
         if matches!(c.counts, Counts::PerPart(_) | Counts::Matrix(_)) {
             m |= V_FORM;
         }
@@ -753,11 +756,12 @@ impl Coll {
         if mode.aggregate {
             m |= AGGREGATED;
         } else if m & HOST_SHM != 0
-            && !image_space
+            && !mode.all_threads
             && self.sh.agg_teams.load(std::sync::atomic::Ordering::Relaxed) > 0
         {
             // The call that closes an open aggregate belongs to it (the smp-native
-            // algorithms take no aggregation). Every rank has the same aggregate open.
+            // algorithms take no aggregation, nor `ALL_THREADS` calls). Every rank has the
+            // same aggregate open.
             let st = self.sh.lock();
             if st
                 .teams
@@ -798,8 +802,16 @@ impl Coll {
             } else {
                 geo.size()
             } as usize;
-            let bytes = crate::shm::published_bytes(c.kind, n, np, red.es, red.n);
-            if crate::shm::fits(c.kind, bytes, red.es, src_in_seg, m & IN_PLACE != 0) {
+            let fits = if image_space {
+                // Data movement only (the selector's bits): every member's images' blocks
+                // staged in its scratch.
+                let kmax = geo.images.iter().copied().max().unwrap_or(1) as usize;
+                crate::shm::images::fits(c.kind, n, np, kmax)
+            } else {
+                let bytes = crate::shm::published_bytes(c.kind, n, np, red.es, red.n);
+                crate::shm::fits(c.kind, bytes, red.es, src_in_seg, m & IN_PLACE != 0)
+            };
+            if fits {
                 m |= SHM_FITS;
             }
         }
@@ -1092,10 +1104,34 @@ impl Coll {
             call_fn: c.call_fn.clone(),
         };
         if alg.imp == Imp::Shm {
-            // Blocking, one rank participant (the algorithm's bits): done on return.
+            // Blocking, one rank participant or an `m` form's local images (the algorithm's
+            // bits): done on return.
             let t = self
                 .shm_team(geo)
                 .ok_or_else(|| usage(c.op, "the smp-native algorithm on a team without one"))?;
+            if image_space {
+                let mut mine = Vec::with_capacity(entries.len());
+                for e in entries.iter() {
+                    let (_, src, dst) = self.resolve(c.op, &spec, &mode, *e)?;
+                    mine.push(crate::shm::Mine {
+                        src,
+                        dst,
+                        dst_seg: None,
+                    });
+                }
+                let imgs = crate::shm::images::Images {
+                    first: &geo.img_first,
+                    mine: &mine,
+                };
+                crate::shm::images::run_images(&self.sh, t, c.op, &spec, &mode, imgs)?;
+                return Ok((
+                    CollHandle::INVALID,
+                    Key {
+                        team: geo.id,
+                        seq: 0,
+                    },
+                ));
+            }
             let e = entries
                 .first()
                 .copied()

@@ -73,8 +73,10 @@ pub(crate) mod bits {
     /// data that lies in the segment (a segment address under `SINGLE`, or
     /// `SRC_IN_SEGMENT`) and is read in place (`shm::fits`).
     pub(crate) const SHM_FITS: u64 = 1 << 24;
+    /// `ALL_THREADS`: every image thread calls (with `IMAGE_SPACE`).
+    pub(crate) const ALL_THREADS: u64 = 1 << 25;
     /// The names, for errors and traces.
-    pub(crate) const NAMES: [(u64, &str); 24] = [
+    pub(crate) const NAMES: [(u64, &str); 25] = [
         (ONE_RANK, "one rank"),
         (POW2, "a power-of-two team"),
         (UNIFORM_IMAGES, "uniform images"),
@@ -105,6 +107,7 @@ pub(crate) mod bits {
             SHM_FITS,
             "contributions that fit the host scratch or lie in the segment",
         ),
+        (ALL_THREADS, "ALL_THREADS"),
     ];
 
     /// The names of the bits set in `m`.
@@ -693,18 +696,23 @@ pub(crate) static ALGS: &[Alg] = &[
 ];
 
 /// The smp-native algorithm of `kind`: it requires a team on one host with its smp-native
-/// state and contributions that fit (`SHM_FITS`) plus `also`, and takes no image
-/// participants (`m` forms, `ALL_THREADS`; a rank's representative call in a job of several
-/// images per rank is a rank participant), `v` forms, aggregation, non-blocking calls or
-/// checked mode. Its cost is one flag's latency plus a
+/// state and contributions that fit (`SHM_FITS`) plus `also`, and takes no `ALL_THREADS`
+/// calls, `v` forms, aggregation, non-blocking calls or checked mode; image participants
+/// (`m` forms) only for the data movement operations (a rank's representative call in a job
+/// of several images per rank is a rank participant). Its cost is one flag's latency plus a
 /// single copy, below every algorithm that sends messages.
 const fn shm_alg(kind: Kind, also: u64) -> Alg {
+    let images = match kind {
+        Kind::Broadcast | Kind::Scatter | Kind::Gather | Kind::GatherAll | Kind::Exchange => 0,
+        _ => bits::IMAGE_SPACE,
+    };
     Alg {
         name: "shm",
         kind,
         imp: Imp::Shm,
         requires: bits::HOST_SHM | bits::SHM_FITS | also,
-        forbids: bits::IMAGE_SPACE
+        forbids: images
+            | bits::ALL_THREADS
             | bits::V_FORM
             | bits::AGGREGATED
             | bits::NONBLOCKING
@@ -1302,9 +1310,29 @@ mod tests {
                     for off in [HOST_SHM, SHM_FITS] {
                         assert_ne!(pick(base & !off), "shm", "{kind:?} without {off:#x}");
                     }
-                    for on in [NONBLOCKING, AGGREGATED, IMAGE_SPACE, V_FORM, CHECKED] {
+                    for on in [
+                        NONBLOCKING,
+                        AGGREGATED,
+                        IMAGE_SPACE | ALL_THREADS,
+                        V_FORM,
+                        CHECKED,
+                    ] {
                         assert_ne!(pick(base | on), "shm", "{kind:?} with {on:#x}");
                     }
+                    // `m` forms: the data movement operations only.
+                    let data = matches!(
+                        kind,
+                        Kind::Broadcast
+                            | Kind::Scatter
+                            | Kind::Gather
+                            | Kind::GatherAll
+                            | Kind::Exchange
+                    );
+                    assert_eq!(
+                        pick(base | IMAGE_SPACE | MULTI_IMAGE) == "shm",
+                        data,
+                        "{kind:?} with image participants"
+                    );
                 }
             }
         }

@@ -146,6 +146,11 @@ pub fn main_images(seed: u64) -> i32 {
                 if let Err(e) = typed_views(&co, w, me, li, bar) {
                     fail(img, e);
                 }
+                if li == 0 {
+                    if let Err(e) = m_forms(&ep, &co, w, me) {
+                        fail(img, e);
+                    }
+                }
                 bar.wait();
                 if let Err(e) = mixed_callers(&ep, &co, w, me, li) {
                     fail(img, e);
@@ -385,6 +390,123 @@ fn wait_reps(k: u64) -> Verdict {
             ));
         }
         std::thread::sleep(Duration::from_micros(100));
+    }
+    Ok(())
+}
+
+/// Where `m_forms` keeps its sources and destinations: image `i`'s at `MFORM_SRC` and
+/// `MFORM_DST` plus `(i - first image of its rank) * MFORM_STRIDE` (the same list on every
+/// rank, one address per image of the job).
+const MFORM_SRC: u64 = MIX + (1 << 20);
+const MFORM_DST: u64 = MFORM_SRC + 3 * MFORM_STRIDE;
+const MFORM_STRIDE: u64 = 128 << 10;
+
+/// The `m` forms of the data movement operations, from each rank's representative thread,
+/// every sync mode, with blocks that fit the header line, the data slot and more than one
+/// image per rank's run: every image's destination checked, and, where the world team's
+/// collectives run smp-native (its 8-byte broadcast selects `shm`), not one active message
+/// sent by the call.
+fn m_forms(ep: &Endpoint, co: &Coll, w: &World, me: usize) -> Verdict {
+    let ni = w.nimages();
+    let local = w.first[me]..w.first[me + 1];
+    let host = |i: usize| (0..w.ranks()).rfind(|&r| w.first[r] <= i).unwrap_or(0);
+    let at = |base: u64, i: usize| base + (i - w.first[host(i)]) as u64 * MFORM_STRIDE;
+    let srcs: Vec<Addr> = (0..ni).map(|i| Addr::Seg(at(MFORM_SRC, i))).collect();
+    let dsts: Vec<Addr> = (0..ni).map(|i| Addr::Seg(at(MFORM_DST, i))).collect();
+    let shm = co
+        .selected(co.world(), "broadcast", 8, f::ALLSYNC)
+        .map_err(|e| format!("m forms: selected: {e}"))?
+        == "shm";
+    // Byte `b` of image `i`'s block `j` in round `salt`.
+    let pat = |salt: usize, i: usize, j: usize, b: usize| -> u8 {
+        #[allow(clippy::cast_possible_truncation)] // masked
+        let v = ((salt * 131 + i * 31 + j * 7 + b) & 0xff) as u8;
+        v
+    };
+    let e = |what: String, x: Error| format!("m forms: {what}: {x}");
+    let modes = [
+        f::ALLSYNC,
+        f::MYSYNC,
+        f::NOSYNC,
+        f::IN_ALLSYNC | f::OUT_NOSYNC,
+        f::IN_NOSYNC | f::OUT_ALLSYNC,
+    ];
+    let mut salt = 0usize;
+    for n in [8usize, 40, 1000] {
+        for (mi, &mode) in modes.iter().enumerate() {
+            for op in ["broadcast", "scatter", "gather", "gather_all", "exchange"] {
+                salt += 1;
+                let root = (salt * 5 + mi) % ni;
+                let what = || format!("{op} of {n} B, flags {mode:#x}, root image {root}");
+                // Every local image's source: ni blocks (a scatter root's and exchange's),
+                // one for the others.
+                for i in local.clone() {
+                    let blocks = if matches!(op, "scatter" | "exchange") {
+                        ni
+                    } else {
+                        1
+                    };
+                    let v: Vec<u8> = (0..blocks * n)
+                        .map(|x| pat(salt, i, x / n, x % n))
+                        .collect();
+                    ep.write_local(at(MFORM_SRC, i), &v)
+                        .map_err(|x| e(what(), x))?;
+                    ep.write_local(at(MFORM_DST, i), &vec![0xEE; ni * n])
+                        .map_err(|x| e(what(), x))?;
+                }
+                co.barrier(co.world()).map_err(|x| e(what(), x))?;
+                let before = ep.stats().requests_sent.messages();
+                #[allow(clippy::cast_possible_truncation)] // images fit u32
+                let r32 = root as u32;
+                let fl = mode | f::SINGLE;
+                // SAFETY: segment offsets only: no pointer address to keep valid.
+                let r = unsafe {
+                    match op {
+                        "broadcast" => co.broadcastm(co.world(), &dsts, r32, srcs[root], n, fl),
+                        "scatter" => co.scatterm(co.world(), &dsts, r32, srcs[root], n, fl),
+                        "gather" => co.gatherm(co.world(), r32, dsts[root], &srcs, n, fl),
+                        "gather_all" => co.gather_allm(co.world(), &dsts, &srcs, n, fl),
+                        _ => co.exchangem(co.world(), &dsts, &srcs, n, fl),
+                    }
+                };
+                r.map_err(|x| e(what(), x))?;
+                let sent = ep.stats().requests_sent.messages() - before;
+                if shm && sent != 0 {
+                    return Err(format!(
+                        "m forms: {} sent {sent} active messages on a team whose collectives \
+                         run smp-native",
+                        what()
+                    ));
+                }
+                // Each local image's destination: (source image, its block) per block.
+                for j in local.clone() {
+                    let want: Vec<(usize, usize)> = match op {
+                        "broadcast" => vec![(root, 0)],
+                        "scatter" => vec![(root, j)],
+                        "gather" if j == root => (0..ni).map(|i| (i, 0)).collect(),
+                        "gather" => Vec::new(),
+                        "gather_all" => (0..ni).map(|i| (i, 0)).collect(),
+                        _ => (0..ni).map(|i| (i, j)).collect(),
+                    };
+                    let mut got = vec![0u8; want.len() * n];
+                    ep.read_local(at(MFORM_DST, j), &mut got)
+                        .map_err(|x| e(what(), x))?;
+                    for (k, &(i, blk)) in want.iter().enumerate() {
+                        for b in 0..n {
+                            let (g, x) = (got[k * n + b], pat(salt, i, blk, b));
+                            if g != x {
+                                return Err(format!(
+                                    "m forms: {}: image {j}'s block {k} byte {b} is {g:#x}, \
+                                     image {i}'s block {blk} holds {x:#x}",
+                                    what()
+                                ));
+                            }
+                        }
+                    }
+                }
+                co.barrier(co.world()).map_err(|x| e(what(), x))?;
+            }
+        }
     }
     Ok(())
 }

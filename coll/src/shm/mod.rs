@@ -14,6 +14,7 @@
 //! core's back-off, and fails with `Error::Hang` under `AMNET_HANG_TIMEOUT`.
 
 pub(crate) mod chan;
+pub(crate) mod images;
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
