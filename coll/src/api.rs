@@ -756,17 +756,21 @@ impl Coll {
         if mode.aggregate {
             m |= AGGREGATED;
         } else if m & HOST_SHM != 0
-            && !mode.all_threads
             && self.sh.agg_teams.load(std::sync::atomic::Ordering::Relaxed) > 0
         {
             // The call that closes an open aggregate belongs to it (the smp-native
-            // algorithms take no aggregation, nor `ALL_THREADS` calls). Every rank has the
-            // same aggregate open.
+            // algorithms take no aggregation). Every rank has the same aggregate open, and
+            // under `ALL_THREADS` every image its own (keyed by the image).
+            let caller = if mode.all_threads {
+                self.image
+            } else {
+                u32::MAX
+            };
             let st = self.sh.lock();
             if st
                 .teams
                 .get(&geo.id)
-                .is_some_and(|t| t.agg_open.contains_key(&u32::MAX))
+                .is_some_and(|t| t.agg_open.contains_key(&caller))
             {
                 m |= AGGREGATED;
             }
@@ -1119,11 +1123,32 @@ impl Coll {
                         dst_seg: None,
                     });
                 }
-                let imgs = crate::shm::images::Images {
-                    first: &geo.img_first,
-                    mine: &mine,
+                let run = |mine: &[crate::shm::Mine]| {
+                    let imgs = crate::shm::images::Images {
+                        first: &geo.img_first,
+                        mine,
+                    };
+                    crate::shm::images::run_images(&self.sh, t, c.op, &spec, &mode, imgs)
                 };
-                crate::shm::images::run_images(&self.sh, t, c.op, &spec, &mode, imgs)?;
+                if mode.all_threads {
+                    // Every image thread calls with its own areas: the rank's last to arrive
+                    // runs the call for all of them.
+                    let one = match mine.as_slice() {
+                        [one] => *one,
+                        _ => return Err(usage(c.op, "an ALL_THREADS call with several areas")),
+                    };
+                    let li = (self.image - sh.img_first[sh.rank as usize]) as usize;
+                    let k = geo.images[geo.me as usize] as usize;
+                    let key = crate::shm::images::JoinKey {
+                        kind: spec.kind,
+                        flags: c.flags,
+                        n: spec.uniform,
+                        root: spec.root,
+                    };
+                    t.join.meet(&self.sh, c.op, (li, k), one, key, run)?;
+                } else {
+                    run(&mine)?;
+                }
                 return Ok((
                     CollHandle::INVALID,
                     Key {

@@ -711,12 +711,7 @@ const fn shm_alg(kind: Kind, also: u64) -> Alg {
         kind,
         imp: Imp::Shm,
         requires: bits::HOST_SHM | bits::SHM_FITS | also,
-        forbids: images
-            | bits::ALL_THREADS
-            | bits::V_FORM
-            | bits::AGGREGATED
-            | bits::NONBLOCKING
-            | bits::CHECKED,
+        forbids: images | bits::V_FORM | bits::AGGREGATED | bits::NONBLOCKING | bits::CHECKED,
         sizes: ANY,
         cost: |m, c| 0.1 * m.alpha + m.beta * bytes(c),
     }
@@ -1310,16 +1305,11 @@ mod tests {
                     for off in [HOST_SHM, SHM_FITS] {
                         assert_ne!(pick(base & !off), "shm", "{kind:?} without {off:#x}");
                     }
-                    for on in [
-                        NONBLOCKING,
-                        AGGREGATED,
-                        IMAGE_SPACE | ALL_THREADS,
-                        V_FORM,
-                        CHECKED,
-                    ] {
+                    for on in [NONBLOCKING, AGGREGATED, V_FORM, CHECKED] {
                         assert_ne!(pick(base | on), "shm", "{kind:?} with {on:#x}");
                     }
-                    // `m` forms: the data movement operations only.
+                    // Image participants (`m` forms, `ALL_THREADS`): the data movement
+                    // operations only.
                     let data = matches!(
                         kind,
                         Kind::Broadcast
@@ -1328,11 +1318,13 @@ mod tests {
                             | Kind::GatherAll
                             | Kind::Exchange
                     );
-                    assert_eq!(
-                        pick(base | IMAGE_SPACE | MULTI_IMAGE) == "shm",
-                        data,
-                        "{kind:?} with image participants"
-                    );
+                    for images in [IMAGE_SPACE, IMAGE_SPACE | ALL_THREADS] {
+                        assert_eq!(
+                            pick(base | images | MULTI_IMAGE) == "shm",
+                            data,
+                            "{kind:?} with image participants ({images:#x})"
+                        );
+                    }
                 }
             }
         }

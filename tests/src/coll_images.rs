@@ -152,6 +152,10 @@ pub fn main_images(seed: u64) -> i32 {
                     }
                 }
                 bar.wait();
+                if let Err(e) = all_threads_forms(&ep, &co, w, me, li, bar) {
+                    fail(img, e);
+                }
+                bar.wait();
                 if let Err(e) = mixed_callers(&ep, &co, w, me, li) {
                     fail(img, e);
                 }
@@ -505,6 +509,110 @@ fn m_forms(ep: &Endpoint, co: &Coll, w: &World, me: usize) -> Verdict {
                     }
                 }
                 co.barrier(co.world()).map_err(|x| e(what(), x))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The single-address data movement operations under `ALL_THREADS` from every image thread,
+/// each with its own source and destination (`LOCAL`), in three sync modes and two sizes:
+/// every image's destination checked, and, where the world team's collectives run smp-native,
+/// no active message sent by the rank while its images are in the calls.
+fn all_threads_forms(
+    ep: &Endpoint,
+    co: &Coll,
+    w: &World,
+    me: usize,
+    li: usize,
+    bar: &Barrier,
+) -> Verdict {
+    let ni = w.nimages();
+    let img = w.first[me] + li;
+    let src_at = MFORM_SRC + li as u64 * MFORM_STRIDE;
+    let dst_at = MFORM_DST + li as u64 * MFORM_STRIDE;
+    let shm = co
+        .selected(co.world(), "broadcast", 8, f::ALLSYNC)
+        .map_err(|e| format!("ALL_THREADS forms: selected: {e}"))?
+        == "shm";
+    let pat = |salt: usize, i: usize, j: usize, b: usize| -> u8 {
+        #[allow(clippy::cast_possible_truncation)] // masked
+        let v = ((salt * 151 + i * 37 + j * 11 + b) & 0xff) as u8;
+        v
+    };
+    let e = |what: String, x: Error| format!("ALL_THREADS forms, image {img}: {what}: {x}");
+    let mut salt = 0usize;
+    for n in [8usize, 1000] {
+        for (mi, &mode) in [f::ALLSYNC, f::MYSYNC, f::NOSYNC].iter().enumerate() {
+            for op in ["broadcast", "scatter", "gather", "gather_all", "exchange"] {
+                salt += 1;
+                let root = (salt * 3 + mi) % ni;
+                let what = || format!("{op} of {n} B, flags {mode:#x}, root image {root}");
+                let blocks = if matches!(op, "scatter" | "exchange") {
+                    ni
+                } else {
+                    1
+                };
+                let v: Vec<u8> = (0..blocks * n)
+                    .map(|x| pat(salt, img, x / n, x % n))
+                    .collect();
+                ep.write_local(src_at, &v).map_err(|x| e(what(), x))?;
+                ep.write_local(dst_at, &vec![0xEE; ni * n])
+                    .map_err(|x| e(what(), x))?;
+                co.barrier_images(co.world()).map_err(|x| e(what(), x))?;
+                // Every local image reads the count after the barrier's messages and before
+                // any enters the call.
+                bar.wait();
+                let before = ep.stats().requests_sent.messages();
+                bar.wait();
+                #[allow(clippy::cast_possible_truncation)] // images fit u32
+                let r32 = root as u32;
+                let fl = mode | f::LOCAL | f::ALL_THREADS;
+                let (s, d) = (Addr::Seg(src_at), Addr::Seg(dst_at));
+                // SAFETY: segment offsets only: no pointer address to keep valid.
+                let r = unsafe {
+                    match op {
+                        "broadcast" => co.broadcast(co.world(), d, r32, s, n, fl),
+                        "scatter" => co.scatter(co.world(), d, r32, s, n, fl),
+                        "gather" => co.gather(co.world(), r32, d, s, n, fl),
+                        "gather_all" => co.gather_all(co.world(), d, s, n, fl),
+                        _ => co.exchange(co.world(), d, s, n, fl),
+                    }
+                };
+                r.map_err(|x| e(what(), x))?;
+                bar.wait();
+                let sent = ep.stats().requests_sent.messages() - before;
+                bar.wait();
+                if shm && sent != 0 {
+                    return Err(format!(
+                        "ALL_THREADS forms: {} sent {sent} active messages from rank {me} on a \
+                         team whose collectives run smp-native",
+                        what()
+                    ));
+                }
+                let want: Vec<(usize, usize)> = match op {
+                    "broadcast" => vec![(root, 0)],
+                    "scatter" => vec![(root, img)],
+                    "gather" if img == root => (0..ni).map(|i| (i, 0)).collect(),
+                    "gather" => Vec::new(),
+                    "gather_all" => (0..ni).map(|i| (i, 0)).collect(),
+                    _ => (0..ni).map(|i| (i, img)).collect(),
+                };
+                let mut got = vec![0u8; want.len() * n];
+                ep.read_local(dst_at, &mut got).map_err(|x| e(what(), x))?;
+                for (k, &(i, blk)) in want.iter().enumerate() {
+                    for b in 0..n {
+                        let (g, x) = (got[k * n + b], pat(salt, i, blk, b));
+                        if g != x {
+                            return Err(format!(
+                                "ALL_THREADS forms: {}: image {img}'s block {k} byte {b} is \
+                                 {g:#x}, image {i}'s block {blk} holds {x:#x}",
+                                what()
+                            ));
+                        }
+                    }
+                }
+                co.barrier_images(co.world()).map_err(|x| e(what(), x))?;
             }
         }
     }

@@ -14,7 +14,11 @@
 //! destination) is read from the copy while the destination is written. The reads are those of
 //! the rank participants' algorithm (`epoch_call`), once per local image.
 
-use std::sync::atomic::Ordering;
+use amnet_core::sync::{AtomicU64, Ordering};
+#[cfg(loom)]
+use loom::sync::Mutex;
+#[cfg(not(loom))]
+use std::sync::Mutex;
 
 use amnet_core::{Error, Result};
 use amnet_sync_modes::{InSync, Mode, OutSync};
@@ -351,4 +355,307 @@ fn epoch_images(
         )?;
     }
     Ok(())
+}
+
+/// What the image threads of a member agree on in one `ALL_THREADS` call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct JoinKey {
+    pub(crate) kind: Kind,
+    pub(crate) flags: u32,
+    pub(crate) n: Option<usize>,
+    pub(crate) root: usize,
+}
+
+/// The meeting point of a member's image threads in an `ALL_THREADS` call on one team: each
+/// leaves its areas, and the last to arrive runs the call for all of them (one epoch, as an
+/// `m` form) while the others wait for its outcome. No message and no other thread is
+/// involved: the member's images join the algorithm through its memory. The protocol
+/// (`arrive`, `finish`, `outcome`, `withdraw`) has a loom model below.
+#[derive(Debug)]
+pub(crate) struct Join {
+    st: Mutex<JoinState>,
+    /// Calls completed: the outcome of call `g` is in `JoinState::outcome` once this passed
+    /// `g` (stored with Release after the outcome, under the lock).
+    done: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct JoinState {
+    /// Each local image's areas, once it arrived for the current call.
+    slots: Vec<Option<Mine>>,
+    arrived: usize,
+    key: Option<JoinKey>,
+    /// A disagreement between the local images' calls, reported to all of them.
+    bad: Option<String>,
+    /// Calls begun: the current call's number.
+    gen: u64,
+    /// The last completed call's number and outcome.
+    outcome: Option<(u64, Result<()>)>,
+}
+
+/// What an image that arrived does next.
+#[derive(Debug)]
+enum Arrival {
+    /// The last to arrive: run call `gen` with every image's areas (image order), unless the
+    /// images disagree (`bad`), then `finish` it.
+    Run {
+        list: Vec<Mine>,
+        gen: u64,
+        bad: Option<String>,
+    },
+    /// Wait for the outcome of call `gen`.
+    Wait { gen: u64 },
+}
+
+impl Default for Join {
+    fn default() -> Join {
+        Join {
+            st: Mutex::new(JoinState::default()),
+            done: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Join {
+    fn lock(&self) -> impl std::ops::DerefMut<Target = JoinState> + '_ {
+        self.st
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Local image `li` of `k` arrives with its areas `mine` for a call that `key` describes.
+    fn arrive(
+        &self,
+        op: &'static str,
+        (li, k): (usize, usize),
+        mine: Mine,
+        key: JoinKey,
+    ) -> Result<Arrival> {
+        let mut st = self.lock();
+        if st.arrived == 0 {
+            st.slots.clear();
+            st.slots.resize(k, None);
+            st.key = Some(key);
+            st.bad = None;
+        }
+        if li >= st.slots.len() || st.slots[li].is_some() {
+            return Err(Error::Usage {
+                op,
+                detail: format!(
+                    "local image {li} entered an ALL_THREADS call on this team twice, or the \
+                     rank's images changed (expected {k})"
+                ),
+            });
+        }
+        if st.key != Some(key) && st.bad.is_none() {
+            st.bad = Some(format!(
+                "the image threads of this rank disagree on an ALL_THREADS call: local image \
+                 {li} calls {key:?}, an earlier one {:?}",
+                st.key
+            ));
+        }
+        st.slots[li] = Some(mine);
+        st.arrived += 1;
+        let gen = st.gen;
+        if st.arrived < st.slots.len() {
+            return Ok(Arrival::Wait { gen });
+        }
+        let list: Vec<Mine> = st.slots.iter_mut().filter_map(Option::take).collect();
+        st.arrived = 0;
+        st.gen += 1;
+        let bad = st.bad.take();
+        Ok(Arrival::Run { list, gen, bad })
+    }
+
+    /// The outcome of call `gen`, which its runner hands to the images waiting for it.
+    fn finish(&self, gen: u64, r: Result<()>) {
+        let mut st = self.lock();
+        st.outcome = Some((gen, r));
+        self.done.store(gen + 1, Ordering::Release);
+    }
+
+    /// Whether call `gen` has finished (Acquire).
+    fn finished(&self, gen: u64) -> bool {
+        self.done.load(Ordering::Acquire) > gen
+    }
+
+    /// The outcome of call `gen`, once finished (the image waiting for it has not yet arrived
+    /// for a later call, so the outcome is still `gen`'s).
+    fn outcome(&self, op: &'static str, gen: u64) -> Option<Result<()>> {
+        if !self.finished(gen) {
+            return None;
+        }
+        Some(match &self.lock().outcome {
+            Some((g, out)) if *g == gen => out.clone(),
+            _ => Err(internal(op, "an ALL_THREADS call's outcome went missing")),
+        })
+    }
+
+    /// Local image `li` withdraws from call `gen` if the call has not started (its areas are
+    /// no longer to be used): whether it did.
+    fn withdraw(&self, li: usize, gen: u64) -> bool {
+        let mut st = self.lock();
+        if st.gen == gen && st.slots.get(li).is_some_and(Option::is_some) {
+            st.slots[li] = None;
+            st.arrived -= 1;
+            return true;
+        }
+        false
+    }
+
+    /// Local image `li` of `k` takes part with its areas `mine` in a call that `key`
+    /// describes: the last to arrive runs `run` with every image's areas in image order; every
+    /// image returns the call's outcome. The others wait, polling and advancing with the
+    /// core's back-off; a wait that fails (`Error::Hang` under `AMNET_HANG_TIMEOUT` while
+    /// some local image has not arrived) withdraws the image if the call has not started,
+    /// else waits for the call to end, which its own waits bound.
+    pub(crate) fn meet(
+        &self,
+        sh: &Shared,
+        op: &'static str,
+        (li, k): (usize, usize),
+        mine: Mine,
+        key: JoinKey,
+        run: impl FnOnce(&[Mine]) -> Result<()>,
+    ) -> Result<()> {
+        let gen = match self.arrive(op, (li, k), mine, key)? {
+            Arrival::Run { list, gen, bad } => {
+                let r = match bad {
+                    Some(detail) => Err(Error::Usage { op, detail }),
+                    None => run(&list),
+                };
+                self.finish(gen, r.clone());
+                return r;
+            }
+            Arrival::Wait { gen } => gen,
+        };
+        let every = if sh.ep.backoff().yields() {
+            super::OVERSUBSCRIBED_POLL
+        } else {
+            1
+        };
+        loop {
+            let r = sh.wait_loop_every(
+                every,
+                || Ok(self.finished(gen)),
+                || {
+                    format!(
+                        "rank {}: {op} (smp-native, ALL_THREADS) local image {li} waits for the \
+                         other {} image thread(s) of this rank to call it",
+                        sh.rank,
+                        k - 1
+                    )
+                },
+            );
+            if let Some(out) = self.outcome(op, gen) {
+                return out;
+            }
+            if r.is_err() && self.withdraw(li, gen) {
+                return r;
+            }
+        }
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    //! Run with `RUSTFLAGS="--cfg loom" cargo test -p amnet-coll --lib --release loom_`.
+    use super::*;
+    use loom::sync::atomic::AtomicUsize;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    const KEY: JoinKey = JoinKey {
+        kind: Kind::Broadcast,
+        flags: 0,
+        n: Some(8),
+        root: 0,
+    };
+
+    fn mine(li: usize) -> Mine {
+        Mine {
+            src: Mem { ptr: li, len: 1 },
+            dst: Mem { ptr: li, len: 1 },
+            dst_seg: None,
+        }
+    }
+
+    /// Image `li` of `k` in one call: the runner checks that it got every image's areas in
+    /// image order and counts the run; every image gets the runner's outcome (`Ok` for even
+    /// calls, an error naming the call for odd ones).
+    fn call(j: &Join, runs: &AtomicUsize, li: usize, k: usize, call_no: u64) -> Result<()> {
+        let gen = match j.arrive("test", (li, k), mine(li), KEY).unwrap() {
+            Arrival::Run { list, gen, bad } => {
+                assert!(bad.is_none());
+                let ptrs: Vec<usize> = list.iter().map(|m| m.src.ptr).collect();
+                assert_eq!(ptrs, (0..k).collect::<Vec<_>>());
+                runs.fetch_add(1, Ordering::Relaxed);
+                let r = if call_no % 2 == 0 {
+                    Ok(())
+                } else {
+                    Err(internal("test", &format!("call {call_no}")))
+                };
+                j.finish(gen, r.clone());
+                return r;
+            }
+            Arrival::Wait { gen } => gen,
+        };
+        loop {
+            if let Some(out) = j.outcome("test", gen) {
+                return out;
+            }
+            thread::yield_now();
+        }
+    }
+
+    /// Two images meet for two calls in a row: each call runs once, with both images' areas,
+    /// and each image gets that call's outcome, although the runner of the first call
+    /// arrives for the second while the other may not yet have read the first's.
+    #[test]
+    fn loom_images_meet_twice() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(|| {
+            let j = Arc::new(Join::default());
+            let runs = Arc::new(AtomicUsize::new(0));
+            let image = |li: usize, j: Arc<Join>, runs: Arc<AtomicUsize>| {
+                move || {
+                    for c in 0..2u64 {
+                        let r = call(&j, &runs, li, 2, c);
+                        assert_eq!(r.is_ok(), c % 2 == 0, "image {li} call {c}: {r:?}");
+                    }
+                }
+            };
+            let t1 = thread::spawn(image(1, j.clone(), runs.clone()));
+            image(0, j.clone(), runs.clone())();
+            t1.join().unwrap();
+            assert_eq!(runs.load(Ordering::Relaxed), 2);
+        });
+    }
+
+    /// An image that withdraws before the call starts leaves it to the others: the call runs
+    /// once, with the areas of the images that stayed and of the one that came back.
+    #[test]
+    fn loom_image_withdraws_before_the_call() {
+        loom::model(|| {
+            let j = Arc::new(Join::default());
+            let runs = Arc::new(AtomicUsize::new(0));
+            let (j1, r1) = (j.clone(), runs.clone());
+            let t = thread::spawn(move || call(&j1, &r1, 1, 2, 0));
+            // Image 0 arrives, withdraws if the call has not started, and comes back.
+            match j.arrive("test", (0, 2), mine(0), KEY).unwrap() {
+                Arrival::Run { gen, .. } => j.finish(gen, Ok(())),
+                Arrival::Wait { gen } => {
+                    if j.withdraw(0, gen) {
+                        call(&j, &runs, 0, 2, 0).unwrap();
+                    } else {
+                        while j.outcome("test", gen).is_none() {
+                            thread::yield_now();
+                        }
+                    }
+                }
+            }
+            t.join().unwrap().unwrap();
+        });
+    }
 }

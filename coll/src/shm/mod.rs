@@ -86,6 +86,8 @@ pub(crate) struct ShmTeam {
     /// where the segments are not mapped (at most a slot's bytes: larger vectors run in
     /// chunks).
     fetched: std::sync::Mutex<Vec<u8>>,
+    /// Where this rank's image threads meet in an `ALL_THREADS` call.
+    pub(crate) join: images::Join,
 }
 
 // SAFETY: the areas are host scratch that the conduit keeps mapped for the endpoint's life,
@@ -174,6 +176,7 @@ impl ShmTeam {
             epoch: AtomicU64::new(base),
             floor_seen: AtomicU64::new(base),
             fetched: std::sync::Mutex::new(Vec::new()),
+            join: images::Join::default(),
             busy: AtomicBool::new(false),
         })
     }
