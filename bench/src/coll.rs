@@ -624,6 +624,7 @@ mod tests {
             network: false,
             alg_all: false,
             split2: false,
+            images: 2,
             ops: None,
             rounds: 1,
         };

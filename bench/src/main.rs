@@ -24,6 +24,7 @@ mod barrier;
 mod coll;
 mod floor;
 mod gups;
+mod images;
 mod latency;
 mod measure;
 mod progress;
@@ -57,8 +58,10 @@ barrier and the collectives' team barrier over every rank; alone, in blocks inte
 with the cache-line floor and, with the mpi feature, MPI_Barrier), coll (broadcast,
 scatter, gather, gather_all, exchange, reduce_to_all, prefix_reduce, reduce_elems_to_all,
 scan_elems and reduce_elems in the nine IN/OUT sync modes, 8 B to 1 MiB, the MYSYNC
-broadcast alternating with a local memcpy of its bytes), or all
-(every suite but coll). Every run but coll also measures the floors between ranks 0
+broadcast alternating with a local memcpy of its bytes), images (broadcast, scatter,
+gather, gather_all and exchange with --images K image threads per rank, under ALL_THREADS
+and in the m form, MYSYNC and ALLSYNC, 8 B to 32 KiB, with the selected algorithm and
+with flat forced), or all (every suite but coll and images). Every run but coll also measures the floors between ranks 0
 and 1 and local memcpy bandwidth. On smp the floor is a shared-memory cache-line round
 trip; on udp it is a raw UDP ping-pong of 8-byte datagrams between the two processes
 over sockets connected to each other (raw_udp_rtt, interleaved with the round trips it
@@ -80,6 +83,7 @@ the udp targets replace the smp ones.
                   reduce_elems_to_all, scan_elems, reduce_elems, team_split, team_create)
   --team T        coll: `world` (default) or `split2`, the two halves of the job (even
                   and odd ranks) each running the suite on its own team at the same time
+  --images K      images: image threads per rank (default 2, at most 16)
   --rounds N      run the whole measurement N times in one job (not coll) and add, per
                   target, the median over the rounds with its 10th-90th percentile range,
                   the same over the rounds in the fast state (round-trip floor below 200 ns
@@ -131,6 +135,7 @@ enum Suite {
     Progress,
     Barrier,
     Coll,
+    Images,
     All,
 }
 
@@ -148,6 +153,8 @@ pub(crate) struct Plan {
     pub(crate) alg_all: bool,
     /// coll: the two halves of the job each on its own team (`--team split2`).
     pub(crate) split2: bool,
+    /// images: image threads per rank (`--images K`).
+    pub(crate) images: usize,
     /// coll: only these operations (`--ops a,b`), by name; `None` for all.
     pub(crate) ops: Option<Vec<String>>,
     /// Rounds of the whole measurement in one job (`--rounds N`; 1 without it).
@@ -263,6 +270,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
     let mut max_bytes = 4usize << 20;
     let mut alg_all = false;
     let mut split2 = false;
+    let mut images = 2usize;
     let mut ops = None;
     let mut rounds = 1usize;
     let mut it = args.into_iter();
@@ -306,6 +314,13 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
                     _ => return Err(format!("--rounds {v:?}: expected a positive number")),
                 };
             }
+            "--images" => {
+                let v = it.next().ok_or("--images needs a number")?;
+                images = match v.parse() {
+                    Ok(n) if (1..=16).contains(&n) => n,
+                    _ => return Err(format!("--images {v:?}: expected 1 to 16")),
+                };
+            }
             "--team" => match it.next().as_deref() {
                 Some("world") => split2 = false,
                 Some("split2") => split2 = true,
@@ -321,6 +336,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
                     "progress" => Suite::Progress,
                     "barrier" => Suite::Barrier,
                     "coll" => Suite::Coll,
+                    "images" => Suite::Images,
                     "all" => Suite::All,
                     _ => return Err(format!("unknown suite {s:?}")),
                 })
@@ -329,10 +345,10 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
         }
     }
     let suite = suite.ok_or("no suite given")?;
-    if rounds > 1 && suite == Suite::Coll {
+    if rounds > 1 && matches!(suite, Suite::Coll | Suite::Images) {
         return Err(
-            "--rounds: the coll suite has no targets to judge over rounds; use it with am, \
-             rma, barrier or all"
+            "--rounds: the coll and images suites have no targets to judge over rounds; use \
+             it with am, rma, barrier or all"
                 .into(),
         );
     }
@@ -345,6 +361,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
             network: false,
             alg_all,
             split2,
+            images,
             ops,
             rounds,
         },
@@ -370,6 +387,13 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
     }
     if opts.suite == Suite::Vis {
         seg = seg.max(vis::segment_bytes());
+    }
+    if opts.suite == Suite::Images {
+        seg = seg.max(images::segment_bytes(
+            plan.max_bytes,
+            ep.size() as usize,
+            plan.images,
+        ));
     }
     if opts.suite == Suite::Gups {
         let mut p = opts.plan.clone();
@@ -564,6 +588,9 @@ fn measure(
     if matches!(opts.suite, Suite::Progress | Suite::All) && ep.size() >= 2 {
         report.extend(progress::run(ep, st, plan)?);
     }
+    if opts.suite == Suite::Images {
+        report.extend(images::run(ep, plan)?);
+    }
     if opts.suite == Suite::Coll {
         #[cfg(feature = "mpi")]
         let mut mpi_peer = if ep.conduit_name() == "mpi" {
@@ -650,6 +677,7 @@ mod tests {
             network: false,
             alg_all: false,
             split2: false,
+            images: 2,
             ops: None,
             rounds: 1,
         };
