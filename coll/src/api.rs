@@ -810,7 +810,7 @@ impl Coll {
                 // Data movement only (the selector's bits): every member's images' blocks
                 // staged in its scratch.
                 let kmax = geo.images.iter().copied().max().unwrap_or(1) as usize;
-                crate::shm::images::fits(c.kind, n, np, kmax)
+                crate::shm::images::fits(c.kind, n, np, kmax, red.es, red.n)
             } else {
                 let bytes = crate::shm::published_bytes(c.kind, n, np, red.es, red.n);
                 crate::shm::fits(c.kind, bytes, red.es, src_in_seg, m & IN_PLACE != 0)
@@ -1144,6 +1144,9 @@ impl Coll {
                         flags: c.flags,
                         n: spec.uniform,
                         root: spec.root,
+                        es: spec.es,
+                        count: spec.n,
+                        func: spec.func,
                     };
                     t.join.meet(&self.sh, c.op, (li, k), one, key, run)?;
                 } else {

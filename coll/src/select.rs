@@ -696,22 +696,18 @@ pub(crate) static ALGS: &[Alg] = &[
 ];
 
 /// The smp-native algorithm of `kind`: it requires a team on one host with its smp-native
-/// state and contributions that fit (`SHM_FITS`) plus `also`, and takes no `ALL_THREADS`
-/// calls, `v` forms, aggregation, non-blocking calls or checked mode; image participants
-/// (`m` forms) only for the data movement operations (a rank's representative call in a job
-/// of several images per rank is a rank participant). Its cost is one flag's latency plus a
+/// state and contributions that fit (`SHM_FITS`) plus `also`, and takes no `v` forms,
+/// aggregation, non-blocking calls or checked mode; rank participants (a rank's
+/// representative call in a job of several images per rank among them) and image
+/// participants (`m` forms, `ALL_THREADS`) alike. Its cost is one flag's latency plus a
 /// single copy, below every algorithm that sends messages.
 const fn shm_alg(kind: Kind, also: u64) -> Alg {
-    let images = match kind {
-        Kind::Broadcast | Kind::Scatter | Kind::Gather | Kind::GatherAll | Kind::Exchange => 0,
-        _ => bits::IMAGE_SPACE,
-    };
     Alg {
         name: "shm",
         kind,
         imp: Imp::Shm,
         requires: bits::HOST_SHM | bits::SHM_FITS | also,
-        forbids: images | bits::V_FORM | bits::AGGREGATED | bits::NONBLOCKING | bits::CHECKED,
+        forbids: bits::V_FORM | bits::AGGREGATED | bits::NONBLOCKING | bits::CHECKED,
         sizes: ANY,
         cost: |m, c| 0.1 * m.alpha + m.beta * bytes(c),
     }
@@ -1308,20 +1304,11 @@ mod tests {
                     for on in [NONBLOCKING, AGGREGATED, V_FORM, CHECKED] {
                         assert_ne!(pick(base | on), "shm", "{kind:?} with {on:#x}");
                     }
-                    // Image participants (`m` forms, `ALL_THREADS`): the data movement
-                    // operations only.
-                    let data = matches!(
-                        kind,
-                        Kind::Broadcast
-                            | Kind::Scatter
-                            | Kind::Gather
-                            | Kind::GatherAll
-                            | Kind::Exchange
-                    );
+                    // Image participants (`m` forms, `ALL_THREADS`).
                     for images in [IMAGE_SPACE, IMAGE_SPACE | ALL_THREADS] {
                         assert_eq!(
-                            pick(base | images | MULTI_IMAGE) == "shm",
-                            data,
+                            pick(base | images | MULTI_IMAGE),
+                            "shm",
                             "{kind:?} with image participants ({images:#x})"
                         );
                     }

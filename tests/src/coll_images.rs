@@ -156,6 +156,10 @@ pub fn main_images(seed: u64) -> i32 {
                     fail(img, e);
                 }
                 bar.wait();
+                if let Err(e) = all_threads_reductions(&ep, &co, w, me, li, bar) {
+                    fail(img, e);
+                }
+                bar.wait();
                 if let Err(e) = mixed_callers(&ep, &co, w, me, li) {
                     fail(img, e);
                 }
@@ -407,9 +411,8 @@ const MFORM_STRIDE: u64 = 128 << 10;
 
 /// The `m` forms of the data movement operations, from each rank's representative thread,
 /// every sync mode, with blocks that fit the header line, the data slot and more than one
-/// image per rank's run: every image's destination checked, and, where the world team's
-/// collectives run smp-native (its 8-byte broadcast selects `shm`), not one active message
-/// sent by the call.
+/// image per rank's run: every image's destination checked, and, where the operation's rank
+/// form selects `shm` on the world team, not one active message sent by the call.
 fn m_forms(ep: &Endpoint, co: &Coll, w: &World, me: usize) -> Verdict {
     let ni = w.nimages();
     let local = w.first[me]..w.first[me + 1];
@@ -417,10 +420,12 @@ fn m_forms(ep: &Endpoint, co: &Coll, w: &World, me: usize) -> Verdict {
     let at = |base: u64, i: usize| base + (i - w.first[host(i)]) as u64 * MFORM_STRIDE;
     let srcs: Vec<Addr> = (0..ni).map(|i| Addr::Seg(at(MFORM_SRC, i))).collect();
     let dsts: Vec<Addr> = (0..ni).map(|i| Addr::Seg(at(MFORM_DST, i))).collect();
-    let shm = co
-        .selected(co.world(), "broadcast", 8, f::ALLSYNC)
-        .map_err(|e| format!("m forms: selected: {e}"))?
-        == "shm";
+    let shm_op = |op: &str, bytes: usize| -> Result<bool, String> {
+        let a = co
+            .selected(co.world(), op, bytes, f::ALLSYNC)
+            .map_err(|e| format!("m forms: selected {op}: {e}"))?;
+        Ok(a == "shm")
+    };
     // Byte `b` of image `i`'s block `j` in round `salt`.
     let pat = |salt: usize, i: usize, j: usize, b: usize| -> u8 {
         #[allow(clippy::cast_possible_truncation)] // masked
@@ -475,7 +480,7 @@ fn m_forms(ep: &Endpoint, co: &Coll, w: &World, me: usize) -> Verdict {
                 };
                 r.map_err(|x| e(what(), x))?;
                 let sent = ep.stats().requests_sent.messages() - before;
-                if shm && sent != 0 {
+                if shm_op(op, n)? && sent != 0 {
                     return Err(format!(
                         "m forms: {} sent {sent} active messages on a team whose collectives \
                          run smp-native",
@@ -517,8 +522,8 @@ fn m_forms(ep: &Endpoint, co: &Coll, w: &World, me: usize) -> Verdict {
 
 /// The single-address data movement operations under `ALL_THREADS` from every image thread,
 /// each with its own source and destination (`LOCAL`), in three sync modes and two sizes:
-/// every image's destination checked, and, where the world team's collectives run smp-native,
-/// no active message sent by the rank while its images are in the calls.
+/// every image's destination checked, and, where the operation's rank form selects `shm` on
+/// the world team, no active message sent by the rank while its images are in the calls.
 fn all_threads_forms(
     ep: &Endpoint,
     co: &Coll,
@@ -531,10 +536,12 @@ fn all_threads_forms(
     let img = w.first[me] + li;
     let src_at = MFORM_SRC + li as u64 * MFORM_STRIDE;
     let dst_at = MFORM_DST + li as u64 * MFORM_STRIDE;
-    let shm = co
-        .selected(co.world(), "broadcast", 8, f::ALLSYNC)
-        .map_err(|e| format!("ALL_THREADS forms: selected: {e}"))?
-        == "shm";
+    let shm_op = |op: &str, bytes: usize| -> Result<bool, String> {
+        let a = co
+            .selected(co.world(), op, bytes, f::ALLSYNC)
+            .map_err(|e| format!("ALL_THREADS forms: selected {op}: {e}"))?;
+        Ok(a == "shm")
+    };
     let pat = |salt: usize, i: usize, j: usize, b: usize| -> u8 {
         #[allow(clippy::cast_possible_truncation)] // masked
         let v = ((salt * 151 + i * 37 + j * 11 + b) & 0xff) as u8;
@@ -583,7 +590,7 @@ fn all_threads_forms(
                 bar.wait();
                 let sent = ep.stats().requests_sent.messages() - before;
                 bar.wait();
-                if shm && sent != 0 {
+                if shm_op(op, n)? && sent != 0 {
                     return Err(format!(
                         "ALL_THREADS forms: {} sent {sent} active messages from rank {me} on a \
                          team whose collectives run smp-native",
@@ -610,6 +617,131 @@ fn all_threads_forms(
                                 what()
                             ));
                         }
+                    }
+                }
+                co.barrier_images(co.world()).map_err(|x| e(what(), x))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The reductions, scans and the barrier under `ALL_THREADS` from every image thread (u64
+/// sums, `LOCAL` areas), in three sync modes and two vector lengths: every image's result
+/// checked, and, where the operation's rank form selects `shm` on the world team, no active
+/// message sent by the rank while its images are in the calls.
+fn all_threads_reductions(
+    ep: &Endpoint,
+    co: &Coll,
+    w: &World,
+    me: usize,
+    li: usize,
+    bar: &Barrier,
+) -> Verdict {
+    use amnet::coll::builtin::builtin_index;
+    use amnet::coll::{ElemType, Layout};
+    let ni = w.nimages();
+    let img = w.first[me] + li;
+    let src_at = MFORM_SRC + li as u64 * MFORM_STRIDE;
+    let dst_at = MFORM_DST + li as u64 * MFORM_STRIDE;
+    // Whether the rank form of `op` runs smp-native here (a forced choice may say otherwise).
+    let shm_op = |op: &str, bytes: usize| -> Result<bool, String> {
+        let a = co
+            .selected(co.world(), op, bytes, f::ALLSYNC)
+            .map_err(|e| format!("ALL_THREADS reductions: selected {op}: {e}"))?;
+        Ok(a == "shm")
+    };
+    let sum = builtin_index(RedOp::Sum, ElemType::U64)
+        .ok_or_else(|| "ALL_THREADS reductions: no built-in u64 sum".to_string())?;
+    let e = |what: String, x: Error| format!("ALL_THREADS reductions, image {img}: {what}: {x}");
+    // Element k of image i's vector.
+    let v = |i: usize, k: usize| (i as u64 + 1) * 1000 + k as u64;
+    const SENTINEL: u64 = 0xDEAD_BEEF;
+    let ops = [
+        "reduce_elems_to_all",
+        "reduce_elems",
+        "scan_elems",
+        "exclusive_scan_elems",
+        "reduce_to_all",
+        "prefix_reduce",
+        "barrier",
+    ];
+    let mut round = 0usize;
+    for count in [1usize, 300] {
+        for &mode in &[f::ALLSYNC, f::MYSYNC, f::NOSYNC] {
+            for op in ops {
+                round += 1;
+                let root = round % ni;
+                let what = || format!("{op} of {count} u64, flags {mode:#x}, root image {root}");
+                let words: Vec<u8> = (0..count).flat_map(|k| v(img, k).to_le_bytes()).collect();
+                ep.write_local(src_at, &words).map_err(|x| e(what(), x))?;
+                let fill: Vec<u8> = (0..count).flat_map(|_| SENTINEL.to_le_bytes()).collect();
+                ep.write_local(dst_at, &fill).map_err(|x| e(what(), x))?;
+                co.barrier_images(co.world()).map_err(|x| e(what(), x))?;
+                bar.wait();
+                let before = ep.stats().requests_sent.messages();
+                bar.wait();
+                #[allow(clippy::cast_possible_truncation)] // images fit u32
+                let r32 = root as u32;
+                let fl = mode | f::LOCAL | f::ALL_THREADS;
+                let (s, d) = (Addr::Seg(src_at), Addr::Seg(dst_at));
+                let wt = co.world();
+                // The array forms: one element per image, in image order.
+                let lay = Layout::block_cyclic(1, 0);
+                // SAFETY: segment offsets only: no pointer address to keep valid.
+                let r = unsafe {
+                    match op {
+                        "reduce_elems_to_all" => {
+                            co.reduce_elems_to_all(wt, d, s, 8, count, sum, 0, fl)
+                        }
+                        "reduce_elems" => co.reduce_elems(wt, r32, d, s, 8, count, sum, 0, fl),
+                        "scan_elems" => co.scan_elems(wt, d, s, 8, count, sum, 0, fl),
+                        "exclusive_scan_elems" => {
+                            co.exclusive_scan_elems(wt, d, s, 8, count, sum, 0, fl)
+                        }
+                        "reduce_to_all" => co.reduce_to_all(wt, d, s, lay, 8, ni, sum, 0, fl),
+                        "prefix_reduce" => co.prefix_reduce(wt, d, lay, s, lay, 8, ni, sum, 0, fl),
+                        _ => co.barrier_images(wt),
+                    }
+                };
+                r.map_err(|x| e(what(), x))?;
+                bar.wait();
+                let sent = ep.stats().requests_sent.messages() - before;
+                bar.wait();
+                let bytes = if op == "barrier" { 0 } else { 8 * count };
+                if shm_op(op, bytes)? && sent != 0 {
+                    return Err(format!(
+                        "ALL_THREADS reductions: {} sent {sent} active messages from rank {me} \
+                         on a team whose collectives run smp-native",
+                        what()
+                    ));
+                }
+                // What the image's destination holds: element k's sum over `imgs`, or the
+                // sentinel where it gets nothing.
+                let total = |imgs: std::ops::Range<usize>, k: usize| imgs.map(|i| v(i, k)).sum();
+                let want: Vec<u64> = match op {
+                    "reduce_elems_to_all" => (0..count).map(|k| total(0..ni, k)).collect(),
+                    "reduce_elems" if img == root => (0..count).map(|k| total(0..ni, k)).collect(),
+                    "scan_elems" => (0..count).map(|k| total(0..img + 1, k)).collect(),
+                    "exclusive_scan_elems" if img > 0 => {
+                        (0..count).map(|k| total(0..img, k)).collect()
+                    }
+                    // The array forms: element 0 of the image's vector is its element.
+                    "reduce_to_all" => vec![total(0..ni, 0)],
+                    "prefix_reduce" => vec![total(0..img + 1, 0)],
+                    "barrier" => Vec::new(),
+                    _ => vec![SENTINEL; count],
+                };
+                let mut got = vec![0u8; want.len() * 8];
+                ep.read_local(dst_at, &mut got).map_err(|x| e(what(), x))?;
+                for (k, (c, &x)) in got.chunks(8).zip(&want).enumerate() {
+                    let g = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+                    if g != x {
+                        return Err(format!(
+                            "ALL_THREADS reductions: {}: image {img}'s element {k} is {g}, \
+                             expected {x}",
+                            what()
+                        ));
                     }
                 }
                 co.barrier_images(co.world()).map_err(|x| e(what(), x))?;

@@ -1,12 +1,17 @@
-//! The smp-native data movement collectives with image participants (spec/coll.md §3c): an
-//! `m`-form call, in which one thread of each member enters every image the member hosts with
-//! a list of addresses, runs one epoch for the member. Images are numbered member-major
-//! (member `q` hosts images `first[q]..first[q + 1]`), so a member's images are one run of
-//! the participant order, and a member publishes what all of them contribute at once:
+//! The smp-native collectives with image participants (spec/coll.md §3c). An `m`-form call,
+//! in which one thread of each member enters every image the member hosts with a list of
+//! addresses, runs one epoch for the member; an `ALL_THREADS` call, in which every image
+//! thread calls with its own areas, first meets the member's other image threads in the
+//! team's [`Join`], and the last to arrive runs the epoch for all of them. Images are numbered
+//! member-major (member `q` hosts images `first[q]..first[q + 1]`), so a member's images are
+//! one run of the participant order, and a member publishes what all of them contribute at
+//! once:
 //! - broadcast and scatter: the member that hosts the root image publishes the root's source;
 //! - gather and gather_all: every member its images' blocks, one after the other (image
 //!   order), so its run of the destination is one copy;
-//! - exchange: every member its images' rows of blocks, one after the other.
+//! - exchange: every member its images' rows of blocks, one after the other;
+//! - reductions and scans: every member the fold of its images' operands (vectors
+//!   elementwise in image order, an array's elements in element order).
 //!
 //! A member's contribution is always copied into its scratch (the header line or the data
 //! slot), never read in place from its segment: the readers then wait for nothing at the end
@@ -24,7 +29,7 @@ use amnet_core::{Error, Result};
 use amnet_sync_modes::{InSync, Mode, OutSync};
 
 use super::chan::{INLINE, LOC_INLINE, LOC_SLOT, SLOT_BYTES};
-use super::{all_entered, internal, run, Busy, Mine, Reader, ShmTeam, Waiter};
+use super::{all_entered, internal, run, Busy, Fold, Mine, Reader, ShmTeam, Waiter};
 use crate::engine::{Area as Mem, Shared};
 use crate::plan::{Kind, Spec};
 
@@ -41,10 +46,18 @@ pub(crate) fn published_bytes(kind: Kind, n: usize, ni: usize, k: usize) -> usiz
     }
 }
 
-/// Whether a data movement call of `kind` with image participants fits the smp-native
-/// algorithm: what the member with the most images (`kmax`) publishes fits a data slot.
-pub(crate) fn fits(kind: Kind, n: usize, ni: usize, kmax: usize) -> bool {
-    published_bytes(kind, n, ni, kmax) <= SLOT_BYTES
+/// Whether a call of `kind` with image participants fits the smp-native algorithm: what the
+/// member with the most images (`kmax`) publishes fits a data slot (a data movement call with
+/// `n`-byte blocks over `ni` images), or the partial a member publishes does (a vector
+/// reduction's or scan's `count` elements of `es` bytes, an array reduction's or scan's one
+/// element); a barrier publishes nothing.
+pub(crate) fn fits(kind: Kind, n: usize, ni: usize, kmax: usize, es: usize, count: usize) -> bool {
+    match kind {
+        Kind::Barrier => true,
+        k if k.is_vector() => es.saturating_mul(count) <= SLOT_BYTES,
+        k if k.is_reduction() => es <= SLOT_BYTES,
+        _ => published_bytes(kind, n, ni, kmax) <= SLOT_BYTES,
+    }
 }
 
 /// One member's images in an `m`-form call: the first image of every member (`first`, one
@@ -106,7 +119,11 @@ pub(crate) fn run_images(
     let e = t.epoch.load(Ordering::Relaxed) + 1;
     t.epoch.store(e, Ordering::Relaxed);
     let w = Waiter { sh, op, e };
-    let r = epoch_images(sh, t, &w, spec, mode, imgs);
+    let r = match spec.kind {
+        Kind::Barrier => super::barrier(sh, t, &w, e),
+        k if k.is_reduction() => epoch_reduce(sh, t, &w, spec, mode, imgs),
+        _ => epoch_images(sh, t, &w, spec, mode, imgs),
+    };
     if r.is_err() {
         // This rank reads nothing more of the epoch: its later calls must not wait for it.
         t.area(t.me).set_done(e);
@@ -123,6 +140,264 @@ fn copy_in(op: &'static str, src: Mem, so: usize, dst: Mem, dof: usize, len: usi
         return Err(internal(op, "a block beyond its area"));
     }
     super::local_copy(src, so, dst, dof, len);
+    Ok(())
+}
+
+/// Slot reuse before this member publishes `len` bytes for epoch `w.e`, then, under
+/// `IN_ALLSYNC`, every member's entry (the flag barrier).
+fn enter_all(t: &ShmTeam, w: &Waiter<'_>, mode: &Mode, len: usize) -> Result<()> {
+    let (e, np) = (w.e, t.n());
+    let floor = super::chan::reuse_floor(e, len > INLINE);
+    if t.floor_seen.load(Ordering::Relaxed) < floor {
+        w.wait(
+            || (0..np).all(|i| t.area(i).done() >= floor),
+            || {
+                let late: Vec<usize> = (0..np).filter(|&i| t.area(i).done() < floor).collect();
+                format!("team ranks {late:?} to finish epoch {floor} (slot reuse)")
+            },
+        )?;
+        let low = (0..np).map(|i| t.area(i).done()).min().unwrap_or(floor);
+        t.floor_seen.store(low, Ordering::Relaxed);
+    }
+    if mode.input == InSync::All {
+        all_entered(t, w, e, "the entry signal (IN_ALLSYNC)")?;
+    }
+    Ok(())
+}
+
+/// `out = out ∘ x` elementwise over `count` elements (`tmp`: one element's scratch).
+fn fold_into(fold: &Fold<'_>, out: &mut [u8], x: &[u8], count: usize, tmp: &mut [u8]) {
+    if let Some(k) = fold.kernel {
+        k(out, x);
+        return;
+    }
+    let es = fold.es;
+    for i in 0..count {
+        let r = i * es..(i + 1) * es;
+        fold.combine(tmp, &out[r.clone()], &x[r.clone()]);
+        out[r].copy_from_slice(tmp);
+    }
+}
+
+/// The bytes of `a`, checked to hold `len`.
+fn bytes<'a>(op: &'static str, a: Mem, len: usize) -> Result<&'a [u8]> {
+    if a.len < len {
+        return Err(internal(op, "an area shorter than its operands"));
+    }
+    // SAFETY: the initiation resolved `a` as this rank's area (a source, or an image's
+    // destination), valid for reads of its length until the call returns; the slice is used
+    // only within the call.
+    Ok(unsafe { super::bytes_of(Mem { ptr: a.ptr, len }) })
+}
+
+/// The body of [`run_images`] for a reduction or scan of epoch `w.e`: every member publishes
+/// the fold of its images' operands (a vector's elementwise, in image order; an array's
+/// elements in element order), copied into its scratch, and the readers fold the members'
+/// partials in member order (spec/coll.md §3c, image participants).
+fn epoch_reduce(
+    sh: &Shared,
+    t: &ShmTeam,
+    w: &Waiter<'_>,
+    spec: &Spec,
+    mode: &Mode,
+    imgs: Images<'_>,
+) -> Result<()> {
+    let (e, op) = (w.e, w.op);
+    let s = super::chan::slot(e);
+    let me = t.me;
+    let (fme, kme) = (imgs.first(me), imgs.count(me));
+    let entry = spec.function(&sh.fns).ok_or_else(|| Error::Usage {
+        op,
+        detail: format!("reduction function {} is not in the table", spec.func),
+    })?;
+    let fold = Fold {
+        f: &*entry.f,
+        flags: entry.flags & crate::types::fn_flags::NONCOMM,
+        es: spec.es.max(1),
+        arg: spec.arg,
+        kernel: if spec.call_fn.is_none() {
+            sh.kernels.get(spec.func).and_then(Option::as_ref)
+        } else {
+            None
+        },
+    };
+    let es = fold.es;
+    let vector = spec.kind.is_vector();
+    let count = if vector { spec.n } else { 1 };
+    let len = count * es;
+    let mut tmp = vec![0u8; es];
+    // An array reduction's or scan's partial: the fold of this member's images' runs, in
+    // element order.
+    let mut partial = Vec::new();
+    // Each local image's first run (the array scans take one run per image).
+    let mut runs: Vec<Option<crate::plan::Run>> = vec![None; kme];
+    if !vector {
+        for r in crate::plan::runs_iter(spec.src_lay, spec.n, spec.np)
+            .filter(|r| (fme..fme + kme).contains(&r.part))
+        {
+            let li = r.part - fme;
+            runs[li].get_or_insert(r);
+            let xs = bytes(op, imgs.mine[li].src, (r.local + r.len) * es)?;
+            let run = &xs[r.local * es..(r.local + r.len) * es];
+            if partial.is_empty() {
+                partial.resize(es, 0);
+                fold.fold(&mut partial, run);
+            } else {
+                let mut t2 = vec![0u8; es];
+                fold.fold(&mut t2, run);
+                fold_into(&fold, &mut partial, &t2, 1, &mut tmp);
+            }
+        }
+    }
+    let published = if vector { len } else { partial.len() };
+    if published > SLOT_BYTES {
+        return Err(internal(op, "a vector beyond the host scratch slot"));
+    }
+    enter_all(t, w, mode, published)?;
+    let sources: Vec<&[u8]> = if vector {
+        imgs.mine
+            .iter()
+            .map(|m| bytes(op, m.src, len))
+            .collect::<Result<_>>()?
+    } else {
+        Vec::new()
+    };
+    let loc = if published <= INLINE {
+        LOC_INLINE
+    } else {
+        LOC_SLOT
+    };
+    // SAFETY: this rank owns its area and is its only writer now (`busy`); every member's
+    // `done` reached the reuse floor (`enter_all`, of the data slot where `loc` is
+    // `LOC_SLOT`); `published` bytes fit where `loc` says (checked above), and the fill
+    // writes exactly that many through the pointer.
+    unsafe {
+        t.area(me).publish(s, e, loc, published, |p| {
+            let out = std::slice::from_raw_parts_mut(p, published);
+            if vector {
+                out.copy_from_slice(sources[0]);
+                let mut tmp = vec![0u8; es];
+                for x in &sources[1..] {
+                    fold_into(&fold, out, x, count, &mut tmp);
+                }
+            } else {
+                out.copy_from_slice(&partial);
+            }
+        });
+    }
+    let rd = Reader {
+        sh,
+        t,
+        w,
+        s,
+        e,
+        op,
+        own: &[],
+        after: "",
+    };
+    let np = t.n();
+    let root = imgs.host(spec.root);
+    // The fold of members `0..upto`'s partials into `out` (an image's destination or a
+    // buffer of `len` bytes): whether any had one.
+    let members = |upto: usize, out: Mem| rd.fold_members(&fold, count, upto, out);
+    let buf_mem = |b: &mut Vec<u8>| Mem {
+        ptr: b.as_mut_ptr() as usize,
+        len: b.len(),
+    };
+    match spec.kind {
+        Kind::ReduceAll | Kind::ReduceElemsAll => {
+            let (head, rest) = imgs
+                .mine
+                .split_first()
+                .ok_or_else(|| internal(op, "a member without images"))?;
+            if !members(np, head.dst)? {
+                return Err(Error::Usage {
+                    op,
+                    detail: "no participant holds an element".into(),
+                });
+            }
+            for m in rest {
+                copy_in(op, head.dst, 0, m.dst, 0, len)?;
+            }
+        }
+        Kind::Reduce | Kind::ReduceElems => {
+            if root == me {
+                let dst = imgs.mine[spec.root - fme].dst;
+                if !members(np, dst)? {
+                    return Err(Error::Usage {
+                        op,
+                        detail: "no participant holds an element".into(),
+                    });
+                }
+            }
+        }
+        Kind::ScanElems | Kind::ExclusiveScanElems => {
+            // The carry of the members before this one, then each local image in order: an
+            // inclusive scan's image gets carry ∘ its vector, an exclusive scan's the carry
+            // (image 0 of the job keeps its destination).
+            let mut acc = vec![0u8; len];
+            let mut has = members(me, buf_mem(&mut acc))?;
+            let exclusive = spec.kind == Kind::ExclusiveScanElems;
+            let mut cur = vec![0u8; len];
+            for (li, m) in imgs.mine.iter().enumerate() {
+                // The image's vector, read before its destination (maybe the same place) is
+                // written.
+                cur.copy_from_slice(sources[li]);
+                if exclusive && has {
+                    copy_in(op, buf_mem(&mut acc), 0, m.dst, 0, len)?;
+                }
+                if has {
+                    fold_into(&fold, &mut acc, &cur, count, &mut tmp);
+                } else {
+                    acc.copy_from_slice(&cur);
+                    has = true;
+                }
+                if !exclusive {
+                    copy_in(op, buf_mem(&mut acc), 0, m.dst, 0, len)?;
+                }
+            }
+        }
+        Kind::Prefix | Kind::ExclusivePrefix => {
+            // One run per image, in image order, the same layout at the destination: the
+            // carry of the members before this one, then each local image's run after it.
+            let mut carry = vec![0u8; es];
+            let mut has = members(me, buf_mem(&mut carry))?;
+            let exclusive = spec.kind == Kind::ExclusivePrefix;
+            for (li, m) in imgs.mine.iter().enumerate() {
+                let Some(r) = runs[li] else { continue };
+                let xs = bytes(op, m.src, (r.local + r.len) * es)?;
+                let mut total = vec![0u8; es];
+                fold.fold(&mut total, &xs[r.local * es..(r.local + r.len) * es]);
+                super::prefix_run(
+                    op,
+                    &fold,
+                    exclusive,
+                    has.then_some(&carry[..]),
+                    m.src,
+                    m.dst,
+                    r.local,
+                    r.len,
+                )?;
+                if has {
+                    fold_into(&fold, &mut carry, &total, 1, &mut tmp);
+                } else {
+                    carry.copy_from_slice(&total);
+                    has = true;
+                }
+            }
+        }
+        _ => return Err(internal(op, "no image form of this operation")),
+    }
+    t.area(me).set_done(e);
+    if mode.output == OutSync::All {
+        w.wait(
+            || (0..np).all(|i| t.area(i).done() >= e),
+            || {
+                let late: Vec<usize> = (0..np).filter(|&i| t.area(i).done() < e).collect();
+                format!("team ranks {late:?} to finish (OUT_ALLSYNC)")
+            },
+        )?;
+    }
     Ok(())
 }
 
@@ -362,8 +637,13 @@ fn epoch_images(
 pub(crate) struct JoinKey {
     pub(crate) kind: Kind,
     pub(crate) flags: u32,
+    /// The block size of a data movement call.
     pub(crate) n: Option<usize>,
     pub(crate) root: usize,
+    /// A reduction's element size, element count and function.
+    pub(crate) es: usize,
+    pub(crate) count: usize,
+    pub(crate) func: usize,
 }
 
 /// The meeting point of a member's image threads in an `ALL_THREADS` call on one team: each
@@ -570,6 +850,9 @@ mod loom_models {
         flags: 0,
         n: Some(8),
         root: 0,
+        es: 0,
+        count: 0,
+        func: 0,
     };
 
     fn mine(li: usize) -> Mine {
