@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Build amnet's C library (release) and install it under PREFIX:
+#   PREFIX/lib/libamnet.so, PREFIX/lib/libamnet.a, PREFIX/include/amnet.h,
+#   PREFIX/lib/pkgconfig/amnet.pc
+# after which `cc $(pkg-config --cflags --libs amnet) prog.c` builds a program (with
+# PKG_CONFIG_PATH=PREFIX/lib/pkgconfig when PREFIX is not a system prefix).
+set -euo pipefail
+if [ $# -ne 1 ]; then
+    echo "usage: bash ci/install-capi.sh PREFIX" >&2
+    exit 2
+fi
+mkdir -p "$1"
+prefix=$(cd "$1" && pwd)
+cd "$(dirname "$0")/.."
+target=${CARGO_TARGET_DIR:-target}
+# Builds libamnet.so and libamnet.a, and notes the native libraries the static library needs
+# as rustc reports them (cargo replays the note when nothing needs rebuilding).
+log=$(cargo rustc --release -p amnet-capi --lib -- --print native-static-libs 2>&1) || {
+    echo "$log" >&2
+    exit 1
+}
+native=$(echo "$log" | sed -n 's/.*native-static-libs: //p' | tail -1)
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+install -d "$prefix/lib/pkgconfig" "$prefix/include"
+install -m 755 "$target/release/libamnet.so" "$prefix/lib/"
+install -m 644 "$target/release/libamnet.a" "$prefix/lib/"
+install -m 644 capi/include/amnet.h "$prefix/include/"
+sed -e "s|@PREFIX@|$prefix|" -e "s|@VERSION@|$version|" -e "s|@LIBS_STATIC@|$native|" \
+    capi/amnet.pc.in >"$prefix/lib/pkgconfig/amnet.pc"
+echo "installed amnet $version under $prefix (pkg-config file: $prefix/lib/pkgconfig/amnet.pc)"
