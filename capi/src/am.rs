@@ -186,27 +186,30 @@ fn run_c_handler(
     payload: &[u8],
 ) {
     /// Restores the outer handler's token (a reply handler may run inside a request
-    /// handler's reply, which polls while the conduit is full).
-    struct Restore(*mut AmToken);
-    impl Drop for Restore {
+    /// handler's reply, which polls while the conduit is full), also if the handler unwinds.
+    struct Restore<'c>(&'c Cell<*mut AmToken>, *mut AmToken);
+    impl Drop for Restore<'_> {
         fn drop(&mut self) {
-            CURRENT.with(|c| c.set(self.0));
+            self.0.set(self.1);
         }
     }
     let p: *mut AmToken = (tok as *mut amnet::Token<'_>).cast();
-    let _restore = Restore(CURRENT.with(|c| c.replace(p)));
-    // SAFETY: `f` came from the handler table, whose contract makes it a handler; the
-    // pointers are valid for the call (args and payload are the message's, the token lives
-    // for the handler's run, and `with_token` only lets it be used during it).
-    unsafe {
-        f(
-            p,
-            args.as_ptr(),
-            args.len(),
-            payload.as_ptr().cast(),
-            payload.len(),
-        )
-    }
+    // One look-up of the thread-local (in a shared library each costs a call).
+    CURRENT.with(|c| {
+        let _restore = Restore(c, c.replace(p));
+        // SAFETY: `f` came from the handler table, whose contract makes it a handler; the
+        // pointers are valid for the call (args and payload are the message's, the token
+        // lives for the handler's run, and `with_token` only lets it be used during it).
+        unsafe {
+            f(
+                p,
+                args.as_ptr(),
+                args.len(),
+                payload.as_ptr().cast(),
+                payload.len(),
+            )
+        }
+    })
 }
 
 /// Run `body` with the token `tok`, if it is the one of the handler running on this thread.

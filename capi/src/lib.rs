@@ -240,23 +240,24 @@ pub unsafe extern "C" fn amnet_wait_word(word: *const u32, cmp: c_int, value: u3
                 "word {word:p} is not aligned to 4 bytes"
             )));
         }
-        let test: fn(u32, u32) -> bool = match cmp {
-            CMP_EQ => |a, b| a == b,
-            CMP_NE => |a, b| a != b,
-            CMP_GE => |a, b| a >= b,
-            CMP_GT => |a, b| a > b,
-            CMP_LE => |a, b| a <= b,
-            CMP_LT => |a, b| a < b,
+        // SAFETY: non-null and aligned (checked), readable for the call and written only
+        // atomically (the caller's contract).
+        let w = unsafe { std::sync::atomic::AtomicU32::from_ptr(word.cast_mut()) };
+        let load = || w.load(std::sync::atomic::Ordering::Acquire);
+        let ep = ep()?;
+        match cmp {
+            CMP_EQ => ep.wait_until(|| load() == value)?,
+            CMP_NE => ep.wait_until(|| load() != value)?,
+            CMP_GE => ep.wait_until(|| load() >= value)?,
+            CMP_GT => ep.wait_until(|| load() > value)?,
+            CMP_LE => ep.wait_until(|| load() <= value)?,
+            CMP_LT => ep.wait_until(|| load() < value)?,
             other => {
                 return Err(CError::bad_arg(format!(
                     "cmp {other} is none of the comparisons (0 to 5: EQ, NE, GE, GT, LE, LT)"
                 )))
             }
-        };
-        // SAFETY: non-null and aligned (checked), readable for the call and written only
-        // atomically (the caller's contract).
-        let w = unsafe { std::sync::atomic::AtomicU32::from_ptr(word.cast_mut()) };
-        ep()?.wait_until(|| test(w.load(std::sync::atomic::Ordering::Acquire), value))?;
+        }
         Ok(OK)
     })
 }
