@@ -278,6 +278,14 @@ int amnet_wait_word(const uint32_t *word,
                     int cmp,
                     uint32_t value);
 
+// Whether some rank has asked the job to end: `*requested` becomes 1 and `*code` the
+// job-wide exit code if so, 0 otherwise (`*code` is then left alone). Callable from handlers.
+//
+// # Safety
+// - `requested` is valid for a write of an `int`; `code` is null or valid for a write of an
+//   `int`.
+int amnet_exit_requested(int *requested, int *code);
+
 // End the whole job with `code`: every rank stops promptly and `amrun` exits with the first
 // code any rank passed. Callable from anywhere: any thread, a handler, before `amnet_init`
 // (then only this process ends). Never returns. Returning from `main` also ends the job
@@ -389,6 +397,52 @@ int amnet_reply_long(amnet_token_t *token,
                      const void *payload,
                      size_t nbytes,
                      uint64_t dest_offset);
+
+// Register the handler `entry` after attach (not collective): every rank must register the
+// same index before any rank sends to it (register, then barrier); a message that reaches a
+// rank which has not registered its index yet is dropped with a diagnostic. An index in use
+// already fails with the bad-handler code; a handler is never replaced.
+//
+// # Safety
+// - `entry` is valid for reads of one `amnet_handler_entry_t`, whose handler is a function
+//   with the `amnet_handler_fn` signature that stays callable until the process ends.
+int amnet_register_handler(const amnet_handler_entry_t *entry);
+
+// `amnet_request_short` with the immediate flag: when the conduit has no room for the
+// message now (a full ring or send window), returns the would-block code at once instead of
+// polling until there is. Nothing was sent then; poll and retry, or do other work.
+//
+// # Safety
+// - `args` is null or valid for reads of `nargs` `uint32_t`.
+int amnet_try_request_short(uint32_t rank,
+                            unsigned int handler,
+                            const uint32_t *args,
+                            size_t nargs);
+
+// `amnet_request_medium` with the immediate flag (see `amnet_try_request_short`).
+//
+// # Safety
+// - `args` is null or valid for reads of `nargs` `uint32_t`.
+// - `payload` is null or valid for reads of `nbytes` bytes.
+int amnet_try_request_medium(uint32_t rank,
+                             unsigned int handler,
+                             const uint32_t *args,
+                             size_t nargs,
+                             const void *payload,
+                             size_t nbytes);
+
+// `amnet_request_long` with the immediate flag (see `amnet_try_request_short`).
+//
+// # Safety
+// - `args` is null or valid for reads of `nargs` `uint32_t`.
+// - `payload` is null or valid for reads of `nbytes` bytes.
+int amnet_try_request_long(uint32_t rank,
+                           unsigned int handler,
+                           const uint32_t *args,
+                           size_t nargs,
+                           const void *payload,
+                           size_t nbytes,
+                           uint64_t dest_offset);
 
 // Anonymous blocking barrier: returns once every rank entered it. Needs attach.
 int amnet_barrier(void);

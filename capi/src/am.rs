@@ -424,3 +424,102 @@ pub unsafe extern "C" fn amnet_reply_long(
         Ok(OK)
     })
 }
+
+/// Register the handler `entry` after attach (not collective): every rank must register the
+/// same index before any rank sends to it (register, then barrier); a message that reaches a
+/// rank which has not registered its index yet is dropped with a diagnostic. An index in use
+/// already fails with the bad-handler code; a handler is never replaced.
+///
+/// # Safety
+/// - `entry` is valid for reads of one `amnet_handler_entry_t`, whose handler is a function
+///   with the `amnet_handler_fn` signature that stays callable until the process ends.
+#[no_mangle]
+pub unsafe extern "C" fn amnet_register_handler(entry: *const HandlerEntry) -> c_int {
+    guard("amnet_register_handler", || {
+        required(entry, "entry")?;
+        if !entry.is_aligned() {
+            return Err(CError::bad_arg(format!("entry {entry:p} is misaligned")));
+        }
+        // SAFETY: non-null, aligned, readable (the caller's contract).
+        let e = unsafe { entry.read() };
+        let index = handler_index(e.index)?;
+        let Some(f) = e.handler else {
+            return Err(CError::bad_arg(format!(
+                "the function of handler {index} is null"
+            )));
+        };
+        ep()?.register_handler(index, move |tok, args, payload| {
+            run_c_handler(f, tok, args, payload)
+        })?;
+        Ok(OK)
+    })
+}
+
+/// `amnet_request_short` with the immediate flag: when the conduit has no room for the
+/// message now (a full ring or send window), returns the would-block code at once instead of
+/// polling until there is. Nothing was sent then; poll and retry, or do other work.
+///
+/// # Safety
+/// - `args` is null or valid for reads of `nargs` `uint32_t`.
+#[no_mangle]
+pub unsafe extern "C" fn amnet_try_request_short(
+    rank: u32,
+    handler: c_uint,
+    args: *const u32,
+    nargs: usize,
+) -> c_int {
+    guard("amnet_try_request_short", || {
+        let h = handler_index(handler)?;
+        // SAFETY: the caller's contract.
+        let a = unsafe { args_slice(args, nargs)? };
+        ep()?.try_request_short(rank, h, a)?;
+        Ok(OK)
+    })
+}
+
+/// `amnet_request_medium` with the immediate flag (see `amnet_try_request_short`).
+///
+/// # Safety
+/// - `args` is null or valid for reads of `nargs` `uint32_t`.
+/// - `payload` is null or valid for reads of `nbytes` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn amnet_try_request_medium(
+    rank: u32,
+    handler: c_uint,
+    args: *const u32,
+    nargs: usize,
+    payload: *const c_void,
+    nbytes: usize,
+) -> c_int {
+    guard("amnet_try_request_medium", || {
+        let h = handler_index(handler)?;
+        // SAFETY: the caller's contract for both arrays.
+        let (a, p) = unsafe { (args_slice(args, nargs)?, bytes(payload, nbytes, "payload")?) };
+        ep()?.try_request_medium(rank, h, a, p)?;
+        Ok(OK)
+    })
+}
+
+/// `amnet_request_long` with the immediate flag (see `amnet_try_request_short`).
+///
+/// # Safety
+/// - `args` is null or valid for reads of `nargs` `uint32_t`.
+/// - `payload` is null or valid for reads of `nbytes` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn amnet_try_request_long(
+    rank: u32,
+    handler: c_uint,
+    args: *const u32,
+    nargs: usize,
+    payload: *const c_void,
+    nbytes: usize,
+    dest_offset: u64,
+) -> c_int {
+    guard("amnet_try_request_long", || {
+        let h = handler_index(handler)?;
+        // SAFETY: the caller's contract for both arrays.
+        let (a, p) = unsafe { (args_slice(args, nargs)?, bytes(payload, nbytes, "payload")?) };
+        ep()?.try_request_long(rank, h, a, p, dest_offset)?;
+        Ok(OK)
+    })
+}

@@ -262,6 +262,28 @@ pub unsafe extern "C" fn amnet_wait_word(word: *const u32, cmp: c_int, value: u3
     })
 }
 
+/// Whether some rank has asked the job to end: `*requested` becomes 1 and `*code` the
+/// job-wide exit code if so, 0 otherwise (`*code` is then left alone). Callable from handlers.
+///
+/// # Safety
+/// - `requested` is valid for a write of an `int`; `code` is null or valid for a write of an
+///   `int`.
+#[no_mangle]
+pub unsafe extern "C" fn amnet_exit_requested(requested: *mut c_int, code: *mut c_int) -> c_int {
+    guard("amnet_exit_requested", || {
+        required(requested, "requested")?;
+        let r = ep()?.exit_requested();
+        // SAFETY: checked non-null / the caller's contract.
+        unsafe {
+            requested.write(c_int::from(r.is_some()));
+            if let Some(c) = r {
+                store(code, c);
+            }
+        }
+        Ok(OK)
+    })
+}
+
 /// End the whole job with `code`: every rank stops promptly and `amrun` exits with the first
 /// code any rank passed. Callable from anywhere: any thread, a handler, before `amnet_init`
 /// (then only this process ends). Never returns. Returning from `main` also ends the job

@@ -90,6 +90,16 @@ fn error_paths_give_codes_and_messages() {
             &["amnet_poll", "attach"],
         );
 
+        let late = HandlerEntry {
+            index: 210,
+            handler: Some(echo),
+        };
+        expect(
+            amnet_register_handler(&late),
+            ERR_NOT_ATTACHED,
+            &["amnet_register_handler"],
+        );
+
         // Handler tables: out of range, reserved, null function, duplicate.
         let bad = [HandlerEntry {
             index: 300,
@@ -188,10 +198,34 @@ fn error_paths_give_codes_and_messages() {
             &["4090"],
         );
 
+        // Handlers registered after attach, immediate requests, the exit state.
+        assert_eq!(amnet_register_handler(&late), OK, "{}", last());
+        expect(
+            amnet_register_handler(&late),
+            ERR_BAD_HANDLER,
+            &["210", "twice"],
+        );
+        expect(
+            amnet_register_handler(null()),
+            ERR_BAD_ARG,
+            &["entry is null"],
+        );
+        expect(
+            amnet_try_request_short(2, 210, args.as_ptr(), 1),
+            ERR_BAD_RANK,
+            &["amnet_try_request_short", "rank 2"],
+        );
+        let zero = [0u32];
+        assert_eq!(amnet_try_request_short(0, 210, zero.as_ptr(), 1), OK);
+        assert_eq!(amnet_wait_word(HITS.as_ptr(), CMP_EQ, 1), OK, "{}", last());
+        let (mut requested, mut code) = (-1, -1);
+        assert_eq!(amnet_exit_requested(&mut requested, &mut code), OK);
+        assert_eq!((requested, code), (0, -1));
+
         // A handler's rules, and its token after it returned.
         assert_eq!(amnet_request_short(0, 200, args.as_ptr(), 1), OK);
         let w = HITS.as_ptr();
-        assert_eq!(amnet_wait_word(w, CMP_GE, 2), OK, "{}", last());
+        assert_eq!(amnet_wait_word(w, CMP_GE, 3), OK, "{}", last());
         assert!(
             FAULTS.lock().unwrap().is_empty(),
             "{:?}",

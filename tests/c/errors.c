@@ -26,6 +26,14 @@ static void on_reply(amnet_token_t *tok, const uint32_t *args, size_t nargs,
     replies++;
 }
 
+static volatile uint32_t late_hits;
+
+static void on_late(amnet_token_t *tok, const uint32_t *args, size_t nargs,
+                    const void *payload, size_t nbytes) {
+    (void)tok, (void)args, (void)nargs, (void)payload, (void)nbytes;
+    late_hits++;
+}
+
 int main(void) {
     uint32_t r;
     EXPECT(amnet_rank(&r), AMNET_ERR_NOT_INIT);
@@ -71,6 +79,21 @@ int main(void) {
     CHECK(amnet_wait_word((const uint32_t *)&replies, AMNET_CMP_EQ, 1));
     EXPECT(amnet_reply_short(kept, 201, NULL, 0), AMNET_ERR_BAD_TOKEN);
     expect_message("valid only inside its handler");
+    /* A handler registered after attach, reached with an immediate request. */
+    amnet_handler_entry_t late = {210, on_late};
+    CHECK(amnet_register_handler(&late));
+    EXPECT(amnet_register_handler(&late), AMNET_ERR_BAD_HANDLER);
+    CHECK(amnet_barrier());
+    uint32_t next = (me + 1) % nranks;
+    int rc;
+    while ((rc = amnet_try_request_short(next, 210, NULL, 0)) == AMNET_ERR_WOULD_BLOCK)
+        CHECK(amnet_poll(NULL));
+    CHECK(rc);
+    CHECK(amnet_wait_word((const uint32_t *)&late_hits, AMNET_CMP_EQ, 1));
+    int requested = -1, code = -1;
+    CHECK(amnet_exit_requested(&requested, &code));
+    if (requested != 0 || code != -1)
+        FAIL("exit_requested says %d (code %d) while no rank asked", requested, code);
     if (strcmp(amnet_error_name(AMNET_ERR_BAD_RANK), "AMNET_ERR_BAD_RANK") ||
         strcmp(amnet_error_name(AMNET_OK), "AMNET_OK") ||
         strcmp(amnet_error_name(12345), "unknown status code"))
