@@ -41,6 +41,15 @@
 // `*word < value` (unsigned).
 #define AMNET_CMP_LT 5
 
+// A Short message (arguments only).
+#define AMNET_CATEGORY_SHORT 0
+
+// A Medium message (arguments and a payload in a library buffer).
+#define AMNET_CATEGORY_MEDIUM 1
+
+// A Long message (arguments and a payload written into the segment).
+#define AMNET_CATEGORY_LONG 2
+
 // Barrier flag: the barrier matches any id (the id argument is ignored).
 #define AMNET_BARRIER_ANONYMOUS 1
 
@@ -203,6 +212,18 @@ typedef struct {
   amnet_handler_fn handler;
 } amnet_handler_entry_t;
 
+// What a token tells about its message (`amnet_token_info`).
+typedef struct {
+  // The rank that sent the message.
+  uint32_t source;
+  // The index of the running handler.
+  uint32_t handler;
+  // The message's category: one of the `AMNET_CATEGORY_*` constants.
+  int category;
+  // 1 in a request handler, 0 in a reply handler.
+  int is_request;
+} amnet_token_info_t;
+
 // The handle of a non-blocking put or get: 0 (the invalid handle) when there is nothing to
 // wait for.
 typedef uint64_t amnet_handle_t;
@@ -314,6 +335,14 @@ int amnet_attach(const amnet_handler_entry_t *table, size_t count, size_t segmen
 // # Safety
 // - `rank` is valid for a write of a `uint32_t`.
 int amnet_token_source(amnet_token_t *token, uint32_t *rank);
+
+// What `token` tells about its message, in `*info`: the source, the handler's index, the
+// category, and whether it is a request. For layers that register one function for every
+// index and category and dispatch themselves.
+//
+// # Safety
+// - `info` is valid for a write of an `amnet_token_info_t`.
+int amnet_token_info(amnet_token_t *token, amnet_token_info_t *info);
 
 // The largest Medium payload, in `*nbytes` (64 KiB on smp). Works before attach too.
 //

@@ -255,6 +255,55 @@ pub unsafe extern "C" fn amnet_token_source(token: *mut AmToken, rank: *mut u32)
     })
 }
 
+/// A Short message (arguments only).
+pub const CATEGORY_SHORT: c_int = 0;
+/// A Medium message (arguments and a payload in a library buffer).
+pub const CATEGORY_MEDIUM: c_int = 1;
+/// A Long message (arguments and a payload written into the segment).
+pub const CATEGORY_LONG: c_int = 2;
+
+/// What a token tells about its message (`amnet_token_info`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TokenInfo {
+    /// The rank that sent the message.
+    pub source: u32,
+    /// The index of the running handler.
+    pub handler: u32,
+    /// The message's category: one of the `AMNET_CATEGORY_*` constants.
+    pub category: c_int,
+    /// 1 in a request handler, 0 in a reply handler.
+    pub is_request: c_int,
+}
+
+/// What `token` tells about its message, in `*info`: the source, the handler's index, the
+/// category, and whether it is a request. For layers that register one function for every
+/// index and category and dispatch themselves.
+///
+/// # Safety
+/// - `info` is valid for a write of an `amnet_token_info_t`.
+#[no_mangle]
+pub unsafe extern "C" fn amnet_token_info(token: *mut AmToken, info: *mut TokenInfo) -> c_int {
+    guard("amnet_token_info", || {
+        required(info, "info")?;
+        let i = with_token(token, |t| {
+            Ok(TokenInfo {
+                source: t.src(),
+                handler: u32::from(t.handler()),
+                category: match t.category() {
+                    amnet::Category::Short => CATEGORY_SHORT,
+                    amnet::Category::Medium => CATEGORY_MEDIUM,
+                    amnet::Category::Long => CATEGORY_LONG,
+                },
+                is_request: c_int::from(t.is_request()),
+            })
+        })?;
+        // SAFETY: checked non-null; the caller's contract makes it writable.
+        unsafe { info.write(i) };
+        Ok(OK)
+    })
+}
+
 /// The largest Medium payload, in `*nbytes` (64 KiB on smp). Works before attach too.
 ///
 /// # Safety

@@ -51,7 +51,13 @@ static uint32_t check_msg(amnet_token_t *tok, const uint32_t *args, size_t nargs
         if (p[j] != byte_of(origin, nargs, j))
             FAIL("kind %u nargs %zu: payload byte %zu is %u, wanted %u", kind, nargs, j, p[j],
                  byte_of(origin, nargs, j));
-    (void)tok;
+    amnet_token_info_t info;
+    CHECK(amnet_token_info(tok, &info));
+    if (info.category != (int)kind || info.source != (origin == me ? (me + 1) % nranks : origin))
+        FAIL("token info: category %d source %u, wanted %u and the sender", info.category,
+             info.source, kind);
+    if (info.is_request != (origin != me) || info.handler != (origin != me ? H_REQ : H_REP))
+        FAIL("token info: is_request %d handler %u", info.is_request, info.handler);
     return kind;
 }
 
