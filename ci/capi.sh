@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The C ABI: builds libamnet and amrun (release), installs them with ci/install-capi.sh into a
-# scratch prefix, compiles every C test in tests/c with `cc $(pkg-config --cflags --libs
-# amnet)`, and runs each through amrun at 2 and 4 ranks on smp and at 2 ranks on udp, each
-# bounded by a timeout. Ends with one line "N passed, M failed".
+# The C ABI and the GASNet-1 layer: builds libamnet and amrun (release), installs them with
+# ci/install-capi.sh into a scratch prefix, compiles every C test in tests/c with
+# `cc $(pkg-config --cflags --libs amnet)` (gasnet_client.c uses gasnet.h alone), and runs
+# each through amrun at 2 and 4 ranks on smp and at 2 ranks on udp, each bounded by a
+# timeout. Ends with one line "N passed, M failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-target}
@@ -37,8 +38,9 @@ for src in tests/c/*.c; do
 done
 c++ -x c++ -std=c++17 -Wall -Wextra -Werror -fsyntax-only \
     $(pkg-config --cflags amnet) - <<<'#include "amnet.h"
-int main() { amnet_handle_t h = 0; return amnet_sync(&h); }'
-echo "the C tests compile against the installed header and library (C11, and C++17)"
+#include "gasnet.h"
+int main() { amnet_handle_t h = 0; return amnet_sync(&h) + gasnet_init(0, 0); }'
+echo "the C tests compile against the installed headers and library (C11, and C++17)"
 # The static library links too.
 cc -std=c11 -O2 -o "$prefix/errors-static" tests/c/errors.c -I"$prefix/include" \
     "$prefix/lib/libamnet.a" $(pkg-config --variable=libs_static amnet)
@@ -46,7 +48,7 @@ for conduit in smp udp; do
     for n in 2 4; do
         [ "$conduit" = udp ] && [ "$n" = 4 ] && continue
         at="--conduit $conduit -n $n"
-        for t in am_pingpong putget barrier errors; do
+        for t in am_pingpong putget barrier errors gasnet_client; do
             run "$t $at" 0 $at "$prefix/$t"
         done
         run "exit_code main $at" 42 $at "$prefix/exit_code" main

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build amnet's C library (release) and install it under PREFIX:
 #   PREFIX/lib/libamnet.so, PREFIX/lib/libamnet.a, PREFIX/include/amnet.h,
-#   PREFIX/lib/pkgconfig/amnet.pc
+#   PREFIX/include/gasnet.h (the GASNet-1 layer), PREFIX/lib/pkgconfig/amnet.pc
 # after which `cc $(pkg-config --cflags --libs amnet) prog.c` builds a program (with
 # PKG_CONFIG_PATH=PREFIX/lib/pkgconfig when PREFIX is not a system prefix).
 set -euo pipefail
@@ -24,7 +24,7 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 install -d "$prefix/lib/pkgconfig" "$prefix/include"
 install -m 755 "$target/release/libamnet.so" "$prefix/lib/"
 install -m 644 "$target/release/libamnet.a" "$prefix/lib/"
-install -m 644 capi/include/amnet.h "$prefix/include/"
+install -m 644 capi/include/amnet.h capi/include/gasnet.h "$prefix/include/"
 sed -e "s|@PREFIX@|$prefix|" -e "s|@VERSION@|$version|" -e "s|@LIBS_STATIC@|$native|" \
     capi/amnet.pc.in >"$prefix/lib/pkgconfig/amnet.pc"
 echo "installed amnet $version under $prefix (pkg-config file: $prefix/lib/pkgconfig/amnet.pc)"
