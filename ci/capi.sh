@@ -33,7 +33,7 @@ run() {
 for src in tests/c/*.c; do
     name=$(basename "$src" .c)
     # -Werror: the header must compile cleanly under strict warnings, in C and in C++.
-    cc -std=c11 -O2 -Wall -Wextra -Werror -o "$prefix/$name" "$src" \
+    cc -std=c11 -O2 -Wall -Wextra -Werror -pthread -o "$prefix/$name" "$src" \
         $(pkg-config --cflags --libs amnet)
 done
 c++ -x c++ -std=c++17 -Wall -Wextra -Werror -fsyntax-only \
@@ -48,7 +48,7 @@ for conduit in smp udp; do
     for n in 2 4; do
         [ "$conduit" = udp ] && [ "$n" = 4 ] && continue
         at="--conduit $conduit -n $n"
-        for t in am_pingpong putget barrier errors gasnet_client; do
+        for t in am_pingpong putget barrier errors threads gasnet_client; do
             run "$t $at" 0 $at "$prefix/$t"
         done
         run "exit_code main $at" 42 $at "$prefix/exit_code" main
