@@ -50,6 +50,69 @@
 // A Long message (arguments and a payload written into the segment).
 #define AMNET_CATEGORY_LONG 2
 
+// Element type `int32_t`.
+#define AMNET_TYPE_I32 0
+
+// Element type `uint32_t`.
+#define AMNET_TYPE_U32 1
+
+// Element type `int64_t`.
+#define AMNET_TYPE_I64 2
+
+// Element type `uint64_t`.
+#define AMNET_TYPE_U64 3
+
+// Element type `float`.
+#define AMNET_TYPE_F32 4
+
+// Element type `double`.
+#define AMNET_TYPE_F64 5
+
+// Read the element (fetching only).
+#define AMNET_AOP_GET 0
+
+// Write `a`.
+#define AMNET_AOP_SET 1
+
+// Write `a` (fetching: the value it replaced).
+#define AMNET_AOP_SWAP 2
+
+// Write `b` if the element equals `a` (bit patterns compared, floats too).
+#define AMNET_AOP_COMPARE_SWAP 3
+
+// Add `a` (integers wrap around).
+#define AMNET_AOP_ADD 4
+
+// Subtract `a` (integers wrap around).
+#define AMNET_AOP_SUB 5
+
+// Add one.
+#define AMNET_AOP_INC 6
+
+// Subtract one.
+#define AMNET_AOP_DEC 7
+
+// Bitwise and with `a` (integer types).
+#define AMNET_AOP_AND 8
+
+// Bitwise or with `a` (integer types).
+#define AMNET_AOP_OR 9
+
+// Bitwise exclusive or with `a` (integer types).
+#define AMNET_AOP_XOR 10
+
+// Keep the smaller of the element and `a` (floats: a NaN operand loses).
+#define AMNET_AOP_MIN 11
+
+// Keep the larger of the element and `a` (floats: a NaN operand loses).
+#define AMNET_AOP_MAX 12
+
+// Every operation, as a set for `amnet_ad_create` (bit `1 << op` per operation).
+#define AMNET_AOPS_ALL ((1 << 13) - 1)
+
+// Every operation but the bitwise ones: what a floating-point domain may have.
+#define AMNET_AOPS_ARITHMETIC (AMNET_AOPS_ALL & ~(((1 << AMNET_AOP_AND) | (1 << AMNET_AOP_OR)) | (1 << AMNET_AOP_XOR)))
+
 // Barrier flag: the barrier matches any id (the id argument is ignored).
 #define AMNET_BARRIER_ANONYMOUS 1
 
@@ -223,6 +286,25 @@ typedef struct {
   // 1 in a request handler, 0 in a reply handler.
   int is_request;
 } amnet_token_info_t;
+
+// The id of an atomic domain (0 names none).
+typedef uint32_t amnet_ad_t;
+
+// An operand or a result: the member of the domain's element type is the one used.
+typedef union {
+  // For `int32_t` domains.
+  int32_t i32;
+  // For `uint32_t` domains.
+  uint32_t u32;
+  // For `int64_t` domains.
+  int64_t i64;
+  // For `uint64_t` domains.
+  uint64_t u64;
+  // For `float` domains.
+  float f32;
+  // For `double` domains.
+  double f64;
+} amnet_atomic_value_t;
 
 // The handle of a non-blocking put or get: 0 (the invalid handle) when there is nothing to
 // wait for.
@@ -472,6 +554,73 @@ int amnet_try_request_long(uint32_t rank,
                            const void *payload,
                            size_t nbytes,
                            uint64_t dest_offset);
+
+// Collective: make an atomic domain for elements of `type` (one of the `AMNET_TYPE_*`
+// constants) allowing the operations of `ops` (bit `1 << op` for each `AMNET_AOP_*`
+// operation; the header defines the sets of all operations and of the arithmetic ones), and
+// store its id in `*ad`. Every rank creates its domains in the same order with the same type
+// and operations; ranks that disagree all get the mismatch code. Floating-point domains
+// refuse the bitwise operations (the usage code, on every rank that asked for them).
+//
+// # Safety
+// - `ad` is valid for a write of an `amnet_ad_t`.
+int amnet_ad_create(int type, uint32_t ops, amnet_ad_t *ad);
+
+// Blocking fetching operation: perform `op` with operands `a` and `b` (used as the operation
+// says) on the element at `offset` in `rank`'s segment, and store its value before the
+// operation in `*result`. The offset is a multiple of the element's size.
+//
+// # Safety
+// - The operands the operation uses (`a` for all but GET, INC and DEC; `b` for
+//   COMPARE_SWAP) hold a value in the member of the domain's element type.
+// - `result` is valid for a write of an `amnet_atomic_value_t`.
+int amnet_ad_fetch(amnet_ad_t ad,
+                   uint32_t rank,
+                   uint64_t offset,
+                   int op,
+                   amnet_atomic_value_t a,
+                   amnet_atomic_value_t b,
+                   amnet_atomic_value_t *result);
+
+// Blocking non-fetching operation: complete at the target on return.
+//
+// # Safety
+// - The operands the operation uses hold a value in the member of the domain's element
+//   type (as for `amnet_ad_fetch`).
+int amnet_ad_apply(amnet_ad_t ad,
+                   uint32_t rank,
+                   uint64_t offset,
+                   int op,
+                   amnet_atomic_value_t a,
+                   amnet_atomic_value_t b);
+
+// Non-blocking non-fetching operation with an explicit handle, stored in `*handle` and
+// synced as a put's (`amnet_sync` and the others).
+//
+// # Safety
+// - The operands the operation uses hold a value in the member of the domain's element
+//   type (as for `amnet_ad_fetch`).
+// - `handle` is valid for a write of an `amnet_handle_t`.
+int amnet_ad_apply_nb(amnet_ad_t ad,
+                      uint32_t rank,
+                      uint64_t offset,
+                      int op,
+                      amnet_atomic_value_t a,
+                      amnet_atomic_value_t b,
+                      amnet_handle_t *handle);
+
+// Non-blocking non-fetching operation with the calling thread's implicit handle (or its
+// open access region), synced by `amnet_sync_nbi` like `amnet_put_nbi`.
+//
+// # Safety
+// - The operands the operation uses hold a value in the member of the domain's element
+//   type (as for `amnet_ad_fetch`).
+int amnet_ad_apply_nbi(amnet_ad_t ad,
+                       uint32_t rank,
+                       uint64_t offset,
+                       int op,
+                       amnet_atomic_value_t a,
+                       amnet_atomic_value_t b);
 
 // Anonymous blocking barrier: returns once every rank entered it. Needs attach.
 int amnet_barrier(void);

@@ -10,6 +10,7 @@
 // contract under `# Safety`, and every unsafe block says why it holds.
 
 mod am;
+mod atomic;
 mod barrier;
 mod rma;
 mod status;
@@ -20,6 +21,7 @@ use std::sync::{Mutex, OnceLock};
 use amnet::Endpoint;
 
 pub use am::*;
+pub use atomic::*;
 pub use barrier::*;
 pub use rma::*;
 pub use status::*;

@@ -49,7 +49,7 @@ fn split(id: HandleId) -> (usize, u32) {
 }
 
 /// An id for `h` (0 when it is already complete).
-fn make(h: Handle) -> Result<HandleId, CError> {
+pub(crate) fn make_handle(h: Handle) -> Result<HandleId, CError> {
     if h.is_invalid() {
         return Ok(HANDLE_INVALID);
     }
@@ -199,7 +199,7 @@ pub unsafe extern "C" fn amnet_put_nb(
         required(handle, "handle")?;
         // SAFETY: the caller's contract.
         let s = unsafe { bytes(src, nbytes, "src")? };
-        let id = make(ep()?.put_nb(rank, dest_offset, s)?)?;
+        let id = make_handle(ep()?.put_nb(rank, dest_offset, s)?)?;
         // SAFETY: checked non-null; the caller's contract makes it writable.
         unsafe { handle.write(id) };
         Ok(OK)
@@ -228,7 +228,7 @@ pub unsafe extern "C" fn amnet_get_nb(
         // SAFETY: `dst` is writable and untouched until the handle is synced (the caller's
         // contract).
         let h = unsafe { ep.get_nb(rank, src_offset, dst.cast(), nbytes)? };
-        let id = make(h)?;
+        let id = make_handle(h)?;
         // SAFETY: checked non-null; the caller's contract makes it writable.
         unsafe { handle.write(id) };
         Ok(OK)
@@ -474,7 +474,7 @@ pub extern "C" fn amnet_begin_nbi_region() -> c_int {
 pub unsafe extern "C" fn amnet_end_nbi_region(handle: *mut HandleId) -> c_int {
     guard("amnet_end_nbi_region", || {
         required(handle, "handle")?;
-        let id = make(ep()?.end_nbi_region()?)?;
+        let id = make_handle(ep()?.end_nbi_region()?)?;
         // SAFETY: checked non-null; the caller's contract makes it writable.
         unsafe { handle.write(id) };
         Ok(OK)
