@@ -622,6 +622,37 @@ int amnet_ad_apply_nbi(amnet_ad_t ad,
                        amnet_atomic_value_t a,
                        amnet_atomic_value_t b);
 
+// Non-blocking fetching operation: as `amnet_ad_fetch`, with a handle in `*handle` for
+// `amnet_ad_wait` or `amnet_ad_try_wait`, which give the value (the put/get syncs refuse it).
+//
+// # Safety
+// - The operands the operation uses hold a value in the member of the domain's element
+//   type (as for `amnet_ad_fetch`).
+// - `handle` is valid for a write of an `amnet_handle_t`.
+int amnet_ad_fetch_nb(amnet_ad_t ad,
+                      uint32_t rank,
+                      uint64_t offset,
+                      int op,
+                      amnet_atomic_value_t a,
+                      amnet_atomic_value_t b,
+                      amnet_handle_t *handle);
+
+// Wait for the fetching operation of `*handle` and store the value it fetched in
+// `*result`; `*handle` becomes 0. On an error the handle is spent all the same.
+//
+// # Safety
+// - `handle` is valid for reads and writes of an `amnet_handle_t`, `result` for a write of
+//   an `amnet_atomic_value_t`.
+int amnet_ad_wait(amnet_handle_t *handle, amnet_atomic_value_t *result);
+
+// OK (with the value in `*result`, and `*handle` 0) when the fetching operation of
+// `*handle` completed, NOT_READY when not yet (polls once).
+//
+// # Safety
+// - `handle` is valid for reads and writes of an `amnet_handle_t`, `result` for a write of
+//   an `amnet_atomic_value_t`.
+int amnet_ad_try_wait(amnet_handle_t *handle, amnet_atomic_value_t *result);
+
 // Anonymous blocking barrier: returns once every rank entered it. Needs attach.
 int amnet_barrier(void);
 

@@ -5,11 +5,12 @@
 //! one per element type; operands and results travel in a union of the six types.
 
 use std::ffi::c_int;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
-use amnet::{AtomicDomain, AtomicOp, AtomicOps};
+use amnet::{AtomicDomain, AtomicHandle, AtomicOp, AtomicOps};
 
 use crate::rma::{make_handle, HandleId};
+use crate::slots::{lock, Slots, FETCH_KIND};
 use crate::status::{guard, CError, OK};
 use crate::{ep, required};
 
@@ -356,5 +357,173 @@ pub unsafe extern "C" fn amnet_ad_apply_nbi(
             d.apply_nbi(rank, offset, op, a, b)?
         });
         Ok(OK)
+    })
+}
+
+/// An outstanding fetching operation, with its domain.
+enum AnyFetch {
+    I32(AtomicDomain<i32>, AtomicHandle<i32>),
+    U32(AtomicDomain<u32>, AtomicHandle<u32>),
+    I64(AtomicDomain<i64>, AtomicHandle<i64>),
+    U64(AtomicDomain<u64>, AtomicHandle<u64>),
+    F32(AtomicDomain<f32>, AtomicHandle<f32>),
+    F64(AtomicDomain<f64>, AtomicHandle<f64>),
+}
+
+/// A domain of each element type wraps its fetching handles in [`AnyFetch`].
+trait IntoFetch<T: amnet::AtomicElem> {
+    fn into_fetch(self, h: AtomicHandle<T>) -> AnyFetch;
+}
+
+macro_rules! into_fetch {
+    ($($t:ty => $v:ident),*) => {$(
+        impl IntoFetch<$t> for AtomicDomain<$t> {
+            fn into_fetch(self, h: AtomicHandle<$t>) -> AnyFetch {
+                AnyFetch::$v(self, h)
+            }
+        }
+    )*};
+}
+
+into_fetch!(i32 => I32, u32 => U32, i64 => I64, u64 => U64, f32 => F32, f64 => F64);
+
+static FETCHES: Mutex<Slots<AnyFetch>> = Mutex::new(Slots::new(FETCH_KIND, "fetching atomics"));
+
+/// Non-blocking fetching operation: as `amnet_ad_fetch`, with a handle in `*handle` for
+/// `amnet_ad_wait` or `amnet_ad_try_wait`, which give the value (the put/get syncs refuse it).
+///
+/// # Safety
+/// - The operands the operation uses hold a value in the member of the domain's element
+///   type (as for `amnet_ad_fetch`).
+/// - `handle` is valid for a write of an `amnet_handle_t`.
+#[no_mangle]
+pub unsafe extern "C" fn amnet_ad_fetch_nb(
+    ad: DomainId,
+    rank: u32,
+    offset: u64,
+    op: c_int,
+    a: AtomicValue,
+    b: AtomicValue,
+    handle: *mut HandleId,
+) -> c_int {
+    guard("amnet_ad_fetch_nb", || {
+        required(handle, "handle")?;
+        let op = op_of(op)?;
+        let d = domain(ad)?;
+        let f = typed!(&*d, |d, get, _put| {
+            let (a, b) = operands(op, a, b, get);
+            d.clone().into_fetch(d.fetch_nb(rank, offset, op, a, b)?)
+        });
+        let id = lock(&FETCHES).make(f)?;
+        // SAFETY: checked non-null; the caller's contract makes it writable.
+        unsafe { handle.write(id) };
+        Ok(OK)
+    })
+}
+
+/// Wait for, or with `block` false try once, the fetching operation `f`: its value, or None
+/// (and `f` back) while it is in flight.
+fn settle(f: AnyFetch, block: bool) -> amnet::Result<Result<AtomicValue, AnyFetch>> {
+    macro_rules! arm {
+        ($v:ident, $d:ident, $h:ident, $field:ident) => {
+            if block {
+                Ok(Ok(AtomicValue {
+                    $field: $d.wait($h)?,
+                }))
+            } else {
+                let mut h = $h;
+                match $d.try_wait(&mut h)? {
+                    Some(x) => Ok(Ok(AtomicValue { $field: x })),
+                    None => Ok(Err(AnyFetch::$v($d, h))),
+                }
+            }
+        };
+    }
+    match f {
+        AnyFetch::I32(d, h) => arm!(I32, d, h, i32),
+        AnyFetch::U32(d, h) => arm!(U32, d, h, u32),
+        AnyFetch::I64(d, h) => arm!(I64, d, h, i64),
+        AnyFetch::U64(d, h) => arm!(U64, d, h, u64),
+        AnyFetch::F32(d, h) => arm!(F32, d, h, f32),
+        AnyFetch::F64(d, h) => arm!(F64, d, h, f64),
+    }
+}
+
+/// The body of `amnet_ad_wait` and `amnet_ad_try_wait`.
+///
+/// # Safety
+/// - `handle` is valid for reads and writes of an `amnet_handle_t`, `result` for a write of
+///   an `amnet_atomic_value_t`.
+unsafe fn wait_fetch(
+    handle: *mut HandleId,
+    result: *mut AtomicValue,
+    block: bool,
+) -> Result<c_int, CError> {
+    required(handle, "handle")?;
+    required(result, "result")?;
+    // SAFETY: checked non-null; the caller's contract makes it readable.
+    let id = unsafe { handle.read() };
+    if id & FETCH_KIND == 0 {
+        return Err(CError::new(
+            crate::ERR_BAD_HANDLE,
+            format!(
+                "handle {id:#x} is not a fetching atomic's (amnet_ad_fetch_nb makes those; \
+                 others are synced with amnet_sync)"
+            ),
+        ));
+    }
+    let f = lock(&FETCHES).take(id)?;
+    match settle(f, block) {
+        Ok(Ok(v)) => {
+            lock(&FETCHES).finish(id, None);
+            // SAFETY: checked non-null; the caller's contract makes both writable.
+            unsafe {
+                result.write(v);
+                handle.write(crate::HANDLE_INVALID);
+            }
+            Ok(OK)
+        }
+        Ok(Err(f)) => {
+            lock(&FETCHES).finish(id, Some(f));
+            Ok(crate::NOT_READY)
+        }
+        Err(e) => {
+            // The operation failed: its handle is spent.
+            lock(&FETCHES).finish(id, None);
+            // SAFETY: as above.
+            unsafe { handle.write(crate::HANDLE_INVALID) };
+            Err(e.into())
+        }
+    }
+}
+
+/// Wait for the fetching operation of `*handle` and store the value it fetched in
+/// `*result`; `*handle` becomes 0. On an error the handle is spent all the same.
+///
+/// # Safety
+/// - `handle` is valid for reads and writes of an `amnet_handle_t`, `result` for a write of
+///   an `amnet_atomic_value_t`.
+#[no_mangle]
+pub unsafe extern "C" fn amnet_ad_wait(handle: *mut HandleId, result: *mut AtomicValue) -> c_int {
+    // SAFETY: the caller's contract, forwarded.
+    guard("amnet_ad_wait", || unsafe {
+        wait_fetch(handle, result, true)
+    })
+}
+
+/// OK (with the value in `*result`, and `*handle` 0) when the fetching operation of
+/// `*handle` completed, NOT_READY when not yet (polls once).
+///
+/// # Safety
+/// - `handle` is valid for reads and writes of an `amnet_handle_t`, `result` for a write of
+///   an `amnet_atomic_value_t`.
+#[no_mangle]
+pub unsafe extern "C" fn amnet_ad_try_wait(
+    handle: *mut HandleId,
+    result: *mut AtomicValue,
+) -> c_int {
+    // SAFETY: the caller's contract, forwarded.
+    guard("amnet_ad_try_wait", || unsafe {
+        wait_fetch(handle, result, false)
     })
 }

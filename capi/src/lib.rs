@@ -13,6 +13,7 @@ mod am;
 mod atomic;
 mod barrier;
 mod rma;
+mod slots;
 mod status;
 
 use std::ffi::c_int;

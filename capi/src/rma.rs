@@ -1,9 +1,9 @@
 //! Put/get: blocking, explicit handle (nb), implicit handle (nbi), access regions, syncs.
 //!
-//! A C handle is an id, not a pointer: a slot index and a generation in one 64-bit word,
-//! looked up in a table of the outstanding operations' [`amnet::Handle`]s. A handle synced
-//! to completion, never made, or synced at the same moment by another thread names no entry
-//! and is refused with `ERR_BAD_HANDLE`; 0 is the invalid handle, complete from the start.
+//! A C handle is an id, not a pointer (`slots.rs`), looked up in a table of the outstanding
+//! operations' [`amnet::Handle`]s. A handle synced to completion, never made, or synced at
+//! the same moment by another thread names no entry and is refused with `ERR_BAD_HANDLE`; 0
+//! is the invalid handle, complete from the start.
 
 use std::ffi::{c_int, c_void};
 use std::sync::Mutex;
@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use amnet::Handle;
 
 use crate::am::{bad_bytes, bytes};
+use crate::slots::{lock, Slots, FETCH_KIND};
 use crate::status::{guard, CError, ERR_BAD_HANDLE, NOT_READY, OK};
 use crate::{ep, required};
 
@@ -21,98 +22,35 @@ pub type HandleId = u64;
 /// The handle that names no operation: complete from the start.
 pub const HANDLE_INVALID: HandleId = 0;
 
-struct Slot {
-    generation: u32,
-    /// Reserved by an id (between its making and its completion).
-    live: bool,
-    /// The operation; taken out while a sync works on it.
-    handle: Option<Handle>,
-}
-
-struct Table {
-    slots: Vec<Slot>,
-    free: Vec<usize>,
-}
-
-static TABLE: Mutex<Table> = Mutex::new(Table {
-    slots: Vec::new(),
-    free: Vec::new(),
-});
-
-fn table() -> std::sync::MutexGuard<'static, Table> {
-    TABLE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn split(id: HandleId) -> (usize, u32) {
-    let index = (id & 0xffff_ffff) as u32;
-    ((index as usize).wrapping_sub(1), (id >> 32) as u32)
-}
+static TABLE: Mutex<Slots<Handle>> = Mutex::new(Slots::new(0, "put/get/atomic handles"));
 
 /// An id for `h` (0 when it is already complete).
 pub(crate) fn make_handle(h: Handle) -> Result<HandleId, CError> {
     if h.is_invalid() {
         return Ok(HANDLE_INVALID);
     }
-    let mut t = table();
-    let index = match t.free.pop() {
-        Some(i) => i,
-        None => {
-            let n = t.slots.len();
-            if n >= u32::MAX as usize - 1 {
-                return Err(CError::new(
-                    ERR_BAD_HANDLE,
-                    format!("{n} handles are outstanding; sync some first"),
-                ));
-            }
-            t.slots.push(Slot {
-                generation: 1,
-                live: false,
-                handle: None,
-            });
-            n
-        }
-    };
-    let slot = &mut t.slots[index];
-    slot.live = true;
-    slot.handle = Some(h);
-    Ok((u64::from(slot.generation) << 32) | (index as u64 + 1))
+    lock(&TABLE).make(h)
 }
 
 /// Take the operation of `id` out of the table (its slot stays reserved until `finish`).
 fn take(id: HandleId) -> Result<Handle, CError> {
-    let (index, generation) = split(id);
-    let mut t = table();
-    match t.slots.get_mut(index) {
-        Some(s) if s.live && s.generation == generation => s.handle.take().ok_or_else(|| {
-            CError::new(
-                ERR_BAD_HANDLE,
-                format!("handle {id:#x} is being synced by another thread"),
-            )
-        }),
-        _ => Err(CError::new(
+    if id & FETCH_KIND != 0 {
+        return Err(CError::new(
             ERR_BAD_HANDLE,
-            format!(
-                "handle {id:#x} names no outstanding operation (already synced to completion, \
-                 or never made by amnet)"
-            ),
-        )),
+            format!("handle {id:#x} is a fetching atomic's: wait for it with amnet_ad_wait"),
+        ));
     }
+    lock(&TABLE).take(id)
 }
 
 /// Put back the operation of `id` after a sync: still outstanding, it stays; complete, the
 /// id is retired and 0 is returned for the caller's copy.
 fn finish(id: HandleId, h: Handle) -> HandleId {
-    let (index, _) = split(id);
-    let mut t = table();
     if h.is_invalid() {
-        let s = &mut t.slots[index];
-        s.live = false;
-        s.handle = None;
-        s.generation = s.generation.wrapping_add(1).max(1);
-        t.free.push(index);
+        lock(&TABLE).finish(id, None);
         HANDLE_INVALID
     } else {
-        t.slots[index].handle = Some(h);
+        lock(&TABLE).finish(id, Some(h));
         id
     }
 }

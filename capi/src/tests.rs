@@ -280,7 +280,7 @@ fn error_paths_give_codes_and_messages() {
         expect(
             amnet_sync(&mut stale),
             ERR_BAD_HANDLE,
-            &["names no outstanding"],
+            &["names none of the outstanding"],
         );
         expect(
             amnet_end_nbi_region(&mut h),

@@ -29,6 +29,20 @@ int main(void) {
         CHECK(amnet_ad_apply_nb(u64, 0, 0, AMNET_AOP_ADD, (amnet_atomic_value_t){.u64 = 2}, none, &h));
         CHECK(amnet_sync(&h));
         CHECK(amnet_ad_apply_nbi(u64, 0, 0, AMNET_AOP_SUB, one, none));
+        /* A fetching operation with a handle: add 0 and 1 in turn, waiting and trying. */
+        amnet_handle_t f;
+        amnet_atomic_value_t v;
+        CHECK(amnet_ad_fetch_nb(u64, 0, 0, AMNET_AOP_ADD, i % 2 ? one : none, none, &f));
+        if (i % 2) {
+            int rc;
+            while ((rc = amnet_ad_try_wait(&f, &v)) == AMNET_NOT_READY)
+                ;
+            CHECK(rc);
+        } else {
+            CHECK(amnet_ad_wait(&f, &v));
+        }
+        if (f != AMNET_HANDLE_INVALID)
+            FAIL("a waited fetching handle is not reset");
     }
     CHECK(amnet_sync_nbi());
     /* Turns: rank r waits until the word is r, then makes it r + 1. */
@@ -43,9 +57,10 @@ int main(void) {
     if (me == 0) {
         amnet_atomic_value_t v;
         CHECK(amnet_ad_fetch(u64, 0, 0, AMNET_AOP_GET, none, none, &v));
-        if (v.u64 != (uint64_t)ROUNDS * 3 * nranks)
+        uint64_t total = (uint64_t)(ROUNDS * 3 + ROUNDS / 2) * nranks;
+        if (v.u64 != total)
             FAIL("the counter is %llu, wanted %llu", (unsigned long long)v.u64,
-                 (unsigned long long)ROUNDS * 3 * nranks);
+                 (unsigned long long)total);
         CHECK(amnet_ad_fetch(i32, 0, 8, AMNET_AOP_GET, none, none, &v));
         if (v.i32 != (int32_t)nranks)
             FAIL("the turn word is %d, wanted %u", v.i32, nranks);
@@ -62,6 +77,18 @@ int main(void) {
     EXPECT(amnet_ad_apply(i32, 0, 8, AMNET_AOP_XOR, one, none), AMNET_ERR_USAGE);
     EXPECT(amnet_ad_apply(i32, nranks, 8, AMNET_AOP_ADD, one, none), AMNET_ERR_BAD_RANK);
     EXPECT(amnet_ad_apply(99, 0, 0, AMNET_AOP_INC, none, none), AMNET_ERR_BAD_HANDLE);
+    /* Handles of one kind are refused by the other kind's syncs. */
+    amnet_handle_t f, p;
+    amnet_atomic_value_t v;
+    CHECK(amnet_ad_fetch_nb(u64, nranks - 1, 0, AMNET_AOP_GET, none, none, &f));
+    CHECK(amnet_ad_apply_nb(u64, nranks - 1, 0, AMNET_AOP_ADD, none, none, &p));
+    EXPECT(amnet_sync(&f), AMNET_ERR_BAD_HANDLE);
+    EXPECT(amnet_ad_wait(&p, &v), AMNET_ERR_BAD_HANDLE);
+    if (p != AMNET_HANDLE_INVALID && !strstr(amnet_last_error(), "amnet_sync"))
+        FAIL("the message does not point at amnet_sync: %s", amnet_last_error());
+    CHECK(amnet_ad_wait(&f, &v));
+    CHECK(amnet_sync(&p));
+    EXPECT(amnet_ad_wait(&f, &v), AMNET_ERR_BAD_HANDLE); /* 0 names no fetching operation */
     amnet_ad_t bad;
     EXPECT(amnet_ad_create(9, AMNET_AOPS_ALL, &bad), AMNET_ERR_BAD_ARG);
     EXPECT(amnet_ad_create(AMNET_TYPE_U32, 1u << 20, &bad), AMNET_ERR_BAD_ARG);
