@@ -48,7 +48,7 @@ for conduit in smp udp; do
     for n in 2 4; do
         [ "$conduit" = udp ] && [ "$n" = 4 ] && continue
         at="--conduit $conduit -n $n"
-        for t in am_pingpong putget barrier errors threads atomics gasnet_client; do
+        for t in am_pingpong putget barrier errors threads atomics vis gasnet_client; do
             run "$t $at" 0 $at "$prefix/$t"
         done
         run "exit_code main $at" 42 $at "$prefix/exit_code" main

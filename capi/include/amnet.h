@@ -310,6 +310,30 @@ typedef union {
 // wait for.
 typedef uint64_t amnet_handle_t;
 
+// A range of a segment: `len` bytes at `offset`.
+typedef struct {
+  // Where the range starts in the segment.
+  uint64_t offset;
+  // Its length in bytes.
+  size_t len;
+} amnet_range_t;
+
+// A local buffer that is read: `len` bytes at `addr`.
+typedef struct {
+  // The first byte (may be null when `len` is 0).
+  const void *addr;
+  // Its length in bytes.
+  size_t len;
+} amnet_cbuf_t;
+
+// A local buffer that is written: `len` bytes at `addr`.
+typedef struct {
+  // The first byte (may be null when `len` is 0).
+  void *addr;
+  // Its length in bytes.
+  size_t len;
+} amnet_buf_t;
+
 // The handle that names no operation: complete from the start.
 #define AMNET_HANDLE_INVALID 0
 
@@ -794,6 +818,174 @@ const char *amnet_last_error(void);
 // "unknown status code" for a number that is none of them. The string is static: never
 // freed, never changed.
 const char *amnet_error_name(int code);
+
+// Vector put: the `srccount` local pieces at `src`, in order, into the `dstcount` ranges of
+// `rank`'s segment at `dst`, in order (equal totals). Complete on return.
+//
+// # Safety
+// - `dst` is valid for reads of `dstcount` ranges, `src` of `srccount` buffers, and each
+//   buffer for reads of its length.
+int amnet_put_vector(uint32_t rank,
+                     const amnet_range_t *dst,
+                     size_t dstcount,
+                     const amnet_cbuf_t *src,
+                     size_t srccount);
+
+// Vector put with an explicit handle in `*handle`; the local pieces may be reused on return.
+//
+// # Safety
+// - As `amnet_put_vector`; `handle` is valid for a write of an `amnet_handle_t`.
+int amnet_put_vector_nb(uint32_t rank,
+                        const amnet_range_t *dst,
+                        size_t dstcount,
+                        const amnet_cbuf_t *src,
+                        size_t srccount,
+                        amnet_handle_t *handle);
+
+// Vector get: the `srccount` ranges of `rank`'s segment at `src`, in order, into the
+// `dstcount` local pieces at `dst`, in order (equal totals; the pieces may not overlap).
+// Complete on return.
+//
+// # Safety
+// - `src` is valid for reads of `srccount` ranges, `dst` of `dstcount` buffers, and each
+//   buffer for writes of its length, untouched by anything else during the call.
+int amnet_get_vector(uint32_t rank,
+                     const amnet_range_t *src,
+                     size_t srccount,
+                     const amnet_buf_t *dst,
+                     size_t dstcount);
+
+// Vector get into this rank's own segment (the `dst` ranges are local segment offsets),
+// with an explicit handle in `*handle`; leave those bytes alone until it is synced.
+//
+// # Safety
+// - `src` is valid for reads of `srccount` ranges, `dst` of `dstcount`; `handle` for a write
+//   of an `amnet_handle_t`.
+int amnet_get_vector_nb_local(uint32_t rank,
+                              const amnet_range_t *src,
+                              size_t srccount,
+                              const amnet_range_t *dst,
+                              size_t dstcount,
+                              amnet_handle_t *handle);
+
+// Indexed put: `srccount` local pieces of `srclen` bytes each (pointers at `src`) into
+// `dstcount` ranges of `dstlen` bytes each at the offsets at `dst` (equal totals). Complete
+// on return.
+//
+// # Safety
+// - `dst` is valid for reads of `dstcount` offsets, `src` of `srccount` pointers, each
+//   valid for reads of `srclen` bytes.
+int amnet_put_indexed(uint32_t rank,
+                      const uint64_t *dst,
+                      size_t dstcount,
+                      size_t dstlen,
+                      const void *const *src,
+                      size_t srccount,
+                      size_t srclen);
+
+// Indexed put with an explicit handle in `*handle`; the local pieces may be reused on
+// return.
+//
+// # Safety
+// - As `amnet_put_indexed`; `handle` is valid for a write of an `amnet_handle_t`.
+int amnet_put_indexed_nb(uint32_t rank,
+                         const uint64_t *dst,
+                         size_t dstcount,
+                         size_t dstlen,
+                         const void *const *src,
+                         size_t srccount,
+                         size_t srclen,
+                         amnet_handle_t *handle);
+
+// Indexed get: `srccount` ranges of `srclen` bytes at the offsets at `src` into `dstcount`
+// local pieces of `dstlen` bytes (pointers at `dst`; they may not overlap). Complete on
+// return.
+//
+// # Safety
+// - `src` is valid for reads of `srccount` offsets, `dst` of `dstcount` pointers, each
+//   valid for writes of `dstlen` bytes, untouched by anything else during the call.
+int amnet_get_indexed(uint32_t rank,
+                      const uint64_t *src,
+                      size_t srccount,
+                      size_t srclen,
+                      void *const *dst,
+                      size_t dstcount,
+                      size_t dstlen);
+
+// Indexed get into this rank's own segment (`dst` holds local segment offsets), with an
+// explicit handle in `*handle`.
+//
+// # Safety
+// - `src` is valid for reads of `srccount` offsets, `dst` of `dstcount`; `handle` for a
+//   write of an `amnet_handle_t`.
+int amnet_get_indexed_nb_local(uint32_t rank,
+                               const uint64_t *src,
+                               size_t srccount,
+                               size_t srclen,
+                               const uint64_t *dst,
+                               size_t dstcount,
+                               size_t dstlen,
+                               amnet_handle_t *handle);
+
+// Strided put (GASNet's convention): `count[0]` contiguous bytes per chunk and `count[k + 1]`
+// chunks at level `k`, `strides[k]` bytes apart, with `stridelevels` strides per side and
+// `stridelevels + 1` counts; the local region starts at `src`, the target's at `dst_offset`
+// in `rank`'s segment. Complete on return.
+//
+// # Safety
+// - `dst_strides` and `src_strides` are valid for reads of `stridelevels` elements, `count`
+//   of `stridelevels + 1`; `src` for reads of the bytes the local region spans.
+int amnet_put_strided(uint32_t rank,
+                      uint64_t dst_offset,
+                      const uint64_t *dst_strides,
+                      const void *src,
+                      const size_t *src_strides,
+                      const size_t *count,
+                      size_t stridelevels);
+
+// Strided put with an explicit handle in `*handle`; the local region may be reused on
+// return.
+//
+// # Safety
+// - As `amnet_put_strided`; `handle` is valid for a write of an `amnet_handle_t`.
+int amnet_put_strided_nb(uint32_t rank,
+                         uint64_t dst_offset,
+                         const uint64_t *dst_strides,
+                         const void *src,
+                         const size_t *src_strides,
+                         const size_t *count,
+                         size_t stridelevels,
+                         amnet_handle_t *handle);
+
+// Strided get: the target's region at `src_offset` in `rank`'s segment into the local
+// region at `dst` (see `amnet_put_strided`). Complete on return.
+//
+// # Safety
+// - `src_strides` and `dst_strides` are valid for reads of `stridelevels` elements, `count`
+//   of `stridelevels + 1`; `dst` for writes of the bytes the local region spans, untouched
+//   by anything else during the call.
+int amnet_get_strided(uint32_t rank,
+                      uint64_t src_offset,
+                      const uint64_t *src_strides,
+                      void *dst,
+                      const size_t *dst_strides,
+                      const size_t *count,
+                      size_t stridelevels);
+
+// Strided get into this rank's own segment (the local region at `dst_offset`, its strides
+// in segment bytes), with an explicit handle in `*handle`.
+//
+// # Safety
+// - The stride arrays are valid for reads of `stridelevels` elements, `count` of
+//   `stridelevels + 1`; `handle` for a write of an `amnet_handle_t`.
+int amnet_get_strided_nb_local(uint32_t rank,
+                               uint64_t src_offset,
+                               const uint64_t *src_strides,
+                               uint64_t dst_offset,
+                               const uint64_t *dst_strides,
+                               const size_t *count,
+                               size_t stridelevels,
+                               amnet_handle_t *handle);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -15,6 +15,7 @@ mod barrier;
 mod rma;
 mod slots;
 mod status;
+mod vis;
 
 use std::ffi::c_int;
 use std::sync::{Mutex, OnceLock};
@@ -26,6 +27,7 @@ pub use atomic::*;
 pub use barrier::*;
 pub use rma::*;
 pub use status::*;
+pub use vis::*;
 
 use status::{guard, CError};
 
