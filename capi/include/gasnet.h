@@ -261,6 +261,18 @@ static inline uintptr_t gasnet_getMaxGlobalSegmentSize(void) { return (uintptr_t
 
 static inline void gasnet_exit(int exitcode) { amnet_exit(exitcode); }
 
+/* Wait modes: amnet's waits always spin, then yield, then sleep (spec/core.md §5), whichever
+ * mode is asked for. */
+#define GASNET_WAIT_SPIN 0
+#define GASNET_WAIT_BLOCK 1
+#define GASNET_WAIT_SPINBLOCK 2
+static inline int gasnet_set_waitmode(int wait_mode) {
+    return wait_mode == GASNET_WAIT_SPIN || wait_mode == GASNET_WAIT_BLOCK ||
+                   wait_mode == GASNET_WAIT_SPINBLOCK
+               ? GASNET_OK
+               : GASNET_ERR_BAD_ARG;
+}
+
 /* The one amnet handler behind every GASNet handler: it calls the client's function for the
  * message's index with the signature of its category and argument count. */
 static inline void amnet_gasnet_dispatch(amnet_token_t *token, const uint32_t *a_, size_t nargs,
@@ -637,17 +649,54 @@ static inline void gasnet_put_nbi_val(gasnet_node_t node, void *dest,
     amnet_gasnet_val_bytes(value, nbytes, b);
     gasnet_put_nbi(node, dest, b, nbytes);
 }
-static inline gasnet_register_value_t gasnet_get_val(gasnet_node_t node, void *src,
-                                                     size_t nbytes) {
-    unsigned char b[8] = {0};
-    amnet_gasnet_val_check("gasnet_get_val", nbytes);
-    gasnet_get(b, node, src, nbytes);
+/* The `nbytes`-byte integer in memory order at `b`. */
+static inline gasnet_register_value_t amnet_gasnet_val_decode(const unsigned char *b,
+                                                              size_t nbytes) {
     switch (nbytes) {
     case 1: { uint8_t v; memcpy(&v, b, 1); return v; }
     case 2: { uint16_t v; memcpy(&v, b, 2); return v; }
     case 4: { uint32_t v; memcpy(&v, b, 4); return v; }
     default: { uint64_t v; memcpy(&v, b, 8); return v; }
     }
+}
+
+static inline gasnet_register_value_t gasnet_get_val(gasnet_node_t node, void *src,
+                                                     size_t nbytes) {
+    unsigned char b[8] = {0};
+    amnet_gasnet_val_check("gasnet_get_val", nbytes);
+    gasnet_get(b, node, src, nbytes);
+    return amnet_gasnet_val_decode(b, nbytes);
+}
+
+/* A value get in flight: its handle, its size and the bytes it lands in. */
+struct amnet_gasnet_valget {
+    amnet_handle_t handle;
+    size_t nbytes;
+    unsigned char bytes[8];
+};
+typedef struct amnet_gasnet_valget *gasnet_valget_handle_t;
+
+static inline gasnet_valget_handle_t gasnet_get_nb_val(gasnet_node_t node, void *src,
+                                                       size_t nbytes) {
+    amnet_gasnet_val_check("gasnet_get_nb_val", nbytes);
+    gasnet_valget_handle_t v =
+        (gasnet_valget_handle_t)calloc(1, sizeof(struct amnet_gasnet_valget));
+    if (!v) {
+        fprintf(stderr, "GASNet (amnet) error in gasnet_get_nb_val: out of memory\n");
+        amnet_exit(1);
+    }
+    v->nbytes = nbytes;
+    AMNET_GASNET_CHECK("gasnet_get_nb_val",
+                       amnet_get_nb(v->bytes, node, amnet_gasnet_off("gasnet_get_nb_val", node, src),
+                                    nbytes, &v->handle));
+    return v;
+}
+
+static inline gasnet_register_value_t gasnet_wait_syncnb_valget(gasnet_valget_handle_t handle) {
+    AMNET_GASNET_CHECK("gasnet_wait_syncnb_valget", amnet_sync(&handle->handle));
+    gasnet_register_value_t v = amnet_gasnet_val_decode(handle->bytes, handle->nbytes);
+    free(handle);
+    return v;
 }
 
 /* memset: puts of a local block of `val`, complete on return (the handle forms return the

@@ -239,6 +239,14 @@ int main(int argc, char **argv) {
         gasnet_get_val(next, remote + 8, 2) != 0xbeef || gasnet_get_val(next, remote + 10, 1) != 0x9a ||
         gasnet_get_val(next, remote + 12, 4) != 0xdeadbeef)
         FAILED("put_val/get_val");
+    gasnet_valget_handle_t vh[3];
+    vh[0] = gasnet_get_nb_val(next, remote, 8);
+    vh[1] = gasnet_get_nb_val(next, remote + 8, 2);
+    vh[2] = gasnet_get_nb_val(next, remote + 12, 4);
+    if (gasnet_wait_syncnb_valget(vh[0]) != 0x1122334455667788ull ||
+        gasnet_wait_syncnb_valget(vh[1]) != 0xbeef || gasnet_wait_syncnb_valget(vh[2]) != 0xdeadbeef)
+        FAILED("get_nb_val");
+    SAFE(gasnet_set_waitmode(GASNET_WAIT_SPINBLOCK));
     gasnet_memset(next, remote, 0xab, 10000);
     gasnet_get(back, next, remote, 10000);
     for (int i = 0; i < 10000; i++)
