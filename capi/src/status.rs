@@ -137,7 +137,14 @@ fn set_last_error(op: &str, msg: &str) {
     // A NUL inside a message would cut it short in C: show it instead.
     let text = format!("{op}: {msg}").replace('\0', "\\0");
     let c = CString::new(text).unwrap_or_default();
-    LAST_ERROR.with(|l| *l.borrow_mut() = c);
+    // During the thread's teardown (a call from a thread-local destructor) the message has
+    // nowhere to go; the code still tells what happened. This runs outside `catch_unwind`,
+    // so it must not panic.
+    let _ = LAST_ERROR.try_with(|l| {
+        if let Ok(mut slot) = l.try_borrow_mut() {
+            *slot = c;
+        }
+    });
 }
 
 /// Run the body of the entry point `op`: its status code, or the code of its error (whose
@@ -176,7 +183,12 @@ fn panicked(op: &'static str, payload: &(dyn std::any::Any + Send)) -> c_int {
 /// thread's next amnet call; copy it to keep it. Never null.
 #[no_mangle]
 pub extern "C" fn amnet_last_error() -> *const c_char {
-    catch_unwind(|| LAST_ERROR.with(|l| l.borrow().as_ptr())).unwrap_or(c"".as_ptr())
+    catch_unwind(|| {
+        LAST_ERROR
+            .try_with(|l| l.try_borrow().map(|m| m.as_ptr()).unwrap_or(c"".as_ptr()))
+            .unwrap_or(c"".as_ptr())
+    })
+    .unwrap_or(c"".as_ptr())
 }
 
 /// The name of a status code as the header spells it (0 gives the name of the OK code), or
