@@ -317,3 +317,14 @@ fn error_paths_give_codes_and_messages() {
         assert_eq!(name.to_str().unwrap(), concat!("AMNET_", "ERR_BAD_RANK"));
     }
 }
+
+#[test]
+fn a_panic_becomes_the_internal_code_with_its_message() {
+    let rc = crate::status::guard("amnet_example", || panic!("the example's panic"));
+    assert_eq!(rc, ERR_INTERNAL);
+    let msg = last();
+    assert!(
+        msg.starts_with("amnet_example: internal error") && msg.contains("the example's panic"),
+        "{msg}"
+    );
+}
