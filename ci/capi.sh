@@ -2,15 +2,27 @@
 # The C ABI and the GASNet-1 layer: builds libamnet and amrun (release), installs them with
 # ci/install-capi.sh into a scratch prefix, compiles every C test in tests/c with
 # `cc $(pkg-config --cflags --libs amnet)` (gasnet_client.c uses gasnet.h alone), and runs
-# each through amrun at 2 and 4 ranks on smp and at 2 ranks on udp, each bounded by a
-# timeout. Ends with one line "N passed, M failed".
+# each through amrun at 2 and 4 ranks on smp and at 2 ranks on udp, and at 2 ranks on mpi
+# where an MPI library is installed (ci/install-mpi.sh), each bounded by a timeout. Ends with
+# one line "N passed, M failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-target}
-cargo build --release --bin amrun
+# With an MPI library, the library and amrun have the mpi conduit too (as ci/suite.sh builds
+# amrun last, so that nothing is rebuilt).
+mpi=()
+conduits="smp udp"
+if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
+    mpi=(--mpi)
+    conduits="smp udp mpi"
+    cargo build --release --features amnet/mpi --bin amrun
+else
+    echo "no MPI library (ci/install-mpi.sh installs one): the mpi conduit is not tested"
+    cargo build --release --bin amrun
+fi
 prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
-bash ci/install-capi.sh "$prefix" >/dev/null
+bash ci/install-capi.sh "${mpi[@]}" "$prefix" >/dev/null
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 amrun="$target/release/amrun"
 passed=0
@@ -44,9 +56,9 @@ echo "the C tests compile against the installed headers and library (C11, and C+
 # The static library links too.
 cc -std=c11 -O2 -o "$prefix/errors-static" tests/c/errors.c -I"$prefix/include" \
     "$prefix/lib/libamnet.a" $(pkg-config --variable=libs_static amnet)
-for conduit in smp udp; do
+for conduit in $conduits; do
     for n in 2 4; do
-        [ "$conduit" = udp ] && [ "$n" = 4 ] && continue
+        [ "$conduit" != smp ] && [ "$n" = 4 ] && continue
         at="--conduit $conduit -n $n"
         for t in am_pingpong putget barrier errors threads atomics vis gasnet_client; do
             run "$t $at" 0 $at "$prefix/$t"

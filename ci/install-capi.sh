@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# Build amnet's C library (release) and install it under PREFIX:
+# Build amnet's C library (release) and install it under PREFIX (with --mpi, with the mpi
+# conduit too, which needs an MPI library and libclang: ci/install-mpi.sh):
 #   PREFIX/lib/libamnet.so, PREFIX/lib/libamnet.a, PREFIX/include/amnet.h,
 #   PREFIX/include/gasnet.h (the GASNet-1 layer), PREFIX/lib/pkgconfig/amnet.pc
 # after which `cc $(pkg-config --cflags --libs amnet) prog.c` builds a program (with
 # PKG_CONFIG_PATH=PREFIX/lib/pkgconfig when PREFIX is not a system prefix).
 set -euo pipefail
+features=()
+if [ "${1:-}" = "--mpi" ]; then
+    features=(--features mpi)
+    shift
+fi
 if [ $# -ne 1 ]; then
-    echo "usage: bash ci/install-capi.sh PREFIX" >&2
+    echo "usage: bash ci/install-capi.sh [--mpi] PREFIX" >&2
     exit 2
 fi
 mkdir -p "$1"
@@ -15,7 +21,7 @@ cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-target}
 # Builds libamnet.so and libamnet.a, and notes the native libraries the static library needs
 # as rustc reports them (cargo replays the note when nothing needs rebuilding).
-log=$(cargo rustc --release -p amnet-capi --lib -- --print native-static-libs 2>&1) || {
+log=$(cargo rustc --release -p amnet-capi "${features[@]}" --lib -- --print native-static-libs 2>&1) || {
     echo "$log" >&2
     exit 1
 }
