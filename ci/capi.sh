@@ -52,6 +52,9 @@ c++ -x c++ -std=c++17 -Wall -Wextra -Werror -fsyntax-only \
     $(pkg-config --cflags amnet) - <<<'#include "amnet.h"
 #include "gasnet.h"
 int main() { amnet_handle_t h = 0; return amnet_sync(&h) + gasnet_init(0, 0); }'
+# A GASNet-1 client written in C++ (the same source, compiled as C++).
+c++ -x c++ -std=c++17 -O2 -Wall -Wextra -Werror -o "$prefix/gasnet_client_cxx" \
+    tests/c/gasnet_client.c $(pkg-config --cflags --libs amnet)
 echo "the C tests compile against the installed headers and library (C11, and C++17)"
 # The static library links too.
 cc -std=c11 -O2 -o "$prefix/errors-static" tests/c/errors.c -I"$prefix/include" \
@@ -69,5 +72,6 @@ for conduit in $conduits; do
     done
 done
 run "errors (static library) --conduit smp -n 2" 0 --conduit smp -n 2 "$prefix/errors-static"
+run "gasnet_client (C++) --conduit smp -n 2" 0 --conduit smp -n 2 "$prefix/gasnet_client_cxx"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

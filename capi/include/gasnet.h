@@ -47,7 +47,7 @@ typedef uint64_t gasnet_register_value_t;
 typedef amnet_handle_t gasnet_handle_t;
 #define GASNET_INVALID_HANDLE ((gasnet_handle_t)0)
 
-typedef void (*gasnet_handler_fnptr_t)();
+typedef void (*amnet_gasnet_fn_t)();
 typedef struct {
     gasnet_handler_t index; /* 128..255, or 0: assigned by gasnet_attach, written back */
     void (*fnptr)();
@@ -108,7 +108,7 @@ __attribute__((weak)) gasnet_seginfo_t *amnet_gasnet_segs;
 __attribute__((weak)) uintptr_t amnet_gasnet_room;
 __attribute__((weak)) uintptr_t amnet_gasnet_max_long;
 /* The client's handlers by index. */
-__attribute__((weak)) gasnet_handler_fnptr_t amnet_gasnet_handlers[256];
+__attribute__((weak)) amnet_gasnet_fn_t amnet_gasnet_handlers[256];
 
 /* An amnet status as a GASNet error code. */
 static inline int amnet_gasnet_code(int rc) {
@@ -279,7 +279,7 @@ static inline void amnet_gasnet_dispatch(amnet_token_t *token, const uint32_t *a
                                          const void *payload, size_t nbytes) {
     amnet_token_info_t info;
     AMNET_GASNET_CHECK("a GASNet handler", amnet_token_info(token, &info));
-    gasnet_handler_fnptr_t f = amnet_gasnet_handlers[info.handler & 0xff];
+    amnet_gasnet_fn_t f = amnet_gasnet_handlers[info.handler & 0xff];
     gasnet_token_t t = token;
     void *buf = (void *)payload;
     if (info.category == AMNET_CATEGORY_SHORT) {
@@ -329,7 +329,7 @@ static inline int gasnet_attach(gasnet_handlerentry_t *table, int numentries, ui
         return GASNET_ERR_BAD_ARG;
     amnet_handler_entry_t *entries =
         (amnet_handler_entry_t *)calloc((size_t)numentries + 1, sizeof *entries);
-    gasnet_handler_fnptr_t *handlers = amnet_gasnet_handlers;
+    amnet_gasnet_fn_t *handlers = amnet_gasnet_handlers;
     unsigned next_free = AMNET_LAST_CLIENT_HANDLER;
     for (int i = 0; i < numentries; i++) {
         if (table[i].index != 0 && table[i].index < AMNET_FIRST_CLIENT_HANDLER) {

@@ -134,16 +134,16 @@ static void fill(unsigned char *p, size_t n) {
 int main(int argc, char **argv) {
     SAFE(gasnet_init(&argc, &argv));
     gasnet_handlerentry_t table[] = {
-        {H_REPLY, (gasnet_handler_fnptr_t)reply_handler},
-        {H_S0, (gasnet_handler_fnptr_t)s0},
-        {H_S1, (gasnet_handler_fnptr_t)s1},
-        {H_S4, (gasnet_handler_fnptr_t)s4},
-        {H_S16, (gasnet_handler_fnptr_t)s16},
-        {H_M0, (gasnet_handler_fnptr_t)m0},
-        {H_M4, (gasnet_handler_fnptr_t)m4},
-        {H_M16, (gasnet_handler_fnptr_t)m16},
-        {H_L0, (gasnet_handler_fnptr_t)l0},
-        {0, (gasnet_handler_fnptr_t)l16}, /* index assigned by attach */
+        {H_REPLY, (void (*)())reply_handler},
+        {H_S0, (void (*)())s0},
+        {H_S1, (void (*)())s1},
+        {H_S4, (void (*)())s4},
+        {H_S16, (void (*)())s16},
+        {H_M0, (void (*)())m0},
+        {H_M4, (void (*)())m4},
+        {H_M16, (void (*)())m16},
+        {H_L0, (void (*)())l0},
+        {0, (void (*)())l16}, /* index assigned by attach */
     };
     int n_entries = (int)(sizeof table / sizeof table[0]);
     SAFE(gasnet_attach(table, n_entries, SEGSZ, 0));
