@@ -329,6 +329,8 @@ static inline int gasnet_attach(gasnet_handlerentry_t *table, int numentries, ui
         return GASNET_ERR_BAD_ARG;
     amnet_handler_entry_t *entries =
         (amnet_handler_entry_t *)calloc((size_t)numentries + 1, sizeof *entries);
+    if (!entries)
+        return GASNET_ERR_RESOURCE;
     amnet_gasnet_fn_t *handlers = amnet_gasnet_handlers;
     unsigned next_free = AMNET_LAST_CLIENT_HANDLER;
     for (int i = 0; i < numentries; i++) {
@@ -373,6 +375,10 @@ static inline int gasnet_attach(gasnet_handlerentry_t *table, int numentries, ui
     AMNET_GASNET_CHECK("gasnet_attach", amnet_sync_nbi());
     AMNET_GASNET_CHECK("gasnet_attach", amnet_barrier());
     gasnet_seginfo_t *segs = (gasnet_seginfo_t *)malloc(n * sizeof *segs);
+    if (!segs) {
+        fprintf(stderr, "GASNet (amnet) error in gasnet_attach: out of memory\n");
+        amnet_exit(1);
+    }
     memcpy(segs, base, n * sizeof *segs);
     uintptr_t max_long = segsize;
     for (uint32_t r = 0; r < n; r++)
