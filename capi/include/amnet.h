@@ -207,6 +207,16 @@
 // `amnet_token_source`. Valid only inside the handler it was given to, on that thread.
 typedef struct amnet_token_t amnet_token_t;
 
+// One setting for `amnet_init_with`: an environment variable's name and the value to use
+// instead of the environment's.
+typedef struct {
+  // The variable's name (one of those the README lists), NUL-terminated.
+  const char *name;
+  // Its value, NUL-terminated; an empty value means the default whatever the environment
+  // says.
+  const char *value;
+} amnet_setting_t;
+
 // A condition for `amnet_wait_until`: non-zero when the wait is over.
 typedef int (*amnet_wait_cond_fn)(void *arg);
 
@@ -347,6 +357,16 @@ extern "C" {
 // other call but `amnet_exit`, `amnet_last_error` and `amnet_error_name`; then call
 // `amnet_attach`. A second call fails with the state code.
 int amnet_init(void);
+
+// `amnet_init` with the `count` settings at `settings` taking the place of the environment's
+// values for their variables (`amnet::Builder::var`); the others still come from the
+// environment. An unknown name or a value its variable does not accept fails with the
+// configuration code naming it, before anything is joined (a later call may try again).
+//
+// # Safety
+// - `settings` is null with `count` 0, or valid for reads of `count` settings, each with
+//   two valid NUL-terminated strings.
+int amnet_init_with(const amnet_setting_t *settings, size_t count);
 
 // This rank's number, `0..size`, in `*rank`.
 //

@@ -92,18 +92,79 @@ fn required<T>(p: *const T, what: &str) -> Result<(), CError> {
 /// `amnet_attach`. A second call fails with the state code.
 #[no_mangle]
 pub extern "C" fn amnet_init() -> c_int {
-    guard("amnet_init", || {
-        let _serial = INIT.lock().unwrap_or_else(|e| e.into_inner());
-        if EP.get().is_some() {
-            return Err(CError::new(
-                ERR_STATE,
-                "amnet_init was already called in this process; a process joins the job once",
-            ));
+    guard("amnet_init", || join(amnet::Builder::new()))
+}
+
+/// One setting for `amnet_init_with`: an environment variable's name and the value to use
+/// instead of the environment's.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Setting {
+    /// The variable's name (one of those the README lists), NUL-terminated.
+    pub name: *const std::ffi::c_char,
+    /// Its value, NUL-terminated; an empty value means the default whatever the environment
+    /// says.
+    pub value: *const std::ffi::c_char,
+}
+
+/// `amnet_init` with the `count` settings at `settings` taking the place of the environment's
+/// values for their variables (`amnet::Builder::var`); the others still come from the
+/// environment. An unknown name or a value its variable does not accept fails with the
+/// configuration code naming it, before anything is joined (a later call may try again).
+///
+/// # Safety
+/// - `settings` is null with `count` 0, or valid for reads of `count` settings, each with
+///   two valid NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn amnet_init_with(settings: *const Setting, count: usize) -> c_int {
+    guard("amnet_init_with", || {
+        let list: &[Setting] = if count == 0 {
+            &[]
+        } else {
+            required(settings, "settings")?;
+            if !settings.is_aligned() || count > isize::MAX as usize / size_of::<Setting>() {
+                return Err(CError::bad_arg(format!(
+                    "settings {settings:p} with {count} entries is misaligned or too long"
+                )));
+            }
+            // SAFETY: non-null, aligned, readable for `count` entries (the caller's contract).
+            unsafe { std::slice::from_raw_parts(settings, count) }
+        };
+        let mut b = amnet::Builder::new();
+        for (i, s) in list.iter().enumerate() {
+            if s.name.is_null() || s.value.is_null() {
+                return Err(CError::bad_arg(format!(
+                    "settings[{i}] has a null name or value"
+                )));
+            }
+            // SAFETY: non-null NUL-terminated strings (the caller's contract).
+            let (name, value) = unsafe {
+                (
+                    std::ffi::CStr::from_ptr(s.name),
+                    std::ffi::CStr::from_ptr(s.value),
+                )
+            };
+            let (Ok(name), Ok(value)) = (name.to_str(), value.to_str()) else {
+                return Err(CError::bad_arg(format!("settings[{i}] is not UTF-8 text")));
+            };
+            b = b.var(name, value);
         }
-        let ep = amnet::init()?;
-        let _ = EP.set(ep);
-        Ok(OK)
+        join(b)
     })
+}
+
+/// Join the job with `b`'s settings, once per process.
+fn join(b: amnet::Builder) -> Result<c_int, CError> {
+    let _serial = INIT.lock().unwrap_or_else(|e| e.into_inner());
+    if EP.get().is_some() {
+        return Err(CError::new(
+            ERR_STATE,
+            "amnet is already initialized in this process; a process joins the job once",
+        ));
+    }
+    let ep = b.init()?;
+    let _ = EP.set(ep);
+    Ok(OK)
 }
 
 /// This rank's number, `0..size`, in `*rank`.

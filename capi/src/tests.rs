@@ -78,7 +78,36 @@ fn error_paths_give_codes_and_messages() {
             ERR_NOT_INIT,
             &["amnet_rank", "amnet_init"],
         );
-        assert_eq!(amnet_init(), OK, "{}", last());
+        // Settings from code: an unknown name and a bad value are refused before joining.
+        let unknown = std::ffi::CString::new(format!("{}_NO_SUCH_VARIABLE", "AMNET")).unwrap();
+        let bad = [Setting {
+            name: unknown.as_ptr(),
+            value: c"1".as_ptr(),
+        }];
+        expect(
+            amnet_init_with(bad.as_ptr(), 1),
+            ERR_CONFIG,
+            &["NO_SUCH_VARIABLE"],
+        );
+        let bad = [Setting {
+            name: c"AMNET_SPIN".as_ptr(),
+            value: c"lots".as_ptr(),
+        }];
+        expect(
+            amnet_init_with(bad.as_ptr(), 1),
+            ERR_CONFIG,
+            &["AMNET_SPIN", "lots"],
+        );
+        expect(
+            amnet_init_with(null(), 1),
+            ERR_BAD_ARG,
+            &["settings is null"],
+        );
+        let good = [Setting {
+            name: c"AMNET_SPIN".as_ptr(),
+            value: c"50".as_ptr(),
+        }];
+        assert_eq!(amnet_init_with(good.as_ptr(), 1), OK, "{}", last());
         expect(amnet_init(), ERR_STATE, &["amnet_init", "already"]);
         expect(amnet_rank(null_mut()), ERR_BAD_ARG, &["rank is null"]);
         let mut size = 0u32;
