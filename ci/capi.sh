@@ -63,7 +63,7 @@ for conduit in $conduits; do
     for n in 2 4; do
         [ "$conduit" != smp ] && [ "$n" = 4 ] && continue
         at="--conduit $conduit -n $n"
-        for t in am_pingpong putget barrier errors threads atomics vis gasnet_client; do
+        for t in am_pingpong putget barrier errors threads atomics vis progress gasnet_client; do
             run "$t $at" 0 $at "$prefix/$t"
         done
         run "exit_code main $at" 42 $at "$prefix/exit_code" main

@@ -404,6 +404,22 @@ int amnet_segment_size_of(uint32_t rank, size_t *size);
 // - `ran` is null or valid for a write of a `size_t`.
 int amnet_poll(size_t *ran);
 
+// Start this rank's progress thread, which polls while the program's threads compute, so
+// that the rank answers active messages, AM-path put/get and atomics without calls of its
+// own (handlers then also run on that thread). Needs attach; starting it twice is harmless.
+// `AMNET_PROGRESS_THREAD=1` starts it at attach.
+int amnet_progress_thread_start(void);
+
+// Stop this rank's progress thread and wait for it to end (refused from a handler running
+// on that thread).
+int amnet_progress_thread_stop(void);
+
+// Whether this rank's progress thread runs, in `*running` (1 or 0).
+//
+// # Safety
+// - `running` is valid for a write of an `int`.
+int amnet_progress_thread_running(int *running);
+
 // Poll until `cond(arg)` returns non-zero, backing off while idle (spin, then yield, then
 // sleep). `cond` is checked before each poll and after every handler a poll runs, so the
 // wait ends the moment a handler makes it true. It must be a cheap check of state that

@@ -254,6 +254,43 @@ pub unsafe extern "C" fn amnet_poll(ran: *mut usize) -> c_int {
     })
 }
 
+/// Start this rank's progress thread, which polls while the program's threads compute, so
+/// that the rank answers active messages, AM-path put/get and atomics without calls of its
+/// own (handlers then also run on that thread). Needs attach; starting it twice is harmless.
+/// `AMNET_PROGRESS_THREAD=1` starts it at attach.
+#[no_mangle]
+pub extern "C" fn amnet_progress_thread_start() -> c_int {
+    guard("amnet_progress_thread_start", || {
+        ep()?.start_progress_thread()?;
+        Ok(OK)
+    })
+}
+
+/// Stop this rank's progress thread and wait for it to end (refused from a handler running
+/// on that thread).
+#[no_mangle]
+pub extern "C" fn amnet_progress_thread_stop() -> c_int {
+    guard("amnet_progress_thread_stop", || {
+        ep()?.stop_progress_thread()?;
+        Ok(OK)
+    })
+}
+
+/// Whether this rank's progress thread runs, in `*running` (1 or 0).
+///
+/// # Safety
+/// - `running` is valid for a write of an `int`.
+#[no_mangle]
+pub unsafe extern "C" fn amnet_progress_thread_running(running: *mut c_int) -> c_int {
+    guard("amnet_progress_thread_running", || {
+        required(running, "running")?;
+        let r = c_int::from(ep()?.progress_thread_running());
+        // SAFETY: checked non-null; the caller's contract makes it writable.
+        unsafe { running.write(r) };
+        Ok(OK)
+    })
+}
+
 /// A condition for `amnet_wait_until`: non-zero when the wait is over.
 pub type WaitCond = Option<unsafe extern "C" fn(arg: *mut std::ffi::c_void) -> c_int>;
 
