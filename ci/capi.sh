@@ -63,12 +63,13 @@ for conduit in $conduits; do
     for n in 2 4; do
         [ "$conduit" != smp ] && [ "$n" = 4 ] && continue
         at="--conduit $conduit -n $n"
-        for t in am_pingpong putget barrier errors threads atomics vis progress gasnet_client; do
+        for t in am_pingpong putget barrier errors threads atomics vis progress npam gasnet_client; do
             run "$t $at" 0 $at "$prefix/$t"
         done
         run "exit_code main $at" 42 $at "$prefix/exit_code" main
         run "exit_code handler $at" 43 $at "$prefix/exit_code" handler
         run "exit_code return $at" 7 $at "$prefix/exit_code" return
+        run "exit_code prepared $at" 44 $at "$prefix/exit_code" prepared
     done
 done
 run "errors (static library) --conduit smp -n 2" 0 --conduit smp -n 2 "$prefix/errors-static"

@@ -731,6 +731,39 @@ int amnet_barrier_wait(uint32_t id, uint32_t flags);
 // notified (polls once), otherwise what `amnet_barrier_wait` returns.
 int amnet_barrier_try(uint32_t id, uint32_t flags);
 
+// Prepare a Medium request to handler `handler` of `rank` with a payload of at most
+// `max_len` bytes (at most `amnet_max_medium`): `*buf` receives the buffer to build the
+// payload in (its initial contents are unspecified), sent by `amnet_commit_request`. The
+// checks of `amnet_request_medium` apply. Until it commits or cancels, this thread may not
+// wait (waits fail with the usage code) nor prepare another request.
+//
+// # Safety
+// - `buf` is valid for a write of a pointer.
+int amnet_prepare_request_medium(uint32_t rank, unsigned int handler, size_t max_len, void **buf);
+
+// Prepare a Long request whose payload (at most `max_len` bytes) lands at `dest_offset` in
+// `rank`'s segment: as `amnet_prepare_request_medium`, with the checks of
+// `amnet_request_long`.
+//
+// # Safety
+// - `buf` is valid for a write of a pointer.
+int amnet_prepare_request_long(uint32_t rank,
+                               unsigned int handler,
+                               size_t max_len,
+                               uint64_t dest_offset,
+                               void **buf);
+
+// Send this thread's prepared request with the `nargs` arguments at `args` and the first
+// `len` bytes of its buffer (at most the prepared `max_len`: the usage code beyond, and
+// nothing is sent). The buffer is gone afterwards, whatever the result.
+//
+// # Safety
+// - `args` is null or valid for reads of `nargs` `uint32_t`.
+int amnet_commit_request(const uint32_t *args, size_t nargs, size_t len);
+
+// Drop this thread's prepared request: nothing is sent, and the buffer is gone.
+int amnet_cancel_request(void);
+
 // Blocking put: copy the `nbytes` bytes at `src` to `rank`'s segment at `dest_offset`;
 // complete on return.
 //

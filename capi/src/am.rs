@@ -52,7 +52,7 @@ thread_local! {
 
 /// A handler index as the core takes it, or `ERR_BAD_HANDLER` for one above 255 (0 and the
 /// library's indices are the core's to refuse, with its message).
-fn handler_index(index: c_uint) -> Result<u8, CError> {
+pub(crate) fn handler_index(index: c_uint) -> Result<u8, CError> {
     u8::try_from(index).map_err(|_| {
         CError::new(
             ERR_BAD_HANDLER,

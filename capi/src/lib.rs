@@ -12,6 +12,7 @@
 mod am;
 mod atomic;
 mod barrier;
+mod npam;
 mod rma;
 mod slots;
 mod status;
@@ -25,6 +26,7 @@ use amnet::Endpoint;
 pub use am::*;
 pub use atomic::*;
 pub use barrier::*;
+pub use npam::*;
 pub use rma::*;
 pub use status::*;
 pub use vis::*;
