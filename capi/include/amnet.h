@@ -764,6 +764,32 @@ int amnet_commit_request(const uint32_t *args, size_t nargs, size_t len);
 // Drop this thread's prepared request: nothing is sent, and the buffer is gone.
 int amnet_cancel_request(void);
 
+// In a request handler: prepare the handler's reply, a Medium message to the requester's
+// `handler` with a payload of at most `max_len` bytes; `*buf` receives the buffer to build it
+// in (on smp, in place in the reply ring). The checks of `amnet_reply_medium` apply. Send it
+// with `amnet_commit_reply`, which is the handler's one reply, or drop it with
+// `amnet_cancel_reply` (the handler may then reply otherwise); one the handler leaves behind
+// is cancelled when it returns. While it is held, the token's other reply calls fail with
+// the state code.
+//
+// # Safety
+// - `buf` is valid for a write of a pointer.
+int amnet_prepare_reply_medium(amnet_token_t *token,
+                               unsigned int handler,
+                               size_t max_len,
+                               void **buf);
+
+// Send the handler's prepared reply with the `nargs` arguments at `args` and the first `len`
+// bytes of its buffer (at most the prepared `max_len`: the usage code beyond, nothing is
+// sent, and the handler may still reply). The buffer is gone afterwards.
+//
+// # Safety
+// - `args` is null or valid for reads of `nargs` `uint32_t`.
+int amnet_commit_reply(amnet_token_t *token, const uint32_t *args, size_t nargs, size_t len);
+
+// Drop the handler's prepared reply: nothing is sent, and the handler may reply otherwise.
+int amnet_cancel_reply(amnet_token_t *token);
+
 // Blocking put: copy the `nbytes` bytes at `src` to `rank`'s segment at `dest_offset`;
 // complete on return.
 //

@@ -177,6 +177,53 @@ pub unsafe extern "C" fn amnet_attach(
     })
 }
 
+/// What a C handler's token points at: the core's token for the message, and the handler's
+/// prepared reply, if it holds one, with what the token told about the message before the
+/// reply borrowed it. It lives on the stack of [`run_c_handler`] for the handler's run.
+pub(crate) struct Frame<'t, 'a> {
+    /// The core's token. Reborrowed for each call; not used while `prepared` holds the
+    /// borrow.
+    tok: *mut amnet::Token<'a>,
+    /// A Medium reply prepared and neither committed nor cancelled (it borrows the token),
+    /// and the message's description.
+    pub(crate) prepared: Option<(TokenInfo, amnet::PreparedReply<'t, 'a>)>,
+}
+
+impl<'t, 'a> Frame<'t, 'a> {
+    /// What the token tells about the message.
+    pub(crate) fn info(&mut self) -> TokenInfo {
+        if let Some((info, _)) = &self.prepared {
+            return *info;
+        }
+        // SAFETY: as in `token`: no prepared reply borrows the token now.
+        let t = unsafe { &*self.tok };
+        TokenInfo {
+            source: t.src(),
+            handler: u32::from(t.handler()),
+            category: match t.category() {
+                amnet::Category::Short => CATEGORY_SHORT,
+                amnet::Category::Medium => CATEGORY_MEDIUM,
+                amnet::Category::Long => CATEGORY_LONG,
+            },
+            is_request: c_int::from(t.is_request()),
+        }
+    }
+
+    /// The core's token, unless a prepared reply holds it.
+    pub(crate) fn token(&mut self) -> Result<&'t mut amnet::Token<'a>, CError> {
+        if self.prepared.is_some() {
+            return Err(CError::new(
+                crate::ERR_STATE,
+                "the handler holds a prepared reply; commit or cancel it first",
+            ));
+        }
+        // SAFETY: the token outlives the frame (the core's dispatch owns it across the
+        // handler's run), and no other borrow of it is live: `prepared` is empty, and the
+        // borrows this hands out end with the entry point that took them.
+        Ok(unsafe { &mut *self.tok })
+    }
+}
+
 /// Run a C handler under the token the core made for its message.
 #[inline(always)]
 fn run_c_handler(
@@ -193,13 +240,17 @@ fn run_c_handler(
             self.0.set(self.1);
         }
     }
-    let p: *mut AmToken = (tok as *mut amnet::Token<'_>).cast();
+    let mut frame = Frame {
+        tok,
+        prepared: None,
+    };
+    let p: *mut AmToken = (&mut frame as *mut Frame<'_, '_>).cast();
     // One look-up of the thread-local (in a shared library each costs a call).
     CURRENT.with(|c| {
         let _restore = Restore(c, c.replace(p));
         // SAFETY: `f` came from the handler table, whose contract makes it a handler; the
-        // pointers are valid for the call (args and payload are the message's, the token
-        // lives for the handler's run, and `with_token` only lets it be used during it).
+        // pointers are valid for the call (args and payload are the message's, the frame
+        // lives for the handler's run, and `with_frame` only lets it be used during it).
         unsafe {
             f(
                 p,
@@ -209,22 +260,37 @@ fn run_c_handler(
                 payload.len(),
             )
         }
-    })
+    });
+    // A reply prepared and left behind is cancelled while the token still lives.
+    if frame.prepared.is_some() {
+        drop(frame.prepared.take());
+    }
 }
 
-/// Run `body` with the token `tok`, if it is the one of the handler running on this thread.
+/// Run `body` with the frame behind `tok`, if it is the one of the handler running on this
+/// thread.
+#[inline(always)]
+pub(crate) fn with_frame<T>(
+    tok: *mut AmToken,
+    body: impl FnOnce(&mut Frame<'_, '_>) -> Result<T, CError>,
+) -> Result<T, CError> {
+    if tok.is_null() || CURRENT.with(|c| c.get()) != tok {
+        return Err(bad_token(tok));
+    }
+    // SAFETY: `tok` is the frame `run_c_handler` published for the handler running on this
+    // thread, which lives until that handler returns, after this call; nothing else borrows
+    // it meanwhile (the handler's thread is in this call).
+    let frame = unsafe { &mut *tok.cast::<Frame<'_, '_>>() };
+    body(frame)
+}
+
+/// Run `body` with the core's token behind `tok` (see [`with_frame`]).
 #[inline(always)]
 fn with_token<T>(
     tok: *mut AmToken,
     body: impl FnOnce(&mut amnet::Token<'_>) -> Result<T, CError>,
 ) -> Result<T, CError> {
-    if tok.is_null() || CURRENT.with(|c| c.get()) != tok {
-        return Err(bad_token(tok));
-    }
-    // SAFETY: `tok` is the token `run_c_handler` published for the handler running on this
-    // thread, which lives until that handler returns, after this call.
-    let t = unsafe { &mut *tok.cast::<amnet::Token<'_>>() };
-    body(t)
+    with_frame(tok, |f| body(f.token()?))
 }
 
 #[cold]
@@ -248,7 +314,7 @@ fn bad_token(tok: *mut AmToken) -> CError {
 pub unsafe extern "C" fn amnet_token_source(token: *mut AmToken, rank: *mut u32) -> c_int {
     guard("amnet_token_source", || {
         required(rank, "rank")?;
-        let src = with_token(token, |t| Ok(t.src()))?;
+        let src = with_frame(token, |f| Ok(f.info().source))?;
         // SAFETY: checked non-null; the caller's contract makes it writable.
         unsafe { rank.write(src) };
         Ok(OK)
@@ -286,18 +352,7 @@ pub struct TokenInfo {
 pub unsafe extern "C" fn amnet_token_info(token: *mut AmToken, info: *mut TokenInfo) -> c_int {
     guard("amnet_token_info", || {
         required(info, "info")?;
-        let i = with_token(token, |t| {
-            Ok(TokenInfo {
-                source: t.src(),
-                handler: u32::from(t.handler()),
-                category: match t.category() {
-                    amnet::Category::Short => CATEGORY_SHORT,
-                    amnet::Category::Medium => CATEGORY_MEDIUM,
-                    amnet::Category::Long => CATEGORY_LONG,
-                },
-                is_request: c_int::from(t.is_request()),
-            })
-        })?;
+        let i = with_frame(token, |f| Ok(f.info()))?;
         // SAFETY: checked non-null; the caller's contract makes it writable.
         unsafe { info.write(i) };
         Ok(OK)

@@ -14,7 +14,7 @@ use std::mem::ManuallyDrop;
 
 use amnet::Prepared;
 
-use crate::am::{args_slice, handler_index};
+use crate::am::{args_slice, handler_index, with_frame, AmToken};
 use crate::status::{guard, CError, ERR_STATE, OK};
 use crate::{ep, required};
 
@@ -145,6 +145,82 @@ pub unsafe extern "C" fn amnet_commit_request(args: *const u32, nargs: usize, le
 pub extern "C" fn amnet_cancel_request() -> c_int {
     guard("amnet_cancel_request", || {
         take()?.cancel();
+        Ok(OK)
+    })
+}
+
+/// In a request handler: prepare the handler's reply, a Medium message to the requester's
+/// `handler` with a payload of at most `max_len` bytes; `*buf` receives the buffer to build it
+/// in (on smp, in place in the reply ring). The checks of `amnet_reply_medium` apply. Send it
+/// with `amnet_commit_reply`, which is the handler's one reply, or drop it with
+/// `amnet_cancel_reply` (the handler may then reply otherwise); one the handler leaves behind
+/// is cancelled when it returns. While it is held, the token's other reply calls fail with
+/// the state code.
+///
+/// # Safety
+/// - `buf` is valid for a write of a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn amnet_prepare_reply_medium(
+    token: *mut AmToken,
+    handler: c_uint,
+    max_len: usize,
+    buf: *mut *mut c_void,
+) -> c_int {
+    guard("amnet_prepare_reply_medium", || {
+        required(buf, "buf")?;
+        let h = handler_index(handler)?;
+        let addr = with_frame(token, |f| {
+            let info = f.info();
+            let mut p = f.token()?.prepare_reply_medium(h, max_len)?;
+            let addr = p.as_mut_ptr();
+            f.prepared = Some((info, p));
+            Ok(addr)
+        })?;
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe { buf.write(addr.cast()) };
+        Ok(OK)
+    })
+}
+
+fn no_reply_held() -> CError {
+    CError::new(
+        ERR_STATE,
+        "the handler holds no prepared reply (prepare one with amnet_prepare_reply_medium)",
+    )
+}
+
+/// Send the handler's prepared reply with the `nargs` arguments at `args` and the first `len`
+/// bytes of its buffer (at most the prepared `max_len`: the usage code beyond, nothing is
+/// sent, and the handler may still reply). The buffer is gone afterwards.
+///
+/// # Safety
+/// - `args` is null or valid for reads of `nargs` `uint32_t`.
+#[no_mangle]
+pub unsafe extern "C" fn amnet_commit_reply(
+    token: *mut AmToken,
+    args: *const u32,
+    nargs: usize,
+    len: usize,
+) -> c_int {
+    guard("amnet_commit_reply", || {
+        // SAFETY: the caller's contract.
+        let a = unsafe { args_slice(args, nargs)? };
+        with_frame(token, |f| {
+            let (_, p) = f.prepared.take().ok_or_else(no_reply_held)?;
+            Ok(p.commit(a, len)?)
+        })?;
+        Ok(OK)
+    })
+}
+
+/// Drop the handler's prepared reply: nothing is sent, and the handler may reply otherwise.
+#[no_mangle]
+pub extern "C" fn amnet_cancel_reply(token: *mut AmToken) -> c_int {
+    guard("amnet_cancel_reply", || {
+        with_frame(token, |f| {
+            f.prepared.take().ok_or_else(no_reply_held)?.1.cancel();
+            Ok(())
+        })?;
         Ok(OK)
     })
 }
