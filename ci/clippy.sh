@@ -7,3 +7,4 @@ bash ci/install-mpi.sh
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p amnet --features mpi --all-targets -- -D warnings
 cargo clippy -p amnet-bench --features mpi --all-targets -- -D warnings
+cargo clippy -p amnet-capi --features mpi --all-targets -- -D warnings

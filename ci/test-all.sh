@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Every test: unit and integration tests (the suite as multi-process jobs at 1-8 ranks, the
 # AM-based put/get path, thread mode), loom models, the pure crates' unit tests under miri
-# (where a nightly toolchain offers it), the suite through amrun, and a check that nothing was
-# left in /dev/shm. Installs what it needs when missing (Open MPI, MPICH and
-# libclang for the mpi conduit, iproute2 for the two-namespace udp test).
+# (where a nightly toolchain offers it), the suite through amrun, the C ABI's tests through
+# amrun (ci/capi.sh), and a check that nothing was left in /dev/shm. Installs what it needs
+# when missing (Open MPI, MPICH and libclang for the mpi conduit, iproute2 for the
+# two-namespace udp test).
 # Ends with one line totalling every test runner's counts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,7 @@ step="cargo test --workspace"; cargo test --workspace 2>&1 | tee -a "$log"
 step="ci/loom.sh"; bash ci/loom.sh 2>&1 | tee -a "$log"
 step="ci/miri.sh"; bash ci/miri.sh 2>&1 | tee -a "$log"
 step="ci/suite.sh"; bash ci/suite.sh 2>&1 | tee -a "$log"
+step="ci/capi.sh"; bash ci/capi.sh 2>&1 | tee -a "$log"
 step="ci/shm-clean.sh"; bash ci/shm-clean.sh
 step="the totals"
 # cargo's "test result: ok. N passed; M failed" and the suite's "N passed, M failed".

@@ -1069,6 +1069,7 @@ impl Endpoint {
             att,
             src: m.src,
             handler: m.handler,
+            category: m.category,
             is_request: !m.is_reply,
             replied: false,
         };

@@ -83,6 +83,7 @@ pub struct Token<'a> {
     pub(crate) att: &'a crate::endpoint::Attached,
     pub(crate) src: Rank,
     pub(crate) handler: u8,
+    pub(crate) category: Category,
     pub(crate) is_request: bool,
     pub(crate) replied: bool,
 }
@@ -92,6 +93,7 @@ impl std::fmt::Debug for Token<'_> {
         f.debug_struct("Token")
             .field("src", &self.src)
             .field("handler", &self.handler)
+            .field("category", &self.category)
             .field("is_request", &self.is_request)
             .field("replied", &self.replied)
             .finish()
@@ -106,6 +108,12 @@ impl<'a> Token<'a> {
     /// The index of the running handler.
     pub fn handler(&self) -> u8 {
         self.handler
+    }
+    /// The message's category: a Short, Medium or Long message (what a layer that registers
+    /// one handler per index for every category, as GASNet-1's handler signatures need,
+    /// dispatches on).
+    pub fn category(&self) -> Category {
+        self.category
     }
     /// True in a request handler, false in a reply handler.
     pub fn is_request(&self) -> bool {
