@@ -8,6 +8,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-target}
+# The C and C++ compilers and pkg-config, installed when missing (Debian and Ubuntu, apt-get;
+# sudo unless run as root).
+packages=()
+command -v pkg-config >/dev/null 2>&1 || packages+=(pkg-config)
+command -v cc >/dev/null 2>&1 || packages+=(gcc)
+command -v c++ >/dev/null 2>&1 || packages+=(g++)
+if [ ${#packages[@]} -gt 0 ]; then
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "capi: missing ${packages[*]}, and this system has no apt-get" >&2
+        exit 1
+    fi
+    sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        sudo=(sudo)
+    fi
+    "${sudo[@]}" apt-get update -q
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -q --no-install-recommends "${packages[@]}"
+fi
 # With an MPI library, the library and amrun have the mpi conduit too (as ci/suite.sh builds
 # amrun last, so that nothing is rebuilt).
 mpi=()
@@ -32,7 +51,7 @@ run() {
     local name=$1 want=$2
     shift 2
     local rc=0
-    timeout 120 "$amrun" --timeout 100 "$@" >"$prefix/out" 2>&1 || rc=$?
+    timeout -k 10 120 "$amrun" --timeout 100 "$@" >"$prefix/out" 2>&1 || rc=$?
     if [ "$rc" -eq "$want" ]; then
         passed=$((passed + 1))
         echo "ok     $name (exit $rc)"

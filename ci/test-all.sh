@@ -4,7 +4,7 @@
 # (where a nightly toolchain offers it), the suite through amrun, the C ABI's tests through
 # amrun (ci/capi.sh), and a check that nothing was left in /dev/shm. Installs what it needs
 # when missing (Open MPI, MPICH and libclang for the mpi conduit, iproute2 for the
-# two-namespace udp test).
+# two-namespace udp test, a C and C++ compiler and pkg-config for the C ABI).
 # Ends with one line totalling every test runner's counts.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1132,12 +1132,20 @@ impl Endpoint {
         }
     }
 
-    /// Wait until the operation behind `h` completes; `h` becomes invalid.
+    /// Wait until the operation behind `h` completes; `h` becomes invalid. When the wait
+    /// itself fails (`Error::Hang`, a peer's failure, a wait refused where it may not wait)
+    /// before the operation completed, `h` keeps it: the operation may still write its
+    /// destination, and a later sync waits for it.
     pub fn wait_sync(&self, h: &mut Handle) -> Result<()> {
         not_in_handler("wait_sync")?;
         self.check_handle(h)?;
         if let Some(op) = h.op.take() {
-            self.wait_op(&op)?;
+            if let Err(e) = self.wait_op(&op) {
+                if !self.op_done(&op) {
+                    h.op = Some(op);
+                }
+                return Err(e);
+            }
         }
         Ok(())
     }

@@ -431,15 +431,14 @@ int amnet_progress_thread_running(int *running);
 int amnet_wait_until(amnet_wait_cond_fn cond, void *arg);
 
 // Poll until the 32-bit `*word` compares to `value` as `cmp` says (one of the
-// `AMNET_CMP_*` constants), as `amnet_wait_until` does. `*word` is read with atomic loads (acquire):
-// handlers, or other threads with atomic stores, set it.
+// `AMNET_CMP_*` constants), as `amnet_wait_until` does. `*word` is read with atomic loads
+// (acquire): handlers that run on the waiting thread (inside its polls) set it with plain
+// stores; other threads, the progress thread's handlers among them, with atomic stores.
 //
 // # Safety
 // - `word` is valid for reads of a 4-byte-aligned `uint32_t` for the whole call, written
-//   only by atomic stores or by handlers of this process.
-int amnet_wait_word(const uint32_t *word,
-                    int cmp,
-                    uint32_t value);
+//   only by handlers running on the calling thread or by atomic stores.
+int amnet_wait_word(const uint32_t *word, int cmp, uint32_t value);
 
 // Whether some rank has asked the job to end: `*requested` becomes 1 and `*code` the
 // job-wide exit code if so, 0 otherwise (`*code` is then left alone). Callable from handlers.
@@ -844,7 +843,10 @@ int amnet_put_nbi(uint32_t rank, uint64_t dest_offset, const void *src, size_t n
 int amnet_get_nbi(void *dst, uint32_t rank, uint64_t src_offset, size_t nbytes);
 
 // Wait until the operation of `*handle` completes; `*handle` becomes 0. A 0 handle returns
-// at once. On an error the handle is spent all the same.
+// at once. When the operation completed with a failure, the error is returned and the handle
+// is spent all the same; when the wait itself fails before the operation completed
+// (`AMNET_ERR_HANG`, a peer's failure, a wait refused), `*handle` stays outstanding: the
+// operation may still write its destination, and a later sync waits for it.
 //
 // # Safety
 // - `handle` is valid for reads and writes of an `amnet_handle_t`.

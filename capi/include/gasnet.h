@@ -273,15 +273,47 @@ static inline int gasnet_set_waitmode(int wait_mode) {
                : GASNET_ERR_BAD_ARG;
 }
 
+/* A Medium handler's buffer, which GASNet hands over writable: the calling thread's copy of
+ * the payload (amnet's own may be a slot of a shared ring, read-only). */
+#ifdef __cplusplus
+#define AMNET_GASNET_THREAD_LOCAL thread_local
+#else
+#define AMNET_GASNET_THREAD_LOCAL _Thread_local
+#endif
+static AMNET_GASNET_THREAD_LOCAL void *amnet_gasnet_medium_buf;
+static AMNET_GASNET_THREAD_LOCAL size_t amnet_gasnet_medium_cap;
+
+static inline void *amnet_gasnet_medium_copy(const void *payload, size_t nbytes) {
+    if (nbytes > amnet_gasnet_medium_cap) {
+        size_t cap = 0;
+        if (amnet_max_medium(&cap) != AMNET_OK || cap < nbytes)
+            cap = nbytes;
+        void *p = realloc(amnet_gasnet_medium_buf, cap);
+        if (!p) {
+            fprintf(stderr, "GASNet (amnet) error in a Medium handler: out of memory\n");
+            amnet_exit(1);
+        }
+        amnet_gasnet_medium_buf = p;
+        amnet_gasnet_medium_cap = cap;
+    }
+    if (nbytes > 0)
+        memcpy(amnet_gasnet_medium_buf, payload, nbytes);
+    return amnet_gasnet_medium_buf;
+}
+
 /* The one amnet handler behind every GASNet handler: it calls the client's function for the
- * message's index with the signature of its category and argument count. */
+ * message's index with the signature of its category and argument count (a Medium's payload
+ * copied where the handler may write it). */
 static inline void amnet_gasnet_dispatch(amnet_token_t *token, const uint32_t *a_, size_t nargs,
                                          const void *payload, size_t nbytes) {
     amnet_token_info_t info;
     AMNET_GASNET_CHECK("a GASNet handler", amnet_token_info(token, &info));
     amnet_gasnet_fn_t f = amnet_gasnet_handlers[info.handler & 0xff];
     gasnet_token_t t = token;
-    void *buf = (void *)payload;
+    /* A Long's payload lies in this node's segment, writable as it is. */
+    void *buf = info.category == AMNET_CATEGORY_MEDIUM
+                    ? amnet_gasnet_medium_copy(payload, nbytes)
+                    : (void *)payload;
     if (info.category == AMNET_CATEGORY_SHORT) {
         switch (nargs) {
 #define AMNET_GASNET_SHORT_CASE(n)                                                           \
@@ -387,6 +419,9 @@ static inline int gasnet_attach(gasnet_handlerentry_t *table, int numentries, ui
     amnet_gasnet_room = room;
     amnet_gasnet_max_long = max_long;
     amnet_gasnet_segs = segs;
+    /* No node sends before every node's layer state is set: a request handled inside the
+     * barrier above (its waits run handlers) would find it unset. */
+    AMNET_GASNET_CHECK("gasnet_attach", amnet_barrier());
     return GASNET_OK;
 }
 

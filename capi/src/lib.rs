@@ -330,12 +330,13 @@ pub const CMP_LE: c_int = 4;
 pub const CMP_LT: c_int = 5;
 
 /// Poll until the 32-bit `*word` compares to `value` as `cmp` says (one of the
-/// `AMNET_CMP_*` constants), as `amnet_wait_until` does. `*word` is read with atomic loads (acquire):
-/// handlers, or other threads with atomic stores, set it.
+/// `AMNET_CMP_*` constants), as `amnet_wait_until` does. `*word` is read with atomic loads
+/// (acquire): handlers that run on the waiting thread (inside its polls) set it with plain
+/// stores; other threads, the progress thread's handlers among them, with atomic stores.
 ///
 /// # Safety
 /// - `word` is valid for reads of a 4-byte-aligned `uint32_t` for the whole call, written
-///   only by atomic stores or by handlers of this process.
+///   only by handlers running on the calling thread or by atomic stores.
 #[no_mangle]
 pub unsafe extern "C" fn amnet_wait_word(word: *const u32, cmp: c_int, value: u32) -> c_int {
     guard("amnet_wait_word", || {

@@ -215,7 +215,10 @@ pub unsafe extern "C" fn amnet_get_nbi(
 }
 
 /// Wait until the operation of `*handle` completes; `*handle` becomes 0. A 0 handle returns
-/// at once. On an error the handle is spent all the same.
+/// at once. When the operation completed with a failure, the error is returned and the handle
+/// is spent all the same; when the wait itself fails before the operation completed
+/// (`AMNET_ERR_HANG`, a peer's failure, a wait refused), `*handle` stays outstanding: the
+/// operation may still write its destination, and a later sync waits for it.
 ///
 /// # Safety
 /// - `handle` is valid for reads and writes of an `amnet_handle_t`.
@@ -237,7 +240,8 @@ pub unsafe extern "C" fn amnet_sync(handle: *mut HandleId) -> c_int {
                 return Err(e);
             }
         };
-        // `wait_sync` takes the operation whatever it returns.
+        // `wait_sync` takes the operation once it completed, and keeps it when the wait
+        // failed first.
         let left = finish(id, h);
         // SAFETY: as above.
         unsafe { handle.write(left) };

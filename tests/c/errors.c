@@ -98,6 +98,30 @@ int main(void) {
         strcmp(amnet_error_name(AMNET_OK), "AMNET_OK") ||
         strcmp(amnet_error_name(12345), "unknown status code"))
         FAIL("amnet_error_name gives wrong names");
+    /* A wait refused (this thread holds a prepared request) before a get completed leaves the
+     * get's handle outstanding; once the request is dropped, a sync waits for the get. */
+    uint64_t mine = 0x1234abcd00ull + me, got = 0;
+    CHECK(amnet_put(me, 64, &mine, sizeof mine));
+    CHECK(amnet_barrier());
+    amnet_handle_t h = AMNET_HANDLE_INVALID;
+    CHECK(amnet_get_nb(&got, next, 64, sizeof got, &h));
+    void *pbuf = NULL;
+    CHECK(amnet_prepare_request_medium(next, 210, 8, &pbuf));
+    rc = amnet_sync(&h);
+    if (rc == AMNET_ERR_USAGE) {
+        if (h == AMNET_HANDLE_INVALID)
+            FAIL("a refused wait spent the handle of a get still in flight");
+    } else {
+        /* The get completed before the wait was needed (a direct copy on smp). */
+        CHECK(rc);
+    }
+    CHECK(amnet_cancel_request());
+    CHECK(amnet_sync(&h));
+    if (h != AMNET_HANDLE_INVALID)
+        FAIL("a completed get left its handle outstanding");
+    if (got != 0x1234abcd00ull + next)
+        FAIL("the get brought %#llx, rank %u holds %#llx", (unsigned long long)got, next,
+             (unsigned long long)(0x1234abcd00ull + next));
     CHECK(amnet_barrier());
     printf("errors: rank %u of %u: ok\n", me, nranks);
     CHECK(amnet_barrier());

@@ -101,6 +101,8 @@ static void m4(gasnet_token_t t, void *buf, size_t nbytes, gasnet_handlerarg_t a
     gasnet_handlerarg_t a[] = {a0, a1, a2, a3};
     check_args(4, a);
     check_payload(t, buf, nbytes, gasnet_AMMaxMedium());
+    /* GASNet hands a Medium handler its buffer writable. */
+    memset(buf, 0x5a, nbytes);
     SAFE(gasnet_AMReplyShort1(t, H_REPLY, 4));
 }
 static void m16(gasnet_token_t t, void *buf, size_t nbytes, P16) {
@@ -146,12 +148,13 @@ int main(int argc, char **argv) {
         {0, (void (*)())l16}, /* index assigned by attach */
     };
     int n_entries = (int)(sizeof table / sizeof table[0]);
+    /* Known from gasnet_init on: the handlers may run inside gasnet_attach. */
+    me = gasnet_mynode();
+    nodes = gasnet_nodes();
     SAFE(gasnet_attach(table, n_entries, SEGSZ, 0));
     gasnet_handler_t h_l16 = table[n_entries - 1].index;
     if (h_l16 < 128)
         FAILED("attach assigned index %u", (unsigned)h_l16);
-    me = gasnet_mynode();
-    nodes = gasnet_nodes();
     segs = (gasnet_seginfo_t *)malloc(nodes * sizeof *segs);
     SAFE(gasnet_getSegmentInfo(segs, (int)nodes));
     for (gasnet_node_t i = 0; i < nodes; i++)
