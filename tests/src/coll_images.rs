@@ -487,6 +487,11 @@ fn m_forms(ep: &Endpoint, co: &Coll, w: &World, me: usize) -> Verdict {
                         what()
                     ));
                 }
+                if mode & f::OUT_NOSYNC != 0 {
+                    // The call may return before its data is in place; the team barrier
+                    // completes it.
+                    co.barrier(co.world()).map_err(|x| e(what(), x))?;
+                }
                 // Each local image's destination: (source image, its block) per block.
                 for j in local.clone() {
                     let want: Vec<(usize, usize)> = match op {
@@ -596,6 +601,11 @@ fn all_threads_forms(
                          team whose collectives run smp-native",
                         what()
                     ));
+                }
+                if mode & f::OUT_NOSYNC != 0 {
+                    // The call may return before its data is in place; the images' barrier
+                    // completes it.
+                    co.barrier_images(co.world()).map_err(|x| e(what(), x))?;
                 }
                 let want: Vec<(usize, usize)> = match op {
                     "broadcast" => vec![(root, 0)],
@@ -715,6 +725,11 @@ fn all_threads_reductions(
                          on a team whose collectives run smp-native",
                         what()
                     ));
+                }
+                if mode & f::OUT_NOSYNC != 0 {
+                    // The call may return before its data is in place; the images' barrier
+                    // completes it.
+                    co.barrier_images(co.world()).map_err(|x| e(what(), x))?;
                 }
                 // What the image's destination holds: element k's sum over `imgs`, or the
                 // sentinel where it gets nothing.
