@@ -571,42 +571,23 @@ fn all_threads_forms(
                 ep.write_local(src_at, &v).map_err(|x| e(what(), x))?;
                 ep.write_local(dst_at, &vec![0xEE; ni * n])
                     .map_err(|x| e(what(), x))?;
-                co.barrier_images(co.world()).map_err(|x| e(what(), x))?;
-                // Every local image reads the count after the barrier's messages and before
-                // any enters the call.
-                bar.wait();
-                let before = ep.stats().requests_sent.messages();
-                bar.wait();
                 #[allow(clippy::cast_possible_truncation)] // images fit u32
                 let r32 = root as u32;
                 let fl = mode | f::LOCAL | f::ALL_THREADS;
                 let (s, d) = (Addr::Seg(src_at), Addr::Seg(dst_at));
-                // SAFETY: segment offsets only: no pointer address to keep valid.
-                let r = unsafe {
-                    match op {
-                        "broadcast" => co.broadcast(co.world(), d, r32, s, n, fl),
-                        "scatter" => co.scatter(co.world(), d, r32, s, n, fl),
-                        "gather" => co.gather(co.world(), r32, d, s, n, fl),
-                        "gather_all" => co.gather_all(co.world(), d, s, n, fl),
-                        _ => co.exchange(co.world(), d, s, n, fl),
+                let label = format!("ALL_THREADS forms, image {img}: {}", what());
+                images_call(ep, co, bar, shm_op(op, n)?, mode, &label, || {
+                    // SAFETY: segment offsets only: no pointer address to keep valid.
+                    unsafe {
+                        match op {
+                            "broadcast" => co.broadcast(co.world(), d, r32, s, n, fl),
+                            "scatter" => co.scatter(co.world(), d, r32, s, n, fl),
+                            "gather" => co.gather(co.world(), r32, d, s, n, fl),
+                            "gather_all" => co.gather_all(co.world(), d, s, n, fl),
+                            _ => co.exchange(co.world(), d, s, n, fl),
+                        }
                     }
-                };
-                r.map_err(|x| e(what(), x))?;
-                bar.wait();
-                let sent = ep.stats().requests_sent.messages() - before;
-                bar.wait();
-                if shm_op(op, n)? && sent != 0 {
-                    return Err(format!(
-                        "ALL_THREADS forms: {} sent {sent} active messages from rank {me} on a \
-                         team whose collectives run smp-native",
-                        what()
-                    ));
-                }
-                if mode & f::OUT_NOSYNC != 0 {
-                    // The call may return before its data is in place; the images' barrier
-                    // completes it.
-                    co.barrier_images(co.world()).map_err(|x| e(what(), x))?;
-                }
+                })?;
                 let want: Vec<(usize, usize)> = match op {
                     "broadcast" => vec![(root, 0)],
                     "scatter" => vec![(root, img)],
@@ -632,6 +613,44 @@ fn all_threads_forms(
                 co.barrier_images(co.world()).map_err(|x| e(what(), x))?;
             }
         }
+    }
+    Ok(())
+}
+
+/// One `ALL_THREADS` call (`call`) from every image thread of the rank, after the images'
+/// barrier and between meetings of the rank's image threads, so that the rank's requests sent
+/// meanwhile are the call's: none where `shm` (its rank form selects `shm`). Under
+/// `OUT_NOSYNC` the images' barrier then completes the call's data.
+fn images_call(
+    ep: &Endpoint,
+    co: &Coll,
+    bar: &Barrier,
+    shm: bool,
+    mode: u32,
+    what: &str,
+    call: impl FnOnce() -> Result<(), Error>,
+) -> Verdict {
+    let e = |x: Error| format!("{what}: {x}");
+    co.barrier_images(co.world()).map_err(e)?;
+    // Every local image reads the count after the barrier's messages and before any enters
+    // the call, and again after every one left it.
+    bar.wait();
+    let before = ep.stats().requests_sent.messages();
+    bar.wait();
+    call().map_err(e)?;
+    bar.wait();
+    let sent = ep.stats().requests_sent.messages() - before;
+    bar.wait();
+    if shm && sent != 0 {
+        return Err(format!(
+            "{what}: sent {sent} active messages from rank {} on a team whose collectives run \
+             smp-native",
+            ep.rank()
+        ));
+    }
+    if mode & f::OUT_NOSYNC != 0 {
+        // The call may return before its data is in place; the images' barrier completes it.
+        co.barrier_images(co.world()).map_err(e)?;
     }
     Ok(())
 }
@@ -687,10 +706,6 @@ fn all_threads_reductions(
                 ep.write_local(src_at, &words).map_err(|x| e(what(), x))?;
                 let fill: Vec<u8> = (0..count).flat_map(|_| SENTINEL.to_le_bytes()).collect();
                 ep.write_local(dst_at, &fill).map_err(|x| e(what(), x))?;
-                co.barrier_images(co.world()).map_err(|x| e(what(), x))?;
-                bar.wait();
-                let before = ep.stats().requests_sent.messages();
-                bar.wait();
                 #[allow(clippy::cast_possible_truncation)] // images fit u32
                 let r32 = root as u32;
                 let fl = mode | f::LOCAL | f::ALL_THREADS;
@@ -698,39 +713,28 @@ fn all_threads_reductions(
                 let wt = co.world();
                 // The array forms: one element per image, in image order.
                 let lay = Layout::block_cyclic(1, 0);
-                // SAFETY: segment offsets only: no pointer address to keep valid.
-                let r = unsafe {
-                    match op {
-                        "reduce_elems_to_all" => {
-                            co.reduce_elems_to_all(wt, d, s, 8, count, sum, 0, fl)
-                        }
-                        "reduce_elems" => co.reduce_elems(wt, r32, d, s, 8, count, sum, 0, fl),
-                        "scan_elems" => co.scan_elems(wt, d, s, 8, count, sum, 0, fl),
-                        "exclusive_scan_elems" => {
-                            co.exclusive_scan_elems(wt, d, s, 8, count, sum, 0, fl)
-                        }
-                        "reduce_to_all" => co.reduce_to_all(wt, d, s, lay, 8, ni, sum, 0, fl),
-                        "prefix_reduce" => co.prefix_reduce(wt, d, lay, s, lay, 8, ni, sum, 0, fl),
-                        _ => co.barrier_images(wt),
-                    }
-                };
-                r.map_err(|x| e(what(), x))?;
-                bar.wait();
-                let sent = ep.stats().requests_sent.messages() - before;
-                bar.wait();
                 let bytes = if op == "barrier" { 0 } else { 8 * count };
-                if shm_op(op, bytes)? && sent != 0 {
-                    return Err(format!(
-                        "ALL_THREADS reductions: {} sent {sent} active messages from rank {me} \
-                         on a team whose collectives run smp-native",
-                        what()
-                    ));
-                }
-                if mode & f::OUT_NOSYNC != 0 {
-                    // The call may return before its data is in place; the images' barrier
-                    // completes it.
-                    co.barrier_images(co.world()).map_err(|x| e(what(), x))?;
-                }
+                let label = format!("ALL_THREADS reductions, image {img}: {}", what());
+                images_call(ep, co, bar, shm_op(op, bytes)?, mode, &label, || {
+                    // SAFETY: segment offsets only: no pointer address to keep valid.
+                    unsafe {
+                        match op {
+                            "reduce_elems_to_all" => {
+                                co.reduce_elems_to_all(wt, d, s, 8, count, sum, 0, fl)
+                            }
+                            "reduce_elems" => co.reduce_elems(wt, r32, d, s, 8, count, sum, 0, fl),
+                            "scan_elems" => co.scan_elems(wt, d, s, 8, count, sum, 0, fl),
+                            "exclusive_scan_elems" => {
+                                co.exclusive_scan_elems(wt, d, s, 8, count, sum, 0, fl)
+                            }
+                            "reduce_to_all" => co.reduce_to_all(wt, d, s, lay, 8, ni, sum, 0, fl),
+                            "prefix_reduce" => {
+                                co.prefix_reduce(wt, d, lay, s, lay, 8, ni, sum, 0, fl)
+                            }
+                            _ => co.barrier_images(wt),
+                        }
+                    }
+                })?;
                 // What the image's destination holds: element k's sum over `imgs`, or the
                 // sentinel where it gets nothing.
                 let total = |imgs: std::ops::Range<usize>, k: usize| imgs.map(|i| v(i, k)).sum();

@@ -29,7 +29,7 @@ use amnet_core::{Error, Result};
 use amnet_sync_modes::{InSync, Mode, OutSync};
 
 use super::chan::{INLINE, LOC_INLINE, LOC_SLOT, SLOT_BYTES};
-use super::{all_entered, internal, run, Busy, Fold, Mine, Reader, ShmTeam, Waiter};
+use super::{internal, run, Busy, Fold, Mine, Reader, ShmTeam, Waiter};
 use crate::engine::{Area as Mem, Shared};
 use crate::plan::{Kind, Spec};
 
@@ -143,28 +143,6 @@ fn copy_in(op: &'static str, src: Mem, so: usize, dst: Mem, dof: usize, len: usi
     Ok(())
 }
 
-/// Slot reuse before this member publishes `len` bytes for epoch `w.e`, then, under
-/// `IN_ALLSYNC`, every member's entry (the flag barrier).
-fn enter_all(t: &ShmTeam, w: &Waiter<'_>, mode: &Mode, len: usize) -> Result<()> {
-    let (e, np) = (w.e, t.n());
-    let floor = super::chan::reuse_floor(e, len > INLINE);
-    if t.floor_seen.load(Ordering::Relaxed) < floor {
-        w.wait(
-            || (0..np).all(|i| t.area(i).done() >= floor),
-            || {
-                let late: Vec<usize> = (0..np).filter(|&i| t.area(i).done() < floor).collect();
-                format!("team ranks {late:?} to finish epoch {floor} (slot reuse)")
-            },
-        )?;
-        let low = (0..np).map(|i| t.area(i).done()).min().unwrap_or(floor);
-        t.floor_seen.store(low, Ordering::Relaxed);
-    }
-    if mode.input == InSync::All {
-        all_entered(t, w, e, "the entry signal (IN_ALLSYNC)")?;
-    }
-    Ok(())
-}
-
 /// `out = out ∘ x` elementwise over `count` elements (`tmp`: one element's scratch).
 fn fold_into(fold: &Fold<'_>, out: &mut [u8], x: &[u8], count: usize, tmp: &mut [u8]) {
     if let Some(k) = fold.kernel {
@@ -253,7 +231,7 @@ fn epoch_reduce(
     if published > SLOT_BYTES {
         return Err(internal(op, "a vector beyond the host scratch slot"));
     }
-    enter_all(t, w, mode, published)?;
+    super::enter(t, w, published > INLINE, mode, None)?;
     let sources: Vec<&[u8]> = if vector {
         imgs.mine
             .iter()
@@ -268,7 +246,7 @@ fn epoch_reduce(
         LOC_SLOT
     };
     // SAFETY: this rank owns its area and is its only writer now (`busy`); every member's
-    // `done` reached the reuse floor (`enter_all`, of the data slot where `loc` is
+    // `done` reached the reuse floor (`enter`, of the data slot where `loc` is
     // `LOC_SLOT`); `published` bytes fit where `loc` says (checked above), and the fill
     // writes exactly that many through the pointer.
     unsafe {
@@ -437,41 +415,9 @@ fn epoch_images(
             ),
         });
     }
-    // Reuse: every member is done with what slot `s` held (its data slot too where this
-    // member's contribution goes there).
-    let floor = super::chan::reuse_floor(e, len > INLINE);
-    if t.floor_seen.load(Ordering::Relaxed) < floor {
-        w.wait(
-            || (0..np).all(|i| t.area(i).done() >= floor),
-            || {
-                let late: Vec<usize> = (0..np).filter(|&i| t.area(i).done() < floor).collect();
-                format!("team ranks {late:?} to finish epoch {floor} (slot reuse)")
-            },
-        )?;
-        let low = (0..np).map(|i| t.area(i).done()).min().unwrap_or(floor);
-        t.floor_seen.store(low, Ordering::Relaxed);
-    }
-    if mode.input == InSync::All {
-        // As for rank participants: a rooted call's root member waits for the others' entry
-        // words; the others need every member's entry.
-        if rooted {
-            if hosts_root {
-                w.wait(
-                    || (0..np).all(|i| i == me || t.area(i).entered() >= e),
-                    || {
-                        let late: Vec<usize> = (0..np)
-                            .filter(|&i| i != me && t.area(i).entered() < e)
-                            .collect();
-                        format!("the entry signal of team ranks {late:?} (IN_ALLSYNC)")
-                    },
-                )?;
-            } else {
-                t.area(me).set_entered(e);
-            }
-        } else {
-            all_entered(t, w, e, "the entry signal (IN_ALLSYNC)")?;
-        }
-    }
+    // Reuse of this member's slot (its data slot too where its contribution goes there),
+    // then the entry: as for rank participants.
+    super::enter(t, w, len > INLINE, mode, rooted.then_some(hosts_root))?;
     // The pieces this member publishes, in order.
     let root_src = || -> Result<Mem> {
         let m = imgs

@@ -534,41 +534,8 @@ fn epoch_call(
     // Reuse: every member is done with what slot `s` held (its header line; its data slot
     // too where a contribution of the call may go there).
     let data = published_bytes(spec.kind, spec.uniform.unwrap_or(0), np, spec.es, spec.n) > INLINE;
-    let floor = chan::reuse_floor(e, data);
-    if t.floor_seen.load(Ordering::Relaxed) < floor {
-        w.wait(
-            || (0..np).all(|i| t.area(i).done() >= floor),
-            || {
-                let late: Vec<usize> = (0..np).filter(|&i| t.area(i).done() < floor).collect();
-                format!("team ranks {late:?} to finish epoch {floor} (slot reuse)")
-            },
-        )?;
-        let low = (0..np).map(|i| t.area(i).done()).min().unwrap_or(floor);
-        t.floor_seen.store(low, Ordering::Relaxed);
-    }
-    if mode.input == InSync::All {
-        // No data moves, no source is read, before every member entered.
-        if matches!(spec.kind, Kind::Broadcast | Kind::Scatter) {
-            // One member publishes and the others only read what it published: the others
-            // signal their entry, the root waits for every entry before it publishes, and the
-            // others' reads, which wait for the root's publication, come after it.
-            if me == spec.root {
-                w.wait(
-                    || (0..np).all(|i| i == me || t.area(i).entered() >= e),
-                    || {
-                        let late: Vec<usize> = (0..np)
-                            .filter(|&i| i != me && t.area(i).entered() < e)
-                            .collect();
-                        format!("the entry signal of team ranks {late:?} (IN_ALLSYNC)")
-                    },
-                )?;
-            } else {
-                t.area(me).set_entered(e);
-            }
-        } else {
-            all_entered(t, w, e, "the entry signal (IN_ALLSYNC)")?;
-        }
-    }
+    let one_root = matches!(spec.kind, Kind::Broadcast | Kind::Scatter).then_some(me == spec.root);
+    enter(t, w, data, mode, one_root)?;
     // Publish this rank's contribution (or only its entry).
     let f = match spec.kind {
         k if k.is_reduction() => {
@@ -878,6 +845,54 @@ fn epoch_call(
         _ => {}
     }
     Ok(())
+}
+
+/// A member's entry into epoch `w.e`: slot reuse before it writes its slot (every member's
+/// `done` at the reuse floor, of the data slot too with `data`), then under `IN_ALLSYNC`
+/// every member's entry. `one_root` is `Some(this member is the root)` for a call whose one
+/// root publishes (broadcast, scatter): the others signal their entry, the root waits for
+/// every entry before it publishes, and the others' reads, which wait for the root's
+/// publication, come after it; otherwise the flag barrier.
+fn enter(
+    t: &ShmTeam,
+    w: &Waiter<'_>,
+    data: bool,
+    mode: &Mode,
+    one_root: Option<bool>,
+) -> Result<()> {
+    let (e, me, np) = (w.e, t.me, t.n());
+    let floor = chan::reuse_floor(e, data);
+    if t.floor_seen.load(Ordering::Relaxed) < floor {
+        w.wait(
+            || (0..np).all(|i| t.area(i).done() >= floor),
+            || {
+                let late: Vec<usize> = (0..np).filter(|&i| t.area(i).done() < floor).collect();
+                format!("team ranks {late:?} to finish epoch {floor} (slot reuse)")
+            },
+        )?;
+        let low = (0..np).map(|i| t.area(i).done()).min().unwrap_or(floor);
+        t.floor_seen.store(low, Ordering::Relaxed);
+    }
+    if mode.input != InSync::All {
+        return Ok(());
+    }
+    // No data moves, no source is read, before every member entered.
+    match one_root {
+        Some(true) => w.wait(
+            || (0..np).all(|i| i == me || t.area(i).entered() >= e),
+            || {
+                let late: Vec<usize> = (0..np)
+                    .filter(|&i| i != me && t.area(i).entered() < e)
+                    .collect();
+                format!("the entry signal of team ranks {late:?} (IN_ALLSYNC)")
+            },
+        ),
+        Some(false) => {
+            t.area(me).set_entered(e);
+            Ok(())
+        }
+        None => all_entered(t, w, e, "the entry signal (IN_ALLSYNC)"),
+    }
 }
 
 /// The barrier of epoch `e` ([`all_entered`]); afterwards the collectives of this rank that were
