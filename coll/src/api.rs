@@ -1148,7 +1148,13 @@ impl Coll {
                         count: spec.n,
                         func: spec.func,
                     };
-                    t.join.meet(&self.sh, c.op, (li, k), one, key, run)?;
+                    t.join
+                        .meet(&self.sh, c.op, (li, k), one, key, |call| match call {
+                            Ok(mine) => run(mine),
+                            Err(detail) => {
+                                crate::shm::images::fail_images(&self.sh, t, c.op, &mode, detail)
+                            }
+                        })?;
                 } else {
                     run(&mine)?;
                 }

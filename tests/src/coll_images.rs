@@ -160,6 +160,10 @@ pub fn main_images(seed: u64) -> i32 {
                     fail(img, e);
                 }
                 bar.wait();
+                if let Err(e) = disagreeing_images(&ep, &co, w, me, li) {
+                    fail(img, e);
+                }
+                bar.wait();
                 if let Err(e) = mixed_callers(&ep, &co, w, me, li) {
                     fail(img, e);
                 }
@@ -767,6 +771,76 @@ fn all_threads_reductions(
             }
         }
     }
+    Ok(())
+}
+
+/// Where the world's collectives run smp-native: an `ALL_THREADS` broadcast whose image
+/// threads on one rank pass different sizes fails with `Usage` on every image of that rank,
+/// and on the images that would read its contribution, and hangs nowhere; the next calls
+/// work.
+fn disagreeing_images(ep: &Endpoint, co: &Coll, w: &World, me: usize, li: usize) -> Verdict {
+    let shm = co
+        .selected(co.world(), "broadcast", 8, f::ALLSYNC)
+        .map_err(|e| format!("disagreeing images: selected: {e}"))?
+        == "shm";
+    if !shm || !w.multi() {
+        return Ok(());
+    }
+    let img = w.first[me] + li;
+    let e = |what: &str, x: Error| format!("disagreeing images, image {img}: {what}: {x}");
+    let (s, d) = (
+        Addr::Seg(MFORM_SRC + li as u64 * MFORM_STRIDE),
+        Addr::Seg(MFORM_DST + li as u64 * MFORM_STRIDE),
+    );
+    let fl = f::MYSYNC | f::LOCAL | f::ALL_THREADS;
+    co.barrier_images(co.world()).map_err(|x| e("barrier", x))?;
+    // Image threads of one rank pass 8, 16, ... bytes.
+    // SAFETY: segment offsets only: no pointer address to keep valid.
+    let r = unsafe { co.broadcast(co.world(), d, 0, s, 8 * (li + 1), fl) };
+    match r {
+        Err(Error::Usage { detail, .. }) if detail.contains("disagree") => {}
+        Ok(()) if w.images[me] == 1 => {}
+        other => {
+            return Err(format!(
+                "disagreeing images, image {img} (rank {me} hosts {}): the broadcast gave \
+                 {other:?}",
+                w.images[me]
+            ))
+        }
+    }
+    // The team goes on: a barrier and a broadcast that every image agrees on.
+    co.barrier_images(co.world())
+        .map_err(|x| e("barrier after", x))?;
+    let v = 0x5eed_0000_u64 + 77;
+    if img == 0 {
+        ep.write_local(MFORM_SRC, &v.to_le_bytes())
+            .map_err(|x| e("write", x))?;
+    }
+    // SAFETY: segment offsets only: no pointer address to keep valid.
+    unsafe {
+        co.broadcast(
+            co.world(),
+            d,
+            0,
+            s,
+            8,
+            f::ALLSYNC | f::LOCAL | f::ALL_THREADS,
+        )
+    }
+    .map_err(|x| e("broadcast after", x))?;
+    let mut got = [0u8; 8];
+    let Addr::Seg(at) = d else {
+        return Ok(());
+    };
+    ep.read_local(at, &mut got).map_err(|x| e("read", x))?;
+    if u64::from_le_bytes(got) != v {
+        return Err(format!(
+            "disagreeing images, image {img}: the broadcast after brought {:#x}",
+            u64::from_le_bytes(got)
+        ));
+    }
+    co.barrier_images(co.world())
+        .map_err(|x| e("barrier at the end", x))?;
     Ok(())
 }
 

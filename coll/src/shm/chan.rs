@@ -64,6 +64,9 @@ pub(crate) const SLOT_BYTES: usize = 64;
 pub(crate) const LOC_INLINE: u64 = 0;
 /// In the slot's data.
 pub(crate) const LOC_SLOT: u64 = 1;
+/// No contribution: the owner's call failed before it could make one (its local images
+/// disagreed on the call); its readers fail too.
+pub(crate) const LOC_FAILED: u64 = 2;
 /// In the owner's segment, at the offset in the low 62 bits.
 pub(crate) const LOC_SEG: u64 = 1 << 63;
 
@@ -86,7 +89,8 @@ pub(crate) struct DoneLine {
 pub(crate) struct Header {
     /// The epoch whose contribution the slot holds (0: none yet); stored last, Release.
     epoch: AtomicU64,
-    /// Where the data lies: `LOC_INLINE`, `LOC_SLOT`, or `LOC_SEG | offset`.
+    /// Where the data lies: `LOC_INLINE`, `LOC_SLOT`, or `LOC_SEG | offset`; `LOC_FAILED`
+    /// where the owner made none.
     loc: AtomicU64,
     /// Bytes contributed.
     len: AtomicU64,

@@ -28,7 +28,7 @@ use std::sync::Mutex;
 use amnet_core::{Error, Result};
 use amnet_sync_modes::{InSync, Mode, OutSync};
 
-use super::chan::{INLINE, LOC_INLINE, LOC_SLOT, SLOT_BYTES};
+use super::chan::{INLINE, LOC_FAILED, LOC_INLINE, LOC_SLOT, SLOT_BYTES};
 use super::{internal, run, Busy, Fold, Mine, Reader, ShmTeam, Waiter};
 use crate::engine::{Area as Mem, Shared};
 use crate::plan::{Kind, Spec};
@@ -129,6 +129,51 @@ pub(crate) fn run_images(
         t.area(t.me).set_done(e);
     }
     r
+}
+
+/// The epoch of a call whose local images disagree (`detail` says how): this member takes
+/// the epoch as every member does, signals its entry, publishes the failure in its header
+/// (its readers fail with `Usage` instead of waiting for a contribution that never comes)
+/// and marks the epoch done; returns `Usage` with `detail`.
+pub(crate) fn fail_images(
+    sh: &Shared,
+    t: &ShmTeam,
+    op: &'static str,
+    mode: &Mode,
+    detail: String,
+) -> Result<()> {
+    if t.busy.swap(true, Ordering::Acquire) {
+        return Err(Error::Usage { op, detail });
+    }
+    let _busy = Busy(&t.busy);
+    let e = t.epoch.load(Ordering::Relaxed) + 1;
+    t.epoch.store(e, Ordering::Relaxed);
+    let w = Waiter { sh, op, e };
+    let (me, np) = (t.me, t.n());
+    // The header line's reuse only: no wait for the others' entry.
+    let entry = Mode {
+        input: InSync::My,
+        ..*mode
+    };
+    let r = super::enter(t, &w, false, &entry, None);
+    t.area(me).set_entered(e);
+    if np == 2 {
+        t.area(1 - me).signal_bar(e);
+    } else {
+        t.area(me).signal_bar(e);
+    }
+    if r.is_ok() {
+        // SAFETY: this rank owns its area and is its only writer now (`busy`); every member's
+        // `done` reached the header line's reuse floor (`enter`); nothing is written but the
+        // header's words.
+        unsafe {
+            t.area(me)
+                .publish(super::chan::slot(e), e, LOC_FAILED, 0, |_| {})
+        };
+    }
+    t.area(me).set_done(e);
+    r?;
+    Err(Error::Usage { op, detail })
 }
 
 /// Copy `len` bytes from `src + so` to `dst + dof`, both checked against their areas, unless
@@ -730,8 +775,9 @@ impl Join {
     }
 
     /// Local image `li` of `k` takes part with its areas `mine` in a call that `key`
-    /// describes: the last to arrive runs `run` with every image's areas in image order; every
-    /// image returns the call's outcome. The others wait, polling and advancing with the
+    /// describes: the last to arrive runs `run` with every image's areas in image order (or,
+    /// where the images disagree on the call, with what differs); every image returns the
+    /// call's outcome. The others wait, polling and advancing with the
     /// core's back-off; a wait that fails (`Error::Hang` under `AMNET_HANG_TIMEOUT` while
     /// some local image has not arrived) withdraws the image if the call has not started,
     /// else waits for the call to end, which its own waits bound.
@@ -742,13 +788,13 @@ impl Join {
         (li, k): (usize, usize),
         mine: Mine,
         key: JoinKey,
-        run: impl FnOnce(&[Mine]) -> Result<()>,
+        run: impl FnOnce(std::result::Result<&[Mine], String>) -> Result<()>,
     ) -> Result<()> {
         let gen = match self.arrive(op, (li, k), mine, key)? {
             Arrival::Run { list, gen, bad } => {
                 let r = match bad {
-                    Some(detail) => Err(Error::Usage { op, detail }),
-                    None => run(&list),
+                    Some(detail) => run(Err(detail)),
+                    None => run(Ok(&list)),
                 };
                 self.finish(gen, r.clone());
                 return r;

@@ -993,7 +993,17 @@ impl Reader<'_> {
             },
             || format!("team rank {q}'s contribution{}", self.after),
         )?;
-        got.ok_or_else(|| internal(self.op, "published header vanished"))
+        let p = got.ok_or_else(|| internal(self.op, "published header vanished"))?;
+        if p.loc == chan::LOC_FAILED {
+            return Err(Error::Usage {
+                op: self.op,
+                detail: format!(
+                    "team rank {q}'s image threads disagree on this call (see its error); the \
+                     call failed there"
+                ),
+            });
+        }
+        Ok(p)
     }
 
     /// Copy `len` bytes at `off` of member `q`'s contribution to `to` in this process: this
