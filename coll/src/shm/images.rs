@@ -29,7 +29,7 @@ use amnet_core::{Error, Result};
 use amnet_sync_modes::{InSync, Mode, OutSync};
 
 use super::chan::{INLINE, LOC_FAILED, LOC_INLINE, LOC_SLOT, SLOT_BYTES};
-use super::{internal, run, Busy, Fold, Mine, Reader, ShmTeam, Waiter};
+use super::{internal, run, Fold, Mine, Reader, ShmTeam, Waiter};
 use crate::engine::{Area as Mem, Shared};
 use crate::plan::{Kind, Spec};
 
@@ -107,15 +107,7 @@ pub(crate) fn run_images(
         let mine = imgs.mine[0];
         return run(sh, t, op, spec, mode, mine);
     }
-    if t.busy.swap(true, Ordering::Acquire) {
-        return Err(Error::Usage {
-            op,
-            detail: "another thread of this rank is in a collective on this team; calls on one \
-                     team are serialized"
-                .into(),
-        });
-    }
-    let _busy = Busy(&t.busy);
+    let _busy = t.serialize(op)?;
     let e = t.epoch.load(Ordering::Relaxed) + 1;
     t.epoch.store(e, Ordering::Relaxed);
     let w = Waiter { sh, op, e };
@@ -142,10 +134,9 @@ pub(crate) fn fail_images(
     mode: &Mode,
     detail: String,
 ) -> Result<()> {
-    if t.busy.swap(true, Ordering::Acquire) {
+    let Ok(_busy) = t.serialize(op) else {
         return Err(Error::Usage { op, detail });
-    }
-    let _busy = Busy(&t.busy);
+    };
     let e = t.epoch.load(Ordering::Relaxed) + 1;
     t.epoch.store(e, Ordering::Relaxed);
     let w = Waiter { sh, op, e };
@@ -413,13 +404,7 @@ fn epoch_reduce(
     }
     t.area(me).set_done(e);
     if mode.output == OutSync::All {
-        w.wait(
-            || (0..np).all(|i| t.area(i).done() >= e),
-            || {
-                let late: Vec<usize> = (0..np).filter(|&i| t.area(i).done() < e).collect();
-                format!("team ranks {late:?} to finish (OUT_ALLSYNC)")
-            },
-        )?;
+        super::all_done(t, w, None)?;
     }
     Ok(())
 }
@@ -610,15 +595,7 @@ fn epoch_images(
         t.area(me).set_done(e);
     }
     if mode.output == OutSync::All {
-        w.wait(
-            || (0..np).all(|i| (root_early && i == root) || t.area(i).done() >= e),
-            || {
-                let late: Vec<usize> = (0..np)
-                    .filter(|&i| !(root_early && i == root) && t.area(i).done() < e)
-                    .collect();
-                format!("team ranks {late:?} to finish (OUT_ALLSYNC)")
-            },
-        )?;
+        super::all_done(t, w, root_early.then_some(root))?;
     }
     Ok(())
 }

@@ -201,6 +201,21 @@ impl ShmTeam {
             .max(self.epoch.load(Ordering::Relaxed))
     }
 
+    /// This thread's call on the team, until the guard is dropped: `Usage` where another
+    /// thread of the rank is in one (the client serializes calls on a team; this turns a
+    /// violation into an error instead of two writers of one slot).
+    fn serialize(&self, op: &'static str) -> Result<Busy<'_>> {
+        if self.busy.swap(true, Ordering::Acquire) {
+            return Err(Error::Usage {
+                op,
+                detail: "another thread of this rank is in a collective on this team; calls on \
+                         one team are serialized"
+                    .into(),
+            });
+        }
+        Ok(Busy(&self.busy))
+    }
+
     /// Member `i`'s area.
     fn area(&self, i: usize) -> &Area {
         // SAFETY: see `new`: each pointer is an `Area` in memory mapped while `self` lives.
@@ -404,15 +419,7 @@ pub(crate) fn run(
     mode: &Mode,
     mine: Mine,
 ) -> Result<()> {
-    if t.busy.swap(true, Ordering::Acquire) {
-        return Err(Error::Usage {
-            op,
-            detail: "another thread of this rank is in a collective on this team; calls on one \
-                     team are serialized"
-                .into(),
-        });
-    }
-    let _busy = Busy(&t.busy);
+    let _busy = t.serialize(op)?;
     // A vector reduction larger than a slot runs as one epoch per slot-sized chunk (every
     // member cuts it alike).
     let per = vector_chunk(spec);
@@ -818,15 +825,7 @@ fn epoch_call(
     }
     let in_place_read = loc & LOC_SEG != 0;
     match mode.output {
-        OutSync::All => w.wait(
-            || (0..np).all(|i| (root_early && i == root) || t.area(i).done() >= e),
-            || {
-                let late: Vec<usize> = (0..np)
-                    .filter(|&i| !(root_early && i == root) && t.area(i).done() < e)
-                    .collect();
-                format!("team ranks {late:?} to finish (OUT_ALLSYNC)")
-            },
-        )?,
+        OutSync::All => all_done(t, w, root_early.then_some(root))?,
         OutSync::My if in_place_read => {
             // The source stays in use until its readers finished: a gather's or
             // reduce_elems' root, or every member.
@@ -893,6 +892,22 @@ fn enter(
         }
         None => all_entered(t, w, e, "the entry signal (IN_ALLSYNC)"),
     }
+}
+
+/// `OUT_ALLSYNC`: wait until every member's `done` holds epoch `w.e`, but member `early`'s
+/// (a root that marked itself done before it published, whose readers need not wait for it).
+fn all_done(t: &ShmTeam, w: &Waiter<'_>, early: Option<usize>) -> Result<()> {
+    let (e, np) = (w.e, t.n());
+    let waits = |i: usize| early != Some(i);
+    w.wait(
+        || (0..np).all(|i| !waits(i) || t.area(i).done() >= e),
+        || {
+            let late: Vec<usize> = (0..np)
+                .filter(|&i| waits(i) && t.area(i).done() < e)
+                .collect();
+            format!("team ranks {late:?} to finish (OUT_ALLSYNC)")
+        },
+    )
 }
 
 /// The barrier of epoch `e` ([`all_entered`]); afterwards the collectives of this rank that were
