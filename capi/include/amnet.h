@@ -845,7 +845,7 @@ int amnet_get_nbi(void *dst, uint32_t rank, uint64_t src_offset, size_t nbytes);
 // Wait until the operation of `*handle` completes; `*handle` becomes 0. A 0 handle returns
 // at once. When the operation completed with a failure, the error is returned and the handle
 // is spent all the same; when the wait itself fails before the operation completed
-// (`AMNET_ERR_HANG`, a peer's failure, a wait refused), `*handle` stays outstanding: the
+// (a hang, a peer's failure, a wait refused), `*handle` stays outstanding: the
 // operation may still write its destination, and a later sync waits for it.
 //
 // # Safety
