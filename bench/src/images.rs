@@ -1,11 +1,12 @@
 //! The `images` suite: the data movement collectives (broadcast, scatter, gather, gather_all,
-//! exchange) with image participants, every rank hosting `--images K` image threads (default
-//! 2): every image thread calling with its own source and destination (`ALL_THREADS | LOCAL`,
-//! segment addresses), and one thread per rank calling the `m` form with lists of its images'
-//! areas (`LOCAL`), each under `IN_MYSYNC|OUT_MYSYNC` and `IN_ALLSYNC|OUT_ALLSYNC`. Each point runs
-//! twice: with the algorithm the selector picks (`shm` where the ranks share a host), then
-//! with `flat` forced through `Coll::tune` (the engine's messages), so the two are compared in
-//! one job.
+//! exchange) and the vector reduction to all (`reduce_elems_to_all`, u64 sums of `bytes / 8`
+//! elements; it has no `m` form) with image participants, every rank hosting `--images K`
+//! image threads (default 2): every image thread calling with its own source and destination
+//! (`ALL_THREADS | LOCAL`, segment addresses), and one thread per rank calling the `m` form with
+//! lists of its images' areas (`LOCAL`), each under `IN_MYSYNC|OUT_MYSYNC` and
+//! `IN_ALLSYNC|OUT_ALLSYNC`. Each point runs twice: with the algorithm the selector picks
+//! (`shm` where the ranks share a host), then with `flat` forced through `Coll::tune` (the
+//! engine's messages), so the two are compared in one job.
 //!
 //! Method: before each call every image thread meets the others in `barrier_images` (the `m`
 //! form's callers in `Coll::barrier`), outside the timed region, and times its own call from
@@ -16,8 +17,9 @@
 use std::sync::Barrier;
 use std::time::Instant;
 
+use amnet::coll::builtin::builtin_index;
 use amnet::coll::raw::Collectives;
-use amnet::coll::{flags, Addr, Coll};
+use amnet::coll::{flags, Addr, Coll, ElemType, RedOp};
 use amnet::Endpoint;
 
 use crate::measure::Samples;
@@ -25,7 +27,14 @@ use crate::report::Row;
 use crate::{BenchError, Plan};
 
 /// The operations measured.
-const OPS: [&str; 5] = ["broadcast", "scatter", "gather", "gather_all", "exchange"];
+const OPS: [&str; 6] = [
+    "broadcast",
+    "scatter",
+    "gather",
+    "gather_all",
+    "exchange",
+    "reduce_elems_to_all",
+];
 
 /// The sizes (bytes per block), capped by `--max-bytes`.
 const SIZES: [usize; 4] = [8, 512, 4 << 10, 32 << 10];
@@ -136,6 +145,7 @@ fn image(
         .collect();
     ep.write_local(src, &fill)?;
     let root = 0u32;
+    let sum = builtin_index(RedOp::Sum, ElemType::U64).unwrap_or(0);
     let mut out = Vec::new();
     for (alg, forced) in ALGS {
         if li == 0 {
@@ -159,6 +169,10 @@ fn image(
                 }
                 for (fl, label) in MODES {
                     let all = fl & flags::ALL_THREADS != 0;
+                    // The vector reductions have no m form.
+                    if !all && op == "reduce_elems_to_all" {
+                        continue;
+                    }
                     let fl = fl | flags::LOCAL;
                     // The m form's lists: this rank's images' areas.
                     let at = |l: usize, d: bool| {
@@ -196,7 +210,8 @@ fn image(
                                 ("scatter", true) => co.scatter(w, d, root, s, n, fl),
                                 ("gather", true) => co.gather(w, root, d, s, n, fl),
                                 ("gather_all", true) => co.gather_all(w, d, s, n, fl),
-                                (_, true) => co.exchange(w, d, s, n, fl),
+                                ("exchange", true) => co.exchange(w, d, s, n, fl),
+                                (_, true) => co.reduce_elems_to_all(w, d, s, 8, n / 8, sum, 0, fl),
                                 ("broadcast", false) => co.broadcastm(w, &dsts, root, s, n, fl),
                                 ("scatter", false) => co.scatterm(w, &dsts, root, s, n, fl),
                                 ("gather", false) => co.gatherm(w, root, d, &srcs, n, fl),

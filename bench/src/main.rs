@@ -59,8 +59,8 @@ with the cache-line floor and, with the mpi feature, MPI_Barrier), coll (broadca
 scatter, gather, gather_all, exchange, reduce_to_all, prefix_reduce, reduce_elems_to_all,
 scan_elems and reduce_elems in the nine IN/OUT sync modes, 8 B to 1 MiB, the MYSYNC
 broadcast alternating with a local memcpy of its bytes), images (broadcast, scatter,
-gather, gather_all and exchange with --images K image threads per rank, under ALL_THREADS
-and in the m form, MYSYNC and ALLSYNC, 8 B to 32 KiB, with the selected algorithm and
+gather, gather_all, exchange and reduce_elems_to_all with --images K image threads per
+rank, under ALL_THREADS and (but the last) in the m form, MYSYNC and ALLSYNC, 8 B to 32 KiB, with the selected algorithm and
 with flat forced), or all (every suite but coll and images). Every run but coll also measures the floors between ranks 0
 and 1 and local memcpy bandwidth. On smp the floor is a shared-memory cache-line round
 trip; on udp it is a raw UDP ping-pong of 8-byte datagrams between the two processes
