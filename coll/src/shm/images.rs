@@ -179,20 +179,6 @@ fn copy_in(op: &'static str, src: Mem, so: usize, dst: Mem, dof: usize, len: usi
     Ok(())
 }
 
-/// `out = out ∘ x` elementwise over `count` elements (`tmp`: one element's scratch).
-fn fold_into(fold: &Fold<'_>, out: &mut [u8], x: &[u8], count: usize, tmp: &mut [u8]) {
-    if let Some(k) = fold.kernel {
-        k(out, x);
-        return;
-    }
-    let es = fold.es;
-    for i in 0..count {
-        let r = i * es..(i + 1) * es;
-        fold.combine(tmp, &out[r.clone()], &x[r.clone()]);
-        out[r].copy_from_slice(tmp);
-    }
-}
-
 /// The bytes of `a`, checked to hold `len`.
 fn bytes<'a>(op: &'static str, a: Mem, len: usize) -> Result<&'a [u8]> {
     if a.len < len {
@@ -220,21 +206,7 @@ fn epoch_reduce(
     let s = super::chan::slot(e);
     let me = t.me;
     let (fme, kme) = (imgs.first(me), imgs.count(me));
-    let entry = spec.function(&sh.fns).ok_or_else(|| Error::Usage {
-        op,
-        detail: format!("reduction function {} is not in the table", spec.func),
-    })?;
-    let fold = Fold {
-        f: &*entry.f,
-        flags: entry.flags & crate::types::fn_flags::NONCOMM,
-        es: spec.es.max(1),
-        arg: spec.arg,
-        kernel: if spec.call_fn.is_none() {
-            sh.kernels.get(spec.func).and_then(Option::as_ref)
-        } else {
-            None
-        },
-    };
+    let fold = Fold::of(sh, spec, op)?;
     let es = fold.es;
     let vector = spec.kind.is_vector();
     let count = if vector { spec.n } else { 1 };
@@ -259,7 +231,7 @@ fn epoch_reduce(
             } else {
                 let mut t2 = vec![0u8; es];
                 fold.fold(&mut t2, run);
-                fold_into(&fold, &mut partial, &t2, 1, &mut tmp);
+                fold.fold_into(&mut partial, &t2, 1, &mut tmp);
             }
         }
     }
@@ -292,7 +264,7 @@ fn epoch_reduce(
                 out.copy_from_slice(sources[0]);
                 let mut tmp = vec![0u8; es];
                 for x in &sources[1..] {
-                    fold_into(&fold, out, x, count, &mut tmp);
+                    fold.fold_into(out, x, count, &mut tmp);
                 }
             } else {
                 out.copy_from_slice(&partial);
@@ -361,7 +333,7 @@ fn epoch_reduce(
                     copy_in(op, buf_mem(&mut acc), 0, m.dst, 0, len)?;
                 }
                 if has {
-                    fold_into(&fold, &mut acc, &cur, count, &mut tmp);
+                    fold.fold_into(&mut acc, &cur, count, &mut tmp);
                 } else {
                     acc.copy_from_slice(&cur);
                     has = true;
@@ -393,7 +365,7 @@ fn epoch_reduce(
                     r.len,
                 )?;
                 if has {
-                    fold_into(&fold, &mut carry, &total, 1, &mut tmp);
+                    fold.fold_into(&mut carry, &total, 1, &mut tmp);
                 } else {
                     carry.copy_from_slice(&total);
                     has = true;

@@ -24,7 +24,6 @@ use amnet_sync_modes::{InSync, Mode, OutSync};
 
 use crate::engine::{Area as Mem, Shared};
 use crate::plan::{runs_iter, Kind, Spec};
-use crate::types::FnEntry;
 use chan::{Area, Published, INLINE, LOC_INLINE, LOC_SEG, LOC_SLOT, SLOT_BYTES};
 
 /// Checks of a flag before a wait starts polling the endpoint, each after a spin-loop hint
@@ -345,7 +344,40 @@ struct Fold<'a> {
     kernel: Option<&'a crate::builtin::Kernel>,
 }
 
-impl Fold<'_> {
+impl<'a> Fold<'a> {
+    /// The function of the reduction `spec` (its built-in's kernel where it has one).
+    fn of(sh: &'a Shared, spec: &'a Spec, op: &'static str) -> Result<Fold<'a>> {
+        let e = spec.function(&sh.fns).ok_or_else(|| Error::Usage {
+            op,
+            detail: format!("reduction function {} is not in the table", spec.func),
+        })?;
+        Ok(Fold {
+            f: &*e.f,
+            flags: e.flags & crate::types::fn_flags::NONCOMM,
+            es: spec.es.max(1),
+            arg: spec.arg,
+            kernel: if spec.call_fn.is_none() {
+                sh.kernels.get(spec.func).and_then(Option::as_ref)
+            } else {
+                None
+            },
+        })
+    }
+
+    /// `out = out ∘ x` elementwise over `count` elements (`tmp`: one element's scratch).
+    fn fold_into(&self, out: &mut [u8], x: &[u8], count: usize, tmp: &mut [u8]) {
+        if let Some(k) = self.kernel {
+            k(out, x);
+            return;
+        }
+        let es = self.es;
+        for i in 0..count {
+            let r = i * es..(i + 1) * es;
+            self.combine(tmp, &out[r.clone()], &x[r.clone()]);
+            out[r].copy_from_slice(tmp);
+        }
+    }
+
     /// `out = left ∘ right` (one element each).
     fn combine(&self, out: &mut [u8], left: &[u8], right: &[u8]) {
         (self.f)(out, 1, left, 1, right, self.es, self.flags, self.arg);
@@ -544,27 +576,11 @@ fn epoch_call(
     let one_root = matches!(spec.kind, Kind::Broadcast | Kind::Scatter).then_some(me == spec.root);
     enter(t, w, data, mode, one_root)?;
     // Publish this rank's contribution (or only its entry).
-    let f = match spec.kind {
-        k if k.is_reduction() => {
-            let entry = spec.function(&sh.fns).ok_or_else(|| Error::Usage {
-                op,
-                detail: format!("reduction function {} is not in the table", spec.func),
-            })?;
-            Some(entry)
-        }
-        _ => None,
+    let fold = if spec.kind.is_reduction() {
+        Some(Fold::of(sh, spec, op)?)
+    } else {
+        None
     };
-    let fold = f.map(|e: &FnEntry| Fold {
-        f: &*e.f,
-        flags: e.flags & crate::types::fn_flags::NONCOMM,
-        es: spec.es.max(1),
-        arg: spec.arg,
-        kernel: if spec.call_fn.is_none() {
-            sh.kernels.get(spec.func).and_then(Option::as_ref)
-        } else {
-            None
-        },
-    });
     let mut partial = [0u8; INLINE];
     // This rank's first run of an array reduction's or scan's elements (the layout's
     // divisions done once per call).
@@ -1118,14 +1134,8 @@ impl Reader<'_> {
             }
             self.check_len(q, p, len)?;
             let mut take = |x: &[u8]| {
-                if let (true, Some(k)) = (have, fold.kernel) {
-                    k(out, x);
-                } else if have {
-                    for i in 0..count {
-                        let r = i * es..(i + 1) * es;
-                        fold.combine(tmp, &out[r.clone()], &x[r.clone()]);
-                        out[r].copy_from_slice(tmp);
-                    }
+                if have {
+                    fold.fold_into(out, x, count, tmp);
                 } else {
                     // SAFETY: `x` and `out` are `len` bytes each (above), and distinct: an
                     // in-place destination is staged, and read from the slot.
