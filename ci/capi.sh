@@ -82,9 +82,10 @@ for conduit in $conduits; do
     for n in 2 4; do
         [ "$conduit" != smp ] && [ "$n" = 4 ] && continue
         at="--conduit $conduit -n $n"
-        for t in am_pingpong putget barrier errors threads atomics vis progress npam gasnet_client; do
+        for t in am_pingpong putget barrier errors threads atomics vis progress npam coll gasnet_client; do
             run "$t $at" 0 $at "$prefix/$t"
         done
+        run "coll images $at" 0 $at "$prefix/coll" images
         run "exit_code main $at" 42 $at "$prefix/exit_code" main
         run "exit_code handler $at" 43 $at "$prefix/exit_code" handler
         run "exit_code return $at" 7 $at "$prefix/exit_code" return

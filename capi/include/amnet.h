@@ -13,6 +13,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+/* The source address of the in-place forms of the collectives: the participant's own
+ * destination is its source. */
+#define AMNET_COLL_IN_PLACE ((void *)1)
 
 // The most arguments an active message carries.
 #define AMNET_MAX_ARGS 16
@@ -118,6 +121,83 @@
 
 // Barrier flag: force a mismatch on every rank (this rank found an inconsistency).
 #define AMNET_BARRIER_MISMATCH 2
+
+// The color of a rank that joins no team in `amnet_team_split`.
+#define AMNET_TEAM_NO_COLOR UINT32_MAX
+
+// Sync flag: data movement may start before other participants enter.
+#define AMNET_COLL_IN_NOSYNC (1 << 0)
+
+// Sync flag: data moves in or out of a participant's memory once it entered.
+#define AMNET_COLL_IN_MYSYNC (1 << 1)
+
+// Sync flag: data moves once every participant entered.
+#define AMNET_COLL_IN_ALLSYNC (1 << 2)
+
+// Sync flag: a sync may succeed before the data is in place anywhere.
+#define AMNET_COLL_OUT_NOSYNC (1 << 3)
+
+// Sync flag: a sync succeeds once this participant's part is done.
+#define AMNET_COLL_OUT_MYSYNC (1 << 4)
+
+// Sync flag: a sync succeeds once every participant's part is done.
+#define AMNET_COLL_OUT_ALLSYNC (1 << 5)
+
+// Addressing: the same arguments on every participant (UPC single-valued).
+#define AMNET_COLL_SINGLE (1 << 6)
+
+// Addressing: each participant passes its own addresses.
+#define AMNET_COLL_LOCAL (1 << 7)
+
+// Aggregate with the following collective on the team (non-blocking calls only).
+#define AMNET_COLL_AGGREGATE (1 << 8)
+
+// Every image thread calls (images in the participant space).
+#define AMNET_COLL_ALL_THREADS (1 << 9)
+
+// Asserts that every source lies in the segment.
+#define AMNET_COLL_SRC_IN_SEGMENT (1 << 10)
+
+// Asserts that every destination lies in the segment.
+#define AMNET_COLL_DST_IN_SEGMENT (1 << 11)
+
+// Function-table flag: the function may run from any amnet call that polls.
+#define AMNET_COLL_AMSAFE 1
+
+// Function-table flag: the function is not commutative (operands combine in order).
+#define AMNET_COLL_NONCOMM 2
+
+// The number of built-in reduction functions, which come first in every function table:
+// entry `i` of the table given to `amnet_coll_init` has index `AMNET_COLL_N_BUILTIN + i`.
+#define AMNET_COLL_N_BUILTIN 48
+
+// Built-in operator: sum (wrapping for integers).
+#define AMNET_RED_SUM 0
+
+// Built-in operator: product (wrapping for integers).
+#define AMNET_RED_PROD 1
+
+// Built-in operator: minimum.
+#define AMNET_RED_MIN 2
+
+// Built-in operator: maximum.
+#define AMNET_RED_MAX 3
+
+// Built-in operator: bitwise and (integers).
+#define AMNET_RED_AND 4
+
+// Built-in operator: bitwise or (integers).
+#define AMNET_RED_OR 5
+
+// Built-in operator: bitwise exclusive or (integers).
+#define AMNET_RED_XOR 6
+
+// Built-in operator: minimum of (value, location) pairs, 16 bytes each (value at byte 0,
+// a `uint64_t` location at byte 8); the smaller location wins between equal values.
+#define AMNET_RED_MINLOC 7
+
+// Built-in operator: maximum of (value, location) pairs, laid out as for `RED_MINLOC`.
+#define AMNET_RED_MAXLOC 8
 
 // Success.
 #define AMNET_OK 0
@@ -320,6 +400,35 @@ typedef union {
 // wait for.
 typedef uint64_t amnet_handle_t;
 
+// A reduction function, with the arguments of the GASNet collectives: write `result_count`
+// results of `elem_size` bytes at `results`, result `i` being the combination, in order, of
+// the `left_count` operands at `left_operands` and of right operands `0..=i` at
+// `right_operands`. `flags` holds `AMNET_COLL_NONCOMM` when the entry was registered with
+// it; `arg` is the call's function argument. It must not call amnet or unwind.
+typedef void (*amnet_coll_fn)(void *results,
+                              size_t result_count,
+                              const void *left_operands,
+                              size_t left_count,
+                              const void *right_operands,
+                              size_t elem_size,
+                              int flags,
+                              int arg);
+
+// One entry of the function table given to `amnet_coll_init`.
+typedef struct {
+  // The function; not null.
+  amnet_coll_fn fnptr;
+  // `AMNET_COLL_AMSAFE` and `AMNET_COLL_NONCOMM` bits.
+  uint32_t flags;
+} amnet_coll_fn_entry_t;
+
+// A team: an id valid in this process (every rank numbers its teams itself).
+typedef uint32_t amnet_team_t;
+
+// The handle of a non-blocking collective: 0 (the invalid handle) when the call completed
+// before returning. It belongs to the thread that started the collective.
+typedef uint64_t amnet_coll_handle_t;
+
 // A range of a segment: `len` bytes at `offset`.
 typedef struct {
   // Where the range starts in the segment.
@@ -343,6 +452,15 @@ typedef struct {
   // Its length in bytes.
   size_t len;
 } amnet_buf_t;
+
+// The collective handle that names no operation: complete from the start.
+#define AMNET_COLL_HANDLE_INVALID 0
+
+// No team (what a creation call returns to a rank that is not in the new team).
+#define AMNET_TEAM_NULL 0
+
+// The team of every rank of the job.
+#define AMNET_TEAM_WORLD 1
 
 // The handle that names no operation: complete from the start.
 #define AMNET_HANDLE_INVALID 0
@@ -729,6 +847,690 @@ int amnet_barrier_wait(uint32_t id, uint32_t flags);
 // The non-blocking form of `amnet_barrier_wait`: NOT_READY while some rank has not
 // notified (polls once), otherwise what `amnet_barrier_wait` returns.
 int amnet_barrier_try(uint32_t id, uint32_t flags);
+
+// Initialize the collectives: collective over the job, once per process (`images` null),
+// or once on every image thread (`images` given), after `amnet_attach`.
+//
+// `images`: null for one image per rank, or `nranks` (the job's size) counts of images per
+// rank, none zero, the same on every rank; the calling thread is then image `my_image`
+// (images are numbered rank by rank) and only it may use this context. `fns`: the client's
+// `nfns` reduction functions, registered after the built-ins (entry `i` has function index
+// `AMNET_COLL_N_BUILTIN + i`); the table's size and flags must agree on every rank (the
+// functions themselves may differ). A second call on the same thread (or in the process,
+// without images) fails with the state code.
+//
+// # Safety
+// - `images` is null or valid for reads of `nranks` `uint32_t`s; `fns` is null with `nfns`
+//   0 or valid for reads of `nfns` entries, whose functions stay callable for the process's
+//   life.
+int amnet_coll_init(const uint32_t *images,
+                    size_t nranks,
+                    uint32_t my_image,
+                    const amnet_coll_fn_entry_t *fns,
+                    size_t nfns);
+
+// The calling thread's image in `*my_image`, the job's images in `*total` and this rank's
+// in `*local` (each may be null).
+//
+// # Safety
+// - Each pointer is null or valid for a write of a `uint32_t`.
+int amnet_coll_images(uint32_t *my_image, uint32_t *total, uint32_t *local);
+
+// The function index of the built-in `op` (`AMNET_RED_*`) on elements of `type`
+// (`AMNET_TYPE_*`), in `*index`. The bitwise operators have no float forms.
+//
+// # Safety
+// - `index` is valid for a write of a `uint32_t`.
+int amnet_coll_builtin(int op, int elem_type, uint32_t *index);
+
+// Run handlers and move this thread's collectives in flight along.
+int amnet_coll_poll(void);
+
+// Split `parent` MPI-style: the ranks passing the same `color` form a team, numbered by
+// `key` (ties by parent rank); `*out` gets the new team, or `AMNET_TEAM_NULL` for a rank
+// that passed `AMNET_TEAM_NO_COLOR`. Collective over `parent` (one thread per rank).
+//
+// # Safety
+// - `out` is valid for a write of an `amnet_team_t`.
+int amnet_team_split(amnet_team_t parent, uint32_t color, int32_t key, amnet_team_t *out);
+
+// The team of `parent`'s ranks `start + stride * i` for `i` in `0..size` (OpenSHMEM's
+// strided split); `*out` gets `AMNET_TEAM_NULL` on ranks outside it. Collective over
+// `parent`.
+//
+// # Safety
+// - `out` is valid for a write of an `amnet_team_t`.
+int amnet_team_split_strided(amnet_team_t parent,
+                             int64_t start,
+                             int64_t stride,
+                             int64_t size,
+                             amnet_team_t *out);
+
+// Split `parent` into the rows (`*row`) and columns (`*col`) of a grid `xrange` wide.
+// Collective over `parent`.
+//
+// # Safety
+// - `row` and `col` are valid for writes of an `amnet_team_t`.
+int amnet_team_split_2d(amnet_team_t parent, uint32_t xrange, amnet_team_t *row, amnet_team_t *col);
+
+// The team of the `n` parent ranks at `members`, in that order (the same list on every rank
+// of `parent`); `*out` gets `AMNET_TEAM_NULL` on ranks not listed. Collective over `parent`.
+//
+// # Safety
+// - `members` is valid for reads of `n` `uint32_t`s; `out` for a write of an `amnet_team_t`.
+int amnet_team_create(amnet_team_t parent, const uint32_t *members, size_t n, amnet_team_t *out);
+
+// Destroy `team` (a barrier over it); its id names no team afterwards. Every collective
+// started on it must be synced first. The world cannot be destroyed.
+int amnet_team_destroy(amnet_team_t team_id);
+
+// This rank's number in `team` (`*rank`), the team's ranks (`*size`) and its images
+// (`*images`); each pointer may be null.
+//
+// # Safety
+// - Each pointer is null or valid for a write of a `uint32_t`.
+int amnet_team_info(amnet_team_t team_id, uint32_t *rank, uint32_t *size, uint32_t *images);
+
+// The job rank of `team`'s rank `rank`, in `*out`.
+//
+// # Safety
+// - `out` is valid for a write of a `uint32_t`.
+int amnet_team_world_rank(amnet_team_t team_id, uint32_t rank, uint32_t *out);
+
+// Wait until every rank of `team` called it: a collective of the team (one thread per rank),
+// ordered with its other collectives.
+int amnet_coll_barrier(amnet_team_t team_id);
+
+// Wait until every image thread of every rank of `team` called it (UPC's barrier with
+// images); with one image per rank the same as `amnet_coll_barrier`.
+int amnet_coll_barrier_images(amnet_team_t team_id);
+
+// Set this rank's forced algorithm choices, in the grammar of the tuning variable (an
+// empty string clears them). Every rank makes the same call at the same point of its
+// sequence of collectives.
+//
+// # Safety
+// - `text` is a valid NUL-terminated string.
+int amnet_coll_tune(const char *text);
+
+// Wait until the collective of `*handle` completed as its OUT mode promises; `*handle`
+// becomes `AMNET_COLL_HANDLE_INVALID`. On an error the handle keeps its value (the
+// collective may still be in flight: its memory stays in use; a later sync completes it or
+// reports the bad-handle code once the error ended it).
+//
+// # Safety
+// - `handle` is valid for reads and writes of an `amnet_coll_handle_t`.
+int amnet_coll_wait_sync(amnet_coll_handle_t *handle);
+
+// `AMNET_OK` (and `*handle` invalid) when the collective of `*handle` completed as its OUT
+// mode promises, `AMNET_NOT_READY` when not yet; never blocks.
+//
+// # Safety
+// - `handle` is valid for reads and writes of an `amnet_coll_handle_t`.
+int amnet_coll_try_sync(amnet_coll_handle_t *handle);
+
+// Wait until every collective of the `n` handles completed; each becomes invalid.
+//
+// # Safety
+// - `handles` is null with `n` 0, or valid for reads and writes of `n` handles.
+int amnet_coll_wait_sync_all(amnet_coll_handle_t *handles, size_t n);
+
+// `AMNET_OK` when every collective of the `n` handles completed, `AMNET_NOT_READY` when not
+// yet; the completed ones become invalid either way. Never blocks.
+//
+// # Safety
+// - `handles` is null with `n` 0, or valid for reads and writes of `n` handles.
+int amnet_coll_try_sync_all(amnet_coll_handle_t *handles, size_t n);
+
+// Wait until at least one collective of the `n` handles completed (at once when none is
+// live); the completed ones become invalid.
+//
+// # Safety
+// - `handles` is null with `n` 0, or valid for reads and writes of `n` handles.
+int amnet_coll_wait_sync_some(amnet_coll_handle_t *handles, size_t n);
+
+// `AMNET_OK` when at least one collective of the `n` handles completed (or none is live),
+// `AMNET_NOT_READY` otherwise; the completed ones become invalid. Never blocks.
+//
+// # Safety
+// - `handles` is null with `n` 0, or valid for reads and writes of `n` handles.
+int amnet_coll_try_sync_some(amnet_coll_handle_t *handles, size_t n);
+
+// Broadcast `nbytes` from the root image's `src` to every participant's `dst`.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_broadcast(amnet_team_t team,
+                         void *dst,
+                         uint32_t root,
+                         const void *src,
+                         size_t nbytes,
+                         uint32_t flags,
+                         amnet_coll_handle_t *handle);
+
+// Broadcast to a list of `ndst` destinations (one per image: every image of the team under
+// `AMNET_COLL_SINGLE`, this rank's under `AMNET_COLL_LOCAL`).
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_broadcastm(amnet_team_t team,
+                          void *const *dstlist,
+                          size_t ndst,
+                          uint32_t root,
+                          const void *src,
+                          size_t nbytes,
+                          uint32_t flags,
+                          amnet_coll_handle_t *handle);
+
+// Scatter: block `i` (of `nbytes`) of the root image's `src` to participant `i`'s `dst`.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_scatter(amnet_team_t team,
+                       void *dst,
+                       uint32_t root,
+                       const void *src,
+                       size_t nbytes,
+                       uint32_t flags,
+                       amnet_coll_handle_t *handle);
+
+// Scatter to a list of `ndst` destinations.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_scatterm(amnet_team_t team,
+                        void *const *dstlist,
+                        size_t ndst,
+                        uint32_t root,
+                        const void *src,
+                        size_t nbytes,
+                        uint32_t flags,
+                        amnet_coll_handle_t *handle);
+
+// Gather: participant `i`'s `nbytes` at `src` to block `i` of the root image's `dst`.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_gather(amnet_team_t team,
+                      uint32_t root,
+                      void *dst,
+                      const void *src,
+                      size_t nbytes,
+                      uint32_t flags,
+                      amnet_coll_handle_t *handle);
+
+// Gather from a list of `nsrc` sources.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_gatherm(amnet_team_t team,
+                       uint32_t root,
+                       void *dst,
+                       void *const *srclist,
+                       size_t nsrc,
+                       size_t nbytes,
+                       uint32_t flags,
+                       amnet_coll_handle_t *handle);
+
+// Gather to every participant: participant `i`'s `nbytes` to block `i` of every `dst`.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_gather_all(amnet_team_t team,
+                          void *dst,
+                          const void *src,
+                          size_t nbytes,
+                          uint32_t flags,
+                          amnet_coll_handle_t *handle);
+
+// gather_all with lists of `ndst` destinations and `nsrc` sources.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_gather_allm(amnet_team_t team,
+                           void *const *dstlist,
+                           size_t ndst,
+                           void *const *srclist,
+                           size_t nsrc,
+                           size_t nbytes,
+                           uint32_t flags,
+                           amnet_coll_handle_t *handle);
+
+// All-to-all: block `j` of participant `i`'s `src` to block `i` of participant `j`'s `dst`.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_exchange(amnet_team_t team,
+                        void *dst,
+                        const void *src,
+                        size_t nbytes,
+                        uint32_t flags,
+                        amnet_coll_handle_t *handle);
+
+// exchange with lists of `ndst` destinations and `nsrc` sources.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_exchangem(amnet_team_t team,
+                         void *const *dstlist,
+                         size_t ndst,
+                         void *const *srclist,
+                         size_t nsrc,
+                         size_t nbytes,
+                         uint32_t flags,
+                         amnet_coll_handle_t *handle);
+
+// Scatter with `counts[i]` bytes for participant `i` (`ncounts` entries, one per participant;
+// blocks packed in order in `src`).
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_scatter_v(amnet_team_t team,
+                         void *dst,
+                         uint32_t root,
+                         const void *src,
+                         const size_t *counts,
+                         size_t ncounts,
+                         uint32_t flags,
+                         amnet_coll_handle_t *handle);
+
+// scatter_v with a list of `ndst` destinations.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_scatter_vm(amnet_team_t team,
+                          void *const *dstlist,
+                          size_t ndst,
+                          uint32_t root,
+                          const void *src,
+                          const size_t *counts,
+                          size_t ncounts,
+                          uint32_t flags,
+                          amnet_coll_handle_t *handle);
+
+// Gather `counts[i]` bytes from participant `i` (packed in order in the root image's `dst`).
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_gather_v(amnet_team_t team,
+                        uint32_t root,
+                        void *dst,
+                        const void *src,
+                        const size_t *counts,
+                        size_t ncounts,
+                        uint32_t flags,
+                        amnet_coll_handle_t *handle);
+
+// gather_v with a list of `nsrc` sources.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_gather_vm(amnet_team_t team,
+                         uint32_t root,
+                         void *dst,
+                         void *const *srclist,
+                         size_t nsrc,
+                         const size_t *counts,
+                         size_t ncounts,
+                         uint32_t flags,
+                         amnet_coll_handle_t *handle);
+
+// gather_all with `counts[i]` bytes from participant `i`.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_gather_all_v(amnet_team_t team,
+                            void *dst,
+                            const void *src,
+                            const size_t *counts,
+                            size_t ncounts,
+                            uint32_t flags,
+                            amnet_coll_handle_t *handle);
+
+// gather_all_v with lists of `ndst` destinations and `nsrc` sources.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_gather_all_vm(amnet_team_t team,
+                             void *const *dstlist,
+                             size_t ndst,
+                             void *const *srclist,
+                             size_t nsrc,
+                             const size_t *counts,
+                             size_t ncounts,
+                             uint32_t flags,
+                             amnet_coll_handle_t *handle);
+
+// All-to-all with `counts[i * P + j]` bytes from participant `i` to `j` (`ncounts` = P x P;
+// each source packs its blocks in destination order, each destination in source order).
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_exchange_v(amnet_team_t team,
+                          void *dst,
+                          const void *src,
+                          const size_t *counts,
+                          size_t ncounts,
+                          uint32_t flags,
+                          amnet_coll_handle_t *handle);
+
+// exchange_v with lists of `ndst` destinations and `nsrc` sources.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_exchange_vm(amnet_team_t team,
+                           void *const *dstlist,
+                           size_t ndst,
+                           void *const *srclist,
+                           size_t nsrc,
+                           const size_t *counts,
+                           size_t ncounts,
+                           uint32_t flags,
+                           amnet_coll_handle_t *handle);
+
+// Reduce the `elem_count` elements of `elem_size` bytes of the distributed array at `src`
+// (block-cyclic: `src_blksz` elements per block, starting at element `src_offset`; `src_blksz`
+// 0: every element on participant `src_offset`) with function `func` (argument `func_arg`) to
+// one element at the root image's `dst`.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_reduce(amnet_team_t team,
+                      uint32_t root,
+                      void *dst,
+                      const void *src,
+                      size_t src_blksz,
+                      size_t src_offset,
+                      size_t elem_size,
+                      size_t elem_count,
+                      uint32_t func,
+                      int func_arg,
+                      uint32_t flags,
+                      amnet_coll_handle_t *handle);
+
+// reduce with a list of `nsrc` sources.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_reducem(amnet_team_t team,
+                       uint32_t root,
+                       void *dst,
+                       void *const *srclist,
+                       size_t nsrc,
+                       size_t src_blksz,
+                       size_t src_offset,
+                       size_t elem_size,
+                       size_t elem_count,
+                       uint32_t func,
+                       int func_arg,
+                       uint32_t flags,
+                       amnet_coll_handle_t *handle);
+
+// reduce, with the result at every participant's `dst`.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_reduce_to_all(amnet_team_t team,
+                             void *dst,
+                             const void *src,
+                             size_t src_blksz,
+                             size_t src_offset,
+                             size_t elem_size,
+                             size_t elem_count,
+                             uint32_t func,
+                             int func_arg,
+                             uint32_t flags,
+                             amnet_coll_handle_t *handle);
+
+// reduce_to_all with lists of `ndst` destinations and `nsrc` sources.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_reduce_to_allm(amnet_team_t team,
+                              void *const *dstlist,
+                              size_t ndst,
+                              void *const *srclist,
+                              size_t nsrc,
+                              size_t src_blksz,
+                              size_t src_offset,
+                              size_t elem_size,
+                              size_t elem_count,
+                              uint32_t func,
+                              int func_arg,
+                              uint32_t flags,
+                              amnet_coll_handle_t *handle);
+
+// Inclusive prefix reduction: element `k` of the distributed destination array (`dst`,
+// `dst_blksz`, `dst_offset`) gets the combination of source elements `0..=k` (`src`,
+// `src_blksz`, `src_offset`).
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_prefix_reduce(amnet_team_t team,
+                             void *dst,
+                             size_t dst_blksz,
+                             size_t dst_offset,
+                             const void *src,
+                             size_t src_blksz,
+                             size_t src_offset,
+                             size_t elem_size,
+                             size_t elem_count,
+                             uint32_t func,
+                             int func_arg,
+                             uint32_t flags,
+                             amnet_coll_handle_t *handle);
+
+// prefix_reduce with lists of `ndst` destinations and `nsrc` sources.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_prefix_reducem(amnet_team_t team,
+                              void *const *dstlist,
+                              size_t ndst,
+                              size_t dst_blksz,
+                              size_t dst_offset,
+                              void *const *srclist,
+                              size_t nsrc,
+                              size_t src_blksz,
+                              size_t src_offset,
+                              size_t elem_size,
+                              size_t elem_count,
+                              uint32_t func,
+                              int func_arg,
+                              uint32_t flags,
+                              amnet_coll_handle_t *handle);
+
+// Exclusive prefix reduction: element `k > 0` gets source elements `0..k`; element 0 is left
+// unchanged.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_exclusive_prefix_reduce(amnet_team_t team,
+                                       void *dst,
+                                       size_t dst_blksz,
+                                       size_t dst_offset,
+                                       const void *src,
+                                       size_t src_blksz,
+                                       size_t src_offset,
+                                       size_t elem_size,
+                                       size_t elem_count,
+                                       uint32_t func,
+                                       int func_arg,
+                                       uint32_t flags,
+                                       amnet_coll_handle_t *handle);
+
+// exclusive_prefix_reduce with lists of `ndst` destinations and `nsrc` sources.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_exclusive_prefix_reducem(amnet_team_t team,
+                                        void *const *dstlist,
+                                        size_t ndst,
+                                        size_t dst_blksz,
+                                        size_t dst_offset,
+                                        void *const *srclist,
+                                        size_t nsrc,
+                                        size_t src_blksz,
+                                        size_t src_offset,
+                                        size_t elem_size,
+                                        size_t elem_count,
+                                        uint32_t func,
+                                        int func_arg,
+                                        uint32_t flags,
+                                        amnet_coll_handle_t *handle);
+
+// Vector reduction (MPI's reduce): element `i` of the root image's `dst` gets `src_0[i] op
+// src_1[i] op ...` over the `count` elements of `elem_size` bytes at every participant's
+// `src`, in participant order. `AMNET_COLL_IN_PLACE` as the root's `src` takes its operands
+// from its `dst`.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_reduce_elems(amnet_team_t team,
+                            uint32_t root,
+                            void *dst,
+                            const void *src,
+                            size_t elem_size,
+                            size_t count,
+                            uint32_t func,
+                            int func_arg,
+                            uint32_t flags,
+                            amnet_coll_handle_t *handle);
+
+// Vector reduction to every participant (MPI's allreduce); `AMNET_COLL_IN_PLACE` as `src`
+// takes a participant's operands from its `dst`.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_reduce_elems_to_all(amnet_team_t team,
+                                   void *dst,
+                                   const void *src,
+                                   size_t elem_size,
+                                   size_t count,
+                                   uint32_t func,
+                                   int func_arg,
+                                   uint32_t flags,
+                                   amnet_coll_handle_t *handle);
+
+// Inclusive vector scan (MPI's scan): element `i` of participant `p`'s `dst` gets `src_0[i] op
+// ... op src_p[i]`.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_scan_elems(amnet_team_t team,
+                          void *dst,
+                          const void *src,
+                          size_t elem_size,
+                          size_t count,
+                          uint32_t func,
+                          int func_arg,
+                          uint32_t flags,
+                          amnet_coll_handle_t *handle);
+
+// Exclusive vector scan (MPI's exscan): participant `p > 0` gets `src_0[i] op ... op
+// src_{p-1}[i]`; participant 0's `dst` is left unchanged.
+//
+// # Safety
+// - Every address and list entry the call reads or writes through is valid for the bytes the
+//   operation addresses there, and not otherwise accessed, from the call until the collective
+//   is synced on this rank (for good when no sync succeeds); lists and counts are readable for
+//   their lengths during the call; `handle` is null or valid for a write.
+int amnet_coll_exclusive_scan_elems(amnet_team_t team,
+                                    void *dst,
+                                    const void *src,
+                                    size_t elem_size,
+                                    size_t count,
+                                    uint32_t func,
+                                    int func_arg,
+                                    uint32_t flags,
+                                    amnet_coll_handle_t *handle);
 
 // Prepare a Medium request to handler `handler` of `rank` with a payload of at most
 // `max_len` bytes (at most `amnet_max_medium`): `*buf` receives the buffer to build the

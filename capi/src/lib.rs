@@ -12,6 +12,7 @@
 mod am;
 mod atomic;
 mod barrier;
+mod coll;
 mod npam;
 mod rma;
 mod slots;
@@ -26,6 +27,7 @@ use amnet::Endpoint;
 pub use am::*;
 pub use atomic::*;
 pub use barrier::*;
+pub use coll::*;
 pub use npam::*;
 pub use rma::*;
 pub use status::*;

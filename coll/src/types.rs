@@ -66,6 +66,18 @@ impl CollHandle {
     pub fn is_invalid(&self) -> bool {
         self.0 == 0
     }
+
+    /// The handle as an integer, for a layer that carries it in another language (the C
+    /// ABI's `amnet_coll_handle_t`); 0 for [`CollHandle::INVALID`].
+    pub fn to_bits(self) -> u64 {
+        self.0
+    }
+
+    /// The handle whose [`CollHandle::to_bits`] is `bits`. A value that names no collective
+    /// outstanding on the calling thread is refused by the syncs (`Error::BadHandle`).
+    pub fn from_bits(bits: u64) -> CollHandle {
+        CollHandle(bits)
+    }
 }
 
 /// A block-cyclic layout of a distributed array over the participants.
