@@ -82,7 +82,7 @@ for conduit in $conduits; do
     for n in 2 4; do
         [ "$conduit" != smp ] && [ "$n" = 4 ] && continue
         at="--conduit $conduit -n $n"
-        for t in am_pingpong putget barrier errors threads atomics vis progress npam coll gasnet_client; do
+        for t in am_pingpong putget barrier errors threads atomics vis progress npam coll gasnet_client gasnet_coll; do
             run "$t $at" 0 $at "$prefix/$t"
         done
         run "coll images $at" 0 $at "$prefix/coll" images

@@ -839,6 +839,325 @@ static inline int gasnet_barrier_try(int id, int flags) {
     return amnet_gasnet_code(rc);
 }
 
+/* ---- extended API: collectives (gasnet_coll_*, the GASNet collectives design notes) ----- */
+
+typedef uint32_t gasnet_image_t;
+typedef amnet_team_t gasnet_team_handle_t;
+/* The team of every node. */
+#define GASNET_TEAM_ALL ((gasnet_team_handle_t)AMNET_TEAM_WORLD)
+typedef amnet_coll_handle_t gasnet_coll_handle_t;
+#define GASNET_COLL_INVALID_HANDLE ((gasnet_coll_handle_t)0)
+
+/* The sync, addressing and other flags of an initiation call (amnet's values). */
+#define GASNET_COLL_IN_NOSYNC AMNET_COLL_IN_NOSYNC
+#define GASNET_COLL_IN_MYSYNC AMNET_COLL_IN_MYSYNC
+#define GASNET_COLL_IN_ALLSYNC AMNET_COLL_IN_ALLSYNC
+#define GASNET_COLL_OUT_NOSYNC AMNET_COLL_OUT_NOSYNC
+#define GASNET_COLL_OUT_MYSYNC AMNET_COLL_OUT_MYSYNC
+#define GASNET_COLL_OUT_ALLSYNC AMNET_COLL_OUT_ALLSYNC
+#define GASNET_COLL_SYNC_FLAG_MASK 0x3F
+#define GASNET_COLL_SINGLE AMNET_COLL_SINGLE
+#define GASNET_COLL_LOCAL AMNET_COLL_LOCAL
+#define GASNET_COLL_AGGREGATE AMNET_COLL_AGGREGATE
+#define GASNET_COLL_ALL_THREADS AMNET_COLL_ALL_THREADS
+#define GASNET_COLL_SRC_IN_SEGMENT AMNET_COLL_SRC_IN_SEGMENT
+#define GASNET_COLL_DST_IN_SEGMENT AMNET_COLL_DST_IN_SEGMENT
+/* The flags of a function-table entry. */
+#define GASNET_COLL_AMSAFE AMNET_COLL_AMSAFE
+#define GASNET_COLL_NONCOMM AMNET_COLL_NONCOMM
+
+/* A (prefix) reduction function, as the design notes define it. */
+typedef void(gasnet_coll_reduce_fn)(void *results, size_t result_count, const void *left_operands,
+                                    size_t left_count, const void *right_operands,
+                                    size_t elem_size, int flags, int arg);
+typedef gasnet_coll_reduce_fn *gasnet_coll_reduce_fn_t;
+/* The table's function pointer type: any function, called as a gasnet_coll_reduce_fn. */
+typedef void (*gasnet_coll_fn_t)();
+typedef struct {
+    gasnet_coll_fn_t fnptr;
+    unsigned int flags;
+} gasnet_coll_fn_entry_t;
+/* A function's index in the table given to gasnet_coll_init. */
+typedef gasnet_handlerarg_t gasnet_coll_fn_handle_t;
+
+/* Initialize the collectives: collective, after gasnet_attach, once per node (images NULL) or
+ * once on every image thread (images: gasnet_nodes() counts; my_image: the caller's). The
+ * table's function i is the func argument i of the computational collectives. */
+static inline void gasnet_coll_init(const gasnet_image_t images[], gasnet_image_t my_image,
+                                    const gasnet_coll_fn_entry_t fn_tbl[], size_t fn_count,
+                                    int init_flags) {
+    if (init_flags != 0) {
+        fprintf(stderr, "GASNet (amnet) error in gasnet_coll_init: init_flags %d; it must be 0\n",
+                init_flags);
+        fflush(stderr);
+        amnet_exit(1);
+    }
+    amnet_coll_fn_entry_t *fns = NULL;
+    if (fn_count > 0) {
+        fns = (amnet_coll_fn_entry_t *)calloc(fn_count, sizeof *fns);
+        if (!fns) {
+            fprintf(stderr, "GASNet (amnet) error in gasnet_coll_init: out of memory\n");
+            amnet_exit(1);
+        }
+        for (size_t i = 0; i < fn_count; i++) {
+            fns[i].fnptr = (amnet_coll_fn)fn_tbl[i].fnptr;
+            fns[i].flags = fn_tbl[i].flags;
+        }
+    }
+    int rc = amnet_coll_init(images, images ? gasnet_nodes() : 0, my_image, fns, fn_count);
+    free(fns);
+    if (rc != AMNET_OK)
+        amnet_gasnet_fatal("gasnet_coll_init", rc);
+}
+
+/* The number of entries of an m form's address list: every image of the team under
+ * GASNET_COLL_SINGLE, this node's images under GASNET_COLL_LOCAL. */
+static inline size_t amnet_gasnet_listlen(const char *fn, gasnet_team_handle_t team, int flags) {
+    uint32_t n = 0;
+    if (flags & GASNET_COLL_LOCAL)
+        AMNET_GASNET_CHECK(fn, amnet_coll_images(NULL, NULL, &n));
+    else
+        AMNET_GASNET_CHECK(fn, amnet_team_info(team, NULL, NULL, &n));
+    return n;
+}
+
+static inline void gasnet_coll_wait_sync(gasnet_coll_handle_t handle) {
+    AMNET_GASNET_CHECK("gasnet_coll_wait_sync", amnet_coll_wait_sync(&handle));
+}
+static inline int gasnet_coll_try_sync(gasnet_coll_handle_t handle) {
+    int rc = amnet_coll_try_sync(&handle);
+    if (rc != AMNET_OK && rc != AMNET_NOT_READY)
+        amnet_gasnet_fatal("gasnet_coll_try_sync", rc);
+    return amnet_gasnet_code(rc);
+}
+static inline void gasnet_coll_wait_sync_all(gasnet_coll_handle_t *handles, size_t n) {
+    AMNET_GASNET_CHECK("gasnet_coll_wait_sync_all", amnet_coll_wait_sync_all(handles, n));
+}
+static inline int gasnet_coll_try_sync_all(gasnet_coll_handle_t *handles, size_t n) {
+    int rc = amnet_coll_try_sync_all(handles, n);
+    if (rc != AMNET_OK && rc != AMNET_NOT_READY)
+        amnet_gasnet_fatal("gasnet_coll_try_sync_all", rc);
+    return amnet_gasnet_code(rc);
+}
+static inline void gasnet_coll_wait_sync_some(gasnet_coll_handle_t *handles, size_t n) {
+    AMNET_GASNET_CHECK("gasnet_coll_wait_sync_some", amnet_coll_wait_sync_some(handles, n));
+}
+static inline int gasnet_coll_try_sync_some(gasnet_coll_handle_t *handles, size_t n) {
+    int rc = amnet_coll_try_sync_some(handles, n);
+    if (rc != AMNET_OK && rc != AMNET_NOT_READY)
+        amnet_gasnet_fatal("gasnet_coll_try_sync_some", rc);
+    return amnet_gasnet_code(rc);
+}
+
+/* Teams (GASNet 1.x's team calls): a split of `parent` by color, numbered by relrank; every
+ * node passes a color (no node is left out). clientdata is not used. */
+static inline gasnet_team_handle_t gasnet_coll_team_split(gasnet_team_handle_t parent,
+                                                          gasnet_node_t color,
+                                                          gasnet_node_t relrank,
+                                                          void *clientdata) {
+    (void)clientdata;
+    amnet_team_t t = AMNET_TEAM_NULL;
+    AMNET_GASNET_CHECK("gasnet_coll_team_split",
+                       amnet_team_split(parent, color, (int32_t)relrank, &t));
+    return t;
+}
+static inline gasnet_node_t gasnet_coll_team_size(gasnet_team_handle_t team) {
+    uint32_t n = 0;
+    AMNET_GASNET_CHECK("gasnet_coll_team_size", amnet_team_info(team, NULL, &n, NULL));
+    return n;
+}
+static inline gasnet_node_t gasnet_coll_team_rank2node(gasnet_team_handle_t team, int rank) {
+    uint32_t node = 0;
+    AMNET_GASNET_CHECK("gasnet_coll_team_rank2node",
+                       amnet_team_world_rank(team, (uint32_t)rank, &node));
+    return node;
+}
+static inline gasnet_node_t gasnet_coll_team_node2rank(gasnet_team_handle_t team,
+                                                       gasnet_node_t node) {
+    uint32_t size = 0;
+    AMNET_GASNET_CHECK("gasnet_coll_team_node2rank", amnet_team_info(team, NULL, &size, NULL));
+    for (uint32_t r = 0; r < size; r++) {
+        uint32_t w = 0;
+        AMNET_GASNET_CHECK("gasnet_coll_team_node2rank", amnet_team_world_rank(team, r, &w));
+        if (w == node)
+            return r;
+    }
+    fprintf(stderr, "GASNet (amnet) error in gasnet_coll_team_node2rank: node %u is not in the "
+                    "team\n", (unsigned)node);
+    fflush(stderr);
+    amnet_exit(1);
+    return 0;
+}
+/* Every operation, blocking and with an explicit handle (_nb). */
+static inline gasnet_coll_handle_t gasnet_coll_broadcast_nb(gasnet_team_handle_t team, void *dst, gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
+    gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
+    AMNET_GASNET_CHECK("gasnet_coll_broadcast_nb", amnet_coll_broadcast(team, dst, srcimage, src, nbytes, (uint32_t)flags, &h_));
+    return h_;
+}
+
+static inline void gasnet_coll_broadcast(gasnet_team_handle_t team, void *dst, gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
+    AMNET_GASNET_CHECK("gasnet_coll_broadcast", amnet_coll_broadcast(team, dst, srcimage, src, nbytes, (uint32_t)flags, NULL));
+}
+
+static inline gasnet_coll_handle_t gasnet_coll_broadcastm_nb(gasnet_team_handle_t team, void *const dstlist[], gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
+    size_t n_ = amnet_gasnet_listlen("gasnet_coll_broadcastm", team, flags);
+    gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
+    AMNET_GASNET_CHECK("gasnet_coll_broadcastm_nb", amnet_coll_broadcastm(team, dstlist, n_, srcimage, src, nbytes, (uint32_t)flags, &h_));
+    return h_;
+}
+
+static inline void gasnet_coll_broadcastm(gasnet_team_handle_t team, void *const dstlist[], gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
+    size_t n_ = amnet_gasnet_listlen("gasnet_coll_broadcastm", team, flags);
+    AMNET_GASNET_CHECK("gasnet_coll_broadcastm", amnet_coll_broadcastm(team, dstlist, n_, srcimage, src, nbytes, (uint32_t)flags, NULL));
+}
+
+static inline gasnet_coll_handle_t gasnet_coll_scatter_nb(gasnet_team_handle_t team, void *dst, gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
+    gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
+    AMNET_GASNET_CHECK("gasnet_coll_scatter_nb", amnet_coll_scatter(team, dst, srcimage, src, nbytes, (uint32_t)flags, &h_));
+    return h_;
+}
+
+static inline void gasnet_coll_scatter(gasnet_team_handle_t team, void *dst, gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
+    AMNET_GASNET_CHECK("gasnet_coll_scatter", amnet_coll_scatter(team, dst, srcimage, src, nbytes, (uint32_t)flags, NULL));
+}
+
+static inline gasnet_coll_handle_t gasnet_coll_scatterm_nb(gasnet_team_handle_t team, void *const dstlist[], gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
+    size_t n_ = amnet_gasnet_listlen("gasnet_coll_scatterm", team, flags);
+    gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
+    AMNET_GASNET_CHECK("gasnet_coll_scatterm_nb", amnet_coll_scatterm(team, dstlist, n_, srcimage, src, nbytes, (uint32_t)flags, &h_));
+    return h_;
+}
+
+static inline void gasnet_coll_scatterm(gasnet_team_handle_t team, void *const dstlist[], gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
+    size_t n_ = amnet_gasnet_listlen("gasnet_coll_scatterm", team, flags);
+    AMNET_GASNET_CHECK("gasnet_coll_scatterm", amnet_coll_scatterm(team, dstlist, n_, srcimage, src, nbytes, (uint32_t)flags, NULL));
+}
+
+static inline gasnet_coll_handle_t gasnet_coll_gather_nb(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *src, size_t nbytes, int flags) {
+    gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
+    AMNET_GASNET_CHECK("gasnet_coll_gather_nb", amnet_coll_gather(team, dstimage, dst, src, nbytes, (uint32_t)flags, &h_));
+    return h_;
+}
+
+static inline void gasnet_coll_gather(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *src, size_t nbytes, int flags) {
+    AMNET_GASNET_CHECK("gasnet_coll_gather", amnet_coll_gather(team, dstimage, dst, src, nbytes, (uint32_t)flags, NULL));
+}
+
+static inline gasnet_coll_handle_t gasnet_coll_gatherm_nb(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *const srclist[], size_t nbytes, int flags) {
+    size_t n_ = amnet_gasnet_listlen("gasnet_coll_gatherm", team, flags);
+    gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
+    AMNET_GASNET_CHECK("gasnet_coll_gatherm_nb", amnet_coll_gatherm(team, dstimage, dst, srclist, n_, nbytes, (uint32_t)flags, &h_));
+    return h_;
+}
+
+static inline void gasnet_coll_gatherm(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *const srclist[], size_t nbytes, int flags) {
+    size_t n_ = amnet_gasnet_listlen("gasnet_coll_gatherm", team, flags);
+    AMNET_GASNET_CHECK("gasnet_coll_gatherm", amnet_coll_gatherm(team, dstimage, dst, srclist, n_, nbytes, (uint32_t)flags, NULL));
+}
+
+static inline gasnet_coll_handle_t gasnet_coll_gather_all_nb(gasnet_team_handle_t team, void *dst, void *src, size_t nbytes, int flags) {
+    gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
+    AMNET_GASNET_CHECK("gasnet_coll_gather_all_nb", amnet_coll_gather_all(team, dst, src, nbytes, (uint32_t)flags, &h_));
+    return h_;
+}
+
+static inline void gasnet_coll_gather_all(gasnet_team_handle_t team, void *dst, void *src, size_t nbytes, int flags) {
+    AMNET_GASNET_CHECK("gasnet_coll_gather_all", amnet_coll_gather_all(team, dst, src, nbytes, (uint32_t)flags, NULL));
+}
+
+static inline gasnet_coll_handle_t gasnet_coll_gather_allm_nb(gasnet_team_handle_t team, void *const dstlist[], void *const srclist[], size_t nbytes, int flags) {
+    size_t n_ = amnet_gasnet_listlen("gasnet_coll_gather_allm", team, flags);
+    gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
+    AMNET_GASNET_CHECK("gasnet_coll_gather_allm_nb", amnet_coll_gather_allm(team, dstlist, n_, srclist, n_, nbytes, (uint32_t)flags, &h_));
+    return h_;
+}
+
+static inline void gasnet_coll_gather_allm(gasnet_team_handle_t team, void *const dstlist[], void *const srclist[], size_t nbytes, int flags) {
+    size_t n_ = amnet_gasnet_listlen("gasnet_coll_gather_allm", team, flags);
+    AMNET_GASNET_CHECK("gasnet_coll_gather_allm", amnet_coll_gather_allm(team, dstlist, n_, srclist, n_, nbytes, (uint32_t)flags, NULL));
+}
+
+static inline gasnet_coll_handle_t gasnet_coll_exchange_nb(gasnet_team_handle_t team, void *dst, void *src, size_t nbytes, int flags) {
+    gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
+    AMNET_GASNET_CHECK("gasnet_coll_exchange_nb", amnet_coll_exchange(team, dst, src, nbytes, (uint32_t)flags, &h_));
+    return h_;
+}
+
+static inline void gasnet_coll_exchange(gasnet_team_handle_t team, void *dst, void *src, size_t nbytes, int flags) {
+    AMNET_GASNET_CHECK("gasnet_coll_exchange", amnet_coll_exchange(team, dst, src, nbytes, (uint32_t)flags, NULL));
+}
+
+static inline gasnet_coll_handle_t gasnet_coll_exchangem_nb(gasnet_team_handle_t team, void *const dstlist[], void *const srclist[], size_t nbytes, int flags) {
+    size_t n_ = amnet_gasnet_listlen("gasnet_coll_exchangem", team, flags);
+    gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
+    AMNET_GASNET_CHECK("gasnet_coll_exchangem_nb", amnet_coll_exchangem(team, dstlist, n_, srclist, n_, nbytes, (uint32_t)flags, &h_));
+    return h_;
+}
+
+static inline void gasnet_coll_exchangem(gasnet_team_handle_t team, void *const dstlist[], void *const srclist[], size_t nbytes, int flags) {
+    size_t n_ = amnet_gasnet_listlen("gasnet_coll_exchangem", team, flags);
+    AMNET_GASNET_CHECK("gasnet_coll_exchangem", amnet_coll_exchangem(team, dstlist, n_, srclist, n_, nbytes, (uint32_t)flags, NULL));
+}
+
+static inline gasnet_coll_handle_t gasnet_coll_reduce_nb(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *src, size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
+    gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
+    AMNET_GASNET_CHECK("gasnet_coll_reduce_nb", amnet_coll_reduce(team, dstimage, dst, src, src_blksz, src_offset, elem_size, elem_count, AMNET_COLL_N_BUILTIN + (uint32_t)func, func_arg, (uint32_t)flags, &h_));
+    return h_;
+}
+
+static inline void gasnet_coll_reduce(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *src, size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
+    AMNET_GASNET_CHECK("gasnet_coll_reduce", amnet_coll_reduce(team, dstimage, dst, src, src_blksz, src_offset, elem_size, elem_count, AMNET_COLL_N_BUILTIN + (uint32_t)func, func_arg, (uint32_t)flags, NULL));
+}
+
+static inline gasnet_coll_handle_t gasnet_coll_reducem_nb(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *const srclist[], size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
+    size_t n_ = amnet_gasnet_listlen("gasnet_coll_reducem", team, flags);
+    gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
+    AMNET_GASNET_CHECK("gasnet_coll_reducem_nb", amnet_coll_reducem(team, dstimage, dst, srclist, n_, src_blksz, src_offset, elem_size, elem_count, AMNET_COLL_N_BUILTIN + (uint32_t)func, func_arg, (uint32_t)flags, &h_));
+    return h_;
+}
+
+static inline void gasnet_coll_reducem(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *const srclist[], size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
+    size_t n_ = amnet_gasnet_listlen("gasnet_coll_reducem", team, flags);
+    AMNET_GASNET_CHECK("gasnet_coll_reducem", amnet_coll_reducem(team, dstimage, dst, srclist, n_, src_blksz, src_offset, elem_size, elem_count, AMNET_COLL_N_BUILTIN + (uint32_t)func, func_arg, (uint32_t)flags, NULL));
+}
+
+static inline gasnet_coll_handle_t gasnet_coll_prefix_reduce_nb(gasnet_team_handle_t team, void *dst, size_t dst_blksz, size_t dst_offset, void *src, size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
+    gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
+    AMNET_GASNET_CHECK("gasnet_coll_prefix_reduce_nb", amnet_coll_prefix_reduce(team, dst, dst_blksz, dst_offset, src, src_blksz, src_offset, elem_size, elem_count, AMNET_COLL_N_BUILTIN + (uint32_t)func, func_arg, (uint32_t)flags, &h_));
+    return h_;
+}
+
+static inline void gasnet_coll_prefix_reduce(gasnet_team_handle_t team, void *dst, size_t dst_blksz, size_t dst_offset, void *src, size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
+    AMNET_GASNET_CHECK("gasnet_coll_prefix_reduce", amnet_coll_prefix_reduce(team, dst, dst_blksz, dst_offset, src, src_blksz, src_offset, elem_size, elem_count, AMNET_COLL_N_BUILTIN + (uint32_t)func, func_arg, (uint32_t)flags, NULL));
+}
+
+static inline gasnet_coll_handle_t gasnet_coll_prefix_reducem_nb(gasnet_team_handle_t team, void *const dstlist[], size_t dst_blksz, size_t dst_offset, void *const srclist[], size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
+    size_t n_ = amnet_gasnet_listlen("gasnet_coll_prefix_reducem", team, flags);
+    gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
+    AMNET_GASNET_CHECK("gasnet_coll_prefix_reducem_nb", amnet_coll_prefix_reducem(team, dstlist, n_, dst_blksz, dst_offset, srclist, n_, src_blksz, src_offset, elem_size, elem_count, AMNET_COLL_N_BUILTIN + (uint32_t)func, func_arg, (uint32_t)flags, &h_));
+    return h_;
+}
+
+static inline void gasnet_coll_prefix_reducem(gasnet_team_handle_t team, void *const dstlist[], size_t dst_blksz, size_t dst_offset, void *const srclist[], size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
+    size_t n_ = amnet_gasnet_listlen("gasnet_coll_prefix_reducem", team, flags);
+    AMNET_GASNET_CHECK("gasnet_coll_prefix_reducem", amnet_coll_prefix_reducem(team, dstlist, n_, dst_blksz, dst_offset, srclist, n_, src_blksz, src_offset, elem_size, elem_count, AMNET_COLL_N_BUILTIN + (uint32_t)func, func_arg, (uint32_t)flags, NULL));
+}
+
+
+/* GASNet 1.x's spellings of the m forms. */
+#define gasnet_coll_broadcastM gasnet_coll_broadcastm
+#define gasnet_coll_broadcastM_nb gasnet_coll_broadcastm_nb
+#define gasnet_coll_scatterM gasnet_coll_scatterm
+#define gasnet_coll_scatterM_nb gasnet_coll_scatterm_nb
+#define gasnet_coll_gatherM gasnet_coll_gatherm
+#define gasnet_coll_gatherM_nb gasnet_coll_gatherm_nb
+#define gasnet_coll_gather_allM gasnet_coll_gather_allm
+#define gasnet_coll_gather_allM_nb gasnet_coll_gather_allm_nb
+#define gasnet_coll_exchangeM gasnet_coll_exchangem
+#define gasnet_coll_exchangeM_nb gasnet_coll_exchangem_nb
+#define gasnet_coll_reduceM gasnet_coll_reducem
+#define gasnet_coll_reduceM_nb gasnet_coll_reducem_nb
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,295 @@
+/* A GASNet-1 collectives client, written only against gasnet.h: gasnet_coll_init with a
+ * function table, then broadcast, scatter, gather, gather_all and exchange in every sync mode
+ * with SINGLE addresses in the segment and LOCAL addresses on the stack, blocking and _nb
+ * (synced by wait and try), the m forms in the design notes' and GASNet 1.x's spellings, a
+ * reduction and a prefix reduction with the client's function, an aggregate synced with
+ * try_sync_all, and a team split by node parity. Each result is checked against an oracle;
+ * a GASNet barrier separates the calls, as a UPC program does. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gasnet.h"
+
+#define SEGSZ (64 * GASNET_PAGESIZE)
+#define N 24 /* bytes per block */
+
+static gasnet_node_t me, nodes;
+static gasnet_seginfo_t *segs;
+static int calls;
+
+#define FAILED(...)                                                                          \
+    do {                                                                                     \
+        fprintf(stderr, "gasnet_coll: node %u: ", (unsigned)me);                            \
+        fprintf(stderr, __VA_ARGS__);                                                        \
+        fprintf(stderr, "\n");                                                               \
+        gasnet_exit(1);                                                                      \
+    } while (0)
+
+static void barrier(void) {
+    gasnet_barrier_notify(0, GASNET_BARRIERFLAG_ANONYMOUS);
+    if (gasnet_barrier_wait(0, GASNET_BARRIERFLAG_ANONYMOUS) != GASNET_OK)
+        FAILED("barrier");
+}
+
+/* The design notes' example: a sum of ints (commutative). */
+static void summation(void *results, size_t result_count, const void *left_operands,
+                      size_t left_count, const void *right_operands, size_t elem_size, int flags,
+                      int arg) {
+    const int *left = (const int *)left_operands, *right = (const int *)right_operands;
+    int *out = (int *)results;
+    int sum = 0;
+    (void)arg;
+    (void)elem_size;
+    (void)flags;
+    for (size_t i = 0; i < left_count; i++)
+        sum += left[i];
+    for (size_t i = 0; i < result_count; i++) {
+        sum += right[i];
+        out[i] = sum;
+    }
+}
+
+static unsigned char val(gasnet_node_t n, int k) {
+    return (unsigned char)(calls * 13 + (int)n * 5 + k + 1);
+}
+
+static void expect(const unsigned char *got, const unsigned char *want, size_t len,
+                   const char *what, int flags) {
+    if (memcmp(got, want, len) != 0)
+        FAILED("%s (flags %#x, call %d): wrong result", what, flags, calls);
+}
+
+/* Complete a _nb call by waiting or by trying, in turn. */
+static void sync_it(gasnet_coll_handle_t h) {
+    if (calls % 2)
+        gasnet_coll_wait_sync(h);
+    else
+        while (gasnet_coll_try_sync(h) == GASNET_ERR_NOT_READY)
+            gasnet_AMPoll();
+}
+
+static void one_mode(int flags, int nb) {
+    unsigned char *seg = (unsigned char *)segs[me].addr;
+    _Alignas(8) unsigned char lsrc[64 * N], ldst[64 * N];
+    unsigned char want[64 * N];
+    int single = flags & GASNET_COLL_SINGLE;
+    unsigned char *src = single ? seg : lsrc, *dst = single ? seg + 64 * N : ldst;
+    gasnet_image_t root = (gasnet_image_t)(calls % (int)nodes);
+
+    /* broadcast */
+    for (int k = 0; k < N; k++)
+        src[k] = val(root, k);
+    memset(dst, 0, 64 * N);
+    barrier();
+    if (nb)
+        sync_it(gasnet_coll_broadcast_nb(GASNET_TEAM_ALL, dst, root, src, N, flags));
+    else
+        gasnet_coll_broadcast(GASNET_TEAM_ALL, dst, root, src, N, flags);
+    barrier();
+    for (int k = 0; k < N; k++)
+        want[k] = val(root, k);
+    expect(dst, want, N, "broadcast", flags);
+    calls++;
+
+    /* scatter */
+    for (gasnet_node_t n = 0; n < nodes; n++)
+        for (int k = 0; k < N; k++)
+            src[n * N + k] = val(n, k);
+    memset(dst, 0, 64 * N);
+    barrier();
+    if (nb)
+        sync_it(gasnet_coll_scatter_nb(GASNET_TEAM_ALL, dst, root, src, N, flags));
+    else
+        gasnet_coll_scatter(GASNET_TEAM_ALL, dst, root, src, N, flags);
+    barrier();
+    for (int k = 0; k < N; k++)
+        want[k] = val(me, k);
+    expect(dst, want, N, "scatter", flags);
+    calls++;
+
+    /* gather */
+    for (int k = 0; k < N; k++)
+        src[k] = val(me, k);
+    memset(dst, 0, 64 * N);
+    barrier();
+    if (nb)
+        sync_it(gasnet_coll_gather_nb(GASNET_TEAM_ALL, root, dst, src, N, flags));
+    else
+        gasnet_coll_gather(GASNET_TEAM_ALL, root, dst, src, N, flags);
+    barrier();
+    if (me == root) {
+        for (gasnet_node_t n = 0; n < nodes; n++)
+            for (int k = 0; k < N; k++)
+                want[n * N + k] = val(n, k);
+        expect(dst, want, nodes * N, "gather", flags);
+    }
+    calls++;
+
+    /* gather_all */
+    for (int k = 0; k < N; k++)
+        src[k] = val(me, k);
+    memset(dst, 0, 64 * N);
+    barrier();
+    if (nb)
+        sync_it(gasnet_coll_gather_all_nb(GASNET_TEAM_ALL, dst, src, N, flags));
+    else
+        gasnet_coll_gather_all(GASNET_TEAM_ALL, dst, src, N, flags);
+    barrier();
+    for (gasnet_node_t n = 0; n < nodes; n++)
+        for (int k = 0; k < N; k++)
+            want[n * N + k] = val(n, k);
+    expect(dst, want, nodes * N, "gather_all", flags);
+    calls++;
+
+    /* exchange: block j of node i goes to block i of node j */
+    for (gasnet_node_t j = 0; j < nodes; j++)
+        for (int k = 0; k < N; k++)
+            src[j * N + k] = val(me * nodes + j, k);
+    memset(dst, 0, 64 * N);
+    barrier();
+    if (nb)
+        sync_it(gasnet_coll_exchange_nb(GASNET_TEAM_ALL, dst, src, N, flags));
+    else
+        gasnet_coll_exchange(GASNET_TEAM_ALL, dst, src, N, flags);
+    barrier();
+    for (gasnet_node_t i = 0; i < nodes; i++)
+        for (int k = 0; k < N; k++)
+            want[i * N + k] = val(i * nodes + me, k);
+    expect(dst, want, nodes * N, "exchange", flags);
+    calls++;
+
+    /* The m forms: a list of every node's address under SINGLE, this node's under LOCAL. */
+    void *dl[64], *sl[64];
+    for (gasnet_node_t n = 0; n < nodes; n++) {
+        dl[n] = single ? (unsigned char *)segs[n].addr + 64 * N : dst;
+        sl[n] = single ? segs[n].addr : src;
+    }
+    void *const *dlist = single ? dl : &dl[me];
+    void *const *slist = single ? sl : &sl[me];
+    for (int k = 0; k < N; k++)
+        src[k] = val(root, k);
+    memset(dst, 0, 64 * N);
+    barrier();
+    if (nb)
+        sync_it(gasnet_coll_broadcastm_nb(GASNET_TEAM_ALL, dlist, root, src, N, flags));
+    else
+        gasnet_coll_broadcastM(GASNET_TEAM_ALL, dlist, root, src, N, flags);
+    barrier();
+    for (int k = 0; k < N; k++)
+        want[k] = val(root, k);
+    expect(dst, want, N, "broadcastm", flags);
+    calls++;
+
+    for (int k = 0; k < N; k++)
+        src[k] = val(me, k);
+    memset(dst, 0, 64 * N);
+    barrier();
+    if (nb)
+        sync_it(gasnet_coll_gather_allM_nb(GASNET_TEAM_ALL, dlist, slist, N, flags));
+    else
+        gasnet_coll_gather_allm(GASNET_TEAM_ALL, dlist, slist, N, flags);
+    barrier();
+    for (gasnet_node_t n = 0; n < nodes; n++)
+        for (int k = 0; k < N; k++)
+            want[n * N + k] = val(n, k);
+    expect(dst, want, nodes * N, "gather_allm", flags);
+    calls++;
+
+    /* reduce and prefix_reduce of 3 ints per node with the client's function (index 0). */
+    int *isrc = (int *)src, *idst = (int *)dst;
+    for (int k = 0; k < 3; k++)
+        isrc[k] = calls + (int)me * 3 + k;
+    memset(dst, 0, 64 * N);
+    barrier();
+    if (nb)
+        sync_it(gasnet_coll_reduce_nb(GASNET_TEAM_ALL, root, dst, src, 3, 0, sizeof(int),
+                                      3 * nodes, 0, 0, flags));
+    else
+        gasnet_coll_reduce(GASNET_TEAM_ALL, root, dst, src, 3, 0, sizeof(int), 3 * nodes, 0, 0,
+                           flags);
+    barrier();
+    int total = 0;
+    for (gasnet_node_t n = 0; n < nodes; n++)
+        for (int k = 0; k < 3; k++)
+            total += calls + (int)n * 3 + k;
+    if (me == root && idst[0] != total)
+        FAILED("reduce (flags %#x): %d, wanted %d", flags, idst[0], total);
+    calls++;
+
+    for (int k = 0; k < 3; k++)
+        isrc[k] = calls + (int)me * 3 + k;
+    memset(dst, 0, 64 * N);
+    barrier();
+    gasnet_coll_prefix_reduce(GASNET_TEAM_ALL, dst, 3, 0, src, 3, 0, sizeof(int), 3 * nodes, 0,
+                              0, flags);
+    barrier();
+    int run = 0;
+    for (gasnet_node_t n = 0; n <= me; n++)
+        for (int k = 0; k < 3; k++) {
+            run += calls + (int)n * 3 + k;
+            if (n == me && idst[k] != run)
+                FAILED("prefix_reduce (flags %#x): element %d is %d, wanted %d", flags, k,
+                       idst[k], run);
+        }
+    calls++;
+}
+
+int main(int argc, char **argv) {
+    if (gasnet_init(&argc, &argv) != GASNET_OK)
+        return 1;
+    me = gasnet_mynode();
+    nodes = gasnet_nodes();
+    if (nodes > 64)
+        FAILED("at most 64 nodes");
+    if (gasnet_attach(NULL, 0, SEGSZ, 0) != GASNET_OK)
+        FAILED("gasnet_attach");
+    segs = (gasnet_seginfo_t *)malloc(nodes * sizeof *segs);
+    if (!segs || gasnet_getSegmentInfo(segs, (int)nodes) != GASNET_OK)
+        FAILED("gasnet_getSegmentInfo");
+    gasnet_coll_fn_entry_t fns[1];
+    fns[0].fnptr = (gasnet_coll_fn_t)summation;
+    fns[0].flags = 0;
+    gasnet_coll_init(NULL, 0, fns, 1, 0);
+
+    const int ins[3] = {GASNET_COLL_IN_NOSYNC, GASNET_COLL_IN_MYSYNC, GASNET_COLL_IN_ALLSYNC};
+    const int outs[3] = {GASNET_COLL_OUT_NOSYNC, GASNET_COLL_OUT_MYSYNC,
+                         GASNET_COLL_OUT_ALLSYNC};
+    for (int i = 0; i < 3; i++)
+        for (int o = 0; o < 3; o++)
+            for (int a = 0; a < 2; a++)
+                one_mode(ins[i] | outs[o] | (a ? GASNET_COLL_LOCAL : GASNET_COLL_SINGLE), (i + o + a) % 2);
+
+    /* An aggregate of two broadcasts, then two independent ones synced together. */
+    int flags = GASNET_COLL_IN_MYSYNC | GASNET_COLL_OUT_MYSYNC | GASNET_COLL_LOCAL;
+    int a = 0, b = 0, va = 11, vb = 22;
+    gasnet_coll_broadcast_nb(GASNET_TEAM_ALL, &a, 0, &va, sizeof a, flags | GASNET_COLL_AGGREGATE);
+    gasnet_coll_wait_sync(gasnet_coll_broadcast_nb(GASNET_TEAM_ALL, &b, nodes - 1, &vb, sizeof b, flags));
+    if (a != 11 || b != 22)
+        FAILED("aggregate: %d %d", a, b);
+    gasnet_coll_handle_t hs[2];
+    hs[0] = gasnet_coll_broadcast_nb(GASNET_TEAM_ALL, &a, 0, &vb, sizeof a, flags);
+    hs[1] = gasnet_coll_broadcast_nb(GASNET_TEAM_ALL, &b, 0, &va, sizeof b, flags);
+    while (gasnet_coll_try_sync_all(hs, 2) == GASNET_ERR_NOT_READY)
+        gasnet_AMPoll();
+    if (a != 22 || b != 11 || hs[0] != GASNET_COLL_INVALID_HANDLE ||
+        hs[1] != GASNET_COLL_INVALID_HANDLE)
+        FAILED("try_sync_all: %d %d", a, b);
+
+    /* A team of the nodes of this node's parity, numbered in node order. */
+    gasnet_team_handle_t t = gasnet_coll_team_split(GASNET_TEAM_ALL, me % 2, me / 2, NULL);
+    gasnet_node_t tsize = gasnet_coll_team_size(t);
+    if (tsize != (nodes + 1 - me % 2) / 2 || gasnet_coll_team_rank2node(t, 0) != me % 2 ||
+        gasnet_coll_team_node2rank(t, me) != me / 2)
+        FAILED("team split: size %u", (unsigned)tsize);
+    int from = -1, mine = (int)me;
+    gasnet_coll_broadcast(t, &from, 0, &mine, sizeof from,
+                          GASNET_COLL_IN_ALLSYNC | GASNET_COLL_OUT_ALLSYNC | GASNET_COLL_LOCAL);
+    if (from != (int)(me % 2))
+        FAILED("team broadcast: %d", from);
+
+    barrier();
+    free(segs);
+    gasnet_exit(0);
+    return 0;
+}
