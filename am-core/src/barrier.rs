@@ -119,6 +119,9 @@ pub(crate) struct BarrierState {
     epoch: u32,
     /// Barriers completed (the flags' barrier number).
     count: u64,
+    /// The verdict of the last barrier that completed: `None` when every rank notified
+    /// anonymously, else the named id they matched on (or, after a mismatch, `None`).
+    last: Option<u32>,
     arrived: [[Option<Val>; MAX_ROUNDS]; 2],
 }
 
@@ -128,6 +131,7 @@ impl BarrierState {
             phase: Phase::Idle,
             epoch: 0,
             count: 0,
+            last: None,
             arrived: [[None; MAX_ROUNDS]; 2],
         }
     }
@@ -374,9 +378,13 @@ impl Endpoint {
         self.inner.barrier_busy.store(false, Ordering::Release);
         st.epoch = st.epoch.wrapping_add(1);
         st.count += 1;
+        let value = flags_val.map_or(value, |(_, v)| v);
+        st.last = match value {
+            Val::Named { id, .. } => Some(id),
+            _ => None,
+        };
         drop(st);
         self.stats_block().add(Ctr::Barriers, 1);
-        let value = flags_val.map_or(value, |(_, v)| v);
         match value {
             Val::Differ { a, b } => {
                 return Err(Error::BarrierMismatch {
@@ -456,6 +464,20 @@ impl Endpoint {
             }
         }
         self.barrier_finish(id, flags, None).map(|()| true)
+    }
+
+    /// The outcome of the last barrier this rank completed (GASNet's
+    /// `gasnet_barrier_result`): `None` when every rank notified it anonymously, otherwise
+    /// the named id the ranks matched on. `None` before the first barrier and after one that
+    /// failed with a mismatch. Errors with `BarrierState` between a notify and its wait.
+    pub fn barrier_result(&self) -> Result<Option<u32>> {
+        let st = self.barrier_lock();
+        if matches!(st.phase, Phase::Notified { .. }) {
+            return Err(Error::BarrierState(
+                "barrier_result between barrier_notify and its wait",
+            ));
+        }
+        Ok(st.last)
     }
 
     /// Anonymous blocking barrier.

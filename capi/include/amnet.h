@@ -848,6 +848,16 @@ int amnet_barrier_wait(uint32_t id, uint32_t flags);
 // notified (polls once), otherwise what `amnet_barrier_wait` returns.
 int amnet_barrier_try(uint32_t id, uint32_t flags);
 
+// The outcome of the last barrier this rank completed (GASNet's `gasnet_barrier_result`):
+// `*flags` gets `AMNET_BARRIER_ANONYMOUS` when every rank notified it anonymously and 0
+// otherwise, `*id` the named id the ranks matched on (0 for an anonymous one). Before the
+// first barrier, and after one that failed with a mismatch, the outcome is anonymous.
+// Between a notify and its wait the call fails with the state code.
+//
+// # Safety
+// - `flags` and `id` are each null or valid for a write of a `uint32_t`.
+int amnet_barrier_result(uint32_t *flags, uint32_t *id);
+
 // Initialize the collectives: collective over the job, once per process (`images` null),
 // or once on every image thread (`images` given), after `amnet_attach`.
 //

@@ -34,6 +34,14 @@ extern "C" {
 #define GASNET_ALIGNED_SEGMENTS 0
 #define GASNET_PAGESIZE 4096
 #define GASNET_MAXNODES 0x7fffffff
+/* The conduit: amnet's, whichever transport (smp, udp, mpi) AMNET_CONDUIT picks at run
+ * time. */
+#define GASNET_CONDUIT_AMNET 1
+#define GASNET_CONDUIT_NAME AMNET
+#define GASNET_CONDUIT_NAME_STR "AMNET"
+#define GASNET_CONFIG_STRING                                                                 \
+    "RELEASE=amnet,SPEC=1.8,CONDUIT=AMNET(AMNET/REFERENCE),THREADMODEL=PAR,SEGMENT=FAST,"    \
+    "PTR=64bit,noalign,nodebug,notrace,nostats"
 /* The sizes of the types below. */
 #define SIZEOF_GASNET_REGISTER_VALUE_T 8
 
@@ -831,6 +839,15 @@ static inline int gasnet_barrier_wait(int id, int flags) {
     if (rc != AMNET_OK && rc != AMNET_ERR_BARRIER_MISMATCH)
         amnet_gasnet_fatal("gasnet_barrier_wait", rc);
     return amnet_gasnet_code(rc);
+}
+/* The outcome of the last completed barrier: GASNET_BARRIERFLAG_ANONYMOUS when every node
+ * notified it anonymously (then *id is 0), else 0 with the named id in *id. */
+static inline int gasnet_barrier_result(int *id) {
+    uint32_t f = 0, i = 0;
+    AMNET_GASNET_CHECK("gasnet_barrier_result", amnet_barrier_result(&f, &i));
+    if (id)
+        *id = (int)i;
+    return f ? GASNET_BARRIERFLAG_ANONYMOUS : 0;
 }
 static inline int gasnet_barrier_try(int id, int flags) {
     int rc = amnet_barrier_try((uint32_t)id, (uint32_t)flags);

@@ -68,3 +68,24 @@ pub extern "C" fn amnet_barrier_try(id: u32, flags: u32) -> c_int {
         })
     })
 }
+
+/// The outcome of the last barrier this rank completed (GASNet's `gasnet_barrier_result`):
+/// `*flags` gets `AMNET_BARRIER_ANONYMOUS` when every rank notified it anonymously and 0
+/// otherwise, `*id` the named id the ranks matched on (0 for an anonymous one). Before the
+/// first barrier, and after one that failed with a mismatch, the outcome is anonymous.
+/// Between a notify and its wait the call fails with the state code.
+///
+/// # Safety
+/// - `flags` and `id` are each null or valid for a write of a `uint32_t`.
+#[no_mangle]
+pub unsafe extern "C" fn amnet_barrier_result(flags: *mut u32, id: *mut u32) -> c_int {
+    guard("amnet_barrier_result", || {
+        let r = ep()?.barrier_result()?;
+        // SAFETY: the caller's contract for both pointers.
+        unsafe {
+            crate::store(flags, if r.is_some() { 0 } else { BARRIER_ANONYMOUS });
+            crate::store(id, r.unwrap_or(0));
+        }
+        Ok(OK)
+    })
+}

@@ -1,9 +1,10 @@
-/* Barriers: anonymous and named, blocking and split-phase (notify, then wait or try), a named
- * barrier whose ids differ across ranks and one with the MISMATCH flag (both fail on every
- * rank and leave the barrier usable), and the misuse of a wait without its notify. Before
- * each barrier every rank writes its phase into its own slot of every rank's segment with a
- * blocking put (complete when it returns); after the barrier every slot of this rank's
- * segment must hold the phase: no rank left a barrier before every rank entered it. */
+/* Barriers: anonymous and named, blocking and split-phase (notify, then wait or try), their
+ * results, a named barrier whose ids differ across ranks and one with the MISMATCH flag (both
+ * fail on every rank and leave the barrier usable), and the misuse of a wait without its
+ * notify. Before each barrier every rank writes its phase into its own slot of every rank's
+ * segment with a blocking put (complete when it returns); after the barrier every slot of
+ * this rank's segment must hold the phase: no rank left a barrier before every rank entered
+ * it. */
 #include "check.h"
 
 /* This rank's segment: one uint32_t slot per rank. */
@@ -58,6 +59,18 @@ int main(void) {
         CHECK(rc);
         after(phase, "notify/try");
     }
+    /* The result of the last barrier: the named id, or anonymous. */
+    CHECK(amnet_barrier_notify(31337, 0));
+    uint32_t rflags = 9, rid = 9;
+    EXPECT(amnet_barrier_result(&rflags, &rid), AMNET_ERR_STATE);
+    CHECK(amnet_barrier_wait(31337, 0));
+    CHECK(amnet_barrier_result(&rflags, &rid));
+    if (rflags != 0 || rid != 31337)
+        FAIL("amnet_barrier_result after barrier 31337: flags %u id %u", rflags, rid);
+    CHECK(amnet_barrier());
+    CHECK(amnet_barrier_result(&rflags, &rid));
+    if (rflags != AMNET_BARRIER_ANONYMOUS || rid != 0)
+        FAIL("amnet_barrier_result after an anonymous barrier: flags %u id %u", rflags, rid);
     if (nranks > 1) {
         /* Different ids: a mismatch on every rank. */
         CHECK(amnet_barrier_notify(5000 + me, 0));

@@ -1,8 +1,8 @@
 /* A GASNet-1 client, written only against gasnet.h: start-up with a handler table (one index
  * left for gasnet_attach to assign), segment information, Short/Medium/Long requests and
  * replies with 0, 1, 4 and 16 arguments, GASNET_BLOCKUNTIL, a handler-safe lock, put/get in
- * every form with the value and memset forms, the syncs and access regions, and barriers with
- * a mismatch. */
+ * every form with the value and memset forms, the syncs and access regions, barriers with
+ * their results and a mismatch, and the conduit macros. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,12 +259,22 @@ int main(int argc, char **argv) {
     /* Barriers: named, split-phase with try, and a mismatch. */
     gasnet_barrier_notify(42, 0);
     SAFE(gasnet_barrier_wait(42, 0));
+    int bid = -1;
+    if (gasnet_barrier_result(&bid) != 0 || bid != 42)
+        FAILED("gasnet_barrier_result after barrier 42: id %d", bid);
     gasnet_barrier_notify(7, me % 2 ? GASNET_BARRIERFLAG_ANONYMOUS : 0);
     int rc;
     while ((rc = gasnet_barrier_try(7, me % 2 ? GASNET_BARRIERFLAG_ANONYMOUS : 0)) ==
            GASNET_ERR_NOT_READY)
         ;
     SAFE(rc);
+    gasnet_barrier_notify(0, GASNET_BARRIERFLAG_ANONYMOUS);
+    SAFE(gasnet_barrier_wait(0, GASNET_BARRIERFLAG_ANONYMOUS));
+    if (gasnet_barrier_result(&bid) != GASNET_BARRIERFLAG_ANONYMOUS || bid != 0)
+        FAILED("gasnet_barrier_result after an anonymous barrier: id %d", bid);
+    if (strcmp(GASNET_CONDUIT_NAME_STR, "AMNET") != 0 || !GASNET_CONDUIT_AMNET ||
+        !strstr(GASNET_CONFIG_STRING, "CONDUIT=AMNET"))
+        FAILED("conduit macros: %s, %s", GASNET_CONDUIT_NAME_STR, GASNET_CONFIG_STRING);
     if (nodes > 1) {
         gasnet_barrier_notify((int)me, 0);
         rc = gasnet_barrier_wait((int)me, 0);

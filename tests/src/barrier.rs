@@ -1,5 +1,5 @@
-//! Barriers: anonymous, named, split-phase, mismatched, misused; and that a barrier orders
-//! puts made before it.
+//! Barriers: anonymous, named (with their results), split-phase, mismatched, misused; and
+//! that a barrier orders puts made before it.
 
 use amnet::barrier_flags::{ANONYMOUS, MISMATCH};
 use amnet::Error;
@@ -34,12 +34,27 @@ fn named(c: &Ctx<'_>) -> Verdict {
         let id = i.wrapping_mul(7919);
         ck("notify", c.ep.barrier_notify(id, 0))?;
         ck("wait", c.ep.barrier_wait(id, 0))?;
+        let r = ck("barrier_result", c.ep.barrier_result())?;
+        ensure(r == Some(id), || {
+            format!("barrier_result after named {id}: {r:?}")
+        })?;
     }
-    // Anonymous and named ranks mix: the named id wins, no mismatch.
+    ck("barrier", c.ep.barrier())?;
+    let r = ck("barrier_result", c.ep.barrier_result())?;
+    ensure(r.is_none(), || {
+        format!("barrier_result after an anonymous one: {r:?}")
+    })?;
+    // Anonymous and named ranks mix: the named id wins, no mismatch (with a single rank the
+    // barrier is anonymous).
     let anon = c.rank() % 2 == 0;
     let f = if anon { ANONYMOUS } else { 0 };
     ck("notify mixed", c.ep.barrier_notify(77, f))?;
-    ck("wait mixed", c.ep.barrier_wait(77, f))
+    ck("wait mixed", c.ep.barrier_wait(77, f))?;
+    let r = ck("barrier_result", c.ep.barrier_result())?;
+    let want = (c.size() > 1).then_some(77);
+    ensure(r == want, || {
+        format!("barrier_result after mixed: {r:?}, wanted {want:?}")
+    })
 }
 
 fn split_phase(c: &Ctx<'_>) -> Verdict {
@@ -96,6 +111,10 @@ fn mismatch(c: &Ctx<'_>) -> Verdict {
         })?;
     }
     mismatch_expected("MISMATCH flag", r)?;
+    let r = ck("barrier_result", c.ep.barrier_result())?;
+    ensure(r.is_none(), || {
+        format!("barrier_result after a mismatch: {r:?}")
+    })?;
     // Afterwards barriers work again.
     ck("barrier after mismatch", c.ep.barrier())?;
     ck("named after mismatch", c.ep.barrier_notify(5, 0))?;
@@ -108,6 +127,10 @@ fn misuse(c: &Ctx<'_>) -> Verdict {
         other => return Err(format!("wait without notify: {other:?}")),
     }
     ck("notify", c.ep.barrier_notify(3, 0))?;
+    match c.ep.barrier_result() {
+        Err(Error::BarrierState(_)) => {}
+        other => return Err(format!("barrier_result between notify and wait: {other:?}")),
+    }
     match c.ep.barrier_notify(3, 0) {
         Err(Error::BarrierState(_)) => {}
         other => return Err(format!("notify twice: {other:?}")),
