@@ -558,9 +558,7 @@ impl Endpoint {
         // The barrier's name carries the type and the operations: ranks that disagree
         // mismatch.
         let sig = T::TYPE.code() << 16 | ops.0 | u32::from(refused.is_some()) << 31;
-        let agreed = self
-            .barrier_notify(sig, 0)
-            .and_then(|()| self.barrier_wait(sig, 0));
+        let agreed = self.barrier_agree(sig);
         if let (Some(op), Ok(())) = (refused, &agreed) {
             return Err(Error::Usage {
                 op: "atomic_domain",

@@ -119,8 +119,8 @@ pub(crate) struct BarrierState {
     epoch: u32,
     /// Barriers completed (the flags' barrier number).
     count: u64,
-    /// The verdict of the last barrier that completed: `None` when every rank notified
-    /// anonymously, else the named id they matched on (or, after a mismatch, `None`).
+    /// The verdict of the last client barrier that completed: `None` when every rank notified
+    /// anonymously, else the named id they matched on (`None` after a mismatch).
     last: Option<u32>,
     arrived: [[Option<Val>; MAX_ROUNDS]; 2],
 }
@@ -404,6 +404,7 @@ impl Endpoint {
         let anon = flags & flags::ANONYMOUS != 0;
         let nanon = nflags & flags::ANONYMOUS != 0;
         if anon != nanon || (!anon && id != nid) {
+            self.barrier_lock().last = None;
             return Err(Error::BarrierMismatch {
                 detail: format!(
                     "rank {} waited with id {id} flags {flags:#x} after notifying id {nid} flags {nflags:#x}",
@@ -478,6 +479,18 @@ impl Endpoint {
             ));
         }
         Ok(st.last)
+    }
+
+    /// A named barrier on `sig` that leaves [`Endpoint::barrier_result`] as it was: the
+    /// library's own agreement checks (every rank must pass the same `sig`; otherwise
+    /// `BarrierMismatch` on every rank), which a client's barrier results do not see.
+    pub fn barrier_agree(&self, sig: u32) -> Result<()> {
+        let keep = self.barrier_lock().last;
+        let r = self
+            .barrier_notify(sig, 0)
+            .and_then(|()| self.barrier_wait(sig, 0));
+        self.barrier_lock().last = keep;
+        r
     }
 
     /// Anonymous blocking barrier.

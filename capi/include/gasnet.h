@@ -42,6 +42,10 @@ extern "C" {
 #define GASNET_CONFIG_STRING                                                                 \
     "RELEASE=amnet,SPEC=1.8,CONDUIT=AMNET(AMNET/REFERENCE),THREADMODEL=PAR,SEGMENT=FAST,"    \
     "PTR=64bit,noalign,nodebug,notrace,nostats"
+/* The thread model: amnet is thread-safe, so a client that names none gets PAR. */
+#if !defined(GASNET_SEQ) && !defined(GASNET_PARSYNC) && !defined(GASNET_PAR)
+#define GASNET_PAR 1
+#endif
 /* The sizes of the types below. */
 #define SIZEOF_GASNET_REGISTER_VALUE_T 8
 
@@ -909,6 +913,10 @@ static inline void gasnet_coll_init(const gasnet_image_t images[], gasnet_image_
         fflush(stderr);
         amnet_exit(1);
     }
+    /* Every thread of a node may make the call; without images, the node's first call
+     * initializes and the others find it done. */
+    if (!images && amnet_coll_images(NULL, NULL, NULL) == AMNET_OK)
+        return;
     amnet_coll_fn_entry_t *fns = NULL;
     if (fn_count > 0) {
         fns = (amnet_coll_fn_entry_t *)calloc(fn_count, sizeof *fns);
@@ -921,10 +929,23 @@ static inline void gasnet_coll_init(const gasnet_image_t images[], gasnet_image_
             fns[i].flags = fn_tbl[i].flags;
         }
     }
-    int rc = amnet_coll_init(images, images ? gasnet_nodes() : 0, my_image, fns, fn_count);
+    /* my_image is ignored without images. */
+    int rc = amnet_coll_init(images, images ? gasnet_nodes() : 0, images ? my_image : 0, fns,
+                             fn_count);
     free(fns);
     if (rc != AMNET_OK)
         amnet_gasnet_fatal("gasnet_coll_init", rc);
+}
+
+/* amnet's index of the client's function `func` (entry `func` of gasnet_coll_init's table). */
+static inline uint32_t amnet_gasnet_fn(const char *fn, gasnet_coll_fn_handle_t func) {
+    if (func < 0) {
+        fprintf(stderr, "GASNet (amnet) error in %s: function %d is not an entry of the table "
+                        "given to gasnet_coll_init\n", fn, (int)func);
+        fflush(stderr);
+        amnet_exit(1);
+    }
+    return AMNET_COLL_N_BUILTIN + (uint32_t)func;
 }
 
 /* The number of entries of an m form's address list: every image of the team under
@@ -973,6 +994,13 @@ static inline gasnet_team_handle_t gasnet_coll_team_split(gasnet_team_handle_t p
                                                           gasnet_node_t relrank,
                                                           void *clientdata) {
     (void)clientdata;
+    if (color == AMNET_TEAM_NO_COLOR || relrank > (gasnet_node_t)INT32_MAX) {
+        fprintf(stderr, "GASNet (amnet) error in gasnet_coll_team_split: color %u or relrank %u "
+                        "is out of range (color below %u, relrank below 2^31)\n",
+                (unsigned)color, (unsigned)relrank, (unsigned)AMNET_TEAM_NO_COLOR);
+        fflush(stderr);
+        amnet_exit(1);
+    }
     amnet_team_t t = AMNET_TEAM_NULL;
     AMNET_GASNET_CHECK("gasnet_coll_team_split",
                        amnet_team_split(parent, color, (int32_t)relrank, &t));
@@ -1118,46 +1146,46 @@ static inline void gasnet_coll_exchangem(gasnet_team_handle_t team, void *const 
 
 static inline gasnet_coll_handle_t gasnet_coll_reduce_nb(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *src, size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_reduce_nb", amnet_coll_reduce(team, dstimage, dst, src, src_blksz, src_offset, elem_size, elem_count, AMNET_COLL_N_BUILTIN + (uint32_t)func, func_arg, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_reduce_nb", amnet_coll_reduce(team, dstimage, dst, src, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_reduce_nb", func), func_arg, (uint32_t)flags, &h_));
     return h_;
 }
 
 static inline void gasnet_coll_reduce(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *src, size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
-    AMNET_GASNET_CHECK("gasnet_coll_reduce", amnet_coll_reduce(team, dstimage, dst, src, src_blksz, src_offset, elem_size, elem_count, AMNET_COLL_N_BUILTIN + (uint32_t)func, func_arg, (uint32_t)flags, NULL));
+    AMNET_GASNET_CHECK("gasnet_coll_reduce", amnet_coll_reduce(team, dstimage, dst, src, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_reduce", func), func_arg, (uint32_t)flags, NULL));
 }
 
 static inline gasnet_coll_handle_t gasnet_coll_reducem_nb(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *const srclist[], size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_reducem", team, flags);
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_reducem_nb", amnet_coll_reducem(team, dstimage, dst, srclist, n_, src_blksz, src_offset, elem_size, elem_count, AMNET_COLL_N_BUILTIN + (uint32_t)func, func_arg, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_reducem_nb", amnet_coll_reducem(team, dstimage, dst, srclist, n_, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_reducem_nb", func), func_arg, (uint32_t)flags, &h_));
     return h_;
 }
 
 static inline void gasnet_coll_reducem(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *const srclist[], size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_reducem", team, flags);
-    AMNET_GASNET_CHECK("gasnet_coll_reducem", amnet_coll_reducem(team, dstimage, dst, srclist, n_, src_blksz, src_offset, elem_size, elem_count, AMNET_COLL_N_BUILTIN + (uint32_t)func, func_arg, (uint32_t)flags, NULL));
+    AMNET_GASNET_CHECK("gasnet_coll_reducem", amnet_coll_reducem(team, dstimage, dst, srclist, n_, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_reducem", func), func_arg, (uint32_t)flags, NULL));
 }
 
 static inline gasnet_coll_handle_t gasnet_coll_prefix_reduce_nb(gasnet_team_handle_t team, void *dst, size_t dst_blksz, size_t dst_offset, void *src, size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_prefix_reduce_nb", amnet_coll_prefix_reduce(team, dst, dst_blksz, dst_offset, src, src_blksz, src_offset, elem_size, elem_count, AMNET_COLL_N_BUILTIN + (uint32_t)func, func_arg, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_prefix_reduce_nb", amnet_coll_prefix_reduce(team, dst, dst_blksz, dst_offset, src, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_prefix_reduce_nb", func), func_arg, (uint32_t)flags, &h_));
     return h_;
 }
 
 static inline void gasnet_coll_prefix_reduce(gasnet_team_handle_t team, void *dst, size_t dst_blksz, size_t dst_offset, void *src, size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
-    AMNET_GASNET_CHECK("gasnet_coll_prefix_reduce", amnet_coll_prefix_reduce(team, dst, dst_blksz, dst_offset, src, src_blksz, src_offset, elem_size, elem_count, AMNET_COLL_N_BUILTIN + (uint32_t)func, func_arg, (uint32_t)flags, NULL));
+    AMNET_GASNET_CHECK("gasnet_coll_prefix_reduce", amnet_coll_prefix_reduce(team, dst, dst_blksz, dst_offset, src, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_prefix_reduce", func), func_arg, (uint32_t)flags, NULL));
 }
 
 static inline gasnet_coll_handle_t gasnet_coll_prefix_reducem_nb(gasnet_team_handle_t team, void *const dstlist[], size_t dst_blksz, size_t dst_offset, void *const srclist[], size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_prefix_reducem", team, flags);
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_prefix_reducem_nb", amnet_coll_prefix_reducem(team, dstlist, n_, dst_blksz, dst_offset, srclist, n_, src_blksz, src_offset, elem_size, elem_count, AMNET_COLL_N_BUILTIN + (uint32_t)func, func_arg, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_prefix_reducem_nb", amnet_coll_prefix_reducem(team, dstlist, n_, dst_blksz, dst_offset, srclist, n_, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_prefix_reducem_nb", func), func_arg, (uint32_t)flags, &h_));
     return h_;
 }
 
 static inline void gasnet_coll_prefix_reducem(gasnet_team_handle_t team, void *const dstlist[], size_t dst_blksz, size_t dst_offset, void *const srclist[], size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_prefix_reducem", team, flags);
-    AMNET_GASNET_CHECK("gasnet_coll_prefix_reducem", amnet_coll_prefix_reducem(team, dstlist, n_, dst_blksz, dst_offset, srclist, n_, src_blksz, src_offset, elem_size, elem_count, AMNET_COLL_N_BUILTIN + (uint32_t)func, func_arg, (uint32_t)flags, NULL));
+    AMNET_GASNET_CHECK("gasnet_coll_prefix_reducem", amnet_coll_prefix_reducem(team, dstlist, n_, dst_blksz, dst_offset, srclist, n_, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_prefix_reducem", func), func_arg, (uint32_t)flags, NULL));
 }
 
 

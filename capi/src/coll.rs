@@ -361,8 +361,16 @@ pub unsafe extern "C" fn amnet_coll_init(
             table.push(FnEntry::new(
                 e.flags,
                 move |res: &mut [u8], rc, left: &[u8], lc, right: &[u8], es, fl, arg| {
-                    // SAFETY: the slices hold the counts the library passes; the function is
-                    // the client's, callable for the process's life (init's contract).
+                    let holds = |s: usize, n: usize| n.checked_mul(es).is_some_and(|b| b <= s);
+                    if !(holds(res.len(), rc) && holds(right.len(), rc) && holds(left.len(), lc)) {
+                        // Never from the library (it passes whole elements); the C function
+                        // would read or write past a slice.
+                        debug_assert!(false, "operand counts larger than their slices");
+                        return;
+                    }
+                    // SAFETY: each slice holds the elements its count names (checked above);
+                    // the function is the client's, callable for the process's life (init's
+                    // contract).
                     unsafe {
                         f(
                             res.as_mut_ptr().cast(),
@@ -378,11 +386,17 @@ pub unsafe extern "C" fn amnet_coll_init(
                 },
             ));
         }
-        let mine = MINE.try_with(|m| m.get().is_some()).unwrap_or(true);
-        if PROCESS.get().is_some() || mine {
+        if PROCESS.get().is_some() {
             return Err(CError::new(
                 ERR_STATE,
-                "the collectives are already initialized for this thread",
+                "the collectives are already initialized in this process (without images: \
+                 one context that every thread uses)",
+            ));
+        }
+        if MINE.try_with(|m| m.get().is_some()).unwrap_or(true) {
+            return Err(CError::new(
+                ERR_STATE,
+                "the collectives are already initialized for this image thread",
             ));
         }
         let coll = Coll::init(ep, imgs, my_image, &table)?;
@@ -764,23 +778,26 @@ unsafe fn sync_many(
     f: impl FnOnce(&Coll, &mut [CollHandle]) -> amnet::Result<bool>,
 ) -> c_int {
     guard(op, || {
-        let ids: &mut [CollHandleId] = if n == 0 {
-            &mut []
-        } else {
+        if n > 0 {
             required(handles, "handles")?;
             if !handles.is_aligned() || n > isize::MAX as usize / 8 {
                 return Err(CError::bad_arg(format!(
                     "handles {handles:p} with {n} entries is misaligned or too long"
                 )));
             }
-            // SAFETY: non-null, aligned, readable and writable for `n` (the caller's contract).
-            unsafe { std::slice::from_raw_parts_mut(handles, n) }
-        };
+        }
         with_ctx(|cx| {
-            let mut hs: Vec<CollHandle> = ids.iter().map(|&b| CollHandle::from_bits(b)).collect();
+            // Copied in and written back through the pointer: no reference to the client's
+            // array lives while the sync runs (its reduction functions may read the array).
+            let mut hs: Vec<CollHandle> = (0..n)
+                // SAFETY: non-null and aligned when n > 0 (checked), readable for `n`
+                // entries (the caller's contract).
+                .map(|i| CollHandle::from_bits(unsafe { handles.add(i).read() }))
+                .collect();
             let r = f(&cx.coll, &mut hs);
-            for (id, h) in ids.iter_mut().zip(&hs) {
-                *id = h.to_bits();
+            for (i, h) in hs.iter().enumerate() {
+                // SAFETY: as above, and writable (the caller's contract).
+                unsafe { handles.add(i).write(h.to_bits()) };
             }
             Ok(if r? { OK } else { NOT_READY })
         })

@@ -424,16 +424,13 @@ impl Coll {
         };
         if last {
             let h = init_hash(&images, &table);
-            let r = ep
-                .barrier_notify(h, 0)
-                .and_then(|()| ep.barrier_wait(h, 0))
-                .map_err(|e| match e {
-                    Error::BarrierMismatch { detail } => Error::Mismatch {
-                        what: "coll_init (images or function table size and flags)",
-                        detail,
-                    },
-                    e => e,
-                });
+            let r = ep.barrier_agree(h).map_err(|e| match e {
+                Error::BarrierMismatch { detail } => Error::Mismatch {
+                    what: "coll_init (images or function table size and flags)",
+                    detail,
+                },
+                e => e,
+            });
             slot.joined.lock().unwrap_or_else(|e| e.into_inner()).1 = Some(r);
         }
         loop {

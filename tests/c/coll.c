@@ -8,7 +8,9 @@
  * flags, a bad handle.
  *
  * With the argument "images", two image threads per rank instead: each calls
- * amnet_coll_init with its image, and the ALL_THREADS forms run from both. */
+ * amnet_coll_init with its image, the ALL_THREADS forms run from both, and one of them enters
+ * m forms for both (a LOCAL and a SINGLE list). */
+#define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 
 #include "check.h"
@@ -604,6 +606,9 @@ static void errors(void) {
 /* ---- images: two image threads per rank ---------------------------------------------- */
 
 static uint32_t images_of[64];
+static pthread_barrier_t pair; /* the two image threads of this rank */
+static uint64_t img_dst[2], img_src[2];
+static uint32_t img_all[2][128];
 
 static void *image_main(void *arg) {
     uint32_t mine = (uint32_t)(uintptr_t)arg; /* 0 or 1 */
@@ -636,6 +641,33 @@ static void *image_main(void *arg) {
         acc = comb(acc, elem(i, 0));
     if (memcmp(&out, &acc, sizeof acc) != 0)
         FAIL("image %u: reduce_elems_to_all in image order is wrong", my_image);
+    /* m forms entered by one representative thread for both images of its rank: a LOCAL
+     * list holds this rank's images, a SINGLE list every image (only this rank's are used). */
+    img_src[mine] = 5000 + my_image;
+    pthread_barrier_wait(&pair);
+    if (mine == 0) {
+        uint32_t fm = AMNET_COLL_IN_ALLSYNC | AMNET_COLL_OUT_ALLSYNC | AMNET_COLL_LOCAL;
+        void *dl[2] = {&img_dst[0], &img_dst[1]};
+        uint32_t root = total - 1;
+        CHECK(amnet_coll_broadcastm(AMNET_TEAM_WORLD, dl, 2, root, &img_src[1], 8, fm, NULL));
+        void *al[128], *sl[128];
+        for (uint32_t i = 0; i < total; i++) {
+            al[i] = i / 2 == me ? (void *)img_all[i % 2] : NULL;
+            sl[i] = i / 2 == me ? (void *)&img_src[i % 2] : NULL;
+        }
+        uint32_t fs = AMNET_COLL_IN_ALLSYNC | AMNET_COLL_OUT_ALLSYNC | AMNET_COLL_SINGLE;
+        CHECK(amnet_coll_gather_allm(AMNET_TEAM_WORLD, al, total, sl, total, 8, fs, NULL));
+    }
+    pthread_barrier_wait(&pair);
+    if (img_dst[mine] != 5000 + total - 1)
+        FAIL("image %u: broadcastm gave %llu", my_image, (unsigned long long)img_dst[mine]);
+    for (uint32_t i = 0; i < total; i++) {
+        uint64_t got;
+        memcpy(&got, &img_all[mine][2 * i], 8);
+        if (got != 5000 + i)
+            FAIL("image %u: gather_allm slot %u holds %llu", my_image, i,
+                 (unsigned long long)got);
+    }
     CHECK(amnet_coll_barrier_images(AMNET_TEAM_WORLD));
     return NULL;
 }
@@ -650,6 +682,8 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "images") == 0) {
         for (uint32_t r = 0; r < nranks; r++)
             images_of[r] = 2;
+        if (pthread_barrier_init(&pair, NULL, 2) != 0)
+            FAIL("pthread_barrier_init");
         pthread_t th[2];
         for (uintptr_t i = 0; i < 2; i++)
             if (pthread_create(&th[i], NULL, image_main, (void *)i) != 0)
@@ -663,6 +697,11 @@ int main(int argc, char **argv) {
     }
     amnet_coll_fn_entry_t fns[1] = {{affine, AMNET_COLL_NONCOMM}};
     CHECK(amnet_coll_init(NULL, 0, 0, fns, 1));
+    /* The init's agreement across ranks is not a client barrier. */
+    uint32_t bflags = 0, bid = 1;
+    CHECK(amnet_barrier_result(&bflags, &bid));
+    if (bflags != AMNET_BARRIER_ANONYMOUS || bid != 0)
+        FAIL("amnet_barrier_result after amnet_coll_init: flags %u id %u", bflags, bid);
     f_affine = AMNET_COLL_N_BUILTIN;
     CHECK(amnet_coll_builtin(AMNET_RED_SUM, AMNET_TYPE_I64, &f_sum_i64));
     CHECK(amnet_coll_builtin(AMNET_RED_MAX, AMNET_TYPE_U64, &f_max_u64));

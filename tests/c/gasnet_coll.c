@@ -1,9 +1,9 @@
 /* A GASNet-1 collectives client, written only against gasnet.h: gasnet_coll_init with a
  * function table, then broadcast, scatter, gather, gather_all and exchange in every sync mode
  * with SINGLE addresses in the segment and LOCAL addresses on the stack, blocking and _nb
- * (synced by wait and try), the m forms in the design notes' and GASNet 1.x's spellings, a
- * reduction and a prefix reduction with the client's function, an aggregate synced with
- * try_sync_all, and a team split by node parity. Each result is checked against an oracle;
+ * (synced by wait and try), the m forms in the design notes' and GASNet 1.x's spellings,
+ * reductions and prefix reductions (single and m) with the client's function, an aggregate
+ * synced with try_sync_all, a second thread's init, and a team split by node parity. Each result is checked against an oracle;
  * a GASNet barrier separates the calls, as a UPC program does. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,21 +32,26 @@ static void barrier(void) {
         FAILED("barrier");
 }
 
-/* The design notes' example: a sum of ints (commutative). */
+static volatile int fn_bad; /* the function got an argument it should not have */
+
+/* x op y = x + y + arg: associative and commutative, and unlike amnet's built-in sum (which a
+ * wrong function index would run) it counts the combinations. */
 static void summation(void *results, size_t result_count, const void *left_operands,
                       size_t left_count, const void *right_operands, size_t elem_size, int flags,
                       int arg) {
     const int *left = (const int *)left_operands, *right = (const int *)right_operands;
     int *out = (int *)results;
-    int sum = 0;
-    (void)arg;
-    (void)elem_size;
-    (void)flags;
-    for (size_t i = 0; i < left_count; i++)
-        sum += left[i];
+    if (elem_size != sizeof(int) || arg != 1 || (flags & GASNET_COLL_NONCOMM) || result_count == 0)
+        fn_bad = 1;
+    int acc = 0, first = 1;
+    for (size_t i = 0; i < left_count; i++) {
+        acc = first ? left[i] : acc + left[i] + arg;
+        first = 0;
+    }
     for (size_t i = 0; i < result_count; i++) {
-        sum += right[i];
-        out[i] = sum;
+        acc = first ? right[i] : acc + right[i] + arg;
+        first = 0;
+        out[i] = acc;
     }
 }
 
@@ -204,12 +209,12 @@ static void one_mode(int flags, int nb) {
     barrier();
     if (nb)
         sync_it(gasnet_coll_reduce_nb(GASNET_TEAM_ALL, root, dst, src, 3, 0, sizeof(int),
-                                      3 * nodes, 0, 0, flags));
+                                      3 * nodes, 0, 1, flags));
     else
-        gasnet_coll_reduce(GASNET_TEAM_ALL, root, dst, src, 3, 0, sizeof(int), 3 * nodes, 0, 0,
+        gasnet_coll_reduce(GASNET_TEAM_ALL, root, dst, src, 3, 0, sizeof(int), 3 * nodes, 0, 1,
                            flags);
     barrier();
-    int total = 0;
+    int total = 3 * (int)nodes - 1; /* one arg per combination */
     for (gasnet_node_t n = 0; n < nodes; n++)
         for (int k = 0; k < 3; k++)
             total += calls + (int)n * 3 + k;
@@ -217,22 +222,108 @@ static void one_mode(int flags, int nb) {
         FAILED("reduce (flags %#x): %d, wanted %d", flags, idst[0], total);
     calls++;
 
+    for (int m = 0; m < 2; m++) {
+        for (int k = 0; k < 3; k++)
+            isrc[k] = calls + (int)me * 3 + k;
+        memset(dst, 0, 64 * N);
+        barrier();
+        if (m && nb)
+            sync_it(gasnet_coll_prefix_reducem_nb(GASNET_TEAM_ALL, dlist, 3, 0, slist, 3, 0,
+                                                  sizeof(int), 3 * nodes, 0, 1, flags));
+        else if (m)
+            gasnet_coll_prefix_reducem(GASNET_TEAM_ALL, dlist, 3, 0, slist, 3, 0, sizeof(int),
+                                       3 * nodes, 0, 1, flags);
+        else if (nb)
+            sync_it(gasnet_coll_prefix_reduce_nb(GASNET_TEAM_ALL, dst, 3, 0, src, 3, 0,
+                                                 sizeof(int), 3 * nodes, 0, 1, flags));
+        else
+            gasnet_coll_prefix_reduce(GASNET_TEAM_ALL, dst, 3, 0, src, 3, 0, sizeof(int),
+                                      3 * nodes, 0, 1, flags);
+        barrier();
+        int run = -1;
+        for (gasnet_node_t n = 0; n <= me; n++)
+            for (int k = 0; k < 3; k++) {
+                run += calls + (int)n * 3 + k + 1;
+                if (n == me && idst[k] != run)
+                    FAILED("prefix_reduce%s (flags %#x): element %d is %d, wanted %d",
+                           m ? "m" : "", flags, k, idst[k], run);
+            }
+        calls++;
+    }
+
+    /* The other m forms, in GASNet 1.x's spelling. */
+    for (gasnet_node_t n = 0; n < nodes; n++)
+        for (int k = 0; k < N; k++)
+            src[n * N + k] = val(n, k);
+    memset(dst, 0, 64 * N);
+    barrier();
+    if (nb)
+        sync_it(gasnet_coll_scatterM_nb(GASNET_TEAM_ALL, dlist, root, src, N, flags));
+    else
+        gasnet_coll_scatterM(GASNET_TEAM_ALL, dlist, root, src, N, flags);
+    barrier();
+    for (int k = 0; k < N; k++)
+        want[k] = val(me, k);
+    expect(dst, want, N, "scatterM", flags);
+    calls++;
+
+    for (int k = 0; k < N; k++)
+        src[k] = val(me, k);
+    memset(dst, 0, 64 * N);
+    barrier();
+    if (nb)
+        sync_it(gasnet_coll_gatherM_nb(GASNET_TEAM_ALL, root, dst, slist, N, flags));
+    else
+        gasnet_coll_gatherM(GASNET_TEAM_ALL, root, dst, slist, N, flags);
+    barrier();
+    if (me == root) {
+        for (gasnet_node_t n = 0; n < nodes; n++)
+            for (int k = 0; k < N; k++)
+                want[n * N + k] = val(n, k);
+        expect(dst, want, nodes * N, "gatherM", flags);
+    }
+    calls++;
+
+    for (gasnet_node_t j = 0; j < nodes; j++)
+        for (int k = 0; k < N; k++)
+            src[j * N + k] = val(me * nodes + j, k);
+    memset(dst, 0, 64 * N);
+    barrier();
+    if (nb)
+        sync_it(gasnet_coll_exchangeM_nb(GASNET_TEAM_ALL, dlist, slist, N, flags));
+    else
+        gasnet_coll_exchangeM(GASNET_TEAM_ALL, dlist, slist, N, flags);
+    barrier();
+    for (gasnet_node_t i = 0; i < nodes; i++)
+        for (int k = 0; k < N; k++)
+            want[i * N + k] = val(i * nodes + me, k);
+    expect(dst, want, nodes * N, "exchangeM", flags);
+    calls++;
+
     for (int k = 0; k < 3; k++)
         isrc[k] = calls + (int)me * 3 + k;
     memset(dst, 0, 64 * N);
     barrier();
-    gasnet_coll_prefix_reduce(GASNET_TEAM_ALL, dst, 3, 0, src, 3, 0, sizeof(int), 3 * nodes, 0,
-                              0, flags);
+    if (nb)
+        sync_it(gasnet_coll_reduceM_nb(GASNET_TEAM_ALL, root, dst, slist, 3, 0, sizeof(int),
+                                       3 * nodes, 0, 1, flags));
+    else
+        gasnet_coll_reduceM(GASNET_TEAM_ALL, root, dst, slist, 3, 0, sizeof(int), 3 * nodes, 0,
+                            1, flags);
     barrier();
-    int run = 0;
-    for (gasnet_node_t n = 0; n <= me; n++)
-        for (int k = 0; k < 3; k++) {
-            run += calls + (int)n * 3 + k;
-            if (n == me && idst[k] != run)
-                FAILED("prefix_reduce (flags %#x): element %d is %d, wanted %d", flags, k,
-                       idst[k], run);
-        }
+    total = 3 * (int)nodes - 1;
+    for (gasnet_node_t n = 0; n < nodes; n++)
+        for (int k = 0; k < 3; k++)
+            total += calls + (int)n * 3 + k;
+    if (me == root && idst[0] != total)
+        FAILED("reduceM (flags %#x): %d, wanted %d", flags, idst[0], total);
     calls++;
+}
+
+/* A second thread's gasnet_coll_init finds the node's collectives initialized. */
+static void *second_init(void *arg) {
+    gasnet_coll_init(NULL, 0, (const gasnet_coll_fn_entry_t *)arg, 1, 0);
+    return NULL;
 }
 
 int main(int argc, char **argv) {
@@ -251,6 +342,14 @@ int main(int argc, char **argv) {
     fns[0].fnptr = (gasnet_coll_fn_t)summation;
     fns[0].flags = 0;
     gasnet_coll_init(NULL, 0, fns, 1, 0);
+    pthread_t th;
+    if (pthread_create(&th, NULL, second_init, fns) != 0 || pthread_join(th, NULL) != 0)
+        FAILED("a second thread's gasnet_coll_init");
+    /* The init's own agreement is not a client barrier: the last one (attach's) was
+     * anonymous. */
+    int bid = -1;
+    if (gasnet_barrier_result(&bid) != GASNET_BARRIERFLAG_ANONYMOUS)
+        FAILED("gasnet_barrier_result after gasnet_coll_init: named %d", bid);
 
     const int ins[3] = {GASNET_COLL_IN_NOSYNC, GASNET_COLL_IN_MYSYNC, GASNET_COLL_IN_ALLSYNC};
     const int outs[3] = {GASNET_COLL_OUT_NOSYNC, GASNET_COLL_OUT_MYSYNC,
@@ -288,6 +387,8 @@ int main(int argc, char **argv) {
     if (from != (int)(me % 2))
         FAILED("team broadcast: %d", from);
 
+    if (fn_bad)
+        FAILED("the reduction function got a wrong element size, argument or flags");
     barrier();
     free(segs);
     gasnet_exit(0);
