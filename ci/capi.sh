@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The C ABI and the GASNet-1 layer: builds libamnet and amrun (release), installs them with
 # ci/install-capi.sh into a scratch prefix, compiles every C test in tests/c with
-# `cc $(pkg-config --cflags --libs amnet)` (gasnet_client.c uses gasnet.h alone), and runs
-# each through amrun at 2 and 4 ranks on smp and at 2 ranks on udp, and at 2 ranks on mpi
+# `cc $(pkg-config --cflags --libs amnet)` (the gasnet_*.c tests use GASNet's headers alone),
+# and runs each through amrun at 2 and 4 ranks on smp and at 2 ranks on udp, and at 2 ranks on mpi
 # where an MPI library is installed (ci/install-mpi.sh), each bounded by a timeout. Ends with
 # one line "N passed, M failed".
 set -euo pipefail
@@ -70,7 +70,9 @@ done
 c++ -x c++ -std=c++17 -Wall -Wextra -Werror -fsyntax-only \
     $(pkg-config --cflags amnet) - <<<'#include "amnet.h"
 #include "gasnet.h"
-int main() { amnet_handle_t h = 0; return amnet_sync(&h) + gasnet_init(0, 0); }'
+#include "gasnet_coll.h"
+#include "gasnet_tools.h"
+int main() { amnet_handle_t h = 0; return amnet_sync(&h) + gasnet_init(0, 0) + (int)gasnett_ticks_now(); }'
 # A GASNet-1 client written in C++ (the same source, compiled as C++).
 c++ -x c++ -std=c++17 -O2 -Wall -Wextra -Werror -o "$prefix/gasnet_client_cxx" \
     tests/c/gasnet_client.c $(pkg-config --cflags --libs amnet)
@@ -82,7 +84,7 @@ for conduit in $conduits; do
     for n in 2 4; do
         [ "$conduit" != smp ] && [ "$n" = 4 ] && continue
         at="--conduit $conduit -n $n"
-        for t in am_pingpong putget barrier errors threads atomics vis progress npam coll gasnet_client gasnet_coll; do
+        for t in am_pingpong putget barrier errors threads atomics vis progress npam coll gasnet_client gasnet_coll gasnet_tools; do
             run "$t $at" 0 $at "$prefix/$t"
         done
         run "coll images $at" 0 $at "$prefix/coll" images

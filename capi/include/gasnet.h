@@ -84,8 +84,9 @@ typedef struct {
 
 /* Interrupts and per-function thread set-up do not exist here: no-ops. */
 #define GASNET_BEGIN_FUNCTION() ((void)0)
-#define GASNET_POST_THREADINFO(info) ((void)0)
-#define GASNET_GET_THREADINFO() ((void *)0)
+typedef void *gasnet_threadinfo_t;
+#define GASNET_POST_THREADINFO(info) ((void)(info))
+#define GASNET_GET_THREADINFO() ((gasnet_threadinfo_t)0)
 #define gasnet_hold_interrupts() ((void)0)
 #define gasnet_resume_interrupts() ((void)0)
 
@@ -844,6 +845,13 @@ static inline int gasnet_barrier_wait(int id, int flags) {
         amnet_gasnet_fatal("gasnet_barrier_wait", rc);
     return amnet_gasnet_code(rc);
 }
+/* GASNet's own headers implement the extended API as gasnete_* functions behind the gasnet_*
+ * names, and some clients (GASNet's test programs among them) call those names: the same
+ * functions here. */
+#define gasnete_barrier_notify gasnet_barrier_notify
+#define gasnete_barrier_wait gasnet_barrier_wait
+#define gasnete_barrier_try gasnet_barrier_try
+
 /* The outcome of the last completed barrier: GASNET_BARRIERFLAG_ANONYMOUS when every node
  * notified it anonymously (then *id is 0), else 0 with the named id in *id. */
 static inline int gasnet_barrier_result(int *id) {
