@@ -248,9 +248,15 @@ static inline uint64_t amnet_gasnet_off(const char *fn, gasnet_node_t node, cons
 
 /* ---- core API: start-up ------------------------------------------------------------- */
 
+/* This node's number (from gasnet_init on; a loopback request checks it). */
+__attribute__((weak)) uint32_t amnet_gasnet_me;
+
 static inline int gasnet_init(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    return amnet_gasnet_code(amnet_init());
+    int rc = amnet_init();
+    if (rc == AMNET_OK)
+        rc = amnet_rank(&amnet_gasnet_me);
+    return amnet_gasnet_code(rc);
 }
 
 static inline gasnet_node_t gasnet_mynode(void) {
@@ -482,11 +488,20 @@ static inline int gasnet_AMGetMsgSource(gasnet_token_t token, gasnet_node_t *src
     return amnet_gasnet_code(amnet_token_source(token, srcindex));
 }
 
+/* A request sent with status `rc`: a request to this node has its handler run before the
+ * call returns (one poll), as GASNet's loopback did; clients wait on flags that such a
+ * handler sets while making calls that do not poll (a put on smp is a copy). */
+static inline int amnet_gasnet_sent(gasnet_node_t dest, int rc) {
+    if (rc == AMNET_OK && dest == amnet_gasnet_me)
+        rc = amnet_poll(NULL);
+    return amnet_gasnet_code(rc);
+}
+
 static inline int amnet_gasnet_req_long(const char *fn, gasnet_node_t dest, gasnet_handler_t h,
                                         void *src, size_t nbytes, void *dest_addr,
                                         const uint32_t *a, size_t nargs) {
     uint64_t off = amnet_gasnet_off(fn, dest, dest_addr);
-    return amnet_gasnet_code(amnet_request_long(dest, h, a, nargs, src, nbytes, off));
+    return amnet_gasnet_sent(dest, amnet_request_long(dest, h, a, nargs, src, nbytes, off));
 }
 
 static inline int amnet_gasnet_rep_long(const char *fn, gasnet_token_t token, gasnet_handler_t h,
@@ -506,14 +521,14 @@ static inline int amnet_gasnet_rep_long(const char *fn, gasnet_token_t token, ga
     static inline int gasnet_AMRequestShort##n(gasnet_node_t dest,                           \
                                                gasnet_handler_t handler AMNET_GASNET_P##n) { \
         const uint32_t a_[] = {0 AMNET_GASNET_V##n};                                         \
-        return amnet_gasnet_code(amnet_request_short(dest, handler, a_ + 1, n));             \
+        return amnet_gasnet_sent(dest, amnet_request_short(dest, handler, a_ + 1, n));      \
     }                                                                                        \
     static inline int gasnet_AMRequestMedium##n(gasnet_node_t dest, gasnet_handler_t handler, \
                                                 void *source_addr,                           \
                                                 size_t nbytes AMNET_GASNET_P##n) {           \
         const uint32_t a_[] = {0 AMNET_GASNET_V##n};                                         \
-        return amnet_gasnet_code(                                                            \
-            amnet_request_medium(dest, handler, a_ + 1, n, source_addr, nbytes));            \
+        return amnet_gasnet_sent(                                                            \
+            dest, amnet_request_medium(dest, handler, a_ + 1, n, source_addr, nbytes));      \
     }                                                                                        \
     static inline int gasnet_AMRequestLong##n(gasnet_node_t dest, gasnet_handler_t handler,  \
                                               void *source_addr, size_t nbytes,              \
