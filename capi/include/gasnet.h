@@ -887,8 +887,12 @@ static inline int gasnet_barrier_try(int id, int flags) {
 
 typedef uint32_t gasnet_image_t;
 typedef amnet_team_t gasnet_team_handle_t;
-/* The team of every node. */
-#define GASNET_TEAM_ALL ((gasnet_team_handle_t)AMNET_TEAM_WORLD)
+/* The team of every node: 0, as in GASNet 1.8, whose clients also pass a literal 0. */
+#define GASNET_TEAM_ALL ((gasnet_team_handle_t)0)
+/* amnet's id of a GASNet team handle. */
+static inline amnet_team_t amnet_gasnet_team(gasnet_team_handle_t t) {
+    return t == 0 ? AMNET_TEAM_WORLD : t;
+}
 typedef amnet_coll_handle_t gasnet_coll_handle_t;
 #define GASNET_COLL_INVALID_HANDLE ((gasnet_coll_handle_t)0)
 
@@ -978,7 +982,7 @@ static inline size_t amnet_gasnet_listlen(const char *fn, gasnet_team_handle_t t
     if (flags & GASNET_COLL_LOCAL)
         AMNET_GASNET_CHECK(fn, amnet_coll_images(NULL, NULL, &n));
     else
-        AMNET_GASNET_CHECK(fn, amnet_team_info(team, NULL, NULL, &n));
+        AMNET_GASNET_CHECK(fn, amnet_team_info(amnet_gasnet_team(team), NULL, NULL, &n));
     return n;
 }
 
@@ -1026,27 +1030,31 @@ static inline gasnet_team_handle_t gasnet_coll_team_split(gasnet_team_handle_t p
     }
     amnet_team_t t = AMNET_TEAM_NULL;
     AMNET_GASNET_CHECK("gasnet_coll_team_split",
-                       amnet_team_split(parent, color, (int32_t)relrank, &t));
+                       amnet_team_split(amnet_gasnet_team(parent), color, (int32_t)relrank,
+                                        &t));
     return t;
 }
 static inline gasnet_node_t gasnet_coll_team_size(gasnet_team_handle_t team) {
     uint32_t n = 0;
-    AMNET_GASNET_CHECK("gasnet_coll_team_size", amnet_team_info(team, NULL, &n, NULL));
+    AMNET_GASNET_CHECK("gasnet_coll_team_size",
+                       amnet_team_info(amnet_gasnet_team(team), NULL, &n, NULL));
     return n;
 }
 static inline gasnet_node_t gasnet_coll_team_rank2node(gasnet_team_handle_t team, int rank) {
     uint32_t node = 0;
     AMNET_GASNET_CHECK("gasnet_coll_team_rank2node",
-                       amnet_team_world_rank(team, (uint32_t)rank, &node));
+                       amnet_team_world_rank(amnet_gasnet_team(team), (uint32_t)rank, &node));
     return node;
 }
 static inline gasnet_node_t gasnet_coll_team_node2rank(gasnet_team_handle_t team,
                                                        gasnet_node_t node) {
     uint32_t size = 0;
-    AMNET_GASNET_CHECK("gasnet_coll_team_node2rank", amnet_team_info(team, NULL, &size, NULL));
+    AMNET_GASNET_CHECK("gasnet_coll_team_node2rank",
+                       amnet_team_info(amnet_gasnet_team(team), NULL, &size, NULL));
     for (uint32_t r = 0; r < size; r++) {
         uint32_t w = 0;
-        AMNET_GASNET_CHECK("gasnet_coll_team_node2rank", amnet_team_world_rank(team, r, &w));
+        AMNET_GASNET_CHECK("gasnet_coll_team_node2rank",
+                           amnet_team_world_rank(amnet_gasnet_team(team), r, &w));
         if (w == node)
             return r;
     }
@@ -1059,156 +1067,156 @@ static inline gasnet_node_t gasnet_coll_team_node2rank(gasnet_team_handle_t team
 /* Every operation, blocking and with an explicit handle (_nb). */
 static inline gasnet_coll_handle_t gasnet_coll_broadcast_nb(gasnet_team_handle_t team, void *dst, gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_broadcast_nb", amnet_coll_broadcast(team, dst, srcimage, src, nbytes, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_broadcast_nb", amnet_coll_broadcast(amnet_gasnet_team(team), dst, srcimage, src, nbytes, (uint32_t)flags, &h_));
     return h_;
 }
 
 static inline void gasnet_coll_broadcast(gasnet_team_handle_t team, void *dst, gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
-    AMNET_GASNET_CHECK("gasnet_coll_broadcast", amnet_coll_broadcast(team, dst, srcimage, src, nbytes, (uint32_t)flags, NULL));
+    AMNET_GASNET_CHECK("gasnet_coll_broadcast", amnet_coll_broadcast(amnet_gasnet_team(team), dst, srcimage, src, nbytes, (uint32_t)flags, NULL));
 }
 
 static inline gasnet_coll_handle_t gasnet_coll_broadcastm_nb(gasnet_team_handle_t team, void *const dstlist[], gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_broadcastm", team, flags);
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_broadcastm_nb", amnet_coll_broadcastm(team, dstlist, n_, srcimage, src, nbytes, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_broadcastm_nb", amnet_coll_broadcastm(amnet_gasnet_team(team), dstlist, n_, srcimage, src, nbytes, (uint32_t)flags, &h_));
     return h_;
 }
 
 static inline void gasnet_coll_broadcastm(gasnet_team_handle_t team, void *const dstlist[], gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_broadcastm", team, flags);
-    AMNET_GASNET_CHECK("gasnet_coll_broadcastm", amnet_coll_broadcastm(team, dstlist, n_, srcimage, src, nbytes, (uint32_t)flags, NULL));
+    AMNET_GASNET_CHECK("gasnet_coll_broadcastm", amnet_coll_broadcastm(amnet_gasnet_team(team), dstlist, n_, srcimage, src, nbytes, (uint32_t)flags, NULL));
 }
 
 static inline gasnet_coll_handle_t gasnet_coll_scatter_nb(gasnet_team_handle_t team, void *dst, gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_scatter_nb", amnet_coll_scatter(team, dst, srcimage, src, nbytes, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_scatter_nb", amnet_coll_scatter(amnet_gasnet_team(team), dst, srcimage, src, nbytes, (uint32_t)flags, &h_));
     return h_;
 }
 
 static inline void gasnet_coll_scatter(gasnet_team_handle_t team, void *dst, gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
-    AMNET_GASNET_CHECK("gasnet_coll_scatter", amnet_coll_scatter(team, dst, srcimage, src, nbytes, (uint32_t)flags, NULL));
+    AMNET_GASNET_CHECK("gasnet_coll_scatter", amnet_coll_scatter(amnet_gasnet_team(team), dst, srcimage, src, nbytes, (uint32_t)flags, NULL));
 }
 
 static inline gasnet_coll_handle_t gasnet_coll_scatterm_nb(gasnet_team_handle_t team, void *const dstlist[], gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_scatterm", team, flags);
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_scatterm_nb", amnet_coll_scatterm(team, dstlist, n_, srcimage, src, nbytes, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_scatterm_nb", amnet_coll_scatterm(amnet_gasnet_team(team), dstlist, n_, srcimage, src, nbytes, (uint32_t)flags, &h_));
     return h_;
 }
 
 static inline void gasnet_coll_scatterm(gasnet_team_handle_t team, void *const dstlist[], gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_scatterm", team, flags);
-    AMNET_GASNET_CHECK("gasnet_coll_scatterm", amnet_coll_scatterm(team, dstlist, n_, srcimage, src, nbytes, (uint32_t)flags, NULL));
+    AMNET_GASNET_CHECK("gasnet_coll_scatterm", amnet_coll_scatterm(amnet_gasnet_team(team), dstlist, n_, srcimage, src, nbytes, (uint32_t)flags, NULL));
 }
 
 static inline gasnet_coll_handle_t gasnet_coll_gather_nb(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *src, size_t nbytes, int flags) {
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_gather_nb", amnet_coll_gather(team, dstimage, dst, src, nbytes, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_gather_nb", amnet_coll_gather(amnet_gasnet_team(team), dstimage, dst, src, nbytes, (uint32_t)flags, &h_));
     return h_;
 }
 
 static inline void gasnet_coll_gather(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *src, size_t nbytes, int flags) {
-    AMNET_GASNET_CHECK("gasnet_coll_gather", amnet_coll_gather(team, dstimage, dst, src, nbytes, (uint32_t)flags, NULL));
+    AMNET_GASNET_CHECK("gasnet_coll_gather", amnet_coll_gather(amnet_gasnet_team(team), dstimage, dst, src, nbytes, (uint32_t)flags, NULL));
 }
 
 static inline gasnet_coll_handle_t gasnet_coll_gatherm_nb(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *const srclist[], size_t nbytes, int flags) {
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_gatherm", team, flags);
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_gatherm_nb", amnet_coll_gatherm(team, dstimage, dst, srclist, n_, nbytes, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_gatherm_nb", amnet_coll_gatherm(amnet_gasnet_team(team), dstimage, dst, srclist, n_, nbytes, (uint32_t)flags, &h_));
     return h_;
 }
 
 static inline void gasnet_coll_gatherm(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *const srclist[], size_t nbytes, int flags) {
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_gatherm", team, flags);
-    AMNET_GASNET_CHECK("gasnet_coll_gatherm", amnet_coll_gatherm(team, dstimage, dst, srclist, n_, nbytes, (uint32_t)flags, NULL));
+    AMNET_GASNET_CHECK("gasnet_coll_gatherm", amnet_coll_gatherm(amnet_gasnet_team(team), dstimage, dst, srclist, n_, nbytes, (uint32_t)flags, NULL));
 }
 
 static inline gasnet_coll_handle_t gasnet_coll_gather_all_nb(gasnet_team_handle_t team, void *dst, void *src, size_t nbytes, int flags) {
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_gather_all_nb", amnet_coll_gather_all(team, dst, src, nbytes, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_gather_all_nb", amnet_coll_gather_all(amnet_gasnet_team(team), dst, src, nbytes, (uint32_t)flags, &h_));
     return h_;
 }
 
 static inline void gasnet_coll_gather_all(gasnet_team_handle_t team, void *dst, void *src, size_t nbytes, int flags) {
-    AMNET_GASNET_CHECK("gasnet_coll_gather_all", amnet_coll_gather_all(team, dst, src, nbytes, (uint32_t)flags, NULL));
+    AMNET_GASNET_CHECK("gasnet_coll_gather_all", amnet_coll_gather_all(amnet_gasnet_team(team), dst, src, nbytes, (uint32_t)flags, NULL));
 }
 
 static inline gasnet_coll_handle_t gasnet_coll_gather_allm_nb(gasnet_team_handle_t team, void *const dstlist[], void *const srclist[], size_t nbytes, int flags) {
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_gather_allm", team, flags);
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_gather_allm_nb", amnet_coll_gather_allm(team, dstlist, n_, srclist, n_, nbytes, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_gather_allm_nb", amnet_coll_gather_allm(amnet_gasnet_team(team), dstlist, n_, srclist, n_, nbytes, (uint32_t)flags, &h_));
     return h_;
 }
 
 static inline void gasnet_coll_gather_allm(gasnet_team_handle_t team, void *const dstlist[], void *const srclist[], size_t nbytes, int flags) {
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_gather_allm", team, flags);
-    AMNET_GASNET_CHECK("gasnet_coll_gather_allm", amnet_coll_gather_allm(team, dstlist, n_, srclist, n_, nbytes, (uint32_t)flags, NULL));
+    AMNET_GASNET_CHECK("gasnet_coll_gather_allm", amnet_coll_gather_allm(amnet_gasnet_team(team), dstlist, n_, srclist, n_, nbytes, (uint32_t)flags, NULL));
 }
 
 static inline gasnet_coll_handle_t gasnet_coll_exchange_nb(gasnet_team_handle_t team, void *dst, void *src, size_t nbytes, int flags) {
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_exchange_nb", amnet_coll_exchange(team, dst, src, nbytes, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_exchange_nb", amnet_coll_exchange(amnet_gasnet_team(team), dst, src, nbytes, (uint32_t)flags, &h_));
     return h_;
 }
 
 static inline void gasnet_coll_exchange(gasnet_team_handle_t team, void *dst, void *src, size_t nbytes, int flags) {
-    AMNET_GASNET_CHECK("gasnet_coll_exchange", amnet_coll_exchange(team, dst, src, nbytes, (uint32_t)flags, NULL));
+    AMNET_GASNET_CHECK("gasnet_coll_exchange", amnet_coll_exchange(amnet_gasnet_team(team), dst, src, nbytes, (uint32_t)flags, NULL));
 }
 
 static inline gasnet_coll_handle_t gasnet_coll_exchangem_nb(gasnet_team_handle_t team, void *const dstlist[], void *const srclist[], size_t nbytes, int flags) {
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_exchangem", team, flags);
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_exchangem_nb", amnet_coll_exchangem(team, dstlist, n_, srclist, n_, nbytes, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_exchangem_nb", amnet_coll_exchangem(amnet_gasnet_team(team), dstlist, n_, srclist, n_, nbytes, (uint32_t)flags, &h_));
     return h_;
 }
 
 static inline void gasnet_coll_exchangem(gasnet_team_handle_t team, void *const dstlist[], void *const srclist[], size_t nbytes, int flags) {
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_exchangem", team, flags);
-    AMNET_GASNET_CHECK("gasnet_coll_exchangem", amnet_coll_exchangem(team, dstlist, n_, srclist, n_, nbytes, (uint32_t)flags, NULL));
+    AMNET_GASNET_CHECK("gasnet_coll_exchangem", amnet_coll_exchangem(amnet_gasnet_team(team), dstlist, n_, srclist, n_, nbytes, (uint32_t)flags, NULL));
 }
 
 static inline gasnet_coll_handle_t gasnet_coll_reduce_nb(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *src, size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_reduce_nb", amnet_coll_reduce(team, dstimage, dst, src, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_reduce_nb", func), func_arg, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_reduce_nb", amnet_coll_reduce(amnet_gasnet_team(team), dstimage, dst, src, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_reduce_nb", func), func_arg, (uint32_t)flags, &h_));
     return h_;
 }
 
 static inline void gasnet_coll_reduce(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *src, size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
-    AMNET_GASNET_CHECK("gasnet_coll_reduce", amnet_coll_reduce(team, dstimage, dst, src, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_reduce", func), func_arg, (uint32_t)flags, NULL));
+    AMNET_GASNET_CHECK("gasnet_coll_reduce", amnet_coll_reduce(amnet_gasnet_team(team), dstimage, dst, src, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_reduce", func), func_arg, (uint32_t)flags, NULL));
 }
 
 static inline gasnet_coll_handle_t gasnet_coll_reducem_nb(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *const srclist[], size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_reducem", team, flags);
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_reducem_nb", amnet_coll_reducem(team, dstimage, dst, srclist, n_, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_reducem_nb", func), func_arg, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_reducem_nb", amnet_coll_reducem(amnet_gasnet_team(team), dstimage, dst, srclist, n_, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_reducem_nb", func), func_arg, (uint32_t)flags, &h_));
     return h_;
 }
 
 static inline void gasnet_coll_reducem(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *const srclist[], size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_reducem", team, flags);
-    AMNET_GASNET_CHECK("gasnet_coll_reducem", amnet_coll_reducem(team, dstimage, dst, srclist, n_, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_reducem", func), func_arg, (uint32_t)flags, NULL));
+    AMNET_GASNET_CHECK("gasnet_coll_reducem", amnet_coll_reducem(amnet_gasnet_team(team), dstimage, dst, srclist, n_, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_reducem", func), func_arg, (uint32_t)flags, NULL));
 }
 
 static inline gasnet_coll_handle_t gasnet_coll_prefix_reduce_nb(gasnet_team_handle_t team, void *dst, size_t dst_blksz, size_t dst_offset, void *src, size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_prefix_reduce_nb", amnet_coll_prefix_reduce(team, dst, dst_blksz, dst_offset, src, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_prefix_reduce_nb", func), func_arg, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_prefix_reduce_nb", amnet_coll_prefix_reduce(amnet_gasnet_team(team), dst, dst_blksz, dst_offset, src, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_prefix_reduce_nb", func), func_arg, (uint32_t)flags, &h_));
     return h_;
 }
 
 static inline void gasnet_coll_prefix_reduce(gasnet_team_handle_t team, void *dst, size_t dst_blksz, size_t dst_offset, void *src, size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
-    AMNET_GASNET_CHECK("gasnet_coll_prefix_reduce", amnet_coll_prefix_reduce(team, dst, dst_blksz, dst_offset, src, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_prefix_reduce", func), func_arg, (uint32_t)flags, NULL));
+    AMNET_GASNET_CHECK("gasnet_coll_prefix_reduce", amnet_coll_prefix_reduce(amnet_gasnet_team(team), dst, dst_blksz, dst_offset, src, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_prefix_reduce", func), func_arg, (uint32_t)flags, NULL));
 }
 
 static inline gasnet_coll_handle_t gasnet_coll_prefix_reducem_nb(gasnet_team_handle_t team, void *const dstlist[], size_t dst_blksz, size_t dst_offset, void *const srclist[], size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_prefix_reducem", team, flags);
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_prefix_reducem_nb", amnet_coll_prefix_reducem(team, dstlist, n_, dst_blksz, dst_offset, srclist, n_, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_prefix_reducem_nb", func), func_arg, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_prefix_reducem_nb", amnet_coll_prefix_reducem(amnet_gasnet_team(team), dstlist, n_, dst_blksz, dst_offset, srclist, n_, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_prefix_reducem_nb", func), func_arg, (uint32_t)flags, &h_));
     return h_;
 }
 
 static inline void gasnet_coll_prefix_reducem(gasnet_team_handle_t team, void *const dstlist[], size_t dst_blksz, size_t dst_offset, void *const srclist[], size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_prefix_reducem", team, flags);
-    AMNET_GASNET_CHECK("gasnet_coll_prefix_reducem", amnet_coll_prefix_reducem(team, dstlist, n_, dst_blksz, dst_offset, srclist, n_, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_prefix_reducem", func), func_arg, (uint32_t)flags, NULL));
+    AMNET_GASNET_CHECK("gasnet_coll_prefix_reducem", amnet_coll_prefix_reducem(amnet_gasnet_team(team), dstlist, n_, dst_blksz, dst_offset, srclist, n_, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_prefix_reducem", func), func_arg, (uint32_t)flags, NULL));
 }
 
 
