@@ -9,28 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gasnet.h"
+#include "gasnet_check.h"
 
 #define SEGSZ (64 * GASNET_PAGESIZE)
 #define N 24 /* bytes per block */
 
-static gasnet_node_t me, nodes;
 static gasnet_seginfo_t *segs;
 static int calls;
-
-#define FAILED(...)                                                                          \
-    do {                                                                                     \
-        fprintf(stderr, "gasnet_coll: node %u: ", (unsigned)me);                            \
-        fprintf(stderr, __VA_ARGS__);                                                        \
-        fprintf(stderr, "\n");                                                               \
-        gasnet_exit(1);                                                                      \
-    } while (0)
-
-static void barrier(void) {
-    gasnet_barrier_notify(0, GASNET_BARRIERFLAG_ANONYMOUS);
-    if (gasnet_barrier_wait(0, GASNET_BARRIERFLAG_ANONYMOUS) != GASNET_OK)
-        FAILED("barrier");
-}
 
 static volatile int fn_bad; /* the function got an argument it should not have */
 

@@ -4,19 +4,9 @@
  * counts, environment queries; and the GASNet-internal spellings GASNet's own test programs
  * use (gasnete_barrier_*, GASNETI_SYSTEM_TUPLE, gasnet_threadinfo_t). */
 #define _POSIX_C_SOURCE 200809L
-#include <gasnet.h>
+#include "gasnet_check.h"
 #include <gasnet_coll.h>
 #include <gasnet_tools.h>
-
-static gasnet_node_t me;
-
-#define FAILED(...)                                                                          \
-    do {                                                                                     \
-        fprintf(stderr, "gasnet_tools: node %u: ", (unsigned)me);                           \
-        fprintf(stderr, __VA_ARGS__);                                                        \
-        fprintf(stderr, "\n");                                                               \
-        gasnet_exit(1);                                                                      \
-    } while (0)
 
 GASNETT_IDENT(amnet_test_ident, "$amnet gasnet_tools test: " GASNETI_SYSTEM_TUPLE " $");
 
@@ -50,6 +40,9 @@ int main(int argc, char **argv) {
     if (gasnet_init(&argc, &argv) != GASNET_OK)
         return 1;
     me = gasnet_mynode();
+    nodes = gasnet_nodes();
+    if (nodes < 1 || me >= nodes)
+        FAILED("node %u of %u", (unsigned)me, (unsigned)nodes);
     if (gasnet_attach(NULL, 0, 16 * GASNETT_PAGESIZE, 0) != GASNET_OK)
         FAILED("gasnet_attach");
     gasnet_threadinfo_t ti = GASNET_GET_THREADINFO();

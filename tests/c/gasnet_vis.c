@@ -2,27 +2,12 @@
  * indexed and strided puts to the next node and gets back, blocking, _nb (synced with
  * gasnet_wait_syncnb) and _nbi, with local buffers in the segment and on the heap; every
  * byte checked. */
-#include <gasnet.h>
+#include "gasnet_check.h"
 #include <gasnet_vis.h>
 
 #define SEGSZ (16 * GASNET_PAGESIZE)
 
-static gasnet_node_t me, nodes;
 static gasnet_seginfo_t *segs;
-
-#define FAILED(...)                                                                          \
-    do {                                                                                     \
-        fprintf(stderr, "gasnet_vis: node %u: ", (unsigned)me);                             \
-        fprintf(stderr, __VA_ARGS__);                                                        \
-        fprintf(stderr, "\n");                                                               \
-        gasnet_exit(1);                                                                      \
-    } while (0)
-
-static void barrier(void) {
-    gasnet_barrier_notify(0, GASNET_BARRIERFLAG_ANONYMOUS);
-    if (gasnet_barrier_wait(0, GASNET_BARRIERFLAG_ANONYMOUS) != GASNET_OK)
-        FAILED("barrier");
-}
 
 static unsigned char val(int round, size_t k) { return (unsigned char)(round * 29 + k * 7 + 3); }
 
