@@ -89,6 +89,7 @@ for conduit in $conduits; do
             run "$t $at" 0 $at "$prefix/$t"
         done
         run "coll images $at" 0 $at "$prefix/coll" images
+        run "gasnet_coll images $at" 0 $at "$prefix/gasnet_coll" images
         run "exit_code main $at" 42 $at "$prefix/exit_code" main
         run "exit_code handler $at" 43 $at "$prefix/exit_code" handler
         run "exit_code return $at" 7 $at "$prefix/exit_code" return

@@ -928,6 +928,22 @@ typedef struct {
 /* A function's index in the table given to gasnet_coll_init. */
 typedef gasnet_handlerarg_t gasnet_coll_fn_handle_t;
 
+/* Image mode (GASNet 1.x): a thread whose gasnet_coll_init had images takes part in every
+ * collective itself, so its calls are ALL_THREADS calls. Its image, and this node's first. */
+__attribute__((weak)) __thread int amnet_gasnet_imaged;
+__attribute__((weak)) __thread uint32_t amnet_gasnet_my_image;
+__attribute__((weak)) uint32_t amnet_gasnet_first_image;
+
+/* The flags of a call: ALL_THREADS added in image mode. */
+static inline uint32_t amnet_gasnet_cflags(int flags) {
+    return (uint32_t)flags | (amnet_gasnet_imaged ? AMNET_COLL_ALL_THREADS : 0);
+}
+
+/* The calling image's place among this node's images (its entry of a LOCAL list). */
+static inline size_t amnet_gasnet_local_image(void) {
+    return (size_t)(amnet_gasnet_my_image - amnet_gasnet_first_image);
+}
+
 /* Initialize the collectives: collective, after gasnet_attach, once per node (images NULL) or
  * once on every image thread (images: gasnet_nodes() counts; my_image: the caller's). The
  * table's function i is the func argument i of the computational collectives. */
@@ -962,6 +978,14 @@ static inline void gasnet_coll_init(const gasnet_image_t images[], gasnet_image_
     free(fns);
     if (rc != AMNET_OK)
         amnet_gasnet_fatal("gasnet_coll_init", rc);
+    if (images) {
+        uint32_t first = 0;
+        for (gasnet_node_t n = 0; n < amnet_gasnet_me; n++)
+            first += images[n];
+        amnet_gasnet_first_image = first;
+        amnet_gasnet_my_image = my_image;
+        amnet_gasnet_imaged = 1;
+    }
 }
 
 /* amnet's index of the client's function `func` (entry `func` of gasnet_coll_init's table). */
@@ -1065,158 +1089,356 @@ static inline gasnet_node_t gasnet_coll_team_node2rank(gasnet_team_handle_t team
     return 0;
 }
 /* Every operation, blocking and with an explicit handle (_nb). */
-static inline gasnet_coll_handle_t gasnet_coll_broadcast_nb(gasnet_team_handle_t team, void *dst, gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
+static inline gasnet_coll_handle_t gasnet_coll_broadcast_nb(gasnet_team_handle_t team, void *dst,
+                                                            gasnet_image_t srcimage, void *src,
+                                                            size_t nbytes, int flags) {
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_broadcast_nb", amnet_coll_broadcast(amnet_gasnet_team(team), dst, srcimage, src, nbytes, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_broadcast_nb", amnet_coll_broadcast(amnet_gasnet_team(team),
+        dst, srcimage, src, nbytes, amnet_gasnet_cflags(flags), &h_));
     return h_;
 }
 
-static inline void gasnet_coll_broadcast(gasnet_team_handle_t team, void *dst, gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
-    AMNET_GASNET_CHECK("gasnet_coll_broadcast", amnet_coll_broadcast(amnet_gasnet_team(team), dst, srcimage, src, nbytes, (uint32_t)flags, NULL));
+static inline void gasnet_coll_broadcast(gasnet_team_handle_t team, void *dst,
+                                         gasnet_image_t srcimage, void *src, size_t nbytes,
+                                         int flags) {
+    AMNET_GASNET_CHECK("gasnet_coll_broadcast", amnet_coll_broadcast(amnet_gasnet_team(team), dst,
+        srcimage, src, nbytes, amnet_gasnet_cflags(flags), NULL));
 }
 
-static inline gasnet_coll_handle_t gasnet_coll_broadcastm_nb(gasnet_team_handle_t team, void *const dstlist[], gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
+static inline gasnet_coll_handle_t gasnet_coll_broadcastm_nb(gasnet_team_handle_t team,
+                                                             void *const dstlist[],
+                                                             gasnet_image_t srcimage, void *src,
+                                                             size_t nbytes, int flags) {
+    if (amnet_gasnet_imaged && (flags & GASNET_COLL_LOCAL)) {
+        /* GASNet 1.x: every image thread calls with its node's images; it moves its own. */
+        size_t i_ = amnet_gasnet_local_image();
+        return gasnet_coll_broadcast_nb(team, dstlist[i_], srcimage, src, nbytes, flags);
+    }
+    size_t n_ = amnet_gasnet_listlen("gasnet_coll_broadcastm_nb", team, flags);
+    gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
+    AMNET_GASNET_CHECK("gasnet_coll_broadcastm_nb", amnet_coll_broadcastm(amnet_gasnet_team(team),
+        dstlist, n_, srcimage, src, nbytes, amnet_gasnet_cflags(flags), &h_));
+    return h_;
+}
+
+static inline void gasnet_coll_broadcastm(gasnet_team_handle_t team, void *const dstlist[],
+                                          gasnet_image_t srcimage, void *src, size_t nbytes,
+                                          int flags) {
+    if (amnet_gasnet_imaged && (flags & GASNET_COLL_LOCAL)) {
+        /* GASNet 1.x: every image thread calls with its node's images; it moves its own. */
+        size_t i_ = amnet_gasnet_local_image();
+        gasnet_coll_broadcast(team, dstlist[i_], srcimage, src, nbytes, flags);
+        return;
+    }
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_broadcastm", team, flags);
+    AMNET_GASNET_CHECK("gasnet_coll_broadcastm", amnet_coll_broadcastm(amnet_gasnet_team(team),
+        dstlist, n_, srcimage, src, nbytes, amnet_gasnet_cflags(flags), NULL));
+}
+
+static inline gasnet_coll_handle_t gasnet_coll_scatter_nb(gasnet_team_handle_t team, void *dst,
+                                                          gasnet_image_t srcimage, void *src,
+                                                          size_t nbytes, int flags) {
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_broadcastm_nb", amnet_coll_broadcastm(amnet_gasnet_team(team), dstlist, n_, srcimage, src, nbytes, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_scatter_nb", amnet_coll_scatter(amnet_gasnet_team(team), dst,
+        srcimage, src, nbytes, amnet_gasnet_cflags(flags), &h_));
     return h_;
 }
 
-static inline void gasnet_coll_broadcastm(gasnet_team_handle_t team, void *const dstlist[], gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
-    size_t n_ = amnet_gasnet_listlen("gasnet_coll_broadcastm", team, flags);
-    AMNET_GASNET_CHECK("gasnet_coll_broadcastm", amnet_coll_broadcastm(amnet_gasnet_team(team), dstlist, n_, srcimage, src, nbytes, (uint32_t)flags, NULL));
+static inline void gasnet_coll_scatter(gasnet_team_handle_t team, void *dst,
+                                       gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
+    AMNET_GASNET_CHECK("gasnet_coll_scatter", amnet_coll_scatter(amnet_gasnet_team(team), dst,
+        srcimage, src, nbytes, amnet_gasnet_cflags(flags), NULL));
 }
 
-static inline gasnet_coll_handle_t gasnet_coll_scatter_nb(gasnet_team_handle_t team, void *dst, gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
+static inline gasnet_coll_handle_t gasnet_coll_scatterm_nb(gasnet_team_handle_t team,
+                                                           void *const dstlist[],
+                                                           gasnet_image_t srcimage, void *src,
+                                                           size_t nbytes, int flags) {
+    if (amnet_gasnet_imaged && (flags & GASNET_COLL_LOCAL)) {
+        /* GASNet 1.x: every image thread calls with its node's images; it moves its own. */
+        size_t i_ = amnet_gasnet_local_image();
+        return gasnet_coll_scatter_nb(team, dstlist[i_], srcimage, src, nbytes, flags);
+    }
+    size_t n_ = amnet_gasnet_listlen("gasnet_coll_scatterm_nb", team, flags);
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_scatter_nb", amnet_coll_scatter(amnet_gasnet_team(team), dst, srcimage, src, nbytes, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_scatterm_nb", amnet_coll_scatterm(amnet_gasnet_team(team),
+        dstlist, n_, srcimage, src, nbytes, amnet_gasnet_cflags(flags), &h_));
     return h_;
 }
 
-static inline void gasnet_coll_scatter(gasnet_team_handle_t team, void *dst, gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
-    AMNET_GASNET_CHECK("gasnet_coll_scatter", amnet_coll_scatter(amnet_gasnet_team(team), dst, srcimage, src, nbytes, (uint32_t)flags, NULL));
-}
-
-static inline gasnet_coll_handle_t gasnet_coll_scatterm_nb(gasnet_team_handle_t team, void *const dstlist[], gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
+static inline void gasnet_coll_scatterm(gasnet_team_handle_t team, void *const dstlist[],
+                                        gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
+    if (amnet_gasnet_imaged && (flags & GASNET_COLL_LOCAL)) {
+        /* GASNet 1.x: every image thread calls with its node's images; it moves its own. */
+        size_t i_ = amnet_gasnet_local_image();
+        gasnet_coll_scatter(team, dstlist[i_], srcimage, src, nbytes, flags);
+        return;
+    }
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_scatterm", team, flags);
+    AMNET_GASNET_CHECK("gasnet_coll_scatterm", amnet_coll_scatterm(amnet_gasnet_team(team), dstlist,
+        n_, srcimage, src, nbytes, amnet_gasnet_cflags(flags), NULL));
+}
+
+static inline gasnet_coll_handle_t gasnet_coll_gather_nb(gasnet_team_handle_t team,
+                                                         gasnet_image_t dstimage, void *dst,
+                                                         void *src, size_t nbytes, int flags) {
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_scatterm_nb", amnet_coll_scatterm(amnet_gasnet_team(team), dstlist, n_, srcimage, src, nbytes, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_gather_nb", amnet_coll_gather(amnet_gasnet_team(team), dstimage,
+        dst, src, nbytes, amnet_gasnet_cflags(flags), &h_));
     return h_;
 }
 
-static inline void gasnet_coll_scatterm(gasnet_team_handle_t team, void *const dstlist[], gasnet_image_t srcimage, void *src, size_t nbytes, int flags) {
-    size_t n_ = amnet_gasnet_listlen("gasnet_coll_scatterm", team, flags);
-    AMNET_GASNET_CHECK("gasnet_coll_scatterm", amnet_coll_scatterm(amnet_gasnet_team(team), dstlist, n_, srcimage, src, nbytes, (uint32_t)flags, NULL));
+static inline void gasnet_coll_gather(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst,
+                                      void *src, size_t nbytes, int flags) {
+    AMNET_GASNET_CHECK("gasnet_coll_gather", amnet_coll_gather(amnet_gasnet_team(team), dstimage,
+        dst, src, nbytes, amnet_gasnet_cflags(flags), NULL));
 }
 
-static inline gasnet_coll_handle_t gasnet_coll_gather_nb(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *src, size_t nbytes, int flags) {
+static inline gasnet_coll_handle_t gasnet_coll_gatherm_nb(gasnet_team_handle_t team,
+                                                          gasnet_image_t dstimage, void *dst,
+                                                          void *const srclist[], size_t nbytes,
+                                                          int flags) {
+    if (amnet_gasnet_imaged && (flags & GASNET_COLL_LOCAL)) {
+        /* GASNet 1.x: every image thread calls with its node's images; it moves its own. */
+        size_t i_ = amnet_gasnet_local_image();
+        return gasnet_coll_gather_nb(team, dstimage, dst, srclist[i_], nbytes, flags);
+    }
+    size_t n_ = amnet_gasnet_listlen("gasnet_coll_gatherm_nb", team, flags);
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_gather_nb", amnet_coll_gather(amnet_gasnet_team(team), dstimage, dst, src, nbytes, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_gatherm_nb", amnet_coll_gatherm(amnet_gasnet_team(team),
+        dstimage, dst, srclist, n_, nbytes, amnet_gasnet_cflags(flags), &h_));
     return h_;
 }
 
-static inline void gasnet_coll_gather(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *src, size_t nbytes, int flags) {
-    AMNET_GASNET_CHECK("gasnet_coll_gather", amnet_coll_gather(amnet_gasnet_team(team), dstimage, dst, src, nbytes, (uint32_t)flags, NULL));
-}
-
-static inline gasnet_coll_handle_t gasnet_coll_gatherm_nb(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *const srclist[], size_t nbytes, int flags) {
+static inline void gasnet_coll_gatherm(gasnet_team_handle_t team, gasnet_image_t dstimage,
+                                       void *dst, void *const srclist[], size_t nbytes, int flags) {
+    if (amnet_gasnet_imaged && (flags & GASNET_COLL_LOCAL)) {
+        /* GASNet 1.x: every image thread calls with its node's images; it moves its own. */
+        size_t i_ = amnet_gasnet_local_image();
+        gasnet_coll_gather(team, dstimage, dst, srclist[i_], nbytes, flags);
+        return;
+    }
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_gatherm", team, flags);
+    AMNET_GASNET_CHECK("gasnet_coll_gatherm", amnet_coll_gatherm(amnet_gasnet_team(team), dstimage,
+        dst, srclist, n_, nbytes, amnet_gasnet_cflags(flags), NULL));
+}
+
+static inline gasnet_coll_handle_t gasnet_coll_gather_all_nb(gasnet_team_handle_t team, void *dst,
+                                                             void *src, size_t nbytes, int flags) {
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_gatherm_nb", amnet_coll_gatherm(amnet_gasnet_team(team), dstimage, dst, srclist, n_, nbytes, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_gather_all_nb", amnet_coll_gather_all(amnet_gasnet_team(team),
+        dst, src, nbytes, amnet_gasnet_cflags(flags), &h_));
     return h_;
 }
 
-static inline void gasnet_coll_gatherm(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *const srclist[], size_t nbytes, int flags) {
-    size_t n_ = amnet_gasnet_listlen("gasnet_coll_gatherm", team, flags);
-    AMNET_GASNET_CHECK("gasnet_coll_gatherm", amnet_coll_gatherm(amnet_gasnet_team(team), dstimage, dst, srclist, n_, nbytes, (uint32_t)flags, NULL));
+static inline void gasnet_coll_gather_all(gasnet_team_handle_t team, void *dst, void *src,
+                                          size_t nbytes, int flags) {
+    AMNET_GASNET_CHECK("gasnet_coll_gather_all", amnet_coll_gather_all(amnet_gasnet_team(team), dst,
+        src, nbytes, amnet_gasnet_cflags(flags), NULL));
 }
 
-static inline gasnet_coll_handle_t gasnet_coll_gather_all_nb(gasnet_team_handle_t team, void *dst, void *src, size_t nbytes, int flags) {
+static inline gasnet_coll_handle_t gasnet_coll_gather_allm_nb(gasnet_team_handle_t team,
+                                                              void *const dstlist[],
+                                                              void *const srclist[], size_t nbytes,
+                                                              int flags) {
+    if (amnet_gasnet_imaged && (flags & GASNET_COLL_LOCAL)) {
+        /* GASNet 1.x: every image thread calls with its node's images; it moves its own. */
+        size_t i_ = amnet_gasnet_local_image();
+        return gasnet_coll_gather_all_nb(team, dstlist[i_], srclist[i_], nbytes, flags);
+    }
+    size_t n_ = amnet_gasnet_listlen("gasnet_coll_gather_allm_nb", team, flags);
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_gather_all_nb", amnet_coll_gather_all(amnet_gasnet_team(team), dst, src, nbytes, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_gather_allm_nb", amnet_coll_gather_allm(amnet_gasnet_team(team),
+        dstlist, n_, srclist, n_, nbytes, amnet_gasnet_cflags(flags), &h_));
     return h_;
 }
 
-static inline void gasnet_coll_gather_all(gasnet_team_handle_t team, void *dst, void *src, size_t nbytes, int flags) {
-    AMNET_GASNET_CHECK("gasnet_coll_gather_all", amnet_coll_gather_all(amnet_gasnet_team(team), dst, src, nbytes, (uint32_t)flags, NULL));
-}
-
-static inline gasnet_coll_handle_t gasnet_coll_gather_allm_nb(gasnet_team_handle_t team, void *const dstlist[], void *const srclist[], size_t nbytes, int flags) {
+static inline void gasnet_coll_gather_allm(gasnet_team_handle_t team, void *const dstlist[],
+                                           void *const srclist[], size_t nbytes, int flags) {
+    if (amnet_gasnet_imaged && (flags & GASNET_COLL_LOCAL)) {
+        /* GASNet 1.x: every image thread calls with its node's images; it moves its own. */
+        size_t i_ = amnet_gasnet_local_image();
+        gasnet_coll_gather_all(team, dstlist[i_], srclist[i_], nbytes, flags);
+        return;
+    }
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_gather_allm", team, flags);
+    AMNET_GASNET_CHECK("gasnet_coll_gather_allm", amnet_coll_gather_allm(amnet_gasnet_team(team),
+        dstlist, n_, srclist, n_, nbytes, amnet_gasnet_cflags(flags), NULL));
+}
+
+static inline gasnet_coll_handle_t gasnet_coll_exchange_nb(gasnet_team_handle_t team, void *dst,
+                                                           void *src, size_t nbytes, int flags) {
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_gather_allm_nb", amnet_coll_gather_allm(amnet_gasnet_team(team), dstlist, n_, srclist, n_, nbytes, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_exchange_nb", amnet_coll_exchange(amnet_gasnet_team(team), dst,
+        src, nbytes, amnet_gasnet_cflags(flags), &h_));
     return h_;
 }
 
-static inline void gasnet_coll_gather_allm(gasnet_team_handle_t team, void *const dstlist[], void *const srclist[], size_t nbytes, int flags) {
-    size_t n_ = amnet_gasnet_listlen("gasnet_coll_gather_allm", team, flags);
-    AMNET_GASNET_CHECK("gasnet_coll_gather_allm", amnet_coll_gather_allm(amnet_gasnet_team(team), dstlist, n_, srclist, n_, nbytes, (uint32_t)flags, NULL));
+static inline void gasnet_coll_exchange(gasnet_team_handle_t team, void *dst, void *src,
+                                        size_t nbytes, int flags) {
+    AMNET_GASNET_CHECK("gasnet_coll_exchange", amnet_coll_exchange(amnet_gasnet_team(team), dst,
+        src, nbytes, amnet_gasnet_cflags(flags), NULL));
 }
 
-static inline gasnet_coll_handle_t gasnet_coll_exchange_nb(gasnet_team_handle_t team, void *dst, void *src, size_t nbytes, int flags) {
+static inline gasnet_coll_handle_t gasnet_coll_exchangem_nb(gasnet_team_handle_t team,
+                                                            void *const dstlist[],
+                                                            void *const srclist[], size_t nbytes,
+                                                            int flags) {
+    if (amnet_gasnet_imaged && (flags & GASNET_COLL_LOCAL)) {
+        /* GASNet 1.x: every image thread calls with its node's images; it moves its own. */
+        size_t i_ = amnet_gasnet_local_image();
+        return gasnet_coll_exchange_nb(team, dstlist[i_], srclist[i_], nbytes, flags);
+    }
+    size_t n_ = amnet_gasnet_listlen("gasnet_coll_exchangem_nb", team, flags);
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_exchange_nb", amnet_coll_exchange(amnet_gasnet_team(team), dst, src, nbytes, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_exchangem_nb", amnet_coll_exchangem(amnet_gasnet_team(team),
+        dstlist, n_, srclist, n_, nbytes, amnet_gasnet_cflags(flags), &h_));
     return h_;
 }
 
-static inline void gasnet_coll_exchange(gasnet_team_handle_t team, void *dst, void *src, size_t nbytes, int flags) {
-    AMNET_GASNET_CHECK("gasnet_coll_exchange", amnet_coll_exchange(amnet_gasnet_team(team), dst, src, nbytes, (uint32_t)flags, NULL));
-}
-
-static inline gasnet_coll_handle_t gasnet_coll_exchangem_nb(gasnet_team_handle_t team, void *const dstlist[], void *const srclist[], size_t nbytes, int flags) {
+static inline void gasnet_coll_exchangem(gasnet_team_handle_t team, void *const dstlist[],
+                                         void *const srclist[], size_t nbytes, int flags) {
+    if (amnet_gasnet_imaged && (flags & GASNET_COLL_LOCAL)) {
+        /* GASNet 1.x: every image thread calls with its node's images; it moves its own. */
+        size_t i_ = amnet_gasnet_local_image();
+        gasnet_coll_exchange(team, dstlist[i_], srclist[i_], nbytes, flags);
+        return;
+    }
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_exchangem", team, flags);
+    AMNET_GASNET_CHECK("gasnet_coll_exchangem", amnet_coll_exchangem(amnet_gasnet_team(team),
+        dstlist, n_, srclist, n_, nbytes, amnet_gasnet_cflags(flags), NULL));
+}
+
+static inline gasnet_coll_handle_t gasnet_coll_reduce_nb(gasnet_team_handle_t team,
+                                                         gasnet_image_t dstimage, void *dst,
+                                                         void *src, size_t src_blksz,
+                                                         size_t src_offset, size_t elem_size,
+                                                         size_t elem_count,
+                                                         gasnet_coll_fn_handle_t func, int func_arg,
+                                                         int flags) {
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_exchangem_nb", amnet_coll_exchangem(amnet_gasnet_team(team), dstlist, n_, srclist, n_, nbytes, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_reduce_nb", amnet_coll_reduce(amnet_gasnet_team(team), dstimage,
+        dst, src, src_blksz, src_offset, elem_size, elem_count,
+        amnet_gasnet_fn("gasnet_coll_reduce_nb", func), func_arg, amnet_gasnet_cflags(flags), &h_));
     return h_;
 }
 
-static inline void gasnet_coll_exchangem(gasnet_team_handle_t team, void *const dstlist[], void *const srclist[], size_t nbytes, int flags) {
-    size_t n_ = amnet_gasnet_listlen("gasnet_coll_exchangem", team, flags);
-    AMNET_GASNET_CHECK("gasnet_coll_exchangem", amnet_coll_exchangem(amnet_gasnet_team(team), dstlist, n_, srclist, n_, nbytes, (uint32_t)flags, NULL));
+static inline void gasnet_coll_reduce(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst,
+                                      void *src, size_t src_blksz, size_t src_offset,
+                                      size_t elem_size, size_t elem_count,
+                                      gasnet_coll_fn_handle_t func, int func_arg, int flags) {
+    AMNET_GASNET_CHECK("gasnet_coll_reduce", amnet_coll_reduce(amnet_gasnet_team(team), dstimage,
+        dst, src, src_blksz, src_offset, elem_size, elem_count,
+        amnet_gasnet_fn("gasnet_coll_reduce", func), func_arg, amnet_gasnet_cflags(flags), NULL));
 }
 
-static inline gasnet_coll_handle_t gasnet_coll_reduce_nb(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *src, size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
+static inline gasnet_coll_handle_t gasnet_coll_reducem_nb(gasnet_team_handle_t team,
+                                                          gasnet_image_t dstimage, void *dst,
+                                                          void *const srclist[], size_t src_blksz,
+                                                          size_t src_offset, size_t elem_size,
+                                                          size_t elem_count,
+                                                          gasnet_coll_fn_handle_t func,
+                                                          int func_arg, int flags) {
+    if (amnet_gasnet_imaged && (flags & GASNET_COLL_LOCAL)) {
+        /* GASNet 1.x: every image thread calls with its node's images; it moves its own. */
+        size_t i_ = amnet_gasnet_local_image();
+        return gasnet_coll_reduce_nb(team, dstimage, dst, srclist[i_], src_blksz, src_offset,
+            elem_size, elem_count, func, func_arg, flags);
+    }
+    size_t n_ = amnet_gasnet_listlen("gasnet_coll_reducem_nb", team, flags);
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_reduce_nb", amnet_coll_reduce(amnet_gasnet_team(team), dstimage, dst, src, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_reduce_nb", func), func_arg, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_reducem_nb", amnet_coll_reducem(amnet_gasnet_team(team),
+        dstimage, dst, srclist, n_, src_blksz, src_offset, elem_size, elem_count,
+        amnet_gasnet_fn("gasnet_coll_reducem_nb", func), func_arg, amnet_gasnet_cflags(flags), &h_));
     return h_;
 }
 
-static inline void gasnet_coll_reduce(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *src, size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
-    AMNET_GASNET_CHECK("gasnet_coll_reduce", amnet_coll_reduce(amnet_gasnet_team(team), dstimage, dst, src, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_reduce", func), func_arg, (uint32_t)flags, NULL));
-}
-
-static inline gasnet_coll_handle_t gasnet_coll_reducem_nb(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *const srclist[], size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
+static inline void gasnet_coll_reducem(gasnet_team_handle_t team, gasnet_image_t dstimage,
+                                       void *dst, void *const srclist[], size_t src_blksz,
+                                       size_t src_offset, size_t elem_size, size_t elem_count,
+                                       gasnet_coll_fn_handle_t func, int func_arg, int flags) {
+    if (amnet_gasnet_imaged && (flags & GASNET_COLL_LOCAL)) {
+        /* GASNet 1.x: every image thread calls with its node's images; it moves its own. */
+        size_t i_ = amnet_gasnet_local_image();
+        gasnet_coll_reduce(team, dstimage, dst, srclist[i_], src_blksz, src_offset, elem_size,
+            elem_count, func, func_arg, flags);
+        return;
+    }
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_reducem", team, flags);
+    AMNET_GASNET_CHECK("gasnet_coll_reducem", amnet_coll_reducem(amnet_gasnet_team(team), dstimage,
+        dst, srclist, n_, src_blksz, src_offset, elem_size, elem_count,
+        amnet_gasnet_fn("gasnet_coll_reducem", func), func_arg, amnet_gasnet_cflags(flags), NULL));
+}
+
+static inline gasnet_coll_handle_t gasnet_coll_prefix_reduce_nb(gasnet_team_handle_t team,
+                                                                void *dst, size_t dst_blksz,
+                                                                size_t dst_offset, void *src,
+                                                                size_t src_blksz, size_t src_offset,
+                                                                size_t elem_size, size_t elem_count,
+                                                                gasnet_coll_fn_handle_t func,
+                                                                int func_arg, int flags) {
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_reducem_nb", amnet_coll_reducem(amnet_gasnet_team(team), dstimage, dst, srclist, n_, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_reducem_nb", func), func_arg, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_prefix_reduce_nb", amnet_coll_prefix_reduce(
+        amnet_gasnet_team(team), dst, dst_blksz, dst_offset, src, src_blksz, src_offset, elem_size,
+        elem_count, amnet_gasnet_fn("gasnet_coll_prefix_reduce_nb", func), func_arg,
+        amnet_gasnet_cflags(flags), &h_));
     return h_;
 }
 
-static inline void gasnet_coll_reducem(gasnet_team_handle_t team, gasnet_image_t dstimage, void *dst, void *const srclist[], size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
-    size_t n_ = amnet_gasnet_listlen("gasnet_coll_reducem", team, flags);
-    AMNET_GASNET_CHECK("gasnet_coll_reducem", amnet_coll_reducem(amnet_gasnet_team(team), dstimage, dst, srclist, n_, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_reducem", func), func_arg, (uint32_t)flags, NULL));
+static inline void gasnet_coll_prefix_reduce(gasnet_team_handle_t team, void *dst, size_t dst_blksz,
+                                             size_t dst_offset, void *src, size_t src_blksz,
+                                             size_t src_offset, size_t elem_size, size_t elem_count,
+                                             gasnet_coll_fn_handle_t func, int func_arg, int flags) {
+    AMNET_GASNET_CHECK("gasnet_coll_prefix_reduce", amnet_coll_prefix_reduce(
+        amnet_gasnet_team(team), dst, dst_blksz, dst_offset, src, src_blksz, src_offset, elem_size,
+        elem_count, amnet_gasnet_fn("gasnet_coll_prefix_reduce", func), func_arg,
+        amnet_gasnet_cflags(flags), NULL));
 }
 
-static inline gasnet_coll_handle_t gasnet_coll_prefix_reduce_nb(gasnet_team_handle_t team, void *dst, size_t dst_blksz, size_t dst_offset, void *src, size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
+static inline gasnet_coll_handle_t gasnet_coll_prefix_reducem_nb(gasnet_team_handle_t team,
+                                                                 void *const dstlist[],
+                                                                 size_t dst_blksz,
+                                                                 size_t dst_offset,
+                                                                 void *const srclist[],
+                                                                 size_t src_blksz,
+                                                                 size_t src_offset,
+                                                                 size_t elem_size,
+                                                                 size_t elem_count,
+                                                                 gasnet_coll_fn_handle_t func,
+                                                                 int func_arg, int flags) {
+    if (amnet_gasnet_imaged && (flags & GASNET_COLL_LOCAL)) {
+        /* GASNet 1.x: every image thread calls with its node's images; it moves its own. */
+        size_t i_ = amnet_gasnet_local_image();
+        return gasnet_coll_prefix_reduce_nb(team, dstlist[i_], dst_blksz, dst_offset, srclist[i_],
+            src_blksz, src_offset, elem_size, elem_count, func, func_arg, flags);
+    }
+    size_t n_ = amnet_gasnet_listlen("gasnet_coll_prefix_reducem_nb", team, flags);
     gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_prefix_reduce_nb", amnet_coll_prefix_reduce(amnet_gasnet_team(team), dst, dst_blksz, dst_offset, src, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_prefix_reduce_nb", func), func_arg, (uint32_t)flags, &h_));
+    AMNET_GASNET_CHECK("gasnet_coll_prefix_reducem_nb", amnet_coll_prefix_reducem(
+        amnet_gasnet_team(team), dstlist, n_, dst_blksz, dst_offset, srclist, n_, src_blksz,
+        src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_prefix_reducem_nb", func),
+        func_arg, amnet_gasnet_cflags(flags), &h_));
     return h_;
 }
 
-static inline void gasnet_coll_prefix_reduce(gasnet_team_handle_t team, void *dst, size_t dst_blksz, size_t dst_offset, void *src, size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
-    AMNET_GASNET_CHECK("gasnet_coll_prefix_reduce", amnet_coll_prefix_reduce(amnet_gasnet_team(team), dst, dst_blksz, dst_offset, src, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_prefix_reduce", func), func_arg, (uint32_t)flags, NULL));
-}
-
-static inline gasnet_coll_handle_t gasnet_coll_prefix_reducem_nb(gasnet_team_handle_t team, void *const dstlist[], size_t dst_blksz, size_t dst_offset, void *const srclist[], size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
+static inline void gasnet_coll_prefix_reducem(gasnet_team_handle_t team, void *const dstlist[],
+                                              size_t dst_blksz, size_t dst_offset,
+                                              void *const srclist[], size_t src_blksz,
+                                              size_t src_offset, size_t elem_size,
+                                              size_t elem_count, gasnet_coll_fn_handle_t func,
+                                              int func_arg, int flags) {
+    if (amnet_gasnet_imaged && (flags & GASNET_COLL_LOCAL)) {
+        /* GASNet 1.x: every image thread calls with its node's images; it moves its own. */
+        size_t i_ = amnet_gasnet_local_image();
+        gasnet_coll_prefix_reduce(team, dstlist[i_], dst_blksz, dst_offset, srclist[i_], src_blksz,
+            src_offset, elem_size, elem_count, func, func_arg, flags);
+        return;
+    }
     size_t n_ = amnet_gasnet_listlen("gasnet_coll_prefix_reducem", team, flags);
-    gasnet_coll_handle_t h_ = GASNET_COLL_INVALID_HANDLE;
-    AMNET_GASNET_CHECK("gasnet_coll_prefix_reducem_nb", amnet_coll_prefix_reducem(amnet_gasnet_team(team), dstlist, n_, dst_blksz, dst_offset, srclist, n_, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_prefix_reducem_nb", func), func_arg, (uint32_t)flags, &h_));
-    return h_;
-}
-
-static inline void gasnet_coll_prefix_reducem(gasnet_team_handle_t team, void *const dstlist[], size_t dst_blksz, size_t dst_offset, void *const srclist[], size_t src_blksz, size_t src_offset, size_t elem_size, size_t elem_count, gasnet_coll_fn_handle_t func, int func_arg, int flags) {
-    size_t n_ = amnet_gasnet_listlen("gasnet_coll_prefix_reducem", team, flags);
-    AMNET_GASNET_CHECK("gasnet_coll_prefix_reducem", amnet_coll_prefix_reducem(amnet_gasnet_team(team), dstlist, n_, dst_blksz, dst_offset, srclist, n_, src_blksz, src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_prefix_reducem", func), func_arg, (uint32_t)flags, NULL));
+    AMNET_GASNET_CHECK("gasnet_coll_prefix_reducem", amnet_coll_prefix_reducem(
+        amnet_gasnet_team(team), dstlist, n_, dst_blksz, dst_offset, srclist, n_, src_blksz,
+        src_offset, elem_size, elem_count, amnet_gasnet_fn("gasnet_coll_prefix_reducem", func),
+        func_arg, amnet_gasnet_cflags(flags), NULL));
 }
 
 

@@ -3,8 +3,9 @@
  * with SINGLE addresses in the segment and LOCAL addresses on the stack, blocking and _nb
  * (synced by wait and try), the m forms in the design notes' and GASNet 1.x's spellings,
  * reductions and prefix reductions (single and m) with the client's function, an aggregate
- * synced with try_sync_all, a second thread's init, and a team split by node parity. Each result is checked against an oracle;
- * a GASNet barrier separates the calls, as a UPC program does. */
+ * synced with try_sync_all, a second thread's init, and a team split by node parity. With the
+ * argument "images": two image threads per node in GASNet 1.x's image mode. Each result is
+ * checked against an oracle; a GASNet barrier separates the calls, as a UPC program does. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -311,6 +312,48 @@ static void *second_init(void *arg) {
     return NULL;
 }
 
+/* Image mode, as GASNet 1.x clients with threads use it: two image threads per node, each
+ * calling gasnet_coll_init with the images, then every collective (no ALL_THREADS flag). */
+#define IMAGES 2
+static gasnet_image_t images_of[64];
+static int img_src[IMAGES], img_dst[IMAGES], img_all[IMAGES][128];
+
+static void *image_main(void *arg) {
+    int mine = (int)(intptr_t)arg;
+    gasnet_image_t my_image = me * IMAGES + (gasnet_image_t)mine, total = nodes * IMAGES;
+    gasnet_coll_init(images_of, my_image, NULL, 0, 0);
+    int fl = GASNET_COLL_IN_ALLSYNC | GASNET_COLL_OUT_ALLSYNC | GASNET_COLL_LOCAL;
+    for (gasnet_image_t root = 0; root < total; root++) {
+        int src = 700 + (int)root, dst = -1;
+        gasnet_coll_broadcast(GASNET_TEAM_ALL, &dst, root, &src, sizeof dst, fl);
+        if (dst != 700 + (int)root)
+            FAILED("image %u: broadcast from %u gave %d", (unsigned)my_image, (unsigned)root, dst);
+    }
+    /* LOCAL lists hold this node's images; each thread's own entry is used. */
+    img_src[mine] = 900 + (int)my_image;
+    void *dl[IMAGES], *sl[IMAGES];
+    for (int i = 0; i < IMAGES; i++) {
+        dl[i] = img_all[i];
+        sl[i] = &img_src[i];
+    }
+    gasnet_coll_gather_allM(GASNET_TEAM_ALL, dl, sl, sizeof(int), fl);
+    for (gasnet_image_t i = 0; i < total; i++)
+        if (img_all[mine][i] != 900 + (int)i)
+            FAILED("image %u: gather_allM slot %u holds %d", (unsigned)my_image, (unsigned)i,
+                   img_all[mine][i]);
+    /* A SINGLE list has every image; only this thread's entry is read. */
+    void *al[128];
+    for (gasnet_image_t i = 0; i < total; i++)
+        al[i] = i / IMAGES == me ? (void *)&img_dst[i % IMAGES] : NULL;
+    int fs = GASNET_COLL_IN_ALLSYNC | GASNET_COLL_OUT_ALLSYNC | GASNET_COLL_SINGLE;
+    int v = 1234;
+    gasnet_coll_wait_sync(gasnet_coll_broadcastM_nb(GASNET_TEAM_ALL, al, total - 1, &v,
+                                                    sizeof v, fs));
+    if (img_dst[mine] != 1234)
+        FAILED("image %u: broadcastM gave %d", (unsigned)my_image, img_dst[mine]);
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     if (gasnet_init(&argc, &argv) != GASNET_OK)
         return 1;
@@ -323,6 +366,18 @@ int main(int argc, char **argv) {
     segs = (gasnet_seginfo_t *)malloc(nodes * sizeof *segs);
     if (!segs || gasnet_getSegmentInfo(segs, (int)nodes) != GASNET_OK)
         FAILED("gasnet_getSegmentInfo");
+    if (argc > 1 && strcmp(argv[1], "images") == 0) {
+        for (gasnet_node_t n = 0; n < nodes; n++)
+            images_of[n] = IMAGES;
+        pthread_t t[IMAGES];
+        for (intptr_t i = 0; i < IMAGES; i++)
+            if (pthread_create(&t[i], NULL, image_main, (void *)i) != 0)
+                FAILED("pthread_create");
+        for (int i = 0; i < IMAGES; i++)
+            pthread_join(t[i], NULL);
+        barrier();
+        gasnet_exit(0);
+    }
     gasnet_coll_fn_entry_t fns[1];
     fns[0].fnptr = (gasnet_coll_fn_t)summation;
     fns[0].flags = 0;
