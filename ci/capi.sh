@@ -73,6 +73,7 @@ c++ -x c++ -std=c++17 -Wall -Wextra -Werror -fsyntax-only \
 #include "gasnet_coll.h"
 #include "gasnet_tools.h"
 #include "gasnet_vis.h"
+#include "gasnet_handler.h"
 int main() { amnet_handle_t h = 0; return amnet_sync(&h) + gasnet_init(0, 0) + (int)gasnett_ticks_now(); }'
 # A GASNet-1 client written in C++ (the same source, compiled as C++).
 c++ -x c++ -std=c++17 -O2 -Wall -Wextra -Werror -o "$prefix/gasnet_client_cxx" \
@@ -85,7 +86,7 @@ for conduit in $conduits; do
     for n in 2 4; do
         [ "$conduit" != smp ] && [ "$n" = 4 ] && continue
         at="--conduit $conduit -n $n"
-        for t in am_pingpong putget barrier errors threads atomics vis progress npam coll gasnet_client gasnet_coll gasnet_tools gasnet_vis; do
+        for t in am_pingpong putget barrier errors threads atomics vis progress npam coll gasnet_client gasnet_coll gasnet_tools gasnet_vis gasnet_handler; do
             run "$t $at" 0 $at "$prefix/$t"
         done
         run "coll images $at" 0 $at "$prefix/coll" images

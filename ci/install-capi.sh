@@ -31,7 +31,8 @@ install -d "$prefix/lib/pkgconfig" "$prefix/include"
 install -m 755 "$target/release/libamnet.so" "$prefix/lib/"
 install -m 644 "$target/release/libamnet.a" "$prefix/lib/"
 install -m 644 capi/include/amnet.h capi/include/gasnet.h capi/include/gasnet_tools.h \
-    capi/include/gasnet_coll.h capi/include/gasnet_vis.h "$prefix/include/"
+    capi/include/gasnet_coll.h capi/include/gasnet_vis.h capi/include/gasnet_handler.h \
+    "$prefix/include/"
 sed -e "s|@PREFIX@|$prefix|" -e "s|@VERSION@|$version|" -e "s|@LIBS_STATIC@|$native|" \
     capi/amnet.pc.in >"$prefix/lib/pkgconfig/amnet.pc"
 echo "installed amnet $version under $prefix (pkg-config file: $prefix/lib/pkgconfig/amnet.pc)"
