@@ -62,9 +62,8 @@ GASNETT_BEGIN_EXTERNC
 #define GASNETT_SYSTEM_TUPLE "x86_64-unknown-linux-gnu"
 /* The internal name GASNet's own test header uses for it. */
 #define GASNETI_SYSTEM_TUPLE GASNETT_SYSTEM_TUPLE
-/* Atomics and timers are the processor's (no generic mutex-based atomics, no gettimeofday). */
-#define GASNETT_USING_GENERIC_ATOMICOPS 0
-#define GASNETT_USING_GETTIMEOFDAY 0
+/* Atomics and timers are the processor's: GASNETT_USING_GENERIC_ATOMICOPS and
+ * GASNETT_USING_GETTIMEOFDAY (mutex-based atomics, a gettimeofday timer) stay undefined. */
 
 #if defined(__x86_64__)
 #define PLATFORM_ARCH_X86_64 1
