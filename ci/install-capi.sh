@@ -19,8 +19,12 @@ mkdir -p "$1"
 prefix=$(cd "$1" && pwd)
 cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-target}
+# The library's file names carry no hash of its features: a build with other features (the
+# workspace's, without mpi) overwrites them while cargo may still count this variant as
+# built, so the crate is rebuilt every time (its dependencies are not).
+cargo clean --release -p amnet-capi >/dev/null 2>&1 || true
 # Builds libamnet.so and libamnet.a, and notes the native libraries the static library needs
-# as rustc reports them (cargo replays the note when nothing needs rebuilding).
+# as rustc reports them.
 log=$(cargo rustc --release -p amnet-capi "${features[@]}" --lib -- --print native-static-libs 2>&1) || {
     echo "$log" >&2
     exit 1
