@@ -379,8 +379,11 @@ impl Endpoint {
         st.epoch = st.epoch.wrapping_add(1);
         st.count += 1;
         let value = flags_val.map_or(value, |(_, v)| v);
+        let anon = flags & flags::ANONYMOUS != 0;
+        let nanon = nflags & flags::ANONYMOUS != 0;
+        let repeats = anon == nanon && (anon || id == nid);
         st.last = match value {
-            Val::Named { id, .. } => Some(id),
+            Val::Named { id, .. } if repeats => Some(id),
             _ => None,
         };
         drop(st);
@@ -401,10 +404,7 @@ impl Endpoint {
             }
             _ => {}
         }
-        let anon = flags & flags::ANONYMOUS != 0;
-        let nanon = nflags & flags::ANONYMOUS != 0;
-        if anon != nanon || (!anon && id != nid) {
-            self.barrier_lock().last = None;
+        if !repeats {
             return Err(Error::BarrierMismatch {
                 detail: format!(
                     "rank {} waited with id {id} flags {flags:#x} after notifying id {nid} flags {nflags:#x}",

@@ -339,26 +339,13 @@ static inline int gasnett_getenv_yesno_withdefault(const char *key, int dflt) {
         return 0;
     return dflt;
 }
-/* A decimal (or 0x hexadecimal) number with an optional K, M or G suffix when isMemSize. */
+/* A number (decimal, or 0x hexadecimal) with an optional K, M, G or T suffix, read as
+ * gasnett_parse_int reads it. */
+static inline int64_t gasnett_parse_int(const char *str, uint64_t mem_size_multiplier);
 static inline int64_t gasnett_getenv_int_withdefault(const char *key, int64_t dflt,
                                                      uint64_t mem_size_multiplier) {
     const char *v = getenv(key);
-    if (!v || !*v)
-        return dflt;
-    char *end = NULL;
-    int64_t n = (int64_t)strtoll(v, &end, 0);
-    uint64_t mult = 1;
-    if (end && *end) {
-        switch (*end) {
-        case 'k': case 'K': mult = (uint64_t)1 << 10; break;
-        case 'm': case 'M': mult = (uint64_t)1 << 20; break;
-        case 'g': case 'G': mult = (uint64_t)1 << 30; break;
-        default: mult = 1; break;
-        }
-    } else if (mem_size_multiplier) {
-        mult = mem_size_multiplier;
-    }
-    return n * (int64_t)mult;
+    return v && *v ? gasnett_parse_int(v, mem_size_multiplier) : dflt;
 }
 
 /* The host's name, in a buffer of the library's. */

@@ -15,7 +15,7 @@ use amnet::coll::raw::{Addr, CollHandle, Collectives, FnEntry, Layout};
 use amnet::coll::{Coll, ElemType, RedOp, Team};
 
 use crate::status::{guard, CError, ERR_STATE, NOT_READY, OK};
-use crate::{ep, required, store};
+use crate::{array, ep, required, store};
 
 /// The handle of a non-blocking collective: 0 (the invalid handle) when the call completed
 /// before returning. It belongs to the thread that started the collective.
@@ -170,17 +170,8 @@ impl Ctx {
         n: usize,
         what: &str,
     ) -> Result<Vec<Addr>, CError> {
-        if n == 0 {
-            return Ok(Vec::new());
-        }
-        required(list, what)?;
-        if !list.is_aligned() || n > isize::MAX as usize / size_of::<*mut c_void>() {
-            return Err(CError::bad_arg(format!(
-                "{what} {list:p} with {n} entries is misaligned or too long"
-            )));
-        }
-        // SAFETY: non-null, aligned, readable for `n` pointers (the caller's contract).
-        let s = unsafe { std::slice::from_raw_parts(list, n) };
+        // SAFETY: readable for `n` pointers (the caller's contract).
+        let s = unsafe { array(list, n, what) }?;
         Ok(s.iter().map(|&p| self.addr(p)).collect())
     }
 }
@@ -281,24 +272,6 @@ macro_rules! call {
     };
 }
 
-/// `n` per-participant byte counts at `p`.
-///
-/// # Safety
-/// - `p` is null with `n` 0, or valid for reads of `n` `size_t`s for `'a`.
-unsafe fn counts_at<'a>(p: *const usize, n: usize) -> Result<&'a [usize], CError> {
-    if n == 0 {
-        return Ok(&[]);
-    }
-    required(p, "counts")?;
-    if !p.is_aligned() || n > isize::MAX as usize / size_of::<usize>() {
-        return Err(CError::bad_arg(format!(
-            "counts {p:p} with {n} entries is misaligned or too long"
-        )));
-    }
-    // SAFETY: non-null, aligned, readable for `n` entries (the caller's contract).
-    Ok(unsafe { std::slice::from_raw_parts(p, n) })
-}
-
 /// Initialize the collectives: collective over the job, once per process (`images` null),
 /// or once on every image thread (`images` given), after `amnet_attach`.
 ///
@@ -327,26 +300,11 @@ pub unsafe extern "C" fn amnet_coll_init(
         let imgs: Option<&[u32]> = if images.is_null() {
             None
         } else {
-            if !images.is_aligned() || nranks > isize::MAX as usize / 4 {
-                return Err(CError::bad_arg(format!(
-                    "images {images:p} with {nranks} entries is misaligned or too long"
-                )));
-            }
-            // SAFETY: non-null, aligned, readable for `nranks` entries (the caller's contract).
-            Some(unsafe { std::slice::from_raw_parts(images, nranks) })
+            // SAFETY: readable for `nranks` entries (the caller's contract).
+            Some(unsafe { array(images, nranks, "images") }?)
         };
-        let list: &[CollFnEntry] = if nfns == 0 {
-            &[]
-        } else {
-            required(fns, "fns")?;
-            if !fns.is_aligned() || nfns > isize::MAX as usize / size_of::<CollFnEntry>() {
-                return Err(CError::bad_arg(format!(
-                    "fns {fns:p} with {nfns} entries is misaligned or too long"
-                )));
-            }
-            // SAFETY: non-null, aligned, readable for `nfns` entries (the caller's contract).
-            unsafe { std::slice::from_raw_parts(fns, nfns) }
-        };
+        // SAFETY: readable for `nfns` entries (the caller's contract).
+        let list = unsafe { array(fns, nfns, "fns") }?;
         let mut table = Vec::with_capacity(list.len());
         for (i, e) in list.iter().enumerate() {
             let Some(f) = e.fnptr else {
@@ -595,13 +553,8 @@ pub unsafe extern "C" fn amnet_team_create(
     guard("amnet_team_create", || {
         required(out, "out")?;
         required(members, "members")?;
-        if !members.is_aligned() || n > isize::MAX as usize / 4 {
-            return Err(CError::bad_arg(format!(
-                "members {members:p} with {n} entries is misaligned or too long"
-            )));
-        }
-        // SAFETY: non-null, aligned, readable for `n` entries (the caller's contract).
-        let list = unsafe { std::slice::from_raw_parts(members, n) };
+        // SAFETY: readable for `n` entries (the caller's contract).
+        let list = unsafe { array(members, n, "members") }?;
         with_ctx(|cx| {
             let p = team(cx, parent)?;
             let id = register(cx.coll.create(&p, list)?)?;
@@ -778,25 +731,16 @@ unsafe fn sync_many(
     f: impl FnOnce(&Coll, &mut [CollHandle]) -> amnet::Result<bool>,
 ) -> c_int {
     guard(op, || {
-        if n > 0 {
-            required(handles, "handles")?;
-            if !handles.is_aligned() || n > isize::MAX as usize / 8 {
-                return Err(CError::bad_arg(format!(
-                    "handles {handles:p} with {n} entries is misaligned or too long"
-                )));
-            }
-        }
+        // Copied in and written back through the pointer: no reference to the client's array
+        // lives while the sync runs (its reduction functions may read the array).
+        // SAFETY: readable for `n` handles (the caller's contract).
+        let ids = unsafe { array(handles.cast_const(), n, "handles") }?;
+        let mut hs: Vec<CollHandle> = ids.iter().map(|&b| CollHandle::from_bits(b)).collect();
         with_ctx(|cx| {
-            // Copied in and written back through the pointer: no reference to the client's
-            // array lives while the sync runs (its reduction functions may read the array).
-            let mut hs: Vec<CollHandle> = (0..n)
-                // SAFETY: non-null and aligned when n > 0 (checked), readable for `n`
-                // entries (the caller's contract).
-                .map(|i| CollHandle::from_bits(unsafe { handles.add(i).read() }))
-                .collect();
             let r = f(&cx.coll, &mut hs);
             for (i, h) in hs.iter().enumerate() {
-                // SAFETY: as above, and writable (the caller's contract).
+                // SAFETY: `array` checked the pointer (non-null and aligned when n > 0); the
+                // caller's contract makes it writable for `n` handles.
                 unsafe { handles.add(i).write(h.to_bits()) };
             }
             Ok(if r? { OK } else { NOT_READY })
@@ -870,12 +814,6 @@ pub unsafe extern "C" fn amnet_coll_try_sync_some(handles: *mut CollHandleId, n:
 // `*handle` (`AMNET_COLL_HANDLE_INVALID` when it completed at once). Addresses are pointers
 // into the calling process: one in this rank's segment is passed as its segment offset, any
 // other as a pointer, `AMNET_COLL_IN_PLACE` where the operation has an in-place form.
-//
-// Safety, for every one: every address and list entry that the call reads or writes through
-// is valid for the bytes the operation addresses there, and not otherwise accessed, from the
-// call until the collective is synced on this rank (for good if no sync succeeds); lists and
-// count arrays are valid for reads of their lengths during the call; `handle` is null or
-// valid for a write.
 
 /// Broadcast `nbytes` from the root image's `src` to every participant's `dst`.
 ///
@@ -1226,7 +1164,7 @@ pub unsafe extern "C" fn amnet_coll_scatter_v(
 ) -> c_int {
     run("amnet_coll_scatter_v", team, handle, |cx, t, b| {
         // SAFETY: the counts are readable for their length (this function's contract).
-        let n = unsafe { counts_at(counts, ncounts) }?;
+        let n = unsafe { array(counts, ncounts, "counts") }?;
         // SAFETY: the addresses meet `raw::Collectives`' contract (this function's).
         Ok(unsafe {
             call!(
@@ -1263,7 +1201,7 @@ pub unsafe extern "C" fn amnet_coll_scatter_vm(
         // SAFETY: the list is readable for its length (this function's contract).
         let d = unsafe { cx.list(dstlist, ndst, "dstlist") }?;
         // SAFETY: the counts are readable for their length (this function's contract).
-        let n = unsafe { counts_at(counts, ncounts) }?;
+        let n = unsafe { array(counts, ncounts, "counts") }?;
         // SAFETY: the addresses meet `raw::Collectives`' contract (this function's).
         Ok(unsafe {
             call!(
@@ -1297,7 +1235,7 @@ pub unsafe extern "C" fn amnet_coll_gather_v(
 ) -> c_int {
     run("amnet_coll_gather_v", team, handle, |cx, t, b| {
         // SAFETY: the counts are readable for their length (this function's contract).
-        let n = unsafe { counts_at(counts, ncounts) }?;
+        let n = unsafe { array(counts, ncounts, "counts") }?;
         // SAFETY: the addresses meet `raw::Collectives`' contract (this function's).
         Ok(unsafe {
             call!(
@@ -1334,7 +1272,7 @@ pub unsafe extern "C" fn amnet_coll_gather_vm(
         // SAFETY: the list is readable for its length (this function's contract).
         let s = unsafe { cx.list(srclist, nsrc, "srclist") }?;
         // SAFETY: the counts are readable for their length (this function's contract).
-        let n = unsafe { counts_at(counts, ncounts) }?;
+        let n = unsafe { array(counts, ncounts, "counts") }?;
         // SAFETY: the addresses meet `raw::Collectives`' contract (this function's).
         Ok(unsafe {
             call!(
@@ -1367,7 +1305,7 @@ pub unsafe extern "C" fn amnet_coll_gather_all_v(
 ) -> c_int {
     run("amnet_coll_gather_all_v", team, handle, |cx, t, b| {
         // SAFETY: the counts are readable for their length (this function's contract).
-        let n = unsafe { counts_at(counts, ncounts) }?;
+        let n = unsafe { array(counts, ncounts, "counts") }?;
         // SAFETY: the addresses meet `raw::Collectives`' contract (this function's).
         Ok(unsafe {
             call!(
@@ -1406,7 +1344,7 @@ pub unsafe extern "C" fn amnet_coll_gather_all_vm(
         // SAFETY: the list is readable for its length (this function's contract).
         let s = unsafe { cx.list(srclist, nsrc, "srclist") }?;
         // SAFETY: the counts are readable for their length (this function's contract).
-        let n = unsafe { counts_at(counts, ncounts) }?;
+        let n = unsafe { array(counts, ncounts, "counts") }?;
         // SAFETY: the addresses meet `raw::Collectives`' contract (this function's).
         Ok(unsafe {
             call!(
@@ -1440,7 +1378,7 @@ pub unsafe extern "C" fn amnet_coll_exchange_v(
 ) -> c_int {
     run("amnet_coll_exchange_v", team, handle, |cx, t, b| {
         // SAFETY: the counts are readable for their length (this function's contract).
-        let n = unsafe { counts_at(counts, ncounts) }?;
+        let n = unsafe { array(counts, ncounts, "counts") }?;
         // SAFETY: the addresses meet `raw::Collectives`' contract (this function's).
         Ok(unsafe {
             call!(
@@ -1479,7 +1417,7 @@ pub unsafe extern "C" fn amnet_coll_exchange_vm(
         // SAFETY: the list is readable for its length (this function's contract).
         let s = unsafe { cx.list(srclist, nsrc, "srclist") }?;
         // SAFETY: the counts are readable for their length (this function's contract).
-        let n = unsafe { counts_at(counts, ncounts) }?;
+        let n = unsafe { array(counts, ncounts, "counts") }?;
         // SAFETY: the addresses meet `raw::Collectives`' contract (this function's).
         Ok(unsafe {
             call!(

@@ -81,6 +81,24 @@ unsafe fn store<T>(out: *mut T, v: T) {
     }
 }
 
+/// The `n` elements at `p` as a slice, or the error naming `what` for a null or misaligned
+/// array or one too long to exist.
+///
+/// # Safety
+/// - When `n > 0`, `p` is null or valid for reads of `n` elements for `'a`.
+pub(crate) unsafe fn array<'a, T>(p: *const T, n: usize, what: &str) -> Result<&'a [T], CError> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() || !p.is_aligned() || n > isize::MAX as usize / size_of::<T>().max(1) {
+        return Err(CError::bad_arg(format!(
+            "{what} ({p:p}, {n} entries) is null, misaligned or too long"
+        )));
+    }
+    // SAFETY: non-null, aligned, readable for `n` elements (the caller's contract).
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+}
+
 /// Check that an output pointer is not null.
 fn required<T>(p: *const T, what: &str) -> Result<(), CError> {
     if p.is_null() {

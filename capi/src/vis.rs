@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_void};
 use crate::am::bytes;
 use crate::rma::{make_handle, HandleId};
 use crate::status::{guard, CError, OK};
-use crate::{ep, required};
+use crate::{array, ep, required};
 
 /// A range of a segment: `len` bytes at `offset`.
 #[repr(C)]
@@ -36,24 +36,6 @@ pub struct MutBuf {
     pub addr: *mut c_void,
     /// Its length in bytes.
     pub len: usize,
-}
-
-/// The `n` elements at `p` as a slice, or the error naming `what` for a null or misaligned
-/// array or one too long to exist.
-///
-/// # Safety
-/// - When `n > 0`, `p` is null or valid for reads of `n` elements for `'a`.
-unsafe fn array<'a, T>(p: *const T, n: usize, what: &str) -> Result<&'a [T], CError> {
-    if n == 0 {
-        return Ok(&[]);
-    }
-    if p.is_null() || !p.is_aligned() || n > isize::MAX as usize / size_of::<T>().max(1) {
-        return Err(CError::bad_arg(format!(
-            "{what} ({p:p}, {n} entries) is null, misaligned or too long"
-        )));
-    }
-    // SAFETY: non-null, aligned, readable for `n` elements (the caller's contract).
-    Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }
 
 /// The read buffers as slices.
