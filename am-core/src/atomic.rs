@@ -794,9 +794,8 @@ impl<T: AtomicElem> AtomicDomain<T> {
         let Some(op) = &h.op else {
             return Ok(Some(T::from_bits(h.value)));
         };
-        if !op.done() {
-            self.ep.poll_inner(false)?;
-        }
+        // Polls even when the operation is complete, as every try-sync does.
+        self.ep.poll_inner(false)?;
         if !op.done() {
             return Ok(None);
         }

@@ -1045,9 +1045,9 @@ impl Endpoint {
         if !st.done() {
             self.settle(&st, false)?;
         }
-        if !st.done() {
-            self.poll_inner(false)?;
-        }
+        // Always poll, as GASNet's try-syncs do: a client loop that spins on a flag its peer
+        // puts and calls this to make progress would otherwise never service the network.
+        self.poll_inner(false)?;
         if st.done() {
             self.outcome(&st)?;
             return Ok(true);
@@ -1112,9 +1112,8 @@ impl Endpoint {
         if !self.op_done(op) {
             self.settle(op, false)?;
         }
-        if !op.done() {
-            self.poll_inner(false)?;
-        }
+        // Polls even when the operation is complete (see `try_sync_nbi`).
+        self.poll_inner(false)?;
         if self.op_done(op) {
             let r = self.outcome(op);
             h.op = None;
@@ -1189,9 +1188,7 @@ impl Endpoint {
         not_in_handler("try_sync_all")?;
         hs.iter().try_for_each(|h| self.check_handle(h))?;
         self.settle_all(hs, false)?;
-        if self.sweep(hs)?.1 == 0 {
-            return Ok(true);
-        }
+        // Polls even when every handle is complete (see `try_sync_nbi`).
         self.poll_inner(false)?;
         Ok(self.sweep(hs)?.1 == 0)
     }
@@ -1218,10 +1215,8 @@ impl Endpoint {
         not_in_handler("try_sync_some")?;
         hs.iter().try_for_each(|h| self.check_handle(h))?;
         self.settle_all(hs, false)?;
-        let (c, p) = self.sweep(hs)?;
-        if c > 0 || p == 0 {
-            return Ok(true);
-        }
+        // Polls even when a handle is already complete or none is live (see
+        // `try_sync_nbi`).
         self.poll_inner(false)?;
         let (c, p) = self.sweep(hs)?;
         Ok(c > 0 || p == 0)

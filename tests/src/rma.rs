@@ -17,6 +17,11 @@ pub fn tests() -> Vec<Test> {
         test("rma_explicit_handles", explicit),
         test("rma_implicit_handles", implicit),
         test("rma_own_segment", own_segment),
+        Test {
+            min_ranks: 2,
+            timeout: std::time::Duration::from_secs(20),
+            ..test("rma_try_sync_polls", try_sync_polls)
+        },
     ]
 }
 
@@ -174,6 +179,57 @@ fn implicit(c: &Ctx<'_>) -> Verdict {
         })?;
         ck("wait_sync_nbi", c.ep.wait_sync_nbi())?;
         check_own(&buf, c.rank(), "get_nbi")?;
+        ck("barrier", c.ep.barrier())?;
+    }
+    Ok(())
+}
+
+/// Where `try_sync_polls` puts its flags.
+const FLAG_OFF: u64 = 64;
+
+/// Every try-sync polls, even with no live handle: rank 1 waits for flags that rank 0 puts
+/// into its segment while calling only a try-sync with nothing outstanding (one form per
+/// round), as GASNet clients spin. Where puts need the target to poll (udp), a try-sync that
+/// skipped its poll would leave the flag and rank 0's blocking put waiting forever.
+fn try_sync_polls(c: &Ctx<'_>) -> Verdict {
+    const ROUNDS: [(&str, u8); 3] = [
+        ("try_sync_some", 0xA1),
+        ("try_sync_all", 0xA2),
+        ("try_sync_nbi", 0xA3),
+    ];
+    for (form, val) in ROUNDS {
+        if c.rank() == 1 {
+            ck("put", c.ep.put(1, FLAG_OFF, &[0]))?;
+        }
+        ck("barrier", c.ep.barrier())?;
+        match c.rank() {
+            0 => {
+                // Let rank 1 reach its loop first, so that only its try-syncs can poll.
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                ck("put", c.ep.put(1, FLAG_OFF, &[val]))?;
+            }
+            1 => loop {
+                let mut flag = [0u8];
+                ck("read_local", c.ep.read_local(FLAG_OFF, &mut flag))?;
+                if flag[0] == val {
+                    break;
+                }
+                ensure(flag[0] == 0, || {
+                    format!("{form}: flag holds {:#x}, not 0 or {val:#x}", flag[0])
+                })?;
+                let mut none = [Handle::INVALID, Handle::INVALID];
+                let done = match form {
+                    "try_sync_some" => ck(form, c.ep.try_sync_some(&mut none))?,
+                    "try_sync_all" => ck(form, c.ep.try_sync_all(&mut none))?,
+                    _ => ck(form, c.ep.try_sync_nbi())?,
+                };
+                ensure(done, || {
+                    format!("{form} with nothing outstanding said not ready")
+                })?;
+                std::thread::yield_now();
+            },
+            _ => {}
+        }
         ck("barrier", c.ep.barrier())?;
     }
     Ok(())
