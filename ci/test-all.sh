@@ -3,8 +3,9 @@
 # AM-based put/get path, thread mode), loom models, the pure crates' unit tests under miri
 # (where a nightly toolchain offers it), the suite through amrun, the C ABI's tests through
 # amrun (ci/capi.sh), and a check that nothing was left in /dev/shm. Installs what it needs
-# when missing (Open MPI, MPICH and libclang for the mpi conduit, iproute2 for the
-# two-namespace udp test, a C and C++ compiler and pkg-config for the C ABI).
+# when missing (Open MPI, MPICH and libclang for the mpi conduit, libfabric for the ofi
+# conduit, iproute2 for the two-namespace udp test, a C and C++ compiler and pkg-config for
+# the C ABI).
 # Ends with one line totalling every test runner's counts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,7 @@ if [ -n "$stale" ]; then
     (cd /dev/shm && rm -f $stale)
 fi
 bash ci/install-mpi.sh
+bash ci/install-ofi.sh
 log=$(mktemp)
 step=""
 trap 'rc=$?; rm -f "$log"; [ $rc -eq 0 ] || echo "test-all: FAILED in \"$step\" (exit code $rc)" >&2' EXIT

@@ -30,11 +30,18 @@ pub enum ConduitKind {
     Udp,
     /// MPI point-to-point and one-sided communication (cargo feature `amnet/mpi`).
     Mpi,
+    /// libfabric's tagged messages and RMA, on any provider it offers (crate `amnet-ofi`).
+    Ofi,
 }
 
 impl ConduitKind {
     /// Every kind, in the order of this enum.
-    pub const ALL: [ConduitKind; 3] = [ConduitKind::Smp, ConduitKind::Udp, ConduitKind::Mpi];
+    pub const ALL: [ConduitKind; 4] = [
+        ConduitKind::Smp,
+        ConduitKind::Udp,
+        ConduitKind::Mpi,
+        ConduitKind::Ofi,
+    ];
 
     /// The name used by `AMNET_CONDUIT`, `amrun --conduit` and in messages.
     pub const fn name(self) -> &'static str {
@@ -42,6 +49,7 @@ impl ConduitKind {
             ConduitKind::Smp => "smp",
             ConduitKind::Udp => "udp",
             ConduitKind::Mpi => "mpi",
+            ConduitKind::Ofi => "ofi",
         }
     }
 }
@@ -59,7 +67,9 @@ impl FromStr for ConduitKind {
         ConduitKind::ALL
             .into_iter()
             .find(|k| k.name() == s)
-            .ok_or_else(|| Error::Config(format!("conduit {s:?}: expected one of smp, udp, mpi")))
+            .ok_or_else(|| {
+                Error::Config(format!("conduit {s:?}: expected one of smp, udp, mpi, ofi"))
+            })
     }
 }
 
@@ -225,6 +235,7 @@ pub mod vars {
     const SMP: Scope = Scope::Conduit(ConduitKind::Smp);
     const UDP: Scope = Scope::Conduit(ConduitKind::Udp);
     const MPI: Scope = Scope::Conduit(ConduitKind::Mpi);
+    const OFI: Scope = Scope::Conduit(ConduitKind::Ofi);
     const fn count(min: u64, max: u64) -> Kind {
         Kind::Count { min, max }
     }
@@ -233,7 +244,7 @@ pub mod vars {
     pub const CONDUIT: Var = Var {
         name: "AMNET_CONDUIT",
         scope: Scope::Core,
-        kind: Kind::Choice(&["smp", "udp", "mpi"]),
+        kind: Kind::Choice(&["smp", "udp", "mpi", "ofi"]),
         default: "`smp`",
         meaning: "conduit used by `amnet::init` and `amrun`",
     };
@@ -548,6 +559,42 @@ pub mod vars {
         default: "`mpirun`",
         meaning: "mpi: the MPI launcher command, split at white space",
     };
+    /// `AMNET_OFI_PROVIDER_INCLUDE`.
+    pub const OFI_PROVIDER_INCLUDE: Var = Var {
+        name: "AMNET_OFI_PROVIDER_INCLUDE",
+        scope: OFI,
+        kind: Kind::Text,
+        default: "unset (every provider)",
+        meaning: "ofi: comma list of providers to choose from (`tcp`, `shm`, `udp`, ...; a \
+                  layered provider matches by any of its names), in libfabric's order",
+    };
+    /// `AMNET_OFI_PROVIDER_EXCLUDE`.
+    pub const OFI_PROVIDER_EXCLUDE: Var = Var {
+        name: "AMNET_OFI_PROVIDER_EXCLUDE",
+        scope: OFI,
+        kind: Kind::Text,
+        default: "unset",
+        meaning: "ofi: comma list of providers never chosen (matched like the include list)",
+    };
+    /// `AMNET_OFI_TAG_MODE`.
+    pub const OFI_TAG_MODE: Var = Var {
+        name: "AMNET_OFI_TAG_MODE",
+        scope: OFI,
+        kind: Kind::Choice(&["auto", "ofi_tag_1", "ofi_tag_2", "ofi_tag_full"]),
+        default: "`auto`",
+        meaning: "ofi: the layout of job, source rank and message class in the 64-bit tag \
+                  (`auto`: `ofi_tag_full` where the provider offers remote CQ data and \
+                  directed receive, else `ofi_tag_1`)",
+    };
+    /// `AMNET_OFI_PROGRESS_EVENT_CNT`.
+    pub const OFI_PROGRESS_EVENT_CNT: Var = Var {
+        name: "AMNET_OFI_PROGRESS_EVENT_CNT",
+        scope: OFI,
+        kind: count(1, 4096),
+        default: "100",
+        meaning: "ofi: completions read per `fi_cq_read` call; a poll reads until the queue \
+                  is drained",
+    };
     /// `AMNET_STORM`.
     pub const STORM: Var = Var {
         name: "AMNET_STORM",
@@ -613,6 +660,10 @@ pub const VARS: &[&Var] = &[
     &vars::MPI_REPORT,
     &vars::MPI_LIFELINE,
     &vars::MPIRUN,
+    &vars::OFI_PROVIDER_INCLUDE,
+    &vars::OFI_PROVIDER_EXCLUDE,
+    &vars::OFI_TAG_MODE,
+    &vars::OFI_PROGRESS_EVENT_CNT,
     &vars::STORM,
     &vars::TESTSUITE_SUMMARY,
     &vars::TEST_SEED,

@@ -208,7 +208,8 @@ impl Builder {
             let built: Vec<&str> = CONDUITS.iter().map(|c| c.name()).collect();
             Err(Error::Config(format!(
                 "AMNET_CONDUIT={:?}: this build has the conduits {built:?} (the mpi conduit \
-                 needs the cargo feature amnet/mpi)",
+                 needs the cargo feature amnet/mpi; the ofi conduit is not part of the \
+                 umbrella crate yet)",
                 c.name()
             )))
         }

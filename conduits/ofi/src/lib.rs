@@ -1,0 +1,26 @@
+//! amnet ofi conduit: active messages and RMA over libfabric.
+//!
+//! libfabric is how HPC software reaches today's fabrics (Slingshot's cxi, EFA, Omni-Path,
+//! verbs, tcp, shm) through one interface. This crate holds the pieces of a conduit over its
+//! tagged messages and RMA, in the manner of Open MPI's OFI MTL:
+//!
+//! - `ffi`: the bindings, through a small C file (`src/shim.c`) that build.rs compiles against
+//!   the installed headers, since libfabric's data-path calls are static inline functions;
+//! - `provider`: provider selection (`AMNET_OFI_PROVIDER_INCLUDE` / `_EXCLUDE`, the first
+//!   acceptable answer of `fi_getinfo`, RMA and the full tag layout's capabilities where the
+//!   chosen provider offers them);
+//! - [`raw`]: one open endpoint with tagged sends and receives and completion-queue reads,
+//!   public for the benchmark's raw floor;
+//! - [`tag`]: the layouts of job, source rank and message class in the 64-bit tag
+//!   (`AMNET_OFI_TAG_MODE`), with the limits each implies checked, never wrapped;
+//!   [`raw::OfiEndpoint::tag_layout`] resolves one against the chosen provider.
+//!
+//! The `Conduit` implementation over them is not written yet: `AMNET_CONDUIT=ofi` is refused
+//! with a configuration error naming the conduits the build has. Building this crate needs
+//! libfabric 1.10 or later with its headers (`libfabric-dev`; `ci/install-ofi.sh`); the
+//! default build of the workspace does not include it.
+
+mod ffi;
+mod provider;
+pub mod raw;
+pub mod tag;
