@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The conduit test suite the way users run it: through amrun, as real multi-process jobs, on
-# every conduit (smp, udp, mpi), udp also on a lossy network and across two network
-# namespaces, mpi under Open MPI and MPICH.
+# every conduit (smp, udp, mpi, ofi), udp also on a lossy network and across two network
+# namespaces, mpi under Open MPI and MPICH, ofi on libfabric's tcp provider.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 trap 'echo "suite: FAILED at line $LINENO: $BASH_COMMAND (exit code $?)" >&2' ERR
@@ -66,5 +66,15 @@ echo "== amrun --conduit mpi -n 2 amnet-testsuite, put/get on the AM path (AMNET
 AMNET_RMA=am target/release/amrun --conduit mpi -n 2 --timeout 900 target/release/amnet-testsuite
 # The same under MPICH, built against it in target/mpich (installs MPICH when missing).
 bash ci/mpich.sh
+# The ofi conduit (libfabric, installed by ci/install-ofi.sh) on the provider it chooses here,
+# tcp;ofi_rxm, bound to the launcher's address (loopback); also in the ofi_tag_2 layout.
+cargo build --release --features amnet/ofi --bin amrun --bin amnet-testsuite
+for n in 2 4 8; do
+    echo "== amrun --conduit ofi -n $n amnet-testsuite"
+    target/release/amrun --conduit ofi -n "$n" --timeout 900 target/release/amnet-testsuite
+done
+echo "== amrun --conduit ofi -n 2 amnet-testsuite, AMNET_OFI_TAG_MODE=ofi_tag_2"
+AMNET_OFI_TAG_MODE=ofi_tag_2 target/release/amrun --conduit ofi -n 2 --timeout 900 \
+    target/release/amnet-testsuite
 echo "== amrun -n 4 demo"
 target/release/amrun -n 4 --timeout 120 target/release/examples/demo

@@ -392,7 +392,7 @@ pub mod vars {
         scope: UDP,
         kind: Kind::SocketAddr,
         default: "set by `amrun`",
-        meaning: "udp: where the launcher's bootstrap service listens",
+        meaning: "udp, ofi: where the launcher's bootstrap service listens",
     };
     /// `AMNET_UDP_BIND`.
     pub const UDP_BIND: Var = Var {
@@ -435,8 +435,8 @@ pub mod vars {
         scope: UDP,
         kind: Kind::Secret,
         default: "set by `amrun`",
-        meaning: "udp: the job's secret, fresh per job, which keys the datagram tags and the \
-                  bootstrap connection; reaches local ranks in their environment and remote \
+        meaning: "udp, ofi: the job's secret, fresh per job, which keys the datagram tags and \
+                  the bootstrap connection; reaches local ranks in their environment and remote \
                   ones on the standard input of the remote-start command, never on a command \
                   line",
     };
@@ -590,7 +590,7 @@ pub mod vars {
     pub const OFI_PROGRESS_EVENT_CNT: Var = Var {
         name: "AMNET_OFI_PROGRESS_EVENT_CNT",
         scope: OFI,
-        kind: count(1, 4096),
+        kind: count(1, 256),
         default: "100",
         meaning: "ofi: completions read per `fi_cq_read` call; a poll reads until the queue \
                   is drained",

@@ -7,6 +7,102 @@
 //! (what `MPI_Win_allocate` returns) and a page-aligned scratch area, or a heap vector (16
 //! bytes past a page) and a page-aligned segment, are that far apart. [`copy`] cuts such a
 //! copy into pieces below the threshold of that path; every other copy is one `memmove`.
+//!
+//! Also the heap segment of conduits without shared memory ([`HeapSegment`]).
+
+/// Memory this host can still give (MemAvailable + SwapFree from /proc/meminfo), in bytes;
+/// `None` where that file cannot be read.
+pub fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = text.lines().find(|l| l.starts_with(name))?;
+        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb * 1024)
+    };
+    Some(field("MemAvailable:")? + field("SwapFree:").unwrap_or(0))
+}
+
+/// A segment in the heap, for conduits that reach peers' segments through messages or their
+/// transport's RMA rather than shared memory: zeroed, page-aligned memory at a stable address
+/// until the value is dropped, written through raw pointers (by Long deliveries and put/get).
+#[derive(Debug)]
+pub struct HeapSegment {
+    ptr: *mut u8,
+    len: usize,
+    layout: Option<std::alloc::Layout>,
+}
+
+// SAFETY: plain memory; who accesses which bytes when is the core's contract with its clients.
+unsafe impl Send for HeapSegment {}
+// SAFETY: as above.
+unsafe impl Sync for HeapSegment {}
+
+impl HeapSegment {
+    /// `len` zeroed bytes, page-aligned, for `conduit` (named in errors). More than the host's
+    /// available memory ([`mem_available`]) is a configuration error saying so.
+    pub fn new(conduit: &'static str, len: usize) -> crate::Result<HeapSegment> {
+        if len == 0 {
+            return Ok(HeapSegment {
+                ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(),
+                len: 0,
+                layout: None,
+            });
+        }
+        if let Some(avail) = mem_available() {
+            if len as u64 > avail {
+                return Err(crate::Error::Config(format!(
+                    "the segment asks for {len} bytes but this host has {avail} bytes of memory \
+                     available (MemAvailable + SwapFree): ask for a smaller segment"
+                )));
+            }
+        }
+        let layout = std::alloc::Layout::from_size_align(len, 4096).map_err(|_| {
+            crate::Error::conduit(conduit, format!("a segment of {len} bytes is too large"))
+        })?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(crate::Error::conduit(
+                conduit,
+                format!("cannot allocate a segment of {len} bytes"),
+            ));
+        }
+        Ok(HeapSegment {
+            ptr,
+            len,
+            layout: Some(layout),
+        })
+    }
+
+    /// The first byte.
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a segment of no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// True when `[offset, offset + len)` lies inside the segment.
+    pub fn fits(&self, offset: u64, len: usize) -> bool {
+        matches!(offset.checked_add(len as u64), Some(end) if end <= self.len as u64)
+    }
+}
+
+impl Drop for HeapSegment {
+    fn drop(&mut self) {
+        if let Some(l) = self.layout {
+            // SAFETY: allocated in `new` with this layout and not freed before.
+            unsafe { std::alloc::dealloc(self.ptr, l) };
+        }
+    }
+}
 
 /// A piece of a cut copy: below glibc's `rep movsb` threshold on every x86-64 vector width
 /// (2 KiB at SSE2, 4 KiB at AVX2, 8 KiB at AVX-512), so each piece is a vector loop.

@@ -64,11 +64,14 @@ pub use amnet_smp::{RankOutcome, ThreadExit};
 use amnet_core::config::vars;
 
 /// The conduits this build knows, as named by `AMNET_CONDUIT` and `amrun --conduit`.
-#[cfg(not(feature = "mpi"))]
-pub const CONDUITS: &[ConduitKind] = &[ConduitKind::Smp, ConduitKind::Udp];
-/// The conduits this build knows, as named by `AMNET_CONDUIT` and `amrun --conduit`.
-#[cfg(feature = "mpi")]
-pub const CONDUITS: &[ConduitKind] = &[ConduitKind::Smp, ConduitKind::Udp, ConduitKind::Mpi];
+pub const CONDUITS: &[ConduitKind] = &[
+    ConduitKind::Smp,
+    ConduitKind::Udp,
+    #[cfg(feature = "mpi")]
+    ConduitKind::Mpi,
+    #[cfg(feature = "ofi")]
+    ConduitKind::Ofi,
+];
 
 /// The conduit selected by `AMNET_CONDUIT` (default smp), checked against [`CONDUITS`].
 pub fn selected_conduit() -> Result<ConduitKind> {
@@ -208,8 +211,7 @@ impl Builder {
             let built: Vec<&str> = CONDUITS.iter().map(|c| c.name()).collect();
             Err(Error::Config(format!(
                 "AMNET_CONDUIT={:?}: this build has the conduits {built:?} (the mpi conduit \
-                 needs the cargo feature amnet/mpi; the ofi conduit is not part of the \
-                 umbrella crate yet)",
+                 needs the cargo feature amnet/mpi, the ofi conduit amnet/ofi)",
                 c.name()
             )))
         }
@@ -224,6 +226,8 @@ impl Builder {
             ConduitKind::Udp => Box::new(amnet_udp::UdpConduit::new(&src)?),
             #[cfg(feature = "mpi")]
             ConduitKind::Mpi => Box::new(amnet_mpi::MpiConduit::new(&src)?),
+            #[cfg(feature = "ofi")]
+            ConduitKind::Ofi => Box::new(amnet_ofi::OfiConduit::new(&src)?),
             other => return Err(Error::Config(format!("conduit {other} is not built in"))),
         };
         Endpoint::with_source(conduit, src)

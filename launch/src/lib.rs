@@ -41,7 +41,8 @@ pub fn launch_job_with_log(opts: &LaunchOptions, log: &mut dyn FnMut(&str)) -> R
             let mut job = amnet_smp::SmpJob::new(opts.ranks)?;
             supervise_with_log(&mut job, opts, log)
         }
-        ConduitKind::Udp => {
+        // The ofi conduit's ranks find each other through the udp job's bootstrap service.
+        ConduitKind::Udp | ConduitKind::Ofi => {
             let mut job = amnet_udp::spawn::UdpJob::new(opts.ranks, &src)?;
             let code = supervise_with_log(&mut job, opts, log)?;
             for e in job.boot_errors() {

@@ -57,6 +57,8 @@ pub(crate) struct Desc {
     pub(crate) inject_size: u64,
     pub(crate) cq_data_size: u64,
     pub(crate) max_order_raw_size: u64,
+    /// 1 when the provider's addresses are socket addresses (tcp, udp, sockets).
+    pub(crate) sockaddr: u64,
     prov_name: [c_char; 64],
     fabric_name: [c_char; 64],
     domain_name: [c_char; 64],
@@ -83,6 +85,7 @@ impl Desc {
             inject_size: 0,
             cq_data_size: 0,
             max_order_raw_size: 0,
+            sockaddr: 0,
             prov_name: [0; 64],
             fabric_name: [0; 64],
             domain_name: [0; 64],

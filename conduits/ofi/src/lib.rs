@@ -1,8 +1,10 @@
 //! amnet ofi conduit: active messages and RMA over libfabric.
 //!
 //! libfabric is how HPC software reaches today's fabrics (Slingshot's cxi, EFA, Omni-Path,
-//! verbs, tcp, shm) through one interface. This crate holds the pieces of a conduit over its
-//! tagged messages and RMA, in the manner of Open MPI's OFI MTL:
+//! verbs, tcp, shm) through one interface. [`OfiConduit`] carries active messages over its
+//! tagged messages in the manner of Open MPI's OFI MTL (spec/ofi.md); the umbrella crate's
+//! feature `amnet/ofi` selects it with `AMNET_CONDUIT=ofi` or `amrun --conduit ofi`. Its
+//! pieces:
 //!
 //! - `ffi`: the bindings, through a small C file (`src/shim.c`) that build.rs compiles against
 //!   the installed headers, since libfabric's data-path calls are static inline functions;
@@ -15,12 +17,14 @@
 //!   (`AMNET_OFI_TAG_MODE`), with the limits each implies checked, never wrapped;
 //!   [`raw::OfiEndpoint::tag_layout`] resolves one against the chosen provider.
 //!
-//! The `Conduit` implementation over them is not written yet: `AMNET_CONDUIT=ofi` is refused
-//! with a configuration error naming the conduits the build has. Building this crate needs
+//! Building this crate needs
 //! libfabric 1.10 or later with its headers (`libfabric-dev`; `ci/install-ofi.sh`); the
 //! default build of the workspace does not include it.
 
+mod conduit;
 mod ffi;
 mod provider;
 pub mod raw;
 pub mod tag;
+
+pub use conduit::{OfiConduit, EAGER_MAX, MAX_MEDIUM};

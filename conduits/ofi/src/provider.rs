@@ -141,8 +141,7 @@ fn rma_caps() -> u64 {
 /// first acceptable provider offers it.
 pub(crate) fn select(want: &Want) -> Result<Selected> {
     let base = ffi::FI_TAGGED();
-    let node = want.node.as_deref();
-    let list = InfoList::query(base, None, node)?;
+    let list = InfoList::query(base, None, None)?;
     let entries = list.entries();
     let mut offered: Vec<String> = Vec::new();
     for (_, d) in &entries {
@@ -157,7 +156,7 @@ pub(crate) fn select(want: &Want) -> Result<Selected> {
     };
     let Some((_, first)) = entries.iter().find(|(_, d)| ok(d)) else {
         return Err(err(format!(
-            "no libfabric provider offers tagged messages on reliable-datagram endpoints{}{}{}; \
+            "no libfabric provider offers tagged messages on reliable-datagram endpoints{}{}; \
              offered: [{}]",
             if want.include.is_empty() {
                 String::new()
@@ -175,15 +174,17 @@ pub(crate) fn select(want: &Want) -> Result<Selected> {
                     want.exclude.join(",")
                 )
             },
-            node.map(|n| format!(" at {n}")).unwrap_or_default(),
             offered.join(", ")
         )));
     };
     let prov = first.prov_name();
     let domain = first.domain_name();
-    // Ask the chosen provider again, richest first: RMA and the full tag layout's
-    // capabilities, RMA alone, the full layout alone, tagged alone. The first query that
-    // answers for the same domain wins.
+    // The source address applies to providers with socket addresses only (shm's are names).
+    let node = want.node.as_deref().filter(|_| first.sockaddr != 0);
+    // Ask the chosen provider again, at the source address where one applies, richest first:
+    // RMA and the full tag layout's capabilities, RMA alone, the full layout alone, tagged
+    // alone. The first query that answers for the same provider (and, without a source
+    // address, the same domain) wins.
     let full = ffi::FI_REMOTE_CQ_DATA() | ffi::FI_DIRECTED_RECV();
     for (caps, rma, full_tags) in [
         (base | rma_caps() | full, true, true),
@@ -195,7 +196,7 @@ pub(crate) fn select(want: &Want) -> Result<Selected> {
         let found = l
             .entries()
             .into_iter()
-            .find(|(_, d)| d.prov_name() == prov && d.domain_name() == domain);
+            .find(|(_, d)| d.prov_name() == prov && (node.is_some() || d.domain_name() == domain));
         if let Some((info, desc)) = found {
             let full_tags = full_tags && desc.cq_data_size >= 4;
             return Ok(Selected {
@@ -210,7 +211,8 @@ pub(crate) fn select(want: &Want) -> Result<Selected> {
     }
     Err(err(format!(
         "provider {prov} (domain {domain}) did not answer a second query for the same \
-         endpoint"
+         endpoint{}",
+        node.map(|n| format!(" at {n}")).unwrap_or_default()
     )))
 }
 
@@ -235,7 +237,8 @@ mod tests {
         for (inc, prefix) in [("tcp", "tcp"), ("udp", "udp"), ("shm", "shm")] {
             let want = Want {
                 include: parse_list(inc),
-                node: (inc != "shm").then(|| "127.0.0.1".to_owned()),
+                // shm's addresses are names: the source address does not apply to it.
+                node: Some("127.0.0.1".to_owned()),
                 ..Want::default()
             };
             let s = select(&want).unwrap_or_else(|e| panic!("{inc}: {e}"));

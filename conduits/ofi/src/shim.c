@@ -49,6 +49,7 @@ struct amnet_ofi_desc {
     uint64_t inject_size;
     uint64_t cq_data_size;
     uint64_t max_order_raw_size;
+    uint64_t sockaddr; /* 1 when addresses are socket addresses (tcp, udp, sockets) */
     char prov_name[64];
     char fabric_name[64];
     char domain_name[64];
@@ -105,6 +106,8 @@ void amnet_ofi_describe(const struct fi_info *info, struct amnet_ofi_desc *d) {
     d->inject_size = info->tx_attr ? info->tx_attr->inject_size : 0;
     d->mr_mode = info->domain_attr ? (uint64_t)info->domain_attr->mr_mode : 0;
     d->cq_data_size = info->domain_attr ? info->domain_attr->cq_data_size : 0;
+    d->sockaddr = info->addr_format == FI_SOCKADDR || info->addr_format == FI_SOCKADDR_IN ||
+                  info->addr_format == FI_SOCKADDR_IN6;
     copy_name(d->prov_name, info->fabric_attr ? info->fabric_attr->prov_name : NULL);
     copy_name(d->fabric_name, info->fabric_attr ? info->fabric_attr->name : NULL);
     copy_name(d->domain_name, info->domain_attr ? info->domain_attr->name : NULL);

@@ -42,10 +42,11 @@ use crate::auth::{Mac, Secret};
 use crate::boot::BootClient;
 use crate::faults::Injector;
 use crate::proto::{Datagram, Delivery, Proto, SendError, Sent};
-use crate::segment::{mem_available, SegSink, Segment};
+use crate::segment::SegSink;
 use crate::settings::Settings;
 use crate::socket::{self, EdgeCounters, RxRing, Socket};
 use crate::wire::AmHeader;
+use amnet_core::mem::HeapSegment;
 
 /// Largest Medium payload (the same as the smp conduit's).
 pub const MAX_MEDIUM: usize = 65536;
@@ -108,7 +109,7 @@ pub struct UdpConduit {
     sock: Socket,
     boot: Option<BootClient>,
     inner: Mutex<Inner>,
-    seg: OnceLock<Segment>,
+    seg: OnceLock<HeapSegment>,
     epoch: Instant,
     /// Exit for a job without a launcher (one rank).
     solo_exit: AtomicI64,
@@ -547,7 +548,7 @@ impl UdpConduit {
                 let off = am.long_offset;
                 let len = placed.unwrap_or(payload.len() as u64);
                 let end = off.checked_add(len);
-                if !matches!(end, Some(e) if e <= seg.len as u64) {
+                if !matches!(end, Some(e) if e <= seg.len() as u64) {
                     amnet_core::diag!(
                         "amnet udp rank {}: dropped a Long from rank {} outside the segment",
                         self.rank,
@@ -557,7 +558,7 @@ impl UdpConduit {
                 }
                 let at = usize::try_from(off).unwrap_or(0);
                 let len = usize::try_from(len).unwrap_or(0);
-                let dst = seg.ptr;
+                let dst = seg.ptr();
                 // SAFETY: the range was checked against the segment just above; the segment
                 // stays allocated for the conduit's life; clients that touch the same bytes
                 // concurrently break the core's contract, not memory safety of this copy.
@@ -613,27 +614,19 @@ impl Conduit for UdpConduit {
     }
 
     fn attach_segment(&self, len: usize, _lens: &[usize]) -> Result<LocalSegment> {
-        if let Some(avail) = mem_available() {
-            if len as u64 > avail {
-                return Err(Error::Config(format!(
-                    "the segment asks for {len} bytes but this host has {avail} bytes of memory \
-                     available (MemAvailable + SwapFree): ask for a smaller segment"
-                )));
-            }
-        }
         self.seg
-            .set(Segment::new(len)?)
+            .set(HeapSegment::new("udp", len)?)
             .map_err(|_| Error::AlreadyAttached)?;
         let s = self.seg.get().ok_or(Error::AlreadyAttached)?;
         self.lock().proto.set_long_sink(Box::new(SegSink {
-            ptr: s.ptr,
-            len: s.len as u64,
+            ptr: s.ptr(),
+            len: s.len() as u64,
         }));
         // Everyone has its segment before anyone sends into it.
         self.exchange(&[])?;
         Ok(LocalSegment {
-            base: s.ptr,
-            len: s.len,
+            base: s.ptr(),
+            len: s.len(),
         })
     }
 

@@ -8,7 +8,7 @@ use amnet_core::ConduitKind;
 use amnet_launch::LaunchOptions;
 
 const USAGE: &str =
-    "usage: amrun -n N [--conduit smp|udp|mpi] [--hosts H1,H2,...] [--timeout SECS] PROGRAM [ARGS...]
+    "usage: amrun -n N [--conduit smp|udp|mpi|ofi] [--hosts H1,H2,...] [--timeout SECS] PROGRAM [ARGS...]
 
 Starts an N-rank amnet job and exits with the job's code: the code a rank passed to exit
 (returning from main counts as exit with main's status), else the first non-zero code of a
@@ -87,7 +87,9 @@ fn main() {
                     .next()
                     .unwrap_or_else(|| fail("--conduit needs a name"));
                 conduit = name.parse::<ConduitKind>().unwrap_or_else(|_| {
-                    fail(&format!("--conduit {name:?}: expected smp, udp or mpi"))
+                    fail(&format!(
+                        "--conduit {name:?}: expected smp, udp, mpi or ofi"
+                    ))
                 });
             }
             "--timeout" => timeout = Some(parse_secs("--timeout", args.next())),

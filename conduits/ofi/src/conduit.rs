@@ -1,0 +1,853 @@
+//! The `Conduit` implementation: active messages over libfabric's tagged interface.
+//!
+//! Every message is one tagged send whose tag carries the job and its class: requests and
+//! replies have classes (and pre-posted receive buffers) of their own, so that a handler's
+//! reply never waits behind requests. The message body is a 20-byte header (with the sender's
+//! rank), the arguments and the payload. The tag's source field stays 0 in these messages
+//! (under `ofi_tag_full` the source goes in the CQ data as well): their receives match any
+//! source, and libfabric 1.17's shm and udp;ofi_rxd providers never match a message that
+//! arrived before its receive was posted to a receive whose ignore mask covers bits where the
+//! message's tag differs from it (`raw`'s `unexpected_messages_match_later_receives` test tells
+//! it), so a source in the tag would strand messages. Exact receives (a split Long's data)
+//! name the source in the tag. Long
+//! payloads up to [`EAGER_MAX`] travel in the message and are copied into the segment on
+//! arrival; larger ones follow their header as a second tagged message of a class of their
+//! own (one per sender, destination and sequence number), which the target receives straight
+//! into its segment before the handler runs.
+//!
+//! Progress is the MTL's: a poll reads up to `AMNET_OFI_PROGRESS_EVENT_CNT` completions per
+//! `fi_cq_read` until the queue is drained, and maps each to its operation through the
+//! operation's context. A send that finds no room drives the queue once itself (its
+//! completions wait in `ready` for the next poll), so that a handler's reply that meets a full
+//! queue cannot wait forever.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use amnet_core::config::{vars, Source};
+use amnet_core::mem::HeapSegment;
+use amnet_core::{Category, Conduit, Error, InMsg, LocalSegment, OutMsg, Rank, Result, MAX_ARGS};
+use amnet_udp::auth::Secret;
+use amnet_udp::boot::BootClient;
+
+use crate::raw::{Choice, Completion, FiContext, OfiEndpoint};
+use crate::tag::{Layout, TagMode};
+
+/// Largest Medium payload.
+pub const MAX_MEDIUM: usize = 65_536;
+/// Largest Long payload that travels inside its message; larger ones follow as a second one.
+pub const EAGER_MAX: usize = MAX_MEDIUM;
+/// Header bytes: handler, flags, argument count, 0, payload length (u32 LE), Long offset (u64
+/// LE), source rank (u32 LE).
+const HDR: usize = 20;
+/// Room of one receive buffer.
+const RECV_BYTES: usize = HDR + 4 * MAX_ARGS + EAGER_MAX;
+/// Receive buffers kept posted for requests and for replies.
+const RECVS_PER_CLASS: usize = 32;
+/// Messages built on the stack and injected when the provider allows that many bytes.
+const INJECT_STACK: usize = 256;
+
+/// Class of requests.
+const CLASS_REQ: u32 = 0;
+/// Class of replies.
+const CLASS_REP: u32 = 1;
+/// First class of Long data messages: `CLASS_LONG + seq`.
+const CLASS_LONG: u32 = 2;
+/// Long sequence numbers run modulo this (every class fits 20 bits, the narrowest layout).
+const LONG_SEQS: u32 = (1 << 20) - CLASS_LONG;
+/// The job id in every tag: a job's endpoints are its own, so one value serves.
+const JOB: u64 = 1;
+
+/// Flag bits of the header's second byte.
+const F_REPLY: u8 = 0x04;
+const F_SPLIT: u8 = 0x08;
+
+fn cerr(msg: impl Into<String>) -> Error {
+    Error::conduit("ofi", msg.into())
+}
+
+fn cat_bits(c: Category) -> u8 {
+    match c {
+        Category::Short => 0,
+        Category::Medium => 1,
+        Category::Long => 2,
+    }
+}
+
+fn bits_cat(b: u8) -> Option<Category> {
+    match b & 3 {
+        0 => Some(Category::Short),
+        1 => Some(Category::Medium),
+        2 => Some(Category::Long),
+        _ => None,
+    }
+}
+
+/// A decoded header.
+#[derive(Debug, Clone, Copy)]
+struct Header {
+    handler: u8,
+    category: Category,
+    is_reply: bool,
+    split: bool,
+    nargs: usize,
+    len: usize,
+    long_offset: u64,
+    src: u32,
+}
+
+/// Write the header and arguments of `m` (payload length `len`) into `out`; returns the bytes
+/// written.
+fn put_header(out: &mut [u8], m: &OutMsg<'_>, src: Rank, split: bool, len: usize) -> usize {
+    let nargs = m.args.len();
+    out[0] = m.handler;
+    out[1] = cat_bits(m.category)
+        | if m.is_reply { F_REPLY } else { 0 }
+        | if split { F_SPLIT } else { 0 };
+    out[2] = u8::try_from(nargs).unwrap_or(u8::MAX);
+    out[3] = 0;
+    out[4..8].copy_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_le_bytes());
+    out[8..16].copy_from_slice(&m.long_offset.to_le_bytes());
+    out[16..20].copy_from_slice(&src.to_le_bytes());
+    for (i, a) in m.args.iter().enumerate() {
+        out[HDR + 4 * i..HDR + 4 * i + 4].copy_from_slice(&a.to_le_bytes());
+    }
+    HDR + 4 * nargs
+}
+
+fn parse_header(b: &[u8]) -> std::result::Result<Header, String> {
+    if b.len() < HDR {
+        return Err(format!(
+            "a message of {} bytes is shorter than a header",
+            b.len()
+        ));
+    }
+    let category = bits_cat(b[1]).ok_or_else(|| format!("category bits {:#x}", b[1]))?;
+    let nargs = usize::from(b[2]);
+    if nargs > MAX_ARGS {
+        return Err(format!("{nargs} arguments"));
+    }
+    let len = usize::try_from(u32::from_le_bytes([b[4], b[5], b[6], b[7]]))
+        .map_err(|_| "payload length".to_string())?;
+    let mut off = [0u8; 8];
+    off.copy_from_slice(&b[8..16]);
+    let src = u32::from_le_bytes([b[16], b[17], b[18], b[19]]);
+    Ok(Header {
+        handler: b[0],
+        category,
+        is_reply: b[1] & F_REPLY != 0,
+        split: b[1] & F_SPLIT != 0,
+        nargs,
+        len,
+        long_offset: u64::from_le_bytes(off),
+        src,
+    })
+}
+
+/// What an operation in flight is.
+enum OpKind {
+    /// A posted receive of `class` (requests or replies).
+    Recv(u32),
+    /// A send whose buffer returns to the pool.
+    Send,
+    /// A send whose buffer is dropped (a split Long's data).
+    SendOnce,
+    /// The data of a split Long, received into the segment; its header and arguments.
+    LongData {
+        src: Rank,
+        hdr: Header,
+        args: [u32; MAX_ARGS],
+    },
+}
+
+/// One operation in flight: its context first, so that the completion's context pointer is
+/// the operation's address.
+#[repr(C)]
+struct Op {
+    ctx: FiContext,
+    kind: OpKind,
+    buf: Vec<u8>,
+}
+
+impl Op {
+    fn boxed(kind: OpKind, cap: usize) -> Box<Op> {
+        Box::new(Op {
+            ctx: FiContext::new(),
+            kind,
+            buf: vec![0; cap],
+        })
+    }
+}
+
+/// Operation pointers held across threads (each owned by whoever holds the pointer).
+struct OpPtr(*mut Op);
+// SAFETY: an `Op` is plain data owned by the holder of its pointer.
+unsafe impl Send for OpPtr {}
+
+/// Poll state: one poller at a time.
+struct PollState {
+    /// Receives whose message was delivered or deferred and that wait to be posted again.
+    repost: Vec<OpPtr>,
+}
+
+const NO_EXIT: i64 = i64::MIN;
+
+/// The ofi conduit of one rank.
+pub struct OfiConduit {
+    rank: Rank,
+    size: u32,
+    ep: OfiEndpoint,
+    layout: Layout,
+    /// Every rank's address in the address vector, by rank.
+    addrs: Vec<u64>,
+    boot: Option<BootClient>,
+    solo_exit: AtomicI64,
+    event_cnt: usize,
+    oversubscribed: bool,
+    /// Send operations with buffers of `RECV_BYTES`, ready for reuse.
+    pool: Mutex<Vec<OpPtr>>,
+    /// Receive completions read but not delivered yet (by a send that drove the queue, or
+    /// requests read by a replies-only poll).
+    ready: Mutex<VecDeque<(OpPtr, Completion)>>,
+    poll_state: Mutex<PollState>,
+    /// Next Long sequence number towards each rank.
+    long_seq: Vec<AtomicU32>,
+    seg: OnceLock<HeapSegment>,
+}
+
+impl std::fmt::Debug for OfiConduit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "OfiConduit(rank {} of {}, {})",
+            self.rank,
+            self.size,
+            self.ep.provider()
+        )
+    }
+}
+
+impl OfiConduit {
+    /// Join the job `src` describes (`AMNET_RANK`, `AMNET_SIZE` and the launcher's bootstrap
+    /// service, `AMNET_UDP_BOOT`, as `amrun --conduit ofi` sets them; none of them: a job of
+    /// one rank), on the provider the `AMNET_OFI_*` variables choose.
+    pub fn new(src: &Source) -> Result<OfiConduit> {
+        static JOINED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if JOINED.swap(true, Ordering::AcqRel) {
+            return Err(Error::Config(
+                "amnet::init called twice in one process: a process is one rank; clone the \
+                 Endpoint to use it from several threads"
+                    .into(),
+            ));
+        }
+        let rank = src.count_u32(&vars::RANK)?;
+        let size = src.count_u32(&vars::SIZE)?;
+        let server = src.socket_addr(&vars::UDP_BOOT)?;
+        let secret = src.secret(&vars::UDP_SECRET)?.map(Secret);
+        let include = src.text(&vars::OFI_PROVIDER_INCLUDE).unwrap_or_default();
+        let exclude = src.text(&vars::OFI_PROVIDER_EXCLUDE).unwrap_or_default();
+        let mode = match src.text(&vars::OFI_TAG_MODE) {
+            Some(m) if !m.is_empty() => TagMode::parse(&m).map_err(Error::Config)?,
+            _ => TagMode::Auto,
+        };
+        let event_cnt = src
+            .count_usize(&vars::OFI_PROGRESS_EVENT_CNT)?
+            .unwrap_or(100);
+        let (rank, size, boot) = match (rank, size, server) {
+            (None, None, None) => (0, 1, None),
+            (Some(rank), Some(size), Some(server)) => {
+                if rank >= size {
+                    return Err(Error::Config(format!(
+                        "AMNET_RANK={rank} is not below AMNET_SIZE={size}"
+                    )));
+                }
+                let c =
+                    BootClient::join(server, rank, 0, src.boot_timeout()?, secret.as_ref(), false)?;
+                if c.table.len() != size as usize {
+                    return Err(cerr(format!(
+                        "the launcher knows {} ranks but AMNET_SIZE is {size}",
+                        c.table.len()
+                    )));
+                }
+                (rank, size, Some(c))
+            }
+            _ => {
+                return Err(Error::Config(
+                    "AMNET_RANK, AMNET_SIZE and AMNET_UDP_BOOT must be set together (start the \
+                     job with amrun --conduit ofi)"
+                        .into(),
+                ))
+            }
+        };
+        // tcp and udp bind where the launcher is reached from (loopback for a job on one
+        // host).
+        let node = boot.as_ref().map(|b| b.local_ip.to_string());
+        let ep = OfiEndpoint::open(&Choice::from_lists(&include, &exclude, node.as_deref()))?;
+        let layout = ep.tag_layout(mode, size, JOB, CLASS_LONG + LONG_SEQS - 1)?;
+        let me = ep.address()?;
+        let all = match &boot {
+            None => vec![me],
+            Some(b) => b.exchange(&me, &|c| std::process::exit(c))?,
+        };
+        let addrs = ep.insert(&all)?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let c = OfiConduit {
+            rank,
+            size,
+            ep,
+            layout,
+            addrs,
+            boot,
+            solo_exit: AtomicI64::new(NO_EXIT),
+            event_cnt,
+            oversubscribed: size as usize > cores,
+            pool: Mutex::new(Vec::new()),
+            ready: Mutex::new(VecDeque::new()),
+            poll_state: Mutex::new(PollState { repost: Vec::new() }),
+            long_seq: (0..size).map(|_| AtomicU32::new(0)).collect(),
+            seg: OnceLock::new(),
+        };
+        for class in [CLASS_REQ, CLASS_REP] {
+            for _ in 0..RECVS_PER_CLASS {
+                // Owned by the conduit from here on: posted, delivered, posted again; freed
+                // never (the provider may write a posted receive until its endpoint closes,
+                // and a conduit lives until its process ends).
+                let op = Box::into_raw(Op::boxed(OpKind::Recv(class), RECV_BYTES));
+                // SAFETY: `op` is a live operation this conduit owns until teardown.
+                if !unsafe { c.post_recv(op) }? {
+                    c.lock_poll().repost.push(OpPtr(op));
+                }
+            }
+        }
+        if src.flag(&vars::VERBOSE)?.unwrap_or(false) && rank == 0 {
+            let (p, j, s, cl, r) = c.layout.widths();
+            amnet_core::diag!(
+                "amnet ofi: {}; tag layout {} (protocol {p}, job {j}, source {s}, class {cl} \
+                 bits; {r} reserved)",
+                c.ep.describe(),
+                c.layout.mode().name()
+            );
+        }
+        Ok(c)
+    }
+
+    /// The provider chosen.
+    pub fn provider(&self) -> String {
+        self.ep.provider()
+    }
+
+    fn lock_poll(&self) -> std::sync::MutexGuard<'_, PollState> {
+        self.poll_state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Post the receive `op` (a `Recv` or `LongData` operation). `Ok(false)`: no room now.
+    ///
+    /// # Safety
+    /// - `op` is a live operation this conduit owns, not posted already; a `LongData` one's
+    ///   buffer is unused (it receives into the segment range its header names, checked).
+    unsafe fn post_recv(&self, op: *mut Op) -> Result<bool> {
+        // SAFETY: the caller's contract.
+        let o = unsafe { &mut *op };
+        let ctx = std::ptr::addr_of_mut!(o.ctx);
+        match &o.kind {
+            OpKind::Recv(class) => {
+                let (tag, ignore) = self.layout.recv_any(JOB, *class);
+                // SAFETY: `o.buf` and the context live until the completion (the conduit
+                // owns the operation until then).
+                unsafe {
+                    self.ep
+                        .recv(None, tag, ignore, o.buf.as_mut_ptr(), o.buf.len(), ctx)
+                }
+            }
+            OpKind::LongData { src, hdr, .. } => {
+                let seg = self.seg.get().ok_or_else(|| cerr("a Long before attach"))?;
+                let off = usize::try_from(hdr.long_offset).unwrap_or(usize::MAX);
+                if !seg.fits(hdr.long_offset, hdr.len) {
+                    return Err(cerr(format!(
+                        "rank {src} sent a Long of {} bytes at offset {} beyond the segment \
+                         ({} bytes)",
+                        hdr.len,
+                        hdr.long_offset,
+                        seg.len()
+                    )));
+                }
+                let class = self.long_class_in(o);
+                let (tag, ignore) = self.layout.recv_exact(0, JOB, *src, class);
+                let from = self
+                    .layout
+                    .src_in_cq_data()
+                    .then(|| self.addrs[*src as usize]);
+                // SAFETY: the range lies inside the segment (checked), which outlives the
+                // conduit's operations; the core's contract leaves it to this Long.
+                unsafe {
+                    self.ep
+                        .recv(from, tag, ignore, seg.ptr().add(off), hdr.len, ctx)
+                }
+            }
+            OpKind::Send | OpKind::SendOnce => Err(cerr("posting a send as a receive")),
+        }
+    }
+
+    /// The data class of a `LongData` operation (kept in its buffer's first 4 bytes).
+    fn long_class_in(&self, o: &Op) -> u32 {
+        let mut b = [0u8; 4];
+        b.copy_from_slice(&o.buf[..4]);
+        u32::from_le_bytes(b)
+    }
+
+    fn dest_addr(&self, dest: Rank) -> Result<u64> {
+        self.addrs
+            .get(dest as usize)
+            .copied()
+            .ok_or_else(|| cerr(format!("rank {dest} is not in the job of {}", self.size)))
+    }
+
+    fn take_send_op(&self) -> *mut Op {
+        let mut p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        match p.pop() {
+            Some(OpPtr(op)) => op,
+            None => Box::into_raw(Op::boxed(OpKind::Send, RECV_BYTES)),
+        }
+    }
+
+    fn give_send_op(&self, op: *mut Op) {
+        self.pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(OpPtr(op));
+    }
+
+    /// Read completions once (up to `event_cnt`): finished sends are recycled, receives wait
+    /// in `ready`. Returns how many were read.
+    fn progress_once(&self) -> Result<usize> {
+        let empty = Completion {
+            context: std::ptr::null_mut(),
+            len: 0,
+            tag: 0,
+            data: 0,
+            flags: 0,
+        };
+        let mut buf = [empty; 256];
+        let want = self.event_cnt.min(buf.len());
+        let n = self.ep.read_cq(&mut buf[..want])?;
+        for c in &buf[..n] {
+            let op = c.context.cast::<Op>();
+            if op.is_null() {
+                continue;
+            }
+            // SAFETY: every context this conduit posts is the first field of a live `Op`
+            // (`repr(C)`), owned by the operation until this completion.
+            match unsafe { &(*op).kind } {
+                OpKind::Send => self.give_send_op(op),
+                // SAFETY: a one-shot send, boxed by `send_split`, completes once.
+                OpKind::SendOnce => drop(unsafe { Box::from_raw(op) }),
+                OpKind::Recv(_) | OpKind::LongData { .. } => self
+                    .ready
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push_back((OpPtr(op), *c)),
+            }
+        }
+        Ok(n)
+    }
+
+    /// Check a received header message's tag (job and class) and its sender (from the
+    /// header; under `ofi_tag_full` also the CQ data, which must agree).
+    fn source_of(&self, c: &Completion, h: &Header) -> std::result::Result<u32, String> {
+        let (_, job, tag_src, class) = self.layout.decode(c.tag, c.data)?;
+        if job != JOB || !matches!(class, CLASS_REQ | CLASS_REP) {
+            return Err(format!("a message of job {job}, class {class}"));
+        }
+        if self.layout.src_in_cq_data() && tag_src != h.src {
+            return Err(format!(
+                "a message whose header names rank {} and whose CQ data names rank {tag_src}",
+                h.src
+            ));
+        }
+        if h.src >= self.size {
+            return Err(format!(
+                "a message from rank {}, beyond the job's {}",
+                h.src, self.size
+            ));
+        }
+        Ok(h.src)
+    }
+
+    /// Send `total` bytes built by `fill` to `dest` with `class`; `Ok(false)`: no room now.
+    fn send_bytes(
+        &self,
+        dest: Rank,
+        class: u32,
+        total: usize,
+        fill: &dyn Fn(&mut [u8]),
+    ) -> Result<bool> {
+        let to = self.dest_addr(dest)?;
+        // The source travels in the header; the tag's source field stays 0 for the classes
+        // received from any source (see the module documentation), except under
+        // `ofi_tag_full`, where it is the CQ data.
+        let tag_src = if self.layout.src_in_cq_data() {
+            self.rank
+        } else {
+            0
+        };
+        let (tag, data) = self.layout.encode(0, JOB, tag_src, class);
+        if total <= INJECT_STACK && total <= self.ep.inject_size() {
+            let mut b = [0u8; INJECT_STACK];
+            fill(&mut b[..total]);
+            if self.ep.inject(to, tag, data, &b[..total])? {
+                return Ok(true);
+            }
+            self.progress_once()?;
+            return Ok(false);
+        }
+        let op = self.take_send_op();
+        // SAFETY: `op` came from the pool or was just made; this thread owns it.
+        let o = unsafe { &mut *op };
+        if o.buf.len() < total {
+            o.buf.resize(total, 0);
+        }
+        fill(&mut o.buf[..total]);
+        let ctx = std::ptr::addr_of_mut!(o.ctx);
+        // SAFETY: the buffer and context live in the operation until its completion, which
+        // returns it to the pool.
+        let sent = unsafe { self.ep.send(to, tag, data, o.buf.as_ptr(), total, ctx) };
+        match sent {
+            Ok(true) => Ok(true),
+            Ok(false) => {
+                self.give_send_op(op);
+                self.progress_once()?;
+                Ok(false)
+            }
+            Err(e) => {
+                self.give_send_op(op);
+                Err(e)
+            }
+        }
+    }
+
+    /// A Long too large for one message: its header (flagged split, with the sequence number
+    /// as the only payload word), then its data as a message of class `CLASS_LONG + seq`.
+    fn send_split(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
+        let class_main = if msg.is_reply { CLASS_REP } else { CLASS_REQ };
+        let seq = self.long_seq[dest as usize].load(Ordering::Relaxed) % LONG_SEQS;
+        let hlen = HDR + 4 * msg.args.len();
+        let ok = self.send_bytes(dest, class_main, hlen + 4, &|b: &mut [u8]| {
+            let n = put_header(b, msg, self.rank, true, msg.payload.len());
+            b[n..n + 4].copy_from_slice(&seq.to_le_bytes());
+        })?;
+        if !ok {
+            return Ok(false);
+        }
+        self.long_seq[dest as usize].store((seq + 1) % LONG_SEQS, Ordering::Relaxed);
+        let to = self.dest_addr(dest)?;
+        let (tag, data) = self.layout.encode(0, JOB, self.rank, CLASS_LONG + seq);
+        let mut op = Op::boxed(OpKind::SendOnce, 0);
+        op.buf = msg.payload.to_vec();
+        let op = Box::into_raw(op);
+        // SAFETY: `op` is ours until its completion frees it.
+        let o = unsafe { &mut *op };
+        let ctx = std::ptr::addr_of_mut!(o.ctx);
+        loop {
+            // SAFETY: the copy and the context live in the boxed operation until its
+            // completion.
+            match unsafe {
+                self.ep
+                    .send(to, tag, data, o.buf.as_ptr(), o.buf.len(), ctx)
+            } {
+                Ok(true) => return Ok(true),
+                Ok(false) => {
+                    self.progress_once()?;
+                    std::thread::yield_now();
+                }
+                Err(e) => {
+                    // SAFETY: not posted, so still ours.
+                    drop(unsafe { Box::from_raw(op) });
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Deliver one received message to `sink`; returns (delivered, keep going).
+    fn deliver(
+        &self,
+        op: *mut Op,
+        c: &Completion,
+        sink: &mut dyn FnMut(&InMsg<'_>) -> bool,
+    ) -> Result<(bool, bool)> {
+        // SAFETY: a completed receive: the operation is the poller's until it is posted again.
+        let o = unsafe { &mut *op };
+        match &o.kind {
+            OpKind::Recv(_) => {
+                let body = &o.buf[..c.len.min(o.buf.len())];
+                let h = parse_header(body).map_err(|e| cerr(format!("a message: {e}")))?;
+                let src = self.source_of(c, &h).map_err(cerr)?;
+                let args_end = HDR + 4 * h.nargs;
+                let mut args = [0u32; MAX_ARGS];
+                if body.len() < args_end {
+                    return Err(cerr(format!("rank {src} sent a truncated message")));
+                }
+                for (i, a) in args.iter_mut().take(h.nargs).enumerate() {
+                    let mut w = [0u8; 4];
+                    w.copy_from_slice(&body[HDR + 4 * i..HDR + 4 * i + 4]);
+                    *a = u32::from_le_bytes(w);
+                }
+                if h.split {
+                    let mut w = [0u8; 4];
+                    w.copy_from_slice(body.get(args_end..args_end + 4).ok_or_else(|| {
+                        cerr(format!("rank {src} sent a split Long without its sequence"))
+                    })?);
+                    let seq = u32::from_le_bytes(w);
+                    let mut d = Op::boxed(OpKind::LongData { src, hdr: h, args }, 4);
+                    d.buf[..4].copy_from_slice(&(CLASS_LONG + seq % LONG_SEQS).to_le_bytes());
+                    let d = Box::into_raw(d);
+                    // SAFETY: a fresh operation, owned by the conduit until its completion.
+                    if !unsafe { self.post_recv(d) }? {
+                        self.lock_poll().repost.push(OpPtr(d));
+                    }
+                    return Ok((false, true));
+                }
+                let payload = body.get(args_end..args_end + h.len).ok_or_else(|| {
+                    cerr(format!(
+                        "rank {src} sent a message shorter than its payload"
+                    ))
+                })?;
+                if h.category == Category::Long {
+                    let seg = self.seg.get().ok_or_else(|| cerr("a Long before attach"))?;
+                    let off = usize::try_from(h.long_offset).unwrap_or(usize::MAX);
+                    if !seg.fits(h.long_offset, h.len) {
+                        return Err(cerr(format!(
+                            "rank {src} sent a Long of {} bytes at offset {} beyond the \
+                             segment ({} bytes)",
+                            h.len,
+                            h.long_offset,
+                            seg.len()
+                        )));
+                    }
+                    // SAFETY: the range lies inside the segment (checked); the core's
+                    // contract gives it to this Long, and the receive buffer is separate.
+                    unsafe { amnet_core::mem::copy(payload.as_ptr(), seg.ptr().add(off), h.len) };
+                    // SAFETY: as above; the bytes were just written.
+                    let land = unsafe { std::slice::from_raw_parts(seg.ptr().add(off), h.len) };
+                    let m = InMsg {
+                        src,
+                        handler: h.handler,
+                        category: h.category,
+                        is_reply: h.is_reply,
+                        args: &args[..h.nargs],
+                        payload: land,
+                        long_offset: h.long_offset,
+                    };
+                    return Ok((true, sink(&m)));
+                }
+                let m = InMsg {
+                    src,
+                    handler: h.handler,
+                    category: h.category,
+                    is_reply: h.is_reply,
+                    args: &args[..h.nargs],
+                    payload: if h.category == Category::Short {
+                        &[]
+                    } else {
+                        payload
+                    },
+                    long_offset: 0,
+                };
+                Ok((true, sink(&m)))
+            }
+            OpKind::LongData { src, hdr, args } => {
+                let seg = self.seg.get().ok_or_else(|| cerr("a Long before attach"))?;
+                let off = usize::try_from(hdr.long_offset).unwrap_or(usize::MAX);
+                if c.len != hdr.len {
+                    return Err(cerr(format!(
+                        "rank {src}'s Long data has {} bytes, its header said {}",
+                        c.len, hdr.len
+                    )));
+                }
+                // SAFETY: the range was checked when the receive was posted.
+                let land = unsafe { std::slice::from_raw_parts(seg.ptr().add(off), hdr.len) };
+                let m = InMsg {
+                    src: *src,
+                    handler: hdr.handler,
+                    category: Category::Long,
+                    is_reply: hdr.is_reply,
+                    args: &args[..hdr.nargs],
+                    payload: land,
+                    long_offset: hdr.long_offset,
+                };
+                Ok((true, sink(&m)))
+            }
+            OpKind::Send | OpKind::SendOnce => Ok((false, true)),
+        }
+    }
+
+    /// True when the completed receive `op` carries a reply (or Long data of one).
+    fn is_reply_op(&self, op: *mut Op) -> bool {
+        // SAFETY: a completed operation held in `ready`.
+        match unsafe { &(*op).kind } {
+            OpKind::Recv(class) => *class == CLASS_REP,
+            OpKind::LongData { hdr, .. } => hdr.is_reply,
+            _ => false,
+        }
+    }
+
+    /// After delivery: post a header receive again, free a Long's data operation.
+    fn recycle(&self, st: &mut PollState, op: *mut Op) -> Result<()> {
+        // SAFETY: a completed operation, the poller's.
+        if let OpKind::LongData { .. } = unsafe { &(*op).kind } {
+            // SAFETY: boxed in `deliver`, completed once, no longer posted.
+            drop(unsafe { Box::from_raw(op) });
+            return Ok(());
+        }
+        // SAFETY: a completed header receive, not posted now.
+        if !unsafe { self.post_recv(op) }? {
+            st.repost.push(OpPtr(op));
+        }
+        Ok(())
+    }
+}
+
+impl Conduit for OfiConduit {
+    fn name(&self) -> &'static str {
+        "ofi"
+    }
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+    fn size(&self) -> u32 {
+        self.size
+    }
+    fn max_medium(&self) -> usize {
+        MAX_MEDIUM
+    }
+    fn oversubscribed(&self) -> bool {
+        self.oversubscribed
+    }
+
+    fn exchange(&self, blob: &[u8]) -> Result<Vec<Vec<u8>>> {
+        match &self.boot {
+            None => Ok(vec![blob.to_vec()]),
+            Some(b) => b.exchange(blob, &|c| self.terminate(c)),
+        }
+    }
+
+    fn attach_segment(&self, len: usize, _lens: &[usize]) -> Result<LocalSegment> {
+        self.seg
+            .set(HeapSegment::new("ofi", len)?)
+            .map_err(|_| Error::AlreadyAttached)?;
+        let s = self.seg.get().ok_or(Error::AlreadyAttached)?;
+        // Everyone has its segment before anyone sends a Long into it.
+        self.exchange(&[])?;
+        Ok(LocalSegment {
+            base: s.ptr(),
+            len: s.len(),
+        })
+    }
+
+    fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
+        let class = if msg.is_reply { CLASS_REP } else { CLASS_REQ };
+        let plen = if msg.category == Category::Short {
+            0
+        } else {
+            msg.payload.len()
+        };
+        if msg.category == Category::Long && plen > EAGER_MAX {
+            return self.send_split(dest, msg);
+        }
+        let total = HDR + 4 * msg.args.len() + plen;
+        self.send_bytes(dest, class, total, &|b: &mut [u8]| {
+            let n = put_header(b, msg, self.rank, false, plen);
+            b[n..n + plen].copy_from_slice(&msg.payload[..plen]);
+        })
+    }
+
+    fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {
+        let Ok(mut st) = self.poll_state.try_lock() else {
+            // Another thread polls (or a handler of this thread's poll sends): drive the
+            // queue only.
+            self.progress_once()?;
+            return Ok(0);
+        };
+        let mut still = Vec::new();
+        for OpPtr(op) in st.repost.drain(..) {
+            // SAFETY: operations waiting to be posted again, owned by the poller.
+            if !unsafe { self.post_recv(op) }? {
+                still.push(OpPtr(op));
+            }
+        }
+        st.repost = still;
+        let mut delivered = 0;
+        loop {
+            let read = self.progress_once()?;
+            loop {
+                let next = {
+                    let mut r = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+                    let i = if replies_only {
+                        r.iter().position(|(OpPtr(op), _)| self.is_reply_op(*op))
+                    } else if r.is_empty() {
+                        None
+                    } else {
+                        Some(0)
+                    };
+                    i.and_then(|i| r.remove(i))
+                };
+                let Some((OpPtr(op), c)) = next else { break };
+                let (d, more) = self.deliver(op, &c, sink)?;
+                self.recycle(&mut st, op)?;
+                if d {
+                    delivered += 1;
+                }
+                if !more {
+                    return Ok(delivered);
+                }
+            }
+            if read < self.event_cnt.min(256) {
+                return Ok(delivered);
+            }
+        }
+    }
+
+    fn exit_requested(&self) -> Option<i32> {
+        match &self.boot {
+            Some(b) => b.exit_requested(),
+            None => {
+                let v = self.solo_exit.load(Ordering::Acquire);
+                (v != NO_EXIT).then(|| i32::try_from(v).unwrap_or(1))
+            }
+        }
+    }
+
+    fn request_exit(&self, code: i32) -> i32 {
+        match &self.boot {
+            Some(b) => b.request_exit(code),
+            None => {
+                let _ = self.solo_exit.compare_exchange(
+                    NO_EXIT,
+                    i64::from(code),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+                self.exit_requested().unwrap_or(code)
+            }
+        }
+    }
+
+    fn terminate(&self, code: i32) -> ! {
+        // Best effort: drive the queue briefly so that sends just made leave.
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < Duration::from_millis(20) {
+            if self.progress_once().unwrap_or(0) == 0 {
+                break;
+            }
+        }
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        std::process::exit(code)
+    }
+
+    fn is_process_mode(&self) -> bool {
+        true
+    }
+}
