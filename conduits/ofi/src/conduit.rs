@@ -15,6 +15,10 @@
 //! own (one per sender, destination and sequence number), which the target receives straight
 //! into its segment before the handler runs.
 //!
+//! A receive that completes is posted again at once (its message, if small, copied out) or
+//! replaced by a spare, so that the provider never runs out of buffers to receive into while
+//! the poller runs a handler (spec/ofi.md §4).
+//!
 //! Progress is the MTL's: a poll reads up to `AMNET_OFI_PROGRESS_EVENT_CNT` completions per
 //! `fi_cq_read` until the queue is drained, and maps each to its operation through the
 //! operation's context. A send that finds no room drives the queue once itself (its
@@ -187,10 +191,23 @@ struct OpPtr(*mut Op);
 unsafe impl Send for OpPtr {}
 
 /// Poll state: one poller at a time.
-struct PollState {
-    /// Receives whose message was delivered or deferred and that wait to be posted again.
-    repost: Vec<OpPtr>,
+struct PollState;
+
+/// A received message waiting for delivery.
+enum Ready {
+    /// A small message copied out of its receive buffer (posted again at once), with its
+    /// class and completion.
+    Copied(u32, Vec<u8>, Completion),
+    /// A larger message still in its receive buffer (a spare buffer was posted in its
+    /// place), or a split Long's data in the segment.
+    Held(OpPtr, Completion),
 }
+
+/// Messages up to this many bytes are copied out of their receive buffer when they complete,
+/// so that the buffer is posted again at once: requests that wait for a poller busy in a
+/// handler then never keep the provider's queue full, which would keep out the replies that
+/// the handler waits for.
+const COPY_MAX: usize = 1024;
 
 const NO_EXIT: i64 = i64::MIN;
 
@@ -208,9 +225,14 @@ pub struct OfiConduit {
     oversubscribed: bool,
     /// Send operations with buffers of `RECV_BYTES`, ready for reuse.
     pool: Mutex<Vec<OpPtr>>,
-    /// Receive completions read but not delivered yet (by a send that drove the queue, or
-    /// requests read by a replies-only poll).
-    ready: Mutex<VecDeque<(OpPtr, Completion)>>,
+    /// Received messages not delivered yet, in arrival order.
+    ready: Mutex<VecDeque<Ready>>,
+    /// Receives whose posting found no room, to post again.
+    repost: Mutex<Vec<OpPtr>>,
+    /// Receive buffers not posted (taken when a large message's buffer is held).
+    spares: Mutex<Vec<OpPtr>>,
+    /// Vectors for copied small messages.
+    smalls: Mutex<Vec<Vec<u8>>>,
     poll_state: Mutex<PollState>,
     /// Next Long sequence number towards each rank.
     long_seq: Vec<AtomicU32>,
@@ -305,7 +327,10 @@ impl OfiConduit {
             oversubscribed: size as usize > cores,
             pool: Mutex::new(Vec::new()),
             ready: Mutex::new(VecDeque::new()),
-            poll_state: Mutex::new(PollState { repost: Vec::new() }),
+            repost: Mutex::new(Vec::new()),
+            spares: Mutex::new(Vec::new()),
+            smalls: Mutex::new(Vec::new()),
+            poll_state: Mutex::new(PollState),
             long_seq: (0..size).map(|_| AtomicU32::new(0)).collect(),
             seg: OnceLock::new(),
         };
@@ -315,10 +340,7 @@ impl OfiConduit {
                 // never (the provider may write a posted receive until its endpoint closes,
                 // and a conduit lives until its process ends).
                 let op = Box::into_raw(Op::boxed(OpKind::Recv(class), RECV_BYTES));
-                // SAFETY: `op` is a live operation this conduit owns until teardown.
-                if !unsafe { c.post_recv(op) }? {
-                    c.lock_poll().repost.push(OpPtr(op));
-                }
+                c.post_or_queue(op)?;
             }
         }
         if src.flag(&vars::VERBOSE)?.unwrap_or(false) && rank == 0 {
@@ -338,8 +360,16 @@ impl OfiConduit {
         self.ep.provider()
     }
 
-    fn lock_poll(&self) -> std::sync::MutexGuard<'_, PollState> {
-        self.poll_state.lock().unwrap_or_else(|e| e.into_inner())
+    /// Post the receive `op`, or keep it for the next poll when the provider has no room.
+    fn post_or_queue(&self, op: *mut Op) -> Result<()> {
+        // SAFETY: callers pass a live receive operation this conduit owns and has not posted.
+        if !unsafe { self.post_recv(op) }? {
+            self.repost
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(OpPtr(op));
+        }
+        Ok(())
     }
 
     /// Post the receive `op` (a `Recv` or `LongData` operation). `Ok(false)`: no room now.
@@ -443,14 +473,50 @@ impl OfiConduit {
                 OpKind::Send => self.give_send_op(op),
                 // SAFETY: a one-shot send, boxed by `send_split`, completes once.
                 OpKind::SendOnce => drop(unsafe { Box::from_raw(op) }),
-                OpKind::Recv(_) | OpKind::LongData { .. } => self
-                    .ready
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push_back((OpPtr(op), *c)),
+                OpKind::Recv(class) => {
+                    let class = *class;
+                    // SAFETY: the completed receive is this reader's until posted again.
+                    let o = unsafe { &mut *op };
+                    let len = c.len.min(o.buf.len());
+                    if len <= COPY_MAX {
+                        let mut v = self
+                            .smalls
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .pop()
+                            .unwrap_or_else(|| Vec::with_capacity(COPY_MAX));
+                        v.clear();
+                        v.extend_from_slice(&o.buf[..len]);
+                        self.push_ready(Ready::Copied(class, v, *c));
+                        self.post_or_queue(op)?;
+                    } else {
+                        self.push_ready(Ready::Held(OpPtr(op), *c));
+                        let spare = self
+                            .spares
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .pop()
+                            .map_or_else(
+                                || Box::into_raw(Op::boxed(OpKind::Recv(class), RECV_BYTES)),
+                                |OpPtr(p)| p,
+                            );
+                        // SAFETY: a spare is a receive operation owned by the conduit and
+                        // not posted.
+                        unsafe { (*spare).kind = OpKind::Recv(class) };
+                        self.post_or_queue(spare)?;
+                    }
+                }
+                OpKind::LongData { .. } => self.push_ready(Ready::Held(OpPtr(op), *c)),
             }
         }
         Ok(n)
+    }
+
+    fn push_ready(&self, r: Ready) {
+        self.ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(r);
     }
 
     /// Check a received header message's tag (job and class) and its sender (from the
@@ -571,141 +637,159 @@ impl OfiConduit {
     }
 
     /// Deliver one received message to `sink`; returns (delivered, keep going).
-    fn deliver(
+    fn deliver(&self, r: &Ready, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<(bool, bool)> {
+        match r {
+            Ready::Copied(_, body, c) => self.deliver_msg(body, c, sink),
+            Ready::Held(OpPtr(op), c) => {
+                // SAFETY: a completed receive held for delivery: the poller's.
+                let o = unsafe { &**op };
+                match &o.kind {
+                    OpKind::Recv(_) => self.deliver_msg(&o.buf[..c.len.min(o.buf.len())], c, sink),
+                    OpKind::LongData { src, hdr, args } => {
+                        let seg = self.seg.get().ok_or_else(|| cerr("a Long before attach"))?;
+                        let off = usize::try_from(hdr.long_offset).unwrap_or(usize::MAX);
+                        if c.len != hdr.len {
+                            return Err(cerr(format!(
+                                "rank {src}'s Long data has {} bytes, its header said {}",
+                                c.len, hdr.len
+                            )));
+                        }
+                        // SAFETY: the range was checked when the receive was posted.
+                        let land =
+                            unsafe { std::slice::from_raw_parts(seg.ptr().add(off), hdr.len) };
+                        let m = InMsg {
+                            src: *src,
+                            handler: hdr.handler,
+                            category: Category::Long,
+                            is_reply: hdr.is_reply,
+                            args: &args[..hdr.nargs],
+                            payload: land,
+                            long_offset: hdr.long_offset,
+                        };
+                        Ok((true, sink(&m)))
+                    }
+                    OpKind::Send | OpKind::SendOnce => Ok((false, true)),
+                }
+            }
+        }
+    }
+
+    /// Deliver a header message (`body` as received) to `sink`; returns (delivered, keep
+    /// going). A split Long's header posts the receive of its data instead.
+    fn deliver_msg(
         &self,
-        op: *mut Op,
+        body: &[u8],
         c: &Completion,
         sink: &mut dyn FnMut(&InMsg<'_>) -> bool,
     ) -> Result<(bool, bool)> {
-        // SAFETY: a completed receive: the operation is the poller's until it is posted again.
-        let o = unsafe { &mut *op };
-        match &o.kind {
-            OpKind::Recv(_) => {
-                let body = &o.buf[..c.len.min(o.buf.len())];
-                let h = parse_header(body).map_err(|e| cerr(format!("a message: {e}")))?;
-                let src = self.source_of(c, &h).map_err(cerr)?;
-                let args_end = HDR + 4 * h.nargs;
-                let mut args = [0u32; MAX_ARGS];
-                if body.len() < args_end {
-                    return Err(cerr(format!("rank {src} sent a truncated message")));
-                }
-                for (i, a) in args.iter_mut().take(h.nargs).enumerate() {
-                    let mut w = [0u8; 4];
-                    w.copy_from_slice(&body[HDR + 4 * i..HDR + 4 * i + 4]);
-                    *a = u32::from_le_bytes(w);
-                }
-                if h.split {
-                    let mut w = [0u8; 4];
-                    w.copy_from_slice(body.get(args_end..args_end + 4).ok_or_else(|| {
-                        cerr(format!("rank {src} sent a split Long without its sequence"))
-                    })?);
-                    let seq = u32::from_le_bytes(w);
-                    let mut d = Op::boxed(OpKind::LongData { src, hdr: h, args }, 4);
-                    d.buf[..4].copy_from_slice(&(CLASS_LONG + seq % LONG_SEQS).to_le_bytes());
-                    let d = Box::into_raw(d);
-                    // SAFETY: a fresh operation, owned by the conduit until its completion.
-                    if !unsafe { self.post_recv(d) }? {
-                        self.lock_poll().repost.push(OpPtr(d));
-                    }
-                    return Ok((false, true));
-                }
-                let payload = body.get(args_end..args_end + h.len).ok_or_else(|| {
-                    cerr(format!(
-                        "rank {src} sent a message shorter than its payload"
-                    ))
-                })?;
-                if h.category == Category::Long {
-                    let seg = self.seg.get().ok_or_else(|| cerr("a Long before attach"))?;
-                    let off = usize::try_from(h.long_offset).unwrap_or(usize::MAX);
-                    if !seg.fits(h.long_offset, h.len) {
-                        return Err(cerr(format!(
-                            "rank {src} sent a Long of {} bytes at offset {} beyond the \
-                             segment ({} bytes)",
-                            h.len,
-                            h.long_offset,
-                            seg.len()
-                        )));
-                    }
-                    // SAFETY: the range lies inside the segment (checked); the core's
-                    // contract gives it to this Long, and the receive buffer is separate.
-                    unsafe { amnet_core::mem::copy(payload.as_ptr(), seg.ptr().add(off), h.len) };
-                    // SAFETY: as above; the bytes were just written.
-                    let land = unsafe { std::slice::from_raw_parts(seg.ptr().add(off), h.len) };
-                    let m = InMsg {
-                        src,
-                        handler: h.handler,
-                        category: h.category,
-                        is_reply: h.is_reply,
-                        args: &args[..h.nargs],
-                        payload: land,
-                        long_offset: h.long_offset,
-                    };
-                    return Ok((true, sink(&m)));
-                }
-                let m = InMsg {
-                    src,
-                    handler: h.handler,
-                    category: h.category,
-                    is_reply: h.is_reply,
-                    args: &args[..h.nargs],
-                    payload: if h.category == Category::Short {
-                        &[]
-                    } else {
-                        payload
-                    },
-                    long_offset: 0,
-                };
-                Ok((true, sink(&m)))
+        let h = parse_header(body).map_err(|e| cerr(format!("a message: {e}")))?;
+        let src = self.source_of(c, &h).map_err(cerr)?;
+        let args_end = HDR + 4 * h.nargs;
+        let mut args = [0u32; MAX_ARGS];
+        if body.len() < args_end {
+            return Err(cerr(format!("rank {src} sent a truncated message")));
+        }
+        for (i, a) in args.iter_mut().take(h.nargs).enumerate() {
+            let mut w = [0u8; 4];
+            w.copy_from_slice(&body[HDR + 4 * i..HDR + 4 * i + 4]);
+            *a = u32::from_le_bytes(w);
+        }
+        if h.split {
+            let mut w = [0u8; 4];
+            w.copy_from_slice(body.get(args_end..args_end + 4).ok_or_else(|| {
+                cerr(format!("rank {src} sent a split Long without its sequence"))
+            })?);
+            let seq = u32::from_le_bytes(w);
+            let mut d = Op::boxed(OpKind::LongData { src, hdr: h, args }, 4);
+            d.buf[..4].copy_from_slice(&(CLASS_LONG + seq % LONG_SEQS).to_le_bytes());
+            // A fresh operation, owned by the conduit until its completion.
+            self.post_or_queue(Box::into_raw(d))?;
+            return Ok((false, true));
+        }
+        let payload = body.get(args_end..args_end + h.len).ok_or_else(|| {
+            cerr(format!(
+                "rank {src} sent a message shorter than its payload"
+            ))
+        })?;
+        if h.category == Category::Long {
+            let seg = self.seg.get().ok_or_else(|| cerr("a Long before attach"))?;
+            let off = usize::try_from(h.long_offset).unwrap_or(usize::MAX);
+            if !seg.fits(h.long_offset, h.len) {
+                return Err(cerr(format!(
+                    "rank {src} sent a Long of {} bytes at offset {} beyond the \
+                     segment ({} bytes)",
+                    h.len,
+                    h.long_offset,
+                    seg.len()
+                )));
             }
-            OpKind::LongData { src, hdr, args } => {
-                let seg = self.seg.get().ok_or_else(|| cerr("a Long before attach"))?;
-                let off = usize::try_from(hdr.long_offset).unwrap_or(usize::MAX);
-                if c.len != hdr.len {
-                    return Err(cerr(format!(
-                        "rank {src}'s Long data has {} bytes, its header said {}",
-                        c.len, hdr.len
-                    )));
-                }
-                // SAFETY: the range was checked when the receive was posted.
-                let land = unsafe { std::slice::from_raw_parts(seg.ptr().add(off), hdr.len) };
-                let m = InMsg {
-                    src: *src,
-                    handler: hdr.handler,
-                    category: Category::Long,
-                    is_reply: hdr.is_reply,
-                    args: &args[..hdr.nargs],
-                    payload: land,
-                    long_offset: hdr.long_offset,
-                };
-                Ok((true, sink(&m)))
-            }
-            OpKind::Send | OpKind::SendOnce => Ok((false, true)),
+            // SAFETY: the range lies inside the segment (checked); the core's
+            // contract gives it to this Long, and the receive buffer is separate.
+            unsafe { amnet_core::mem::copy(payload.as_ptr(), seg.ptr().add(off), h.len) };
+            // SAFETY: as above; the bytes were just written.
+            let land = unsafe { std::slice::from_raw_parts(seg.ptr().add(off), h.len) };
+            let m = InMsg {
+                src,
+                handler: h.handler,
+                category: h.category,
+                is_reply: h.is_reply,
+                args: &args[..h.nargs],
+                payload: land,
+                long_offset: h.long_offset,
+            };
+            return Ok((true, sink(&m)));
+        }
+        let m = InMsg {
+            src,
+            handler: h.handler,
+            category: h.category,
+            is_reply: h.is_reply,
+            args: &args[..h.nargs],
+            payload: if h.category == Category::Short {
+                &[]
+            } else {
+                payload
+            },
+            long_offset: 0,
+        };
+        Ok((true, sink(&m)))
+    }
+
+    /// True when `r` carries a reply (or a reply's Long data).
+    fn is_reply(r: &Ready) -> bool {
+        match r {
+            Ready::Copied(class, _, _) => *class == CLASS_REP,
+            // SAFETY: a completed operation held for delivery.
+            Ready::Held(OpPtr(op), _) => match unsafe { &(**op).kind } {
+                OpKind::Recv(class) => *class == CLASS_REP,
+                OpKind::LongData { hdr, .. } => hdr.is_reply,
+                _ => false,
+            },
         }
     }
 
-    /// True when the completed receive `op` carries a reply (or Long data of one).
-    fn is_reply_op(&self, op: *mut Op) -> bool {
-        // SAFETY: a completed operation held in `ready`.
-        match unsafe { &(*op).kind } {
-            OpKind::Recv(class) => *class == CLASS_REP,
-            OpKind::LongData { hdr, .. } => hdr.is_reply,
-            _ => false,
+    /// After delivery: a copied message's vector and a held buffer go back to their pools; a
+    /// split Long's data operation is freed.
+    fn recycle(&self, r: Ready) {
+        match r {
+            Ready::Copied(_, v, _) => self
+                .smalls
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(v),
+            Ready::Held(OpPtr(op), _) => {
+                // SAFETY: a completed operation, the poller's.
+                if let OpKind::LongData { .. } = unsafe { &(*op).kind } {
+                    // SAFETY: boxed in `deliver_msg`, completed once, no longer posted.
+                    drop(unsafe { Box::from_raw(op) });
+                } else {
+                    self.spares
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(OpPtr(op));
+                }
+            }
         }
-    }
-
-    /// After delivery: post a header receive again, free a Long's data operation.
-    fn recycle(&self, st: &mut PollState, op: *mut Op) -> Result<()> {
-        // SAFETY: a completed operation, the poller's.
-        if let OpKind::LongData { .. } = unsafe { &(*op).kind } {
-            // SAFETY: boxed in `deliver`, completed once, no longer posted.
-            drop(unsafe { Box::from_raw(op) });
-            return Ok(());
-        }
-        // SAFETY: a completed header receive, not posted now.
-        if !unsafe { self.post_recv(op) }? {
-            st.repost.push(OpPtr(op));
-        }
-        Ok(())
     }
 }
 
@@ -764,20 +848,16 @@ impl Conduit for OfiConduit {
     }
 
     fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {
-        let Ok(mut st) = self.poll_state.try_lock() else {
+        let Ok(_st) = self.poll_state.try_lock() else {
             // Another thread polls (or a handler of this thread's poll sends): drive the
             // queue only.
             self.progress_once()?;
             return Ok(0);
         };
-        let mut still = Vec::new();
-        for OpPtr(op) in st.repost.drain(..) {
-            // SAFETY: operations waiting to be posted again, owned by the poller.
-            if !unsafe { self.post_recv(op) }? {
-                still.push(OpPtr(op));
-            }
+        let queued = std::mem::take(&mut *self.repost.lock().unwrap_or_else(|e| e.into_inner()));
+        for OpPtr(op) in queued {
+            self.post_or_queue(op)?;
         }
-        st.repost = still;
         let mut delivered = 0;
         loop {
             let read = self.progress_once()?;
@@ -785,7 +865,7 @@ impl Conduit for OfiConduit {
                 let next = {
                     let mut r = self.ready.lock().unwrap_or_else(|e| e.into_inner());
                     let i = if replies_only {
-                        r.iter().position(|(OpPtr(op), _)| self.is_reply_op(*op))
+                        r.iter().position(Self::is_reply)
                     } else if r.is_empty() {
                         None
                     } else {
@@ -793,9 +873,10 @@ impl Conduit for OfiConduit {
                     };
                     i.and_then(|i| r.remove(i))
                 };
-                let Some((OpPtr(op), c)) = next else { break };
-                let (d, more) = self.deliver(op, &c, sink)?;
-                self.recycle(&mut st, op)?;
+                let Some(r) = next else { break };
+                let res = self.deliver(&r, sink);
+                self.recycle(r);
+                let (d, more) = res?;
                 if d {
                     delivered += 1;
                 }
