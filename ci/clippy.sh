@@ -11,3 +11,4 @@ cargo clippy -p amnet --features mpi --all-targets -- -D warnings
 cargo clippy -p amnet-bench --features mpi --all-targets -- -D warnings
 cargo clippy -p amnet-capi --features mpi --all-targets -- -D warnings
 cargo clippy -p amnet --features ofi --all-targets -- -D warnings
+cargo clippy -p amnet-bench --features ofi --all-targets -- -D warnings

@@ -30,6 +30,8 @@ mod measure;
 mod progress;
 #[cfg(feature = "mpi")]
 mod rawmpi;
+#[cfg(feature = "ofi")]
+mod rawofi;
 mod rawudp;
 mod report;
 mod rma;
@@ -552,6 +554,11 @@ fn measure(
         if atomic.is_some() {
             report.extend(rawmpi::atomics(ep, plan)?);
         }
+    }
+
+    #[cfg(feature = "ofi")]
+    if ep.conduit_name() == "ofi" && ep.size() >= 2 && opts.suite != Suite::Coll && sweeps {
+        report.extend(rawofi::run(ep, plan)?);
     }
 
     if matches!(opts.suite, Suite::Am | Suite::All) {

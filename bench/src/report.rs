@@ -322,6 +322,11 @@ impl Report {
         self.conduit == "mpi"
     }
 
+    /// True when the raw libfabric floor and the ofi targets apply.
+    fn ofi(&self) -> bool {
+        self.conduit == "ofi"
+    }
+
     /// Fill in each row's ratio: Short RTT against the cache-line floor, Medium and Long RTT
     /// against Short, bandwidths against memcpy at the same size. On udp: Short RTT and the
     /// 8-byte put/get latencies against the raw UDP ping-pong, bandwidths against raw UDP
@@ -347,6 +352,12 @@ impl Report {
         }
         if self.mpi() {
             self.compute_mpi_ratios();
+            return;
+        }
+        if self.ofi() {
+            // Short RTT and 8-byte put/get against the raw tagged ping-pong; no raw
+            // bandwidth floor yet.
+            self.compute_network_ratios("raw_ofi_rtt", None, None, "raw_ofi_bw");
             return;
         }
         let floor = self.p50("cacheline_rtt", None);
@@ -638,6 +649,16 @@ impl Report {
         }
         if self.mpi() {
             return self.mpi_targets();
+        }
+        if self.ofi() {
+            return vec![self.ratio_target(
+                "Short RTT / raw tagged ping-pong RTT",
+                "short_rtt_vs_raw_ofi",
+                "short_rtt",
+                0,
+                Cmp::AtMost,
+                1.2,
+            )];
         }
         let tb = Some(TARGET_BYTES);
         let t = |name, key, bytes, value, unit, cmp, limit| Target {
