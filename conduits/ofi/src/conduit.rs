@@ -26,7 +26,7 @@
 //! queue cannot wait forever.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -34,7 +34,7 @@ use amnet_core::config::{vars, Source};
 use amnet_core::mem::HeapSegment;
 use amnet_core::{Category, Conduit, Error, InMsg, LocalSegment, OutMsg, Rank, Result, MAX_ARGS};
 use amnet_udp::auth::Secret;
-use amnet_udp::boot::BootClient;
+use amnet_udp::boot::{BootClient, JobLink};
 
 use crate::raw::{Choice, Completion, FiContext, OfiEndpoint};
 use crate::tag::{Layout, TagMode};
@@ -209,8 +209,6 @@ enum Ready {
 /// the handler waits for.
 const COPY_MAX: usize = 1024;
 
-const NO_EXIT: i64 = i64::MIN;
-
 /// The ofi conduit of one rank.
 pub struct OfiConduit {
     rank: Rank,
@@ -219,8 +217,8 @@ pub struct OfiConduit {
     layout: Layout,
     /// Every rank's address in the address vector, by rank.
     addrs: Vec<u64>,
-    boot: Option<BootClient>,
-    solo_exit: AtomicI64,
+    /// The bootstrap connection (exit, agreement), or a job of one rank's own exit word.
+    job: JobLink,
     event_cnt: usize,
     oversubscribed: bool,
     /// Send operations with buffers of `RECV_BYTES`, ready for reuse.
@@ -309,10 +307,8 @@ impl OfiConduit {
         let ep = OfiEndpoint::open(&Choice::from_lists(&include, &exclude, node.as_deref()))?;
         let layout = ep.tag_layout(mode, size, JOB, CLASS_LONG + LONG_SEQS - 1)?;
         let me = ep.address()?;
-        let all = match &boot {
-            None => vec![me],
-            Some(b) => b.exchange(&me, &|c| std::process::exit(c))?,
-        };
+        let job = JobLink::new(boot);
+        let all = job.exchange(&me, &|c| std::process::exit(c))?;
         let addrs = ep.insert(&all)?;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let c = OfiConduit {
@@ -321,8 +317,7 @@ impl OfiConduit {
             ep,
             layout,
             addrs,
-            boot,
-            solo_exit: AtomicI64::new(NO_EXIT),
+            job,
             event_cnt,
             oversubscribed: size as usize > cores,
             pool: Mutex::new(Vec::new()),
@@ -811,10 +806,7 @@ impl Conduit for OfiConduit {
     }
 
     fn exchange(&self, blob: &[u8]) -> Result<Vec<Vec<u8>>> {
-        match &self.boot {
-            None => Ok(vec![blob.to_vec()]),
-            Some(b) => b.exchange(blob, &|c| self.terminate(c)),
-        }
+        self.job.exchange(blob, &|c| self.terminate(c))
     }
 
     fn attach_segment(&self, len: usize, _lens: &[usize]) -> Result<LocalSegment> {
@@ -891,28 +883,11 @@ impl Conduit for OfiConduit {
     }
 
     fn exit_requested(&self) -> Option<i32> {
-        match &self.boot {
-            Some(b) => b.exit_requested(),
-            None => {
-                let v = self.solo_exit.load(Ordering::Acquire);
-                (v != NO_EXIT).then(|| i32::try_from(v).unwrap_or(1))
-            }
-        }
+        self.job.exit_requested()
     }
 
     fn request_exit(&self, code: i32) -> i32 {
-        match &self.boot {
-            Some(b) => b.request_exit(code),
-            None => {
-                let _ = self.solo_exit.compare_exchange(
-                    NO_EXIT,
-                    i64::from(code),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
-                self.exit_requested().unwrap_or(code)
-            }
-        }
+        self.job.request_exit(code)
     }
 
     fn terminate(&self, code: i32) -> ! {

@@ -996,3 +996,63 @@ mod tests {
         assert!(parse_all(&[1, 0, 0, 0, 5, 0, 0, 0]).is_err());
     }
 }
+
+/// A rank's link to its job's exit and agreement: the bootstrap connection ([`BootClient`])
+/// in a launched job, or nothing but a word of its own in a job of one rank. Shared by the
+/// conduits that start through the launcher's bootstrap service (udp, ofi).
+#[derive(Debug)]
+pub struct JobLink {
+    boot: Option<BootClient>,
+    solo_exit: AtomicI64,
+}
+
+impl JobLink {
+    /// The link of a launched job (`Some`) or of a job of one rank (`None`).
+    pub fn new(boot: Option<BootClient>) -> JobLink {
+        JobLink {
+            boot,
+            solo_exit: AtomicI64::new(NO_EXIT),
+        }
+    }
+
+    /// The bootstrap connection, in a launched job.
+    pub fn client(&self) -> Option<&BootClient> {
+        self.boot.as_ref()
+    }
+
+    /// The job-wide exit code, once any rank asked the job to end.
+    pub fn exit_requested(&self) -> Option<i32> {
+        match &self.boot {
+            Some(b) => b.exit_requested(),
+            None => {
+                let v = self.solo_exit.load(Ordering::Acquire);
+                (v != NO_EXIT).then(|| i32::try_from(v).unwrap_or(1))
+            }
+        }
+    }
+
+    /// Ask the job to end with `code`; returns the code in force.
+    pub fn request_exit(&self, code: i32) -> i32 {
+        match &self.boot {
+            Some(b) => b.request_exit(code),
+            None => {
+                let _ = self.solo_exit.compare_exchange(
+                    NO_EXIT,
+                    i64::from(code),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+                self.exit_requested().unwrap_or(code)
+            }
+        }
+    }
+
+    /// Collective: every rank's `blob` in rank order (see [`BootClient::exchange`]; in a job
+    /// of one rank, this rank's).
+    pub fn exchange(&self, blob: &[u8], on_exit: &dyn Fn(i32)) -> Result<Vec<Vec<u8>>> {
+        match &self.boot {
+            None => Ok(vec![blob.to_vec()]),
+            Some(b) => b.exchange(blob, on_exit),
+        }
+    }
+}

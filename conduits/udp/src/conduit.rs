@@ -31,7 +31,7 @@
 //! receives before the protocol sees it (`crate::auth`); the protocol never knows.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
@@ -39,7 +39,7 @@ use amnet_core::config::Source;
 use amnet_core::{Category, Conduit, Error, InMsg, LocalSegment, OutMsg, Rank, Result};
 
 use crate::auth::{Mac, Secret};
-use crate::boot::BootClient;
+use crate::boot::{BootClient, JobLink};
 use crate::faults::Injector;
 use crate::proto::{Datagram, Delivery, Proto, SendError, Sent};
 use crate::segment::SegSink;
@@ -67,7 +67,6 @@ const DELIVER_BUDGET: usize = 64;
 const INLINE_MAX: usize = 256;
 /// Looks at an idle socket per poll.
 const IDLE_LOOKS: usize = 3;
-const NO_EXIT: i64 = i64::MIN;
 
 /// A conduit error of this conduit.
 pub(crate) fn cerr(msg: impl Into<String>) -> Error {
@@ -107,12 +106,11 @@ pub struct UdpConduit {
     rank: Rank,
     size: u32,
     sock: Socket,
-    boot: Option<BootClient>,
+    /// The bootstrap connection (exit, agreement), or a job of one rank's own exit word.
+    job: JobLink,
     inner: Mutex<Inner>,
     seg: OnceLock<HeapSegment>,
     epoch: Instant,
-    /// Exit for a job without a launcher (one rank).
-    solo_exit: AtomicI64,
     oversubscribed: bool,
 }
 
@@ -231,7 +229,7 @@ impl UdpConduit {
             rank,
             size,
             sock,
-            boot,
+            job: JobLink::new(boot),
             inner: Mutex::new(Inner {
                 proto,
                 held: VecDeque::new(),
@@ -250,7 +248,6 @@ impl UdpConduit {
             }),
             seg: OnceLock::new(),
             epoch,
-            solo_exit: AtomicI64::new(NO_EXIT),
             oversubscribed: size > cores(),
         })
     }
@@ -607,10 +604,7 @@ impl Conduit for UdpConduit {
     }
 
     fn exchange(&self, blob: &[u8]) -> Result<Vec<Vec<u8>>> {
-        match &self.boot {
-            None => Ok(vec![blob.to_vec()]),
-            Some(b) => b.exchange(blob, &|c| self.terminate(c)),
-        }
+        self.job.exchange(blob, &|c| self.terminate(c))
     }
 
     fn attach_segment(&self, len: usize, _lens: &[usize]) -> Result<LocalSegment> {
@@ -763,28 +757,11 @@ impl Conduit for UdpConduit {
     }
 
     fn exit_requested(&self) -> Option<i32> {
-        match &self.boot {
-            Some(b) => b.exit_requested(),
-            None => {
-                let v = self.solo_exit.load(Ordering::Acquire);
-                (v != NO_EXIT).then(|| i32::try_from(v).unwrap_or(1))
-            }
-        }
+        self.job.exit_requested()
     }
 
     fn request_exit(&self, code: i32) -> i32 {
-        match &self.boot {
-            Some(b) => b.request_exit(code),
-            None => {
-                let _ = self.solo_exit.compare_exchange(
-                    NO_EXIT,
-                    i64::from(code),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
-                self.exit_requested().unwrap_or(code)
-            }
-        }
+        self.job.request_exit(code)
     }
 
     fn terminate(&self, code: i32) -> ! {
