@@ -592,7 +592,10 @@ impl OfiConduit {
     /// as the only payload word), then its data as a message of class `CLASS_LONG + seq`.
     fn send_split(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
         let class_main = if msg.is_reply { CLASS_REP } else { CLASS_REQ };
-        let seq = self.long_seq[dest as usize].load(Ordering::Relaxed) % LONG_SEQS;
+        // Taken atomically, so that threads sending split Longs to the same rank at once never
+        // share a number (a number whose header finds no room is skipped: the target takes
+        // each from its header).
+        let seq = self.long_seq[dest as usize].fetch_add(1, Ordering::Relaxed) % LONG_SEQS;
         let hlen = HDR + 4 * msg.args.len();
         let ok = self.send_bytes(dest, class_main, hlen + 4, &|b: &mut [u8]| {
             let n = put_header(b, msg, self.rank, true, msg.payload.len());
@@ -601,7 +604,6 @@ impl OfiConduit {
         if !ok {
             return Ok(false);
         }
-        self.long_seq[dest as usize].store((seq + 1) % LONG_SEQS, Ordering::Relaxed);
         let to = self.dest_addr(dest)?;
         let (tag, data) = self.layout.encode(0, JOB, self.rank, CLASS_LONG + seq);
         let mut op = Op::boxed(OpKind::SendOnce, 0);
