@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The conduit test suite the way users run it: through amrun, as real multi-process jobs, on
 # every conduit (smp, udp, mpi, ofi), udp also on a lossy network and across two network
-# namespaces, mpi under Open MPI and MPICH, ofi on libfabric's tcp and shm providers.
+# namespaces, mpi under Open MPI and MPICH, ofi on libfabric's tcp provider.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 trap 'echo "suite: FAILED at line $LINENO: $BASH_COMMAND (exit code $?)" >&2' ERR
@@ -76,10 +76,5 @@ done
 echo "== amrun --conduit ofi -n 2 amnet-testsuite, AMNET_OFI_TAG_MODE=ofi_tag_2"
 AMNET_OFI_TAG_MODE=ofi_tag_2 target/release/amrun --conduit ofi -n 2 --timeout 900 \
     target/release/amnet-testsuite
-for n in 2 4; do
-    echo "== amrun --conduit ofi -n $n amnet-testsuite, AMNET_OFI_PROVIDER_INCLUDE=shm"
-    AMNET_OFI_PROVIDER_INCLUDE=shm target/release/amrun --conduit ofi -n "$n" --timeout 900 \
-        target/release/amnet-testsuite
-done
 echo "== amrun -n 4 demo"
 target/release/amrun -n 4 --timeout 120 target/release/examples/demo
