@@ -26,21 +26,13 @@ const ADDR_ROOM: usize = 1024;
 /// The ping-pong's tag.
 const TAG: u64 = 0x0f1;
 
-const EMPTY: Completion = Completion {
-    context: std::ptr::null_mut(),
-    len: 0,
-    tag: 0,
-    data: 0,
-    flags: 0,
-};
-
 fn ofi(e: amnet::Error) -> BenchError {
     BenchError::Amnet(e)
 }
 
 /// Read the queue until the receive with context `ctx` completes.
 fn wait_recv(ep: &OfiEndpoint, ctx: *mut FiContext) -> Result<(), BenchError> {
-    let mut c = [EMPTY; 8];
+    let mut c = [Completion::EMPTY; 8];
     let t0 = Instant::now();
     loop {
         let n = ep.read_cq(&mut c).map_err(ofi)?;
@@ -73,7 +65,7 @@ fn round(
         while !ep.inject(peer, TAG, None, &[7u8; 8]).map_err(ofi)? {
             // Drive the provider (connection set-up). Nothing this side waits for can
             // complete meanwhile: the peer answers only after this message.
-            let mut c = [EMPTY; 4];
+            let mut c = [Completion::EMPTY; 4];
             let _ = ep.read_cq(&mut c).map_err(ofi)?;
         }
         Ok(())

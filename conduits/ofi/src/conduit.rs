@@ -158,9 +158,11 @@ enum OpKind {
     Send,
     /// A send whose buffer is dropped (a split Long's data).
     SendOnce,
-    /// The data of a split Long, received into the segment; its header and arguments.
+    /// The data of a split Long, received into the segment: its sender, data class, header
+    /// and arguments.
     LongData {
         src: Rank,
+        class: u32,
         hdr: Header,
         args: [u32; MAX_ARGS],
     },
@@ -386,7 +388,9 @@ impl OfiConduit {
                         .recv(None, tag, ignore, o.buf.as_mut_ptr(), o.buf.len(), ctx)
                 }
             }
-            OpKind::LongData { src, hdr, .. } => {
+            OpKind::LongData {
+                src, class, hdr, ..
+            } => {
                 let seg = self.seg.get().ok_or_else(|| cerr("a Long before attach"))?;
                 let off = usize::try_from(hdr.long_offset).unwrap_or(usize::MAX);
                 if !seg.fits(hdr.long_offset, hdr.len) {
@@ -398,8 +402,7 @@ impl OfiConduit {
                         seg.len()
                     )));
                 }
-                let class = self.long_class_in(o);
-                let (tag, ignore) = self.layout.recv_exact(0, JOB, *src, class);
+                let (tag, ignore) = self.layout.recv_exact(0, JOB, *src, *class);
                 let from = self
                     .layout
                     .src_in_cq_data()
@@ -413,13 +416,6 @@ impl OfiConduit {
             }
             OpKind::Send | OpKind::SendOnce => Err(cerr("posting a send as a receive")),
         }
-    }
-
-    /// The data class of a `LongData` operation (kept in its buffer's first 4 bytes).
-    fn long_class_in(&self, o: &Op) -> u32 {
-        let mut b = [0u8; 4];
-        b.copy_from_slice(&o.buf[..4]);
-        u32::from_le_bytes(b)
     }
 
     fn dest_addr(&self, dest: Rank) -> Result<u64> {
@@ -447,14 +443,7 @@ impl OfiConduit {
     /// Read completions once (up to `event_cnt`): finished sends are recycled, receives wait
     /// in `ready`. Returns how many were read.
     fn progress_once(&self) -> Result<usize> {
-        let empty = Completion {
-            context: std::ptr::null_mut(),
-            len: 0,
-            tag: 0,
-            data: 0,
-            flags: 0,
-        };
-        let mut buf = [empty; 256];
+        let mut buf = [Completion::EMPTY; 256];
         let want = self.event_cnt.min(buf.len());
         let n = self.ep.read_cq(&mut buf[..want])?;
         for c in &buf[..n] {
@@ -642,7 +631,7 @@ impl OfiConduit {
                 let o = unsafe { &**op };
                 match &o.kind {
                     OpKind::Recv(_) => self.deliver_msg(&o.buf[..c.len.min(o.buf.len())], c, sink),
-                    OpKind::LongData { src, hdr, args } => {
+                    OpKind::LongData { src, hdr, args, .. } => {
                         let seg = self.seg.get().ok_or_else(|| cerr("a Long before attach"))?;
                         let off = usize::try_from(hdr.long_offset).unwrap_or(usize::MAX);
                         if c.len != hdr.len {
@@ -697,8 +686,16 @@ impl OfiConduit {
                 cerr(format!("rank {src} sent a split Long without its sequence"))
             })?);
             let seq = u32::from_le_bytes(w);
-            let mut d = Op::boxed(OpKind::LongData { src, hdr: h, args }, 4);
-            d.buf[..4].copy_from_slice(&(CLASS_LONG + seq % LONG_SEQS).to_le_bytes());
+            let class = CLASS_LONG + seq % LONG_SEQS;
+            let d = Op::boxed(
+                OpKind::LongData {
+                    src,
+                    class,
+                    hdr: h,
+                    args,
+                },
+                0,
+            );
             // A fresh operation, owned by the conduit until its completion.
             self.post_or_queue(Box::into_raw(d))?;
             return Ok((false, true));

@@ -81,6 +81,17 @@ pub struct Completion {
     pub flags: u64,
 }
 
+impl Completion {
+    /// A zeroed completion, for arrays that [`OfiEndpoint::read_cq`] fills.
+    pub const EMPTY: Completion = Completion {
+        context: std::ptr::null_mut(),
+        len: 0,
+        tag: 0,
+        data: 0,
+        flags: 0,
+    };
+}
+
 // SAFETY: a completion is plain data; its context pointer is the operation's identity, used
 // by whoever posted the operation.
 unsafe impl Send for Completion {}
@@ -580,15 +591,8 @@ mod tests {
 
     /// Read every endpoint's queue once, keeping the completions in `seen`.
     fn drive(eps: &[&OfiEndpoint], seen: &mut Vec<Completion>) {
-        let empty = Completion {
-            context: std::ptr::null_mut(),
-            len: 0,
-            tag: 0,
-            data: 0,
-            flags: 0,
-        };
         for ep in eps {
-            let mut c = [empty; 4];
+            let mut c = [Completion::EMPTY; 4];
             let n = ep.read_cq(&mut c).unwrap_or_else(|e| panic!("{e}"));
             seen.extend_from_slice(&c[..n]);
         }
@@ -726,13 +730,6 @@ mod tests {
         const POSTED: usize = 32;
         const SENT: usize = 200;
         const TAG5: u64 = 0x500;
-        let empty = Completion {
-            context: std::ptr::null_mut(),
-            len: 0,
-            tag: 0,
-            data: 0,
-            flags: 0,
-        };
         for prov in ["tcp", "udp", "shm"] {
             let choice = Choice::from_lists(prov, "", Some("127.0.0.1"));
             let a = OfiEndpoint::open(&choice).unwrap_or_else(|e| panic!("{prov}: {e}"));
@@ -779,7 +776,7 @@ mod tests {
                     sent += 1;
                     continue;
                 }
-                let mut c = [empty; 8];
+                let mut c = [Completion::EMPTY; 8];
                 let _ = a.read_cq(&mut c).expect("cq a");
                 let n = b.read_cq(&mut c).expect("cq b");
                 got += n;
@@ -793,7 +790,7 @@ mod tests {
                     t0.elapsed().as_secs() < 20,
                     "{prov}: {got} of {SENT} messages matched"
                 );
-                let mut c = [empty; 8];
+                let mut c = [Completion::EMPTY; 8];
                 let _ = a.read_cq(&mut c).expect("cq a");
                 let n = b.read_cq(&mut c).expect("cq b");
                 got += n;
