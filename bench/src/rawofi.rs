@@ -7,8 +7,14 @@
 //!   receive, injects the message, and reads its completion queue until the receive
 //!   completes).
 //!
-//! The two endpoints' addresses travel through the ranks' segments (written locally, read with
-//! a get after a barrier). Ranks other than 0 and 1 only take part in the barriers.
+//! - `raw_ofi_write`: blocking `fi_write`s from rank 0 into memory rank 1 registered (each
+//!   asks for `FI_DELIVERY_COMPLETE` and waits for its completion, as the conduit's blocking
+//!   put does), at 64 KiB and 1 MiB where the plan reaches them, while rank 1 reads its
+//!   completion queue until rank 0's closing message arrives. The floor of `rma put_bw`.
+//!
+//! The two endpoints' addresses (and rank 1's region) travel through the ranks' segments
+//! (written locally, read with a get after a barrier). Ranks other than 0 and 1 only take part
+//! in the barriers.
 
 use std::time::Instant;
 
@@ -25,6 +31,12 @@ const ADDR_OFF: u64 = 0;
 const ADDR_ROOM: usize = 1024;
 /// The ping-pong's tag.
 const TAG: u64 = 0x0f1;
+/// The tag of rank 0's message that ends the write floor.
+const TAG_DONE: u64 = 0x0f2;
+/// Where rank 1's region (base, key, u64 LE each) lies in its segment.
+const REGION_OFF: u64 = ADDR_ROOM as u64;
+/// Sizes of the write floor (those up to the plan's largest).
+const WRITE_SIZES: [usize; 2] = [1 << 16, 1 << 20];
 
 fn ofi(e: amnet::Error) -> BenchError {
     BenchError::Amnet(e)
@@ -104,7 +116,20 @@ pub(crate) fn run(ep: &Endpoint, plan: &Plan) -> Result<Vec<Row>, BenchError> {
             .to_vec();
         b.extend_from_slice(&addr);
         ep.write_local(ADDR_OFF, &b)?;
-        Some((raw, addr))
+        // Rank 1's target memory for the write floor, registered where the provider offers
+        // RMA.
+        let mut target = Vec::new();
+        let mut region = None;
+        if me == 1 && raw.has_rma() {
+            target = vec![0u8; WRITE_SIZES[1].min(plan.max_bytes).max(8)];
+            // SAFETY: `target` outlives the region, closed before it is dropped.
+            let r = unsafe { raw.register(target.as_mut_ptr(), target.len(), 11) }.map_err(ofi)?;
+            let mut w = r.remote_base.to_le_bytes().to_vec();
+            w.extend_from_slice(&r.key.to_le_bytes());
+            ep.write_local(REGION_OFF, &w)?;
+            region = Some(r);
+        }
+        Some((raw, addr, target, region))
     } else {
         None
     };
@@ -112,7 +137,7 @@ pub(crate) fn run(ep: &Endpoint, plan: &Plan) -> Result<Vec<Row>, BenchError> {
     // Ranks 0 and 1 read each other's address (through amnet, which needs both polling), then
     // everyone waits for that before the ping-pong leaves amnet unpolled.
     let raw = match raw {
-        Some((raw, addr)) => {
+        Some((raw, addr, target, region)) => {
             let peer_rank = 1 - me;
             let mut b = vec![0u8; ADDR_ROOM];
             ep.get(peer_rank, ADDR_OFF, &mut b)?;
@@ -122,12 +147,22 @@ pub(crate) fn run(ep: &Endpoint, plan: &Plan) -> Result<Vec<Row>, BenchError> {
             both[me as usize] = addr;
             both[peer_rank as usize] = peer_addr;
             let at = raw.insert(&both).map_err(ofi)?;
-            Some((raw, at[peer_rank as usize]))
+            let mut rb = [0u8; 16];
+            if me == 0 && raw.has_rma() {
+                ep.get(1, REGION_OFF, &mut rb)?;
+            }
+            let word = |i: usize| {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(&rb[8 * i..8 * i + 8]);
+                u64::from_le_bytes(w)
+            };
+            let far = (word(0), word(1));
+            Some((raw, at[peer_rank as usize], target, region, far))
         }
         None => None,
     };
     ep.barrier()?;
-    if let Some((raw, peer)) = raw {
+    if let Some((raw, peer, target, region, far)) = raw {
         let mut buf = [0u8; 8];
         let mut ctx = FiContext::new();
         let warm = plan.warmup(plan.iters);
@@ -154,11 +189,76 @@ pub(crate) fn run(ep: &Endpoint, plan: &Plan) -> Result<Vec<Row>, BenchError> {
                 round(&raw, peer, false, &mut buf, &mut ctx)?;
             }
         }
+        if raw.has_rma() {
+            rows.extend(write_floor(&raw, peer, plan, (me == 0).then_some(far))?);
+        }
         // Both sides are done with the endpoints before either closes its own.
         ep.barrier()?;
+        if let Some(r) = region {
+            raw.close_region(r);
+        }
+        drop(target);
         drop(raw);
     } else {
         ep.barrier()?;
+    }
+    Ok(rows)
+}
+
+/// Rank 0 (`far`: rank 1's region's base and key): time blocking writes into the region;
+/// rank 1 (`None`): read the queue until rank 0's closing message. Returns rank 0's rows.
+fn write_floor(
+    raw: &OfiEndpoint,
+    peer: u64,
+    plan: &Plan,
+    far: Option<(u64, u64)>,
+) -> Result<Vec<Row>, BenchError> {
+    let mut rows = Vec::new();
+    let mut ctx = FiContext::new();
+    let c: *mut FiContext = &mut ctx;
+    let Some(far) = far else {
+        // Rank 1: serve the writes (manual progress) until rank 0 says it is done.
+        let mut b = [0u8; 8];
+        // SAFETY: `b` and `ctx` stay in place until `wait_recv` read the completion.
+        while !unsafe { raw.recv(None, TAG_DONE, 0, b.as_mut_ptr(), 8, c) }.map_err(ofi)? {}
+        return wait_recv(raw, c).map(|()| rows);
+    };
+    let src = vec![5u8; WRITE_SIZES[1].min(plan.max_bytes).max(8)];
+    for n in WRITE_SIZES.into_iter().filter(|&n| n <= plan.max_bytes) {
+        let (samples, batch) = plan.rma_shape(n);
+        let write = || -> Result<(), BenchError> {
+            // SAFETY: `src` and `ctx` stay in place until `wait_recv` read the completion;
+            // `n` fits rank 1's region (sized to the largest size).
+            while !unsafe { raw.write(peer, far.0, far.1, 0, src.as_ptr(), n, None, true, c) }
+                .map_err(ofi)?
+            {
+                let mut cq = [Completion::EMPTY; 4];
+                let _ = raw.read_cq(&mut cq).map_err(ofi)?;
+            }
+            wait_recv(raw, c)
+        };
+        for _ in 0..plan.warmup(samples) {
+            write()?;
+        }
+        let mut ns = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            let t = Instant::now();
+            for _ in 0..batch {
+                write()?;
+            }
+            ns.push(t.elapsed().as_nanos() as f64);
+        }
+        rows.push(Row::bandwidth(
+            "floor",
+            "raw_ofi_write",
+            n,
+            &Samples::from_ns(ns),
+            batch,
+        ));
+    }
+    while !raw.inject(peer, TAG_DONE, None, &[0u8; 8]).map_err(ofi)? {
+        let mut cq = [Completion::EMPTY; 4];
+        let _ = raw.read_cq(&mut cq).map_err(ofi)?;
     }
     Ok(rows)
 }

@@ -355,9 +355,9 @@ impl Report {
             return;
         }
         if self.ofi() {
-            // Short RTT and 8-byte put/get against the raw tagged ping-pong; no raw
-            // bandwidth floor yet.
-            self.compute_network_ratios("raw_ofi_rtt", None, None, "raw_ofi_bw");
+            // Short RTT and 8-byte put/get against the raw tagged ping-pong; bandwidths
+            // against raw blocking `fi_write`s at the same size.
+            self.compute_network_ratios("raw_ofi_rtt", None, None, "raw_ofi_write");
             return;
         }
         let floor = self.p50("cacheline_rtt", None);
@@ -651,14 +651,24 @@ impl Report {
             return self.mpi_targets();
         }
         if self.ofi() {
-            return vec![self.ratio_target(
-                "Short RTT / raw tagged ping-pong RTT",
-                "short_rtt_vs_raw_ofi",
-                "short_rtt",
-                0,
-                Cmp::AtMost,
-                1.2,
-            )];
+            return vec![
+                self.ratio_target(
+                    "Short RTT / raw tagged ping-pong RTT",
+                    "short_rtt_vs_raw_ofi",
+                    "short_rtt",
+                    0,
+                    Cmp::AtMost,
+                    1.2,
+                ),
+                self.ratio_target(
+                    "put BW (1 MiB) / raw fi_write BW (1 MiB)",
+                    "put_bw_vs_raw_ofi_write",
+                    "put_bw",
+                    TARGET_BYTES,
+                    Cmp::AtLeast,
+                    0.8,
+                ),
+            ];
         }
         let tb = Some(TARGET_BYTES);
         let t = |name, key, bytes, value, unit, cmp, limit| Target {

@@ -26,17 +26,20 @@
 //! queue cannot wait forever.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use amnet_core::config::{vars, Source};
 use amnet_core::mem::HeapSegment;
-use amnet_core::{Category, Conduit, Error, InMsg, LocalSegment, OutMsg, Rank, Result, MAX_ARGS};
+use amnet_core::{
+    Category, Conduit, Error, InMsg, LocalSegment, NativeRma, OutMsg, Rank, Result, MAX_ARGS,
+};
 use amnet_udp::auth::Secret;
 use amnet_udp::boot::{BootClient, JobLink};
 
 use crate::raw::{Choice, Completion, FiContext, OfiEndpoint};
+use crate::rma::{now_ns, OfiRma, Remote, Slots, AWAKE_NS};
 use crate::tag::{Layout, TagMode};
 
 /// Largest Medium payload.
@@ -67,6 +70,8 @@ const JOB: u64 = 1;
 /// Flag bits of the header's second byte.
 const F_REPLY: u8 = 0x04;
 const F_SPLIT: u8 = 0x08;
+/// A nudge: no handler runs; the receiver keeps its idle waits awake a while (`crate::rma`).
+const F_NUDGE: u8 = 0x10;
 
 fn cerr(msg: impl Into<String>) -> Error {
     Error::conduit("ofi", msg.into())
@@ -91,11 +96,12 @@ fn bits_cat(b: u8) -> Option<Category> {
 
 /// A decoded header.
 #[derive(Debug, Clone, Copy)]
-struct Header {
+pub(crate) struct Header {
     handler: u8,
     category: Category,
     is_reply: bool,
     split: bool,
+    nudge: bool,
     nargs: usize,
     len: usize,
     long_offset: u64,
@@ -143,6 +149,7 @@ fn parse_header(b: &[u8]) -> std::result::Result<Header, String> {
         category,
         is_reply: b[1] & F_REPLY != 0,
         split: b[1] & F_SPLIT != 0,
+        nudge: b[1] & F_NUDGE != 0,
         nargs,
         len,
         long_offset: u64::from_le_bytes(off),
@@ -151,7 +158,7 @@ fn parse_header(b: &[u8]) -> std::result::Result<Header, String> {
 }
 
 /// What an operation in flight is.
-enum OpKind {
+pub(crate) enum OpKind {
     /// A posted receive of `class` (requests or replies).
     Recv(u32),
     /// A send whose buffer returns to the pool.
@@ -166,19 +173,21 @@ enum OpKind {
         hdr: Header,
         args: [u32; MAX_ARGS],
     },
+    /// A native RMA operation of the slot with this index (`crate::rma`).
+    Rma(u32),
 }
 
 /// One operation in flight: its context first, so that the completion's context pointer is
 /// the operation's address.
 #[repr(C)]
-struct Op {
-    ctx: FiContext,
-    kind: OpKind,
-    buf: Vec<u8>,
+pub(crate) struct Op {
+    pub(crate) ctx: FiContext,
+    pub(crate) kind: OpKind,
+    pub(crate) buf: Vec<u8>,
 }
 
 impl Op {
-    fn boxed(kind: OpKind, cap: usize) -> Box<Op> {
+    pub(crate) fn boxed(kind: OpKind, cap: usize) -> Box<Op> {
         Box::new(Op {
             ctx: FiContext::new(),
             kind,
@@ -213,16 +222,47 @@ const COPY_MAX: usize = 1024;
 
 /// The ofi conduit of one rank.
 pub struct OfiConduit {
-    rank: Rank,
-    size: u32,
-    ep: OfiEndpoint,
+    eng: Arc<Engine>,
+    /// Native put and get, where the provider offers RMA and every rank registered its
+    /// segment.
+    rma: OnceLock<Arc<OfiRma>>,
+}
+
+impl std::fmt::Debug for OfiConduit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.eng.fmt(f)
+    }
+}
+
+impl OfiConduit {
+    /// Join the job `src` describes (`AMNET_RANK`, `AMNET_SIZE` and the launcher's bootstrap
+    /// service, `AMNET_UDP_BOOT`, as `amrun --conduit ofi` sets them; none of them: a job of
+    /// one rank), on the provider the `AMNET_OFI_*` variables choose.
+    pub fn new(src: &Source) -> Result<OfiConduit> {
+        Ok(OfiConduit {
+            eng: Arc::new(Engine::new(src)?),
+            rma: OnceLock::new(),
+        })
+    }
+
+    /// The provider chosen.
+    pub fn provider(&self) -> String {
+        self.eng.ep.provider()
+    }
+}
+
+/// The state of one rank's conduit, shared with its native RMA (`crate::rma`).
+pub(crate) struct Engine {
+    pub(crate) rank: Rank,
+    pub(crate) size: u32,
+    pub(crate) ep: OfiEndpoint,
     layout: Layout,
     /// Every rank's address in the address vector, by rank.
     addrs: Vec<u64>,
     /// The bootstrap connection (exit, agreement), or a job of one rank's own exit word.
     job: JobLink,
     event_cnt: usize,
-    oversubscribed: bool,
+    pub(crate) oversubscribed: bool,
     /// Send operations with buffers of `RECV_BYTES`, ready for reuse.
     pool: Mutex<Vec<OpPtr>>,
     /// Received messages not delivered yet, in arrival order.
@@ -237,9 +277,15 @@ pub struct OfiConduit {
     /// Next Long sequence number towards each rank.
     long_seq: Vec<AtomicU32>,
     seg: OnceLock<HeapSegment>,
+    /// Native RMA operations in flight.
+    pub(crate) slots: Slots,
+    /// Until when (ns of `rma::now_ns`) a peer's nudge keeps this rank's idle waits awake.
+    awake_until: AtomicU64,
+    /// The first error the completion queue reported, for RMA waiters that did not read it.
+    failed: OnceLock<String>,
 }
 
-impl std::fmt::Debug for OfiConduit {
+impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
@@ -251,11 +297,8 @@ impl std::fmt::Debug for OfiConduit {
     }
 }
 
-impl OfiConduit {
-    /// Join the job `src` describes (`AMNET_RANK`, `AMNET_SIZE` and the launcher's bootstrap
-    /// service, `AMNET_UDP_BOOT`, as `amrun --conduit ofi` sets them; none of them: a job of
-    /// one rank), on the provider the `AMNET_OFI_*` variables choose.
-    pub fn new(src: &Source) -> Result<OfiConduit> {
+impl Engine {
+    fn new(src: &Source) -> Result<Engine> {
         static JOINED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         if JOINED.swap(true, Ordering::AcqRel) {
             return Err(Error::Config(
@@ -313,7 +356,7 @@ impl OfiConduit {
         let all = job.exchange(&me, &|c| std::process::exit(c))?;
         let addrs = ep.insert(&all)?;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let c = OfiConduit {
+        let c = Engine {
             rank,
             size,
             ep,
@@ -330,6 +373,9 @@ impl OfiConduit {
             poll_state: Mutex::new(PollState),
             long_seq: (0..size).map(|_| AtomicU32::new(0)).collect(),
             seg: OnceLock::new(),
+            slots: Slots::new(),
+            awake_until: AtomicU64::new(0),
+            failed: OnceLock::new(),
         };
         for class in [CLASS_REQ, CLASS_REP] {
             for _ in 0..RECVS_PER_CLASS {
@@ -350,11 +396,6 @@ impl OfiConduit {
             );
         }
         Ok(c)
-    }
-
-    /// The provider chosen.
-    pub fn provider(&self) -> String {
-        self.ep.provider()
     }
 
     /// Post the receive `op`, or keep it for the next poll when the provider has no room.
@@ -414,11 +455,13 @@ impl OfiConduit {
                         .recv(from, tag, ignore, seg.ptr().add(off), hdr.len, ctx)
                 }
             }
-            OpKind::Send | OpKind::SendOnce => Err(cerr("posting a send as a receive")),
+            OpKind::Send | OpKind::SendOnce | OpKind::Rma(_) => {
+                Err(cerr("posting a send as a receive"))
+            }
         }
     }
 
-    fn dest_addr(&self, dest: Rank) -> Result<u64> {
+    pub(crate) fn dest_addr(&self, dest: Rank) -> Result<u64> {
         self.addrs
             .get(dest as usize)
             .copied()
@@ -441,11 +484,18 @@ impl OfiConduit {
     }
 
     /// Read completions once (up to `event_cnt`): finished sends are recycled, receives wait
-    /// in `ready`. Returns how many were read.
-    fn progress_once(&self) -> Result<usize> {
+    /// in `ready`, RMA slots are marked done. Returns how many were read. An error is kept
+    /// for the RMA waiters that did not read it (`rma_check`).
+    pub(crate) fn progress_once(&self) -> Result<usize> {
         let mut buf = [Completion::EMPTY; 256];
         let want = self.event_cnt.min(buf.len());
-        let n = self.ep.read_cq(&mut buf[..want])?;
+        let n = match self.ep.read_cq(&mut buf[..want]) {
+            Ok(n) => n,
+            Err(e) => {
+                let _ = self.failed.set(e.to_string());
+                return Err(e);
+            }
+        };
         for c in &buf[..n] {
             let op = c.context.cast::<Op>();
             if op.is_null() {
@@ -491,9 +541,46 @@ impl OfiConduit {
                     }
                 }
                 OpKind::LongData { .. } => self.push_ready(Ready::Held(OpPtr(op), *c)),
+                OpKind::Rma(i) => self.slots.complete(*i),
             }
         }
         Ok(n)
+    }
+
+    /// End this process with `code` once the job is ending (`Conduit::terminate`).
+    pub(crate) fn terminate(&self, code: i32) -> ! {
+        // Best effort: drive the queue briefly so that sends just made leave.
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < Duration::from_millis(20) {
+            if self.progress_once().unwrap_or(0) == 0 {
+                break;
+            }
+        }
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        std::process::exit(code)
+    }
+
+    /// Between polls of an RMA wait: the queue's error, or the job's end (this process then
+    /// ends with the job's code, as the core's waits do).
+    pub(crate) fn rma_check(&self) -> Result<()> {
+        if let Some(code) = self.job.exit_requested() {
+            self.terminate(code);
+        }
+        match self.failed.get() {
+            Some(e) => Err(cerr(format!("the completion queue failed: {e}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Send `dest` a nudge (best effort: false when the provider has no room now).
+    pub(crate) fn send_nudge(&self, dest: Rank) -> bool {
+        self.send_bytes(dest, CLASS_REQ, HDR, &|b: &mut [u8]| {
+            b.fill(0);
+            b[1] = F_NUDGE;
+            b[16..20].copy_from_slice(&self.rank.to_le_bytes());
+        })
+        .unwrap_or(false)
     }
 
     fn push_ready(&self, r: Ready) {
@@ -654,7 +741,7 @@ impl OfiConduit {
                         };
                         Ok((true, sink(&m)))
                     }
-                    OpKind::Send | OpKind::SendOnce => Ok((false, true)),
+                    OpKind::Send | OpKind::SendOnce | OpKind::Rma(_) => Ok((false, true)),
                 }
             }
         }
@@ -670,6 +757,11 @@ impl OfiConduit {
     ) -> Result<(bool, bool)> {
         let h = parse_header(body).map_err(|e| cerr(format!("a message: {e}")))?;
         let src = self.source_of(c, &h).map_err(cerr)?;
+        if h.nudge {
+            self.awake_until
+                .store(now_ns().saturating_add(AWAKE_NS), Ordering::Relaxed);
+            return Ok((false, true));
+        }
         let args_end = HDR + 4 * h.nargs;
         let mut args = [0u32; MAX_ARGS];
         if body.len() < args_end {
@@ -792,33 +884,104 @@ impl Conduit for OfiConduit {
         "ofi"
     }
     fn rank(&self) -> Rank {
-        self.rank
+        self.eng.rank
     }
     fn size(&self) -> u32 {
-        self.size
+        self.eng.size
     }
     fn max_medium(&self) -> usize {
         MAX_MEDIUM
     }
     fn oversubscribed(&self) -> bool {
-        self.oversubscribed
+        self.eng.oversubscribed
     }
 
     fn exchange(&self, blob: &[u8]) -> Result<Vec<Vec<u8>>> {
-        self.job.exchange(blob, &|c| self.terminate(c))
+        self.eng.job.exchange(blob, &|c| self.terminate(c))
     }
 
     fn attach_segment(&self, len: usize, _lens: &[usize]) -> Result<LocalSegment> {
-        self.seg
+        self.eng
+            .seg
             .set(HeapSegment::new("ofi", len)?)
             .map_err(|_| Error::AlreadyAttached)?;
-        let s = self.seg.get().ok_or(Error::AlreadyAttached)?;
-        // Everyone has its segment before anyone sends a Long into it.
-        self.exchange(&[])?;
+        let s = self.eng.seg.get().ok_or(Error::AlreadyAttached)?;
+        // Register the segment for RMA where the provider offers it; every rank learns every
+        // other's base and key (a rank that could not register sends an empty blob, and then
+        // no rank uses RMA). The exchange also has everyone hold its segment before anyone
+        // sends a Long into it.
+        let region = if self.eng.ep.has_rma() && !s.is_empty() {
+            // SAFETY: the segment lives as long as the conduit; the region is never closed
+            // while the process runs (`OfiRma` keeps it).
+            match unsafe {
+                self.eng
+                    .ep
+                    .register(s.ptr(), s.len(), u64::from(self.eng.rank) + 1)
+            } {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    amnet_core::diag!(
+                        "amnet ofi rank {}: no native RMA: {e}; put and get travel as active \
+                         messages",
+                        self.eng.rank
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let blob: Vec<u8> = region.as_ref().map_or_else(Vec::new, |r| {
+            [r.remote_base, r.key, r.len as u64]
+                .iter()
+                .flat_map(|w| w.to_le_bytes())
+                .collect()
+        });
+        let all = self.exchange(&blob)?;
+        let peers: Option<Vec<Remote>> = all
+            .iter()
+            .map(|b| {
+                (b.len() == 24).then(|| {
+                    let w = |i: usize| {
+                        let mut x = [0u8; 8];
+                        x.copy_from_slice(&b[8 * i..8 * i + 8]);
+                        u64::from_le_bytes(x)
+                    };
+                    Remote {
+                        base: w(0),
+                        key: w(1),
+                        len: w(2),
+                    }
+                })
+            })
+            .collect();
+        match (region, peers) {
+            (Some(region), Some(peers)) => {
+                let _ = self.rma.set(Arc::new(OfiRma::new(
+                    self.eng.clone(),
+                    region,
+                    peers,
+                    s.ptr(),
+                    s.len(),
+                )));
+            }
+            (Some(region), None) => self.eng.ep.close_region(region),
+            (None, _) => {}
+        }
         Ok(LocalSegment {
             base: s.ptr(),
             len: s.len(),
         })
+    }
+
+    fn native_rma(&self) -> Option<Arc<dyn NativeRma>> {
+        let r: Arc<dyn NativeRma> = self.rma.get()?.clone();
+        Some(r)
+    }
+
+    fn keep_awake(&self) -> bool {
+        let until = self.eng.awake_until.load(Ordering::Relaxed);
+        until != 0 && now_ns() < until
     }
 
     fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
@@ -829,34 +992,35 @@ impl Conduit for OfiConduit {
             msg.payload.len()
         };
         if msg.category == Category::Long && plen > EAGER_MAX {
-            return self.send_split(dest, msg);
+            return self.eng.send_split(dest, msg);
         }
         let total = HDR + 4 * msg.args.len() + plen;
-        self.send_bytes(dest, class, total, &|b: &mut [u8]| {
-            let n = put_header(b, msg, self.rank, false, plen);
+        self.eng.send_bytes(dest, class, total, &|b: &mut [u8]| {
+            let n = put_header(b, msg, self.eng.rank, false, plen);
             b[n..n + plen].copy_from_slice(&msg.payload[..plen]);
         })
     }
 
     fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {
-        let Ok(_st) = self.poll_state.try_lock() else {
+        let Ok(_st) = self.eng.poll_state.try_lock() else {
             // Another thread polls (or a handler of this thread's poll sends): drive the
             // queue only.
-            self.progress_once()?;
+            self.eng.progress_once()?;
             return Ok(0);
         };
-        let queued = std::mem::take(&mut *self.repost.lock().unwrap_or_else(|e| e.into_inner()));
+        let queued =
+            std::mem::take(&mut *self.eng.repost.lock().unwrap_or_else(|e| e.into_inner()));
         for OpPtr(op) in queued {
-            self.post_or_queue(op)?;
+            self.eng.post_or_queue(op)?;
         }
         let mut delivered = 0;
         loop {
-            let read = self.progress_once()?;
+            let read = self.eng.progress_once()?;
             loop {
                 let next = {
-                    let mut r = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut r = self.eng.ready.lock().unwrap_or_else(|e| e.into_inner());
                     let i = if replies_only {
-                        r.iter().position(Self::is_reply)
+                        r.iter().position(Engine::is_reply)
                     } else if r.is_empty() {
                         None
                     } else {
@@ -865,8 +1029,8 @@ impl Conduit for OfiConduit {
                     i.and_then(|i| r.remove(i))
                 };
                 let Some(r) = next else { break };
-                let res = self.deliver(&r, sink);
-                self.recycle(r);
+                let res = self.eng.deliver(&r, sink);
+                self.eng.recycle(r);
                 let (d, more) = res?;
                 if d {
                     delivered += 1;
@@ -875,31 +1039,22 @@ impl Conduit for OfiConduit {
                     return Ok(delivered);
                 }
             }
-            if read < self.event_cnt.min(256) {
+            if read < self.eng.event_cnt.min(256) {
                 return Ok(delivered);
             }
         }
     }
 
     fn exit_requested(&self) -> Option<i32> {
-        self.job.exit_requested()
+        self.eng.job.exit_requested()
     }
 
     fn request_exit(&self, code: i32) -> i32 {
-        self.job.request_exit(code)
+        self.eng.job.request_exit(code)
     }
 
     fn terminate(&self, code: i32) -> ! {
-        // Best effort: drive the queue briefly so that sends just made leave.
-        let t0 = std::time::Instant::now();
-        while t0.elapsed() < Duration::from_millis(20) {
-            if self.progress_once().unwrap_or(0) == 0 {
-                break;
-            }
-        }
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-        std::process::exit(code)
+        self.eng.terminate(code)
     }
 
     fn is_process_mode(&self) -> bool {

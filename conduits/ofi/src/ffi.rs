@@ -162,6 +162,7 @@ extern "C" {
     static amnet_ofi_FI_REMOTE_CQ_DATA: u64;
     static amnet_ofi_FI_DIRECTED_RECV: u64;
     static amnet_ofi_FI_MR_VIRT_ADDR: u64;
+    static amnet_ofi_FI_DELIVERY_COMPLETE: u64;
     static amnet_ofi_FI_EAGAIN: c_int;
     static amnet_ofi_FI_EAVAIL: c_int;
     static amnet_ofi_FI_ENODATA: c_int;
@@ -255,22 +256,12 @@ extern "C" {
         e: *mut RawEp,
         buf: *const c_void,
         len: usize,
-        desc: *mut c_void,
         dest: FiAddr,
         addr: u64,
         key: u64,
         ctx: *mut c_void,
-    ) -> isize;
-    pub(crate) fn amnet_ofi_writedata(
-        e: *mut RawEp,
-        buf: *const c_void,
-        len: usize,
-        desc: *mut c_void,
         data: u64,
-        dest: FiAddr,
-        addr: u64,
-        key: u64,
-        ctx: *mut c_void,
+        flags: u64,
     ) -> isize;
     pub(crate) fn amnet_ofi_read(
         e: *mut RawEp,
@@ -320,6 +311,8 @@ consts! {
     FI_DIRECTED_RECV: u64 = amnet_ofi_FI_DIRECTED_RECV;
     /// `FI_MR_VIRT_ADDR`.
     FI_MR_VIRT_ADDR: u64 = amnet_ofi_FI_MR_VIRT_ADDR;
+    /// `FI_DELIVERY_COMPLETE`.
+    FI_DELIVERY_COMPLETE: u64 = amnet_ofi_FI_DELIVERY_COMPLETE;
     /// `FI_EAGAIN` (calls return its negation).
     FI_EAGAIN: c_int = amnet_ofi_FI_EAGAIN;
     /// `FI_EAVAIL`.

@@ -11,6 +11,8 @@
 //! - `provider`: provider selection (`AMNET_OFI_PROVIDER_INCLUDE` / `_EXCLUDE`, the first
 //!   acceptable answer of `fi_getinfo`, RMA and the full tag layout's capabilities where the
 //!   chosen provider offers them);
+//! - `rma`: native put and get with `fi_write` / `fi_read` into the peers' registered
+//!   segments, where the provider offers RMA;
 //! - [`raw`]: one open endpoint with tagged sends and receives and completion-queue reads,
 //!   public for the benchmark's raw floor;
 //! - [`tag`]: the layouts of job, source rank and message class in the 64-bit tag
@@ -25,6 +27,7 @@ mod conduit;
 mod ffi;
 mod provider;
 pub mod raw;
+mod rma;
 pub mod tag;
 
 pub use conduit::{OfiConduit, EAGER_MAX, MAX_MEDIUM};

@@ -161,6 +161,11 @@ impl OfiEndpoint {
         self.sel.rma
     }
 
+    /// The largest message or RMA transfer the provider takes in one operation.
+    pub fn max_msg_size(&self) -> usize {
+        usize::try_from(self.sel.desc.max_msg_size).unwrap_or(usize::MAX)
+    }
+
     /// True when the provider offers remote CQ data (at least 4 bytes) and directed receive.
     pub fn has_full_tags(&self) -> bool {
         self.sel.full_tags
@@ -424,8 +429,9 @@ impl OfiEndpoint {
 
     /// Start an RMA write of `len` bytes at `src` into `dest`'s region described by
     /// `(remote_base, key)` at `offset`, with remote CQ data `data` where given (the target
-    /// then gets a completion carrying it); this endpoint's completion carries `ctx`.
-    /// `Ok(false)`: no room now.
+    /// then gets a completion carrying it); this endpoint's completion carries `ctx`. With
+    /// `delivered` the completion is asked for only once the bytes are visible in the
+    /// target's memory (`FI_DELIVERY_COMPLETE`), not merely sent. `Ok(false)`: no room now.
     ///
     /// # Safety
     /// - `src` stays readable and unchanged, and `ctx` valid and in place, until the
@@ -441,36 +447,33 @@ impl OfiEndpoint {
         src: *const u8,
         len: usize,
         data: Option<u64>,
+        delivered: bool,
         ctx: *mut FiContext,
     ) -> Result<bool> {
         let addr = remote_base.wrapping_add(offset);
+        let mut flags = if delivered {
+            ffi::FI_DELIVERY_COMPLETE()
+        } else {
+            0
+        };
+        if data.is_some() {
+            flags |= ffi::FI_REMOTE_CQ_DATA();
+        }
         // SAFETY: the caller's contract, forwarded.
         let rc = unsafe {
-            match data {
-                Some(d) => ffi::amnet_ofi_writedata(
-                    self.raw(),
-                    src.cast(),
-                    len,
-                    std::ptr::null_mut(),
-                    d,
-                    dest,
-                    addr,
-                    key,
-                    ctx.cast(),
-                ),
-                None => ffi::amnet_ofi_write(
-                    self.raw(),
-                    src.cast(),
-                    len,
-                    std::ptr::null_mut(),
-                    dest,
-                    addr,
-                    key,
-                    ctx.cast(),
-                ),
-            }
+            ffi::amnet_ofi_write(
+                self.raw(),
+                src.cast(),
+                len,
+                dest,
+                addr,
+                key,
+                ctx.cast(),
+                data.unwrap_or(0),
+                flags,
+            )
         };
-        self.posted("fi_write", rc)
+        self.posted("fi_writemsg", rc)
     }
 
     /// Start an RMA read of `len` bytes of `src`'s region `(remote_base, key)` at `offset`
@@ -693,6 +696,7 @@ mod tests {
                     big.as_ptr(),
                     big.len(),
                     None,
+                    true,
                     &mut wctx,
                 )
             };

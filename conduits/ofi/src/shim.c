@@ -29,6 +29,7 @@ const uint64_t amnet_ofi_FI_REMOTE_WRITE = FI_REMOTE_WRITE;
 const uint64_t amnet_ofi_FI_REMOTE_CQ_DATA = FI_REMOTE_CQ_DATA;
 const uint64_t amnet_ofi_FI_DIRECTED_RECV = FI_DIRECTED_RECV;
 const uint64_t amnet_ofi_FI_MR_VIRT_ADDR = FI_MR_VIRT_ADDR;
+const uint64_t amnet_ofi_FI_DELIVERY_COMPLETE = FI_DELIVERY_COMPLETE;
 /* Error codes, as positive numbers (calls return their negation). */
 const int amnet_ofi_FI_EAGAIN = FI_EAGAIN;
 const int amnet_ofi_FI_EAVAIL = FI_EAVAIL;
@@ -264,15 +265,25 @@ void amnet_ofi_mr_close(struct fid_mr *mr) {
         fi_close(&mr->fid);
 }
 
-ssize_t amnet_ofi_write(struct amnet_ofi_ep *e, const void *buf, size_t len, void *desc,
-                        fi_addr_t dest, uint64_t addr, uint64_t key, void *ctx) {
-    return fi_write(e->ep, buf, len, desc, dest, addr, key, ctx);
-}
-
-ssize_t amnet_ofi_writedata(struct amnet_ofi_ep *e, const void *buf, size_t len, void *desc,
-                            uint64_t data, fi_addr_t dest, uint64_t addr, uint64_t key,
-                            void *ctx) {
-    return fi_writedata(e->ep, buf, len, desc, data, dest, addr, key, ctx);
+/*
+ * Write `len` bytes at `buf` into `dest`'s memory at `addr` under `key`, with a completion
+ * carrying `ctx`. `flags` adds to FI_COMPLETION: FI_REMOTE_CQ_DATA (then the target gets a
+ * completion carrying `data`) and FI_DELIVERY_COMPLETE (then the completion means the data
+ * is visible in the target's memory, not only sent).
+ */
+ssize_t amnet_ofi_write(struct amnet_ofi_ep *e, const void *buf, size_t len, fi_addr_t dest,
+                        uint64_t addr, uint64_t key, void *ctx, uint64_t data, uint64_t flags) {
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+    struct fi_rma_iov rma = {.addr = addr, .len = len, .key = key};
+    struct fi_msg_rma msg = {.msg_iov = &iov,
+                             .desc = NULL,
+                             .iov_count = 1,
+                             .addr = dest,
+                             .rma_iov = &rma,
+                             .rma_iov_count = 1,
+                             .context = ctx,
+                             .data = data};
+    return fi_writemsg(e->ep, &msg, flags | FI_COMPLETION);
 }
 
 ssize_t amnet_ofi_read(struct amnet_ofi_ep *e, void *buf, size_t len, void *desc, fi_addr_t src,
