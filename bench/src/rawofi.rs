@@ -9,8 +9,10 @@
 //!
 //! - `raw_ofi_write`: blocking `fi_write`s from rank 0 into memory rank 1 registered (each
 //!   asks for `FI_DELIVERY_COMPLETE` and waits for its completion, as the conduit's blocking
-//!   put does), at 64 KiB and 1 MiB where the plan reaches them, while rank 1 reads its
-//!   completion queue until rank 0's closing message arrives. The floor of `rma put_bw`.
+//!   put does), at 64 KiB and 1 MiB where the plan reaches them, timed alternately with
+//!   amnet's blocking puts of the same size (`rma put_bw_paired`), while rank 1 reads its
+//!   raw completion queue and polls amnet until rank 0's closing message arrives. The floor
+//!   of the put bandwidth target.
 //!
 //! The two endpoints' addresses (and rank 1's region) travel through the ranks' segments
 //! (written locally, read with a get after a barrier). Ranks other than 0 and 1 only take part
@@ -21,7 +23,7 @@ use std::time::Instant;
 use amnet::Endpoint;
 use amnet_ofi::raw::{Choice, Completion, FiContext, OfiEndpoint};
 
-use crate::measure::Samples;
+use crate::measure::{time_paired, Samples, Side};
 use crate::report::Row;
 use crate::{BenchError, Plan};
 
@@ -190,7 +192,7 @@ pub(crate) fn run(ep: &Endpoint, plan: &Plan) -> Result<Vec<Row>, BenchError> {
             }
         }
         if raw.has_rma() {
-            rows.extend(write_floor(&raw, peer, plan, (me == 0).then_some(far))?);
+            rows.extend(write_floor(ep, &raw, peer, plan, (me == 0).then_some(far))?);
         }
         // Both sides are done with the endpoints before either closes its own.
         ep.barrier()?;
@@ -205,9 +207,13 @@ pub(crate) fn run(ep: &Endpoint, plan: &Plan) -> Result<Vec<Row>, BenchError> {
     Ok(rows)
 }
 
-/// Rank 0 (`far`: rank 1's region's base and key): time blocking writes into the region;
-/// rank 1 (`None`): read the queue until rank 0's closing message. Returns rank 0's rows.
+/// Rank 0 (`far`: rank 1's region's base and key): time blocking writes into the region,
+/// interleaved sample by sample with amnet's blocking puts of the same size into rank 1's
+/// segment; rank 1 (`None`): read the raw queue and poll amnet (whose puts a provider with
+/// manual progress applies only there) until rank 0's closing message. Returns rank 0's
+/// rows: `raw_ofi_write` and `put_bw_paired` (with the write as its floor).
 fn write_floor(
+    ep: &Endpoint,
     raw: &OfiEndpoint,
     peer: u64,
     plan: &Plan,
@@ -217,15 +223,27 @@ fn write_floor(
     let mut ctx = FiContext::new();
     let c: *mut FiContext = &mut ctx;
     let Some(far) = far else {
-        // Rank 1: serve the writes (manual progress) until rank 0 says it is done.
         let mut b = [0u8; 8];
-        // SAFETY: `b` and `ctx` stay in place until `wait_recv` read the completion.
+        // SAFETY: `b` and `ctx` stay in place until the loop below read the completion.
         while !unsafe { raw.recv(None, TAG_DONE, 0, b.as_mut_ptr(), 8, c) }.map_err(ofi)? {}
-        return wait_recv(raw, c).map(|()| rows);
+        let mut cq = [Completion::EMPTY; 8];
+        let t0 = Instant::now();
+        loop {
+            let n = raw.read_cq(&mut cq).map_err(ofi)?;
+            if cq[..n].iter().any(|x| x.context == c) {
+                return Ok(rows);
+            }
+            ep.poll()?;
+            if t0.elapsed().as_secs() > 120 {
+                return Err(BenchError::Usage(
+                    "raw ofi write floor: no closing message for 120 s".into(),
+                ));
+            }
+        }
     };
     let src = vec![5u8; WRITE_SIZES[1].min(plan.max_bytes).max(8)];
     for n in WRITE_SIZES.into_iter().filter(|&n| n <= plan.max_bytes) {
-        let (samples, batch) = plan.rma_shape(n);
+        let shape = plan.rma_shape(n);
         let write = || -> Result<(), BenchError> {
             // SAFETY: `src` and `ctx` stay in place until `wait_recv` read the completion;
             // `n` fits rank 1's region (sized to the largest size).
@@ -237,24 +255,13 @@ fn write_floor(
             }
             wait_recv(raw, c)
         };
-        for _ in 0..plan.warmup(samples) {
-            write()?;
-        }
-        let mut ns = Vec::with_capacity(samples);
-        for _ in 0..samples {
-            let t = Instant::now();
-            for _ in 0..batch {
-                write()?;
-            }
-            ns.push(t.elapsed().as_nanos() as f64);
-        }
-        rows.push(Row::bandwidth(
-            "floor",
-            "raw_ofi_write",
-            n,
-            &Samples::from_ns(ns),
-            batch,
-        ));
+        let (put, floor) =
+            time_paired(plan.warmup(shape.0), shape.0, shape.1, |side| match side {
+                Side::Op => ep.put(1, 0, &src[..n]).map_err(BenchError::Amnet),
+                Side::Floor => write(),
+            })?;
+        rows.push(Row::bandwidth("floor", "raw_ofi_write", n, &floor, shape.1));
+        rows.push(Row::bandwidth("rma", "put_bw_paired", n, &put, shape.1).with_floor(&floor));
     }
     while !raw.inject(peer, TAG_DONE, None, &[0u8; 8]).map_err(ofi)? {
         let mut cq = [Completion::EMPTY; 4];

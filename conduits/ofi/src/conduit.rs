@@ -487,19 +487,31 @@ impl Engine {
     /// in `ready`, RMA slots are marked done. Returns how many were read. An error is kept
     /// for the RMA waiters that did not read it (`rma_check`).
     pub(crate) fn progress_once(&self) -> Result<usize> {
-        let mut buf = [Completion::EMPTY; 256];
-        let want = self.event_cnt.min(buf.len());
-        let n = match self.ep.read_cq(&mut buf[..want]) {
+        let mut first_err = None;
+        let n = self.ep.read_cq_each(self.event_cnt, |c| {
+            if first_err.is_none() {
+                first_err = self.on_completion(c).err();
+            }
+        });
+        let n = match n {
             Ok(n) => n,
             Err(e) => {
                 let _ = self.failed.set(e.to_string());
                 return Err(e);
             }
         };
-        for c in &buf[..n] {
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(n),
+        }
+    }
+
+    /// One completion read by `progress_once`.
+    fn on_completion(&self, c: &Completion) -> Result<()> {
+        {
             let op = c.context.cast::<Op>();
             if op.is_null() {
-                continue;
+                return Ok(());
             }
             // SAFETY: every context this conduit posts is the first field of a live `Op`
             // (`repr(C)`), owned by the operation until this completion.
@@ -541,10 +553,10 @@ impl Engine {
                     }
                 }
                 OpKind::LongData { .. } => self.push_ready(Ready::Held(OpPtr(op), *c)),
-                OpKind::Rma(i) => self.slots.complete(*i),
+                OpKind::Rma(i) => self.slots.st.complete(*i),
             }
         }
-        Ok(n)
+        Ok(())
     }
 
     /// End this process with `code` once the job is ending (`Conduit::terminate`).

@@ -117,18 +117,6 @@ pub(crate) struct CqEntry {
     pub(crate) tag: u64,
 }
 
-impl CqEntry {
-    /// An empty entry, for arrays that `fi_cq_read` fills.
-    pub(crate) const EMPTY: CqEntry = CqEntry {
-        op_context: std::ptr::null_mut(),
-        flags: 0,
-        len: 0,
-        buf: std::ptr::null_mut(),
-        data: 0,
-        tag: 0,
-    };
-}
-
 /// `struct fi_context`: four pointers the provider owns while an operation is in flight.
 #[repr(C)]
 #[derive(Debug)]

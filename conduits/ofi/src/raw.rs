@@ -525,21 +525,35 @@ impl OfiEndpoint {
     /// Read up to `out.len()` completions; returns how many. An error completion is returned
     /// as an error that names the operation's context and the provider's reason.
     pub fn read_cq(&self, out: &mut [Completion]) -> Result<usize> {
+        let mut i = 0;
+        self.read_cq_each(out.len(), |c| {
+            out[i] = *c;
+            i += 1;
+        })
+    }
+
+    /// [`read_cq`](Self::read_cq) without an array to fill: `f` sees each of the (at most
+    /// `max`, at most 256) completions read, in order. Returns how many.
+    pub fn read_cq_each(&self, max: usize, mut f: impl FnMut(&Completion)) -> Result<usize> {
         const BATCH: usize = 256;
-        let mut raw = [CqEntry::EMPTY; BATCH];
-        let want = out.len().min(BATCH);
+        // Not initialized: the provider writes the first `rc` entries, and only those are
+        // read.
+        let mut raw = [const { std::mem::MaybeUninit::<CqEntry>::uninit() }; BATCH];
+        let want = max.min(BATCH);
         // SAFETY: `raw` has room for `want` entries.
-        let rc = unsafe { ffi::amnet_ofi_cq_read(self.raw(), raw.as_mut_ptr(), want) };
+        let rc = unsafe { ffi::amnet_ofi_cq_read(self.raw(), raw.as_mut_ptr().cast(), want) };
         if rc > 0 {
             let n = usize::try_from(rc).unwrap_or(0).min(want);
-            for (o, e) in out.iter_mut().zip(&raw[..n]) {
-                *o = Completion {
+            for e in &raw[..n] {
+                // SAFETY: fi_cq_read wrote the first `rc` entries.
+                let e = unsafe { e.assume_init_ref() };
+                f(&Completion {
                     context: e.op_context.cast(),
                     len: e.len,
                     tag: e.tag,
                     data: e.data,
                     flags: e.flags,
-                };
+                });
             }
             return Ok(n);
         }

@@ -15,13 +15,18 @@
 //! peer's idle waits then keep polling for [`AWAKE_NS`] instead of sleeping
 //! (`Conduit::keep_awake`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use amnet_core::sync::{AtomicU64, Ordering};
 use amnet_core::{Backoff, Error, NativeRma, Rank, Result, RmaTicket};
 
 use crate::conduit::{Engine, Op, OpKind};
 use crate::raw::Region;
+
+#[cfg(loom)]
+use loom::sync::Mutex;
+#[cfg(not(loom))]
+use std::sync::Mutex;
 
 /// Operations in flight at once (a put or get that finds none free waits for one, or, for a
 /// non-blocking one, completes before it returns).
@@ -60,16 +65,15 @@ unsafe impl Send for SlotOp {}
 // SAFETY: as above.
 unsafe impl Sync for SlotOp {}
 
-/// The table of RMA operations in flight.
+/// The table of RMA operations in flight: each slot's operation and state.
 pub(crate) struct Slots {
     ops: Box<[SlotOp]>,
-    state: Box<[AtomicU64]>,
-    free: Mutex<Vec<u32>>,
+    pub(crate) st: SlotStates,
 }
 
 /// One taken slot: its index and generation.
-#[derive(Debug, Clone, Copy)]
-struct Taken {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Taken {
     idx: u32,
     gen: u64,
 }
@@ -90,19 +94,25 @@ impl Taken {
     }
 }
 
-impl Slots {
-    pub(crate) fn new() -> Slots {
-        let ops = (0..SLOTS)
-            .map(|i| {
-                // Owned by the table for the life of the process: a posted operation's
-                // context must stay valid until its completion, which may come at any time.
-                SlotOp(Box::into_raw(Op::boxed(OpKind::Rma(i), 0)))
-            })
-            .collect();
-        Slots {
-            ops,
-            state: (0..SLOTS).map(|_| AtomicU64::new(FREE)).collect(),
-            free: Mutex::new((0..SLOTS).rev().collect()),
+/// Generations run modulo 2^30 (a ticket holds one in its upper 32 bits).
+const GEN_MASK: u64 = (1 << 30) - 1;
+
+/// The slots' state words and free list: the flag protocol between an operation's owner
+/// (take, is_done, release) and whichever thread reads its completion (complete). Its loom
+/// model is `tests::loom_slot_handoff`.
+pub(crate) struct SlotStates {
+    state: Box<[AtomicU64]>,
+    free: Mutex<Vec<u32>>,
+    reserved: usize,
+}
+
+impl SlotStates {
+    /// `n` free slots, of which non-blocking takes leave `reserved`.
+    pub(crate) fn new(n: u32, reserved: usize) -> SlotStates {
+        SlotStates {
+            state: (0..n).map(|_| AtomicU64::new(FREE)).collect(),
+            free: Mutex::new((0..n).rev().collect()),
+            reserved,
         }
     }
 
@@ -113,13 +123,13 @@ impl Slots {
         }
     }
 
-    /// A free slot, if any. A non-blocking operation (`nb`) leaves the last [`RESERVED`]
-    /// to blocking ones: its slot is freed only when its owner syncs it, and a blocking
+    /// A free slot, if any. A non-blocking operation (`nb`) leaves the last `reserved` to
+    /// blocking ones: its slot is freed only when its owner syncs it, and a blocking
     /// operation that found none would wait for ever.
-    fn take(&self, nb: bool) -> Option<Taken> {
+    pub(crate) fn take(&self, nb: bool) -> Option<Taken> {
         let idx = {
             let mut f = self.free.lock().unwrap_or_else(|e| e.into_inner());
-            if nb && f.len() <= RESERVED {
+            if nb && f.len() <= self.reserved {
                 return None;
             }
             f.pop()?
@@ -131,8 +141,9 @@ impl Slots {
     }
 
     /// Give back a slot whose operation never reached the provider, or completed.
-    fn release(&self, t: Taken) {
-        self.state[t.idx as usize].store((t.gen + 1) << 2 | FREE, Ordering::Release);
+    pub(crate) fn release(&self, t: Taken) {
+        let next = (t.gen + 1) & GEN_MASK;
+        self.state[t.idx as usize].store(next << 2 | FREE, Ordering::Release);
         self.free
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -140,12 +151,28 @@ impl Slots {
     }
 
     /// `Some(true)`: done; `Some(false)`: in flight; `None`: not this ticket's slot any more.
-    fn is_done(&self, t: Taken) -> Option<bool> {
+    pub(crate) fn is_done(&self, t: Taken) -> Option<bool> {
         let st = self.state.get(t.idx as usize)?.load(Ordering::Acquire);
         if st >> 2 != t.gen || st & PHASE == FREE {
             return None;
         }
         Some(st & PHASE == DONE)
+    }
+}
+
+impl Slots {
+    pub(crate) fn new() -> Slots {
+        let ops = (0..SLOTS)
+            .map(|i| {
+                // Owned by the table for the life of the process: a posted operation's
+                // context must stay valid until its completion, which may come at any time.
+                SlotOp(Box::into_raw(Op::boxed(OpKind::Rma(i), 0)))
+            })
+            .collect();
+        Slots {
+            ops,
+            st: SlotStates::new(SLOTS, RESERVED),
+        }
     }
 
     fn op(&self, t: Taken) -> *mut Op {
@@ -264,7 +291,7 @@ impl OfiRma {
     fn take_wait(&self) -> Result<Taken> {
         let mut b = self.backoff();
         loop {
-            if let Some(t) = self.eng.slots.take(false) {
+            if let Some(t) = self.eng.slots.st.take(false) {
                 return Ok(t);
             }
             self.eng.rma_check()?;
@@ -312,7 +339,7 @@ impl OfiRma {
                     b.snooze(|| true);
                 }
                 Err(e) => {
-                    self.eng.slots.release(t);
+                    self.eng.slots.st.release(t);
                     return Err(Error::conduit(
                         "ofi",
                         format!("RMA towards rank {rank}: {e}"),
@@ -326,9 +353,9 @@ impl OfiRma {
     fn wait_slot(&self, t: Taken, rank: Rank) -> Result<()> {
         let mut b = self.backoff();
         loop {
-            match self.eng.slots.is_done(t) {
+            match self.eng.slots.st.is_done(t) {
                 Some(true) => {
-                    self.eng.slots.release(t);
+                    self.eng.slots.st.release(t);
                     return Ok(());
                 }
                 Some(false) => {}
@@ -442,7 +469,7 @@ impl NativeRma for OfiRma {
             return self.put(dest, offset, src).map(|()| None);
         }
         let p = self.peer(dest, offset, src.len())?;
-        let Some(t) = self.eng.slots.take(true) else {
+        let Some(t) = self.eng.slots.st.take(true) else {
             return self.put(dest, offset, src).map(|()| None);
         };
         self.nudge(dest);
@@ -472,7 +499,7 @@ impl NativeRma for OfiRma {
             return unsafe { self.get(src_rank, offset, dst, len) }.map(|()| None);
         }
         let p = self.peer(src_rank, offset, len)?;
-        let Some(t) = self.eng.slots.take(true) else {
+        let Some(t) = self.eng.slots.st.take(true) else {
             // SAFETY: forwarded contract.
             return unsafe { self.get(src_rank, offset, dst, len) }.map(|()| None);
         };
@@ -486,9 +513,9 @@ impl NativeRma for OfiRma {
     fn test(&self, t: RmaTicket) -> Result<bool> {
         let k = Taken::of(t);
         for _ in 0..2 {
-            match self.eng.slots.is_done(k) {
+            match self.eng.slots.st.is_done(k) {
                 Some(true) => {
-                    self.eng.slots.release(k);
+                    self.eng.slots.st.release(k);
                     return Ok(true);
                 }
                 Some(false) => {}
@@ -510,5 +537,49 @@ impl NativeRma for OfiRma {
 
     fn wait(&self, t: RmaTicket) -> Result<()> {
         self.wait_slot(Taken::of(t), t.rank)
+    }
+}
+
+#[cfg(all(test, loom))]
+mod tests {
+    use super::*;
+    use amnet_core::sync::UnsafeCell;
+    use loom::sync::Arc;
+
+    /// An owner copies bytes into its slot's buffer and "posts" the operation; another thread
+    /// reads the buffer (the provider) and marks the completion (a poller). The owner sees it
+    /// done, releases the slot and takes it again for the next operation, writing the buffer
+    /// anew: that write must come after the reader's read (loom reports a race otherwise),
+    /// and the first ticket must no longer be in flight.
+    #[test]
+    fn loom_slot_handoff() {
+        loom::model(|| {
+            let st = Arc::new(SlotStates::new(1, 0));
+            let buf = Arc::new(UnsafeCell::new(0u64));
+            let t = st.take(true).expect("a free slot");
+            // SAFETY: the slot is the owner's until posted.
+            buf.with_mut(|p| unsafe { *p = 7 });
+            let (st2, buf2) = (st.clone(), buf.clone());
+            let poller = loom::thread::spawn(move || {
+                // SAFETY: posted: the provider reads the buffer before the completion.
+                let v = buf2.with(|p| unsafe { *p });
+                assert_eq!(v, 7);
+                st2.complete(t.idx);
+            });
+            loop {
+                match st.is_done(t) {
+                    Some(true) => break,
+                    Some(false) => loom::thread::yield_now(),
+                    None => panic!("the owner's ticket left flight before its release"),
+                }
+            }
+            st.release(t);
+            assert_eq!(st.is_done(t), None, "a released ticket is not in flight");
+            let t2 = st.take(false).expect("the slot again");
+            assert_ne!(t2, t);
+            // SAFETY: the slot is the owner's again; the poller's read came before.
+            buf.with_mut(|p| unsafe { *p = 8 });
+            poller.join().expect("poller");
+        });
     }
 }
