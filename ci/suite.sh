@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The conduit test suite the way users run it: through amrun, as real multi-process jobs, on
-# every conduit (smp, udp, mpi, ofi), udp also on a lossy network and across two network
-# namespaces, mpi under Open MPI and MPICH, ofi on libfabric's tcp provider.
+# every conduit (smp, udp, mpi, ofi), udp also on a lossy network, udp and ofi across two
+# network namespaces, mpi under Open MPI and MPICH, ofi on libfabric's tcp provider.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 trap 'echo "suite: FAILED at line $LINENO: $BASH_COMMAND (exit code $?)" >&2' ERR
@@ -55,7 +55,7 @@ echo "== amrun --conduit udp -n 4 amnet-testsuite, 30% loss"
 AMNET_UDP_LOSS=0.3 target/release/amrun --conduit udp -n 4 --timeout 900 target/release/amnet-testsuite
 echo "== amrun --conduit udp -n 4 amnet-testsuite, authenticated datagrams (AMNET_UDP_AUTH=1)"
 AMNET_UDP_AUTH=1 target/release/amrun --conduit udp -n 4 --timeout 900 target/release/amnet-testsuite
-bash ci/udp-netns.sh
+bash ci/netns.sh udp
 # The mpi conduit (Open MPI, installed by ci/install-mpi.sh): the same suite through mpirun.
 cargo build --release --features amnet/mpi --bin amrun --bin amnet-testsuite
 for n in 2 3 4; do
@@ -76,5 +76,7 @@ done
 echo "== amrun --conduit ofi -n 2 amnet-testsuite, AMNET_OFI_TAG_MODE=ofi_tag_2"
 AMNET_OFI_TAG_MODE=ofi_tag_2 target/release/amrun --conduit ofi -n 2 --timeout 900 \
     target/release/amnet-testsuite
+# ... and across two network namespaces over tcp.
+bash ci/netns.sh ofi
 echo "== amrun -n 4 demo"
 target/release/amrun -n 4 --timeout 120 target/release/examples/demo

@@ -17,7 +17,7 @@ running are named, and the code is 124.
 
   -n, --ranks N       number of ranks (processes)
   --conduit NAME      conduit (default: $AMNET_CONDUIT or smp)
-  --hosts H1,H2,...   udp: spread the ranks over these hosts in contiguous blocks, started
+  --hosts H1,H2,...   udp, ofi: spread the ranks over these hosts in contiguous blocks, started
                       through $AMNET_SSH (default \"ssh -o BatchMode=yes\"); same as
                       $AMNET_UDP_HOSTS
   --timeout SECS      kill the job after SECS seconds (fractions allowed)
@@ -109,12 +109,13 @@ fn main() {
     };
     let ranks = ranks.unwrap_or_else(|| fail("-n N is required"));
     if let Some(h) = hosts {
-        if conduit != ConduitKind::Udp {
+        if !matches!(conduit, ConduitKind::Udp | ConduitKind::Ofi) {
             fail(&format!(
-                "--hosts applies to the udp conduit (--conduit udp), not to {conduit}"
+                "--hosts applies to the udp and ofi conduits (--conduit udp|ofi), not to \
+                 {conduit}"
             ));
         }
-        // Set before any thread starts; the udp job reads it.
+        // Set before any thread starts; the job (udp's, which ofi shares) reads it.
         std::env::set_var("AMNET_UDP_HOSTS", h);
     }
     let opts = LaunchOptions {
