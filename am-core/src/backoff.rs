@@ -4,7 +4,50 @@
 //! core, then sleeps for growing intervals. Tests run 8 processes on 2 cores, where a waiter
 //! that never gives up its core starves the very peer it waits for.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Nanoseconds since the first call in this process: a monotonic clock that fits an atomic
+/// (the conduits' nudge and keep-awake times).
+pub fn now_ns() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    u64::try_from(START.get_or_init(Instant::now).elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The window a peer's nudge opens, during which [`Conduit::keep_awake`](crate::Conduit::keep_awake)
+/// says true: for transports whose one-sided operations progress only inside the target's
+/// polls (mpi under MPICH, ofi over tcp), the origin nudges the target and the target's idle
+/// waits keep polling for [`AwakeWindow::SPAN_NS`] instead of sleeping.
+#[derive(Debug, Default)]
+pub struct AwakeWindow {
+    /// Until when (`now_ns`) the window lasts; 0: never opened.
+    until: AtomicU64,
+}
+
+impl AwakeWindow {
+    /// How long one nudge keeps the waits awake.
+    pub const SPAN_NS: u64 = 2_000_000;
+
+    /// A closed window.
+    pub const fn new() -> Self {
+        AwakeWindow {
+            until: AtomicU64::new(0),
+        }
+    }
+
+    /// A nudge arrived: stay awake for [`SPAN_NS`](Self::SPAN_NS) from now.
+    pub fn nudged(&self) {
+        self.until
+            .store(now_ns().saturating_add(Self::SPAN_NS), Ordering::Relaxed);
+    }
+
+    /// True while the last nudge's window lasts.
+    pub fn open(&self) -> bool {
+        let until = self.until.load(Ordering::Relaxed);
+        until != 0 && now_ns() < until
+    }
+}
 
 /// Idle-wait state for one blocking call: [`Endpoint::backoff`](crate::Endpoint::backoff)
 /// makes one with the endpoint's settings, for layers with wait loops of their own.

@@ -34,7 +34,7 @@ mod vis;
 pub use atomic::{
     AtomicDomain, AtomicElem, AtomicFuture, AtomicHandle, AtomicOp, AtomicOps, AtomicType,
 };
-pub use backoff::Backoff;
+pub use backoff::{now_ns, AwakeWindow, Backoff};
 pub use barrier::flags as barrier_flags;
 pub use conduit::{
     Category, Conduit, InMsg, LocalSegment, NativeRma, OutMsg, PreparedSlot, RmaTicket,

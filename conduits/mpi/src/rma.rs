@@ -19,9 +19,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
-use amnet_core::{Error, NativeRma, Rank, Result, RmaTicket};
+use amnet_core::{now_ns, Error, NativeRma, Rank, Result, RmaTicket};
 
-use crate::conduit::now_ns;
 use crate::raw::{self, Comm, Win};
 use crate::segment::Segment;
 
@@ -42,7 +41,7 @@ const QUIET: Duration = Duration::from_millis(10);
 /// Rank 0 starts its probe put this long after the agreement, when rank 1 has left it.
 const QUIET_LEAD: Duration = Duration::from_millis(1);
 /// A rank whose operations need the target's progress nudges each target at most this often
-/// while it operates on it (the target stays awake for `conduit::AWAKE_NS` after a nudge).
+/// while it operates on it (the target stays awake for `AwakeWindow::SPAN_NS` after a nudge).
 const NUDGE_EVERY_NS: u64 = 200_000;
 /// ... and reads the clock for that every this many operations, or at every operation of at
 /// least `NUDGE_CHECK_BYTES`.

@@ -26,20 +26,21 @@
 //! queue cannot wait forever.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use amnet_core::config::{vars, Source};
 use amnet_core::mem::HeapSegment;
 use amnet_core::{
-    Category, Conduit, Error, InMsg, LocalSegment, NativeRma, OutMsg, Rank, Result, MAX_ARGS,
+    AwakeWindow, Category, Conduit, Error, InMsg, LocalSegment, NativeRma, OutMsg, Rank, Result,
+    MAX_ARGS,
 };
 use amnet_udp::auth::Secret;
 use amnet_udp::boot::{BootClient, JobLink};
 
 use crate::raw::{Choice, Completion, FiContext, OfiEndpoint};
-use crate::rma::{now_ns, OfiRma, Remote, Slots, AWAKE_NS};
+use crate::rma::{OfiRma, Remote, Slots};
 use crate::tag::{Layout, TagMode};
 
 /// Largest Medium payload.
@@ -279,8 +280,8 @@ pub(crate) struct Engine {
     seg: OnceLock<HeapSegment>,
     /// Native RMA operations in flight.
     pub(crate) slots: Slots,
-    /// Until when (ns of `rma::now_ns`) a peer's nudge keeps this rank's idle waits awake.
-    awake_until: AtomicU64,
+    /// Open while a peer's nudge keeps this rank's idle waits awake.
+    awake: AwakeWindow,
     /// The first error the completion queue reported, for RMA waiters that did not read it.
     failed: OnceLock<String>,
 }
@@ -374,7 +375,7 @@ impl Engine {
             long_seq: (0..size).map(|_| AtomicU32::new(0)).collect(),
             seg: OnceLock::new(),
             slots: Slots::new(),
-            awake_until: AtomicU64::new(0),
+            awake: AwakeWindow::new(),
             failed: OnceLock::new(),
         };
         for class in [CLASS_REQ, CLASS_REP] {
@@ -508,53 +509,51 @@ impl Engine {
 
     /// One completion read by `progress_once`.
     fn on_completion(&self, c: &Completion) -> Result<()> {
-        {
-            let op = c.context.cast::<Op>();
-            if op.is_null() {
-                return Ok(());
-            }
-            // SAFETY: every context this conduit posts is the first field of a live `Op`
-            // (`repr(C)`), owned by the operation until this completion.
-            match unsafe { &(*op).kind } {
-                OpKind::Send => self.give_send_op(op),
-                // SAFETY: a one-shot send, boxed by `send_split`, completes once.
-                OpKind::SendOnce => drop(unsafe { Box::from_raw(op) }),
-                OpKind::Recv(class) => {
-                    let class = *class;
-                    // SAFETY: the completed receive is this reader's until posted again.
-                    let o = unsafe { &mut *op };
-                    let len = c.len.min(o.buf.len());
-                    if len <= COPY_MAX {
-                        let mut v = self
-                            .smalls
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .pop()
-                            .unwrap_or_else(|| Vec::with_capacity(COPY_MAX));
-                        v.clear();
-                        v.extend_from_slice(&o.buf[..len]);
-                        self.push_ready(Ready::Copied(class, v, *c));
-                        self.post_or_queue(op)?;
-                    } else {
-                        self.push_ready(Ready::Held(OpPtr(op), *c));
-                        let spare = self
-                            .spares
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .pop()
-                            .map_or_else(
-                                || Box::into_raw(Op::boxed(OpKind::Recv(class), RECV_BYTES)),
-                                |OpPtr(p)| p,
-                            );
-                        // SAFETY: a spare is a receive operation owned by the conduit and
-                        // not posted.
-                        unsafe { (*spare).kind = OpKind::Recv(class) };
-                        self.post_or_queue(spare)?;
-                    }
+        let op = c.context.cast::<Op>();
+        if op.is_null() {
+            return Ok(());
+        }
+        // SAFETY: every context this conduit posts is the first field of a live `Op`
+        // (`repr(C)`), owned by the operation until this completion.
+        match unsafe { &(*op).kind } {
+            OpKind::Send => self.give_send_op(op),
+            // SAFETY: a one-shot send, boxed by `send_split`, completes once.
+            OpKind::SendOnce => drop(unsafe { Box::from_raw(op) }),
+            OpKind::Recv(class) => {
+                let class = *class;
+                // SAFETY: the completed receive is this reader's until posted again.
+                let o = unsafe { &mut *op };
+                let len = c.len.min(o.buf.len());
+                if len <= COPY_MAX {
+                    let mut v = self
+                        .smalls
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .pop()
+                        .unwrap_or_else(|| Vec::with_capacity(COPY_MAX));
+                    v.clear();
+                    v.extend_from_slice(&o.buf[..len]);
+                    self.push_ready(Ready::Copied(class, v, *c));
+                    self.post_or_queue(op)?;
+                } else {
+                    self.push_ready(Ready::Held(OpPtr(op), *c));
+                    let spare = self
+                        .spares
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .pop()
+                        .map_or_else(
+                            || Box::into_raw(Op::boxed(OpKind::Recv(class), RECV_BYTES)),
+                            |OpPtr(p)| p,
+                        );
+                    // SAFETY: a spare is a receive operation owned by the conduit and
+                    // not posted.
+                    unsafe { (*spare).kind = OpKind::Recv(class) };
+                    self.post_or_queue(spare)?;
                 }
-                OpKind::LongData { .. } => self.push_ready(Ready::Held(OpPtr(op), *c)),
-                OpKind::Rma(i) => self.slots.st.complete(*i),
             }
+            OpKind::LongData { .. } => self.push_ready(Ready::Held(OpPtr(op), *c)),
+            OpKind::Rma(i) => self.slots.st.complete(*i),
         }
         Ok(())
     }
@@ -770,8 +769,7 @@ impl Engine {
         let h = parse_header(body).map_err(|e| cerr(format!("a message: {e}")))?;
         let src = self.source_of(c, &h).map_err(cerr)?;
         if h.nudge {
-            self.awake_until
-                .store(now_ns().saturating_add(AWAKE_NS), Ordering::Relaxed);
+            self.awake.nudged();
             return Ok((false, true));
         }
         let args_end = HDR + 4 * h.nargs;
@@ -992,8 +990,7 @@ impl Conduit for OfiConduit {
     }
 
     fn keep_awake(&self) -> bool {
-        let until = self.eng.awake_until.load(Ordering::Relaxed);
-        until != 0 && now_ns() < until
+        self.eng.awake.open()
     }
 
     fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {

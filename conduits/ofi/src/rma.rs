@@ -12,13 +12,13 @@
 //! Providers with manual progress (tcp, udp;ofi_rxd) apply a peer's RMA only while the target
 //! reads its completion queue: a rank that starts operations towards a peer it has not
 //! nudged in the last [`NUDGE_EVERY_NS`] sends it a nudge (a header-only message), and the
-//! peer's idle waits then keep polling for [`AWAKE_NS`] instead of sleeping
+//! peer's idle waits then keep polling for `AwakeWindow::SPAN_NS` instead of sleeping
 //! (`Conduit::keep_awake`).
 
 use std::sync::Arc;
 
 use amnet_core::sync::{AtomicU64, Ordering};
-use amnet_core::{Backoff, Error, NativeRma, Rank, Result, RmaTicket};
+use amnet_core::{now_ns, Backoff, Error, NativeRma, Rank, Result, RmaTicket};
 
 use crate::conduit::{Engine, Op, OpKind};
 use crate::raw::Region;
@@ -35,8 +35,6 @@ pub(crate) const SLOTS: u32 = 256;
 const RESERVED: usize = 16;
 /// A target is nudged at most this often.
 pub(crate) const NUDGE_EVERY_NS: u64 = 200_000;
-/// How long a nudged rank keeps its idle waits awake.
-pub(crate) const AWAKE_NS: u64 = 2_000_000;
 /// Non-blocking puts of at most this many bytes are copied into their slot and return at
 /// once; larger ones complete before `put_nb` returns.
 const BOUNCE_MAX: usize = 16 * 1024;
@@ -47,16 +45,6 @@ const FREE: u64 = 0;
 const BUSY: u64 = 1;
 const DONE: u64 = 3;
 const PHASE: u64 = 3;
-
-/// Nanoseconds on a monotonic clock, never 0.
-pub(crate) fn now_ns() -> u64 {
-    use std::sync::OnceLock;
-    static T0: OnceLock<std::time::Instant> = OnceLock::new();
-    let t0 = *T0.get_or_init(std::time::Instant::now);
-    u64::try_from(t0.elapsed().as_nanos())
-        .unwrap_or(u64::MAX)
-        .max(1)
-}
 
 /// A slot's operation pointer (owned by the slot table for the life of the process).
 struct SlotOp(*mut Op);
@@ -196,7 +184,7 @@ pub(crate) struct OfiRma {
     peers: Vec<Remote>,
     seg_base: *mut u8,
     seg_len: usize,
-    /// When each peer was last nudged (ns of [`now_ns`], 0: never).
+    /// When each peer was last nudged (ns of `now_ns`, 0: never).
     nudged: Vec<AtomicU64>,
 }
 
@@ -272,7 +260,7 @@ impl OfiRma {
         let Some(last) = self.nudged.get(dest as usize) else {
             return;
         };
-        let now = now_ns();
+        let now = now_ns().max(1);
         let then = last.load(Ordering::Relaxed);
         if then != 0 && now.saturating_sub(then) < NUDGE_EVERY_NS {
             return;

@@ -45,9 +45,11 @@
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use amnet_core::{Conduit, Error, InMsg, LocalSegment, NativeRma, OutMsg, Rank, Result, MAX_ARGS};
+use amnet_core::{
+    AwakeWindow, Conduit, Error, InMsg, LocalSegment, NativeRma, OutMsg, Rank, Result, MAX_ARGS,
+};
 use mpi::Threading;
 
 use crate::raw::Comm;
@@ -146,18 +148,8 @@ struct Engine {
     /// 0, or `1 << 63 | origin << 32 | code` once a job-wide exit is known here.
     exit: AtomicU64,
     state: AtomicU8,
-    /// Until when (`now_ns`) idle waits stay awake: a peer nudged this rank (see
-    /// `Window::nudge_target`).
-    awake_until: AtomicU64,
-}
-
-/// How long a nudge keeps this rank's idle waits awake.
-const AWAKE_NS: u64 = 2_000_000;
-
-/// Nanoseconds since the first call in this process: a monotonic clock that fits an atomic.
-pub(crate) fn now_ns() -> u64 {
-    static START: OnceLock<Instant> = OnceLock::new();
-    u64::try_from(START.get_or_init(Instant::now).elapsed().as_nanos()).unwrap_or(u64::MAX)
+    /// Open while a peer's nudge keeps idle waits awake (see `Window::nudge_target`).
+    awake: AwakeWindow,
 }
 
 #[inline]
@@ -246,8 +238,7 @@ impl Conduit for MpiConduit {
     }
 
     fn keep_awake(&self) -> bool {
-        let until = self.eng.awake_until.load(Ordering::Relaxed);
-        until != 0 && now_ns() < until
+        self.eng.awake.open()
     }
 
     fn exchange(&self, blob: &[u8]) -> Result<Vec<Vec<u8>>> {

@@ -3,12 +3,10 @@
 //! start of a separate Long payload), and the delivery of a ready message to the core's sink
 //! (`Engine::deliver`).
 
-use std::sync::atomic::Ordering;
-
 use amnet_core::{Category, InMsg, Result, MAX_ARGS};
 
 use super::receive::{PendingLong, Ready, Rx, SlotKind, NO_SLOT};
-use super::{long_tag, now_ns, Engine, AWAKE_NS, LONG_CHUNK, REP, REQ};
+use super::{long_tag, Engine, LONG_CHUNK, REP, REQ};
 use crate::raw::{self, Status};
 use crate::wire::{self, Data, Header};
 
@@ -152,9 +150,7 @@ impl Engine {
                             p.give(REP, rep);
                         }
                     }
-                    Ok(wire::Notice::Nudge) => self
-                        .awake_until
-                        .store(now_ns().saturating_add(AWAKE_NS), Ordering::Relaxed),
+                    Ok(wire::Notice::Nudge) => self.awake.nudged(),
                     Err(e) => amnet_core::diag!(
                         "amnet mpi rank {}: dropped a malformed control message from rank {src}: \
                          {e}",

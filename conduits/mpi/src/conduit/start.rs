@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use amnet_core::config::Source;
-use amnet_core::{Error, Result};
+use amnet_core::{AwakeWindow, Error, Result};
 use mpi::Threading;
 
 use super::exit::{lifeline_connect, RUNNING};
@@ -197,7 +197,7 @@ impl MpiConduit {
             scratch,
             rma: OnceLock::new(),
             exit: AtomicU64::new(0),
-            awake_until: AtomicU64::new(0),
+            awake: AwakeWindow::new(),
             state: AtomicU8::new(RUNNING),
             settings,
         });
