@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The conduit test suite the way users run it: through amrun, as real multi-process jobs, on
 # every conduit (smp, udp, mpi, ofi), udp also on a lossy network, udp and ofi across two
-# network namespaces, mpi under Open MPI and MPICH, ofi on libfabric's tcp provider.
+# network namespaces, mpi under Open MPI and MPICH, ofi on libfabric's tcp, shm and udp
+# providers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 trap 'echo "suite: FAILED at line $LINENO: $BASH_COMMAND (exit code $?)" >&2' ERR
@@ -75,6 +76,13 @@ for n in 2 4 8; do
 done
 echo "== amrun --conduit ofi -n 2 amnet-testsuite, AMNET_OFI_TAG_MODE=ofi_tag_2"
 AMNET_OFI_TAG_MODE=ofi_tag_2 target/release/amrun --conduit ofi -n 2 --timeout 900 \
+    target/release/amnet-testsuite
+# ... on libfabric's shm provider at 4 ranks and udp;ofi_rxd at 2 (udp bound to loopback);
+echo "== amrun --conduit ofi -n 4 amnet-testsuite, AMNET_OFI_PROVIDER_INCLUDE=shm"
+AMNET_OFI_PROVIDER_INCLUDE=shm target/release/amrun --conduit ofi -n 4 --timeout 900 \
+    target/release/amnet-testsuite
+echo "== amrun --conduit ofi -n 2 amnet-testsuite, AMNET_OFI_PROVIDER_INCLUDE=udp"
+AMNET_OFI_PROVIDER_INCLUDE=udp target/release/amrun --conduit ofi -n 2 --timeout 900 \
     target/release/amnet-testsuite
 # ... and across two network namespaces over tcp.
 bash ci/netns.sh ofi

@@ -595,6 +595,16 @@ pub mod vars {
         meaning: "ofi: completions read per `fi_cq_read` call; a poll reads until the queue \
                   is drained",
     };
+    /// `AMNET_OFI_AM_CREDITS`.
+    pub const OFI_AM_CREDITS: Var = Var {
+        name: "AMNET_OFI_AM_CREDITS",
+        scope: OFI,
+        kind: count(2, 255),
+        default: "64 (16 on `udp;ofi_rxd`)",
+        meaning: "ofi: requests a rank may have on their way to one peer before that peer \
+                  has run their handlers; the peer returns them in its messages, or in a \
+                  credit message once half are due",
+    };
     /// `AMNET_STORM`.
     pub const STORM: Var = Var {
         name: "AMNET_STORM",
@@ -664,6 +674,7 @@ pub const VARS: &[&Var] = &[
     &vars::OFI_PROVIDER_EXCLUDE,
     &vars::OFI_TAG_MODE,
     &vars::OFI_PROGRESS_EVENT_CNT,
+    &vars::OFI_AM_CREDITS,
     &vars::STORM,
     &vars::TESTSUITE_SUMMARY,
     &vars::TEST_SEED,

@@ -214,7 +214,7 @@ fn register_after_attach(c: &Ctx<'_>) -> Verdict {
 
 /// Immediate sends to the next rank while no rank polls, until the conduit has no room:
 /// every one that returned Ok arrives exactly once; a full conduit answers `WouldBlock`
-/// (smp's ring and udp's send window are bounded) and sends nothing.
+/// (smp's ring, udp's send window and ofi's credits are bounded) and sends nothing.
 fn immediate(c: &Ctx<'_>) -> Verdict {
     const CAP: u64 = 200_000;
     let next = (c.rank() + 1) % c.size();
@@ -250,9 +250,16 @@ fn immediate(c: &Ctx<'_>) -> Verdict {
             Err(e) => return Err(format!("try_request_long: {e}")),
         }
     }
-    if matches!(c.ep.conduit_name(), "smp" | "udp") && c.size() > 1 {
+    if matches!(c.ep.conduit_name(), "smp" | "udp" | "ofi") && c.size() > 1 {
         ensure(blocked, || {
             format!("{CAP} immediate sends and none found the conduit full")
+        })?;
+    }
+    // ofi's credits (AMNET_OFI_AM_CREDITS, at most 255) bound the requests on their way to
+    // a rank that does not poll.
+    if c.ep.conduit_name() == "ofi" && c.size() > 1 {
+        ensure(sent <= 255 + 6, || {
+            format!("{sent} immediate requests left towards a rank that does not poll")
         })?;
     }
     arrived_as_sent(c, next, sent, "immediate sends")

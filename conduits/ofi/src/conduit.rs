@@ -26,7 +26,7 @@
 //! queue cannot wait forever.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -73,6 +73,8 @@ const F_REPLY: u8 = 0x04;
 const F_SPLIT: u8 = 0x08;
 /// A nudge: no handler runs; the receiver keeps its idle waits awake a while (`crate::rma`).
 const F_NUDGE: u8 = 0x10;
+/// A credit message: no handler runs; it only returns credits (the header's fourth byte).
+const F_CREDIT: u8 = 0x20;
 
 fn cerr(msg: impl Into<String>) -> Error {
     Error::conduit("ofi", msg.into())
@@ -103,6 +105,9 @@ pub(crate) struct Header {
     is_reply: bool,
     split: bool,
     nudge: bool,
+    credit: bool,
+    /// Credits returned to the receiver (the fourth byte).
+    returned: u8,
     nargs: usize,
     len: usize,
     long_offset: u64,
@@ -151,6 +156,8 @@ fn parse_header(b: &[u8]) -> std::result::Result<Header, String> {
         is_reply: b[1] & F_REPLY != 0,
         split: b[1] & F_SPLIT != 0,
         nudge: b[1] & F_NUDGE != 0,
+        credit: b[1] & F_CREDIT != 0,
+        returned: b[3],
         nargs,
         len,
         long_offset: u64::from_le_bytes(off),
@@ -282,6 +289,14 @@ pub(crate) struct Engine {
     pub(crate) slots: Slots,
     /// Open while a peer's nudge keeps this rank's idle waits awake.
     awake: AwakeWindow,
+    /// Requests this rank may still send to each rank before that rank returns credits.
+    credits: Vec<AtomicU32>,
+    /// Credits this rank owes each rank: its requests delivered here and not returned yet.
+    owed: Vec<AtomicU32>,
+    /// Set when some rank is owed at least `credit_max / 2`: the next poll returns them.
+    owed_due: AtomicBool,
+    /// Credits each rank starts with towards each other (`AMNET_OFI_AM_CREDITS`).
+    credit_max: u32,
     /// The first error the completion queue reported, for RMA waiters that did not read it.
     failed: OnceLock<String>,
 }
@@ -321,6 +336,7 @@ impl Engine {
         let event_cnt = src
             .count_usize(&vars::OFI_PROGRESS_EVENT_CNT)?
             .unwrap_or(100);
+        let credits = src.count_u32(&vars::OFI_AM_CREDITS)?;
         let (rank, size, boot) = match (rank, size, server) {
             (None, None, None) => (0, 1, None),
             (Some(rank), Some(size), Some(server)) => {
@@ -356,6 +372,14 @@ impl Engine {
         let job = JobLink::new(boot);
         let all = job.exchange(&me, &|c| std::process::exit(c))?;
         let addrs = ep.insert(&all)?;
+        // udp;ofi_rxd keeps at most 128 packets unacknowledged towards a peer: more requests
+        // in flight than that window holds (a 4 KiB Medium takes four packets) stall it under
+        // floods that also carry RMA.
+        let credit_max = credits.unwrap_or(if ep.provider().contains("ofi_rxd") {
+            16
+        } else {
+            64
+        });
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let c = Engine {
             rank,
@@ -376,6 +400,10 @@ impl Engine {
             seg: OnceLock::new(),
             slots: Slots::new(),
             awake: AwakeWindow::new(),
+            credits: (0..size).map(|_| AtomicU32::new(credit_max)).collect(),
+            owed: (0..size).map(|_| AtomicU32::new(0)).collect(),
+            owed_due: AtomicBool::new(false),
+            credit_max,
             failed: OnceLock::new(),
         };
         for class in [CLASS_REQ, CLASS_REP] {
@@ -524,6 +552,9 @@ impl Engine {
                 // SAFETY: the completed receive is this reader's until posted again.
                 let o = unsafe { &mut *op };
                 let len = c.len.min(o.buf.len());
+                if self.take_control(&o.buf[..len], c) {
+                    return self.post_or_queue(op);
+                }
                 if len <= COPY_MAX {
                     let mut v = self
                         .smalls
@@ -594,6 +625,97 @@ impl Engine {
         .unwrap_or(false)
     }
 
+    /// Take what a received message carries for the conduit itself before its delivery: the
+    /// credits it returns, and the whole of a nudge or a credit message (true: nothing is left
+    /// to deliver). A message whose header does not check out is left to its delivery, which
+    /// reports it.
+    fn take_control(&self, body: &[u8], c: &Completion) -> bool {
+        if body.len() < HDR || (body[1] & (F_NUDGE | F_CREDIT) == 0 && body[3] == 0) {
+            return false;
+        }
+        let Ok(h) = parse_header(body) else {
+            return false;
+        };
+        let Ok((src, _)) = self.source_of(c, &h) else {
+            return false;
+        };
+        if h.returned > 0 {
+            self.credits[src as usize].fetch_add(u32::from(h.returned), Ordering::AcqRel);
+        }
+        if h.nudge {
+            self.awake.nudged();
+        }
+        h.nudge || h.credit
+    }
+
+    /// Take one credit towards `dest` for a request; `Ok(false)`: none left until `dest`
+    /// returns some.
+    fn take_credit(&self, dest: Rank) -> Result<bool> {
+        let c = self
+            .credits
+            .get(dest as usize)
+            .ok_or_else(|| cerr(format!("rank {dest} is not in the job of {}", self.size)))?;
+        Ok(
+            c.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                .is_ok(),
+        )
+    }
+
+    /// Give back a credit taken for a request that was not sent.
+    fn refund_credit(&self, dest: Rank) {
+        self.credits[dest as usize].fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A request from `src` was delivered: its credit is owed back (at once, to this rank).
+    fn owe(&self, src: Rank) {
+        if src == self.rank {
+            self.refund_credit(src);
+            return;
+        }
+        let n = self.owed[src as usize].fetch_add(1, Ordering::AcqRel) + 1;
+        if n >= (self.credit_max / 2).max(1) {
+            self.owed_due.store(true, Ordering::Release);
+        }
+    }
+
+    /// Take up to 255 of the credits owed to `dest`, for a message's fourth byte.
+    fn take_owed(&self, dest: Rank) -> u8 {
+        let o = &self.owed[dest as usize];
+        if o.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        let prev = o
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_sub(255))
+            })
+            .unwrap_or(0);
+        u8::try_from(prev.min(255)).unwrap_or(u8::MAX)
+    }
+
+    /// Return by credit messages the credits owed to ranks that are due half of theirs or
+    /// more (`owe`); what finds no room now stays due for the next poll.
+    fn return_credits(&self) -> Result<()> {
+        if !self.owed_due.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let half = (self.credit_max / 2).max(1);
+        for (r, o) in self.owed.iter().enumerate() {
+            if o.load(Ordering::Acquire) < half {
+                continue;
+            }
+            let dest = Rank::try_from(r).unwrap_or(Rank::MAX);
+            let sent = self.send_bytes(dest, CLASS_REQ, HDR, &|b: &mut [u8]| {
+                b.fill(0);
+                b[1] = F_CREDIT;
+                b[16..20].copy_from_slice(&self.rank.to_le_bytes());
+            })?;
+            if !sent {
+                self.owed_due.store(true, Ordering::Release);
+            }
+        }
+        Ok(())
+    }
+
     fn push_ready(&self, r: Ready) {
         self.ready
             .lock()
@@ -603,7 +725,7 @@ impl Engine {
 
     /// Check a received header message's tag (job and class) and its sender (from the
     /// header; under `ofi_tag_full` also the CQ data, which must agree).
-    fn source_of(&self, c: &Completion, h: &Header) -> std::result::Result<u32, String> {
+    fn source_of(&self, c: &Completion, h: &Header) -> std::result::Result<(u32, u32), String> {
         let (_, job, tag_src, class) = self.layout.decode(c.tag, c.data)?;
         if job != JOB || !matches!(class, CLASS_REQ | CLASS_REP) {
             return Err(format!("a message of job {job}, class {class}"));
@@ -620,7 +742,7 @@ impl Engine {
                 h.src, self.size
             ));
         }
-        Ok(h.src)
+        Ok((h.src, class))
     }
 
     /// Send `total` bytes built by `fill` to `dest` with `class`; `Ok(false)`: no room now.
@@ -641,14 +763,30 @@ impl Engine {
             0
         };
         let (tag, data) = self.layout.encode(0, JOB, tag_src, class);
+        // Credits owed to `dest` ride in the fourth byte, and are owed again if the message
+        // does not leave.
+        let give = self.take_owed(dest);
+        let unsent = |e: Option<Error>| {
+            if give > 0 {
+                self.owed[dest as usize].fetch_add(u32::from(give), Ordering::AcqRel);
+            }
+            match e {
+                Some(e) => Err(e),
+                None => {
+                    self.progress_once()?;
+                    Ok(false)
+                }
+            }
+        };
         if total <= INJECT_STACK && total <= self.ep.inject_size() {
             let mut b = [0u8; INJECT_STACK];
             fill(&mut b[..total]);
-            if self.ep.inject(to, tag, data, &b[..total])? {
-                return Ok(true);
-            }
-            self.progress_once()?;
-            return Ok(false);
+            b[3] = give;
+            return match self.ep.inject(to, tag, data, &b[..total]) {
+                Ok(true) => Ok(true),
+                Ok(false) => unsent(None),
+                Err(e) => unsent(Some(e)),
+            };
         }
         let op = self.take_send_op();
         // SAFETY: `op` came from the pool or was just made; this thread owns it.
@@ -657,6 +795,7 @@ impl Engine {
             o.buf.resize(total, 0);
         }
         fill(&mut o.buf[..total]);
+        o.buf[3] = give;
         let ctx = std::ptr::addr_of_mut!(o.ctx);
         // SAFETY: the buffer and context live in the operation until its completion, which
         // returns it to the pool.
@@ -665,12 +804,11 @@ impl Engine {
             Ok(true) => Ok(true),
             Ok(false) => {
                 self.give_send_op(op);
-                self.progress_once()?;
-                Ok(false)
+                unsent(None)
             }
             Err(e) => {
                 self.give_send_op(op);
-                Err(e)
+                unsent(Some(e))
             }
         }
     }
@@ -767,10 +905,13 @@ impl Engine {
         sink: &mut dyn FnMut(&InMsg<'_>) -> bool,
     ) -> Result<(bool, bool)> {
         let h = parse_header(body).map_err(|e| cerr(format!("a message: {e}")))?;
-        let src = self.source_of(c, &h).map_err(cerr)?;
-        if h.nudge {
-            self.awake.nudged();
+        let (src, class) = self.source_of(c, &h).map_err(cerr)?;
+        if h.nudge || h.credit {
+            // Taken when it completed (`take_control`).
             return Ok((false, true));
+        }
+        if class == CLASS_REQ {
+            self.owe(src);
         }
         let args_end = HDR + 4 * h.nargs;
         let mut args = [0u32; MAX_ARGS];
@@ -889,6 +1030,57 @@ impl Engine {
     }
 }
 
+impl OfiConduit {
+    /// One poll (`Conduit::poll`) without the credit returns that follow it.
+    fn poll_inner(
+        &self,
+        replies_only: bool,
+        sink: &mut dyn FnMut(&InMsg<'_>) -> bool,
+    ) -> Result<usize> {
+        let Ok(_st) = self.eng.poll_state.try_lock() else {
+            // Another thread polls (or a handler of this thread's poll sends): drive the
+            // queue only.
+            self.eng.progress_once()?;
+            return Ok(0);
+        };
+        let queued =
+            std::mem::take(&mut *self.eng.repost.lock().unwrap_or_else(|e| e.into_inner()));
+        for OpPtr(op) in queued {
+            self.eng.post_or_queue(op)?;
+        }
+        let mut delivered = 0;
+        loop {
+            let read = self.eng.progress_once()?;
+            loop {
+                let next = {
+                    let mut r = self.eng.ready.lock().unwrap_or_else(|e| e.into_inner());
+                    let i = if replies_only {
+                        r.iter().position(Engine::is_reply)
+                    } else if r.is_empty() {
+                        None
+                    } else {
+                        Some(0)
+                    };
+                    i.and_then(|i| r.remove(i))
+                };
+                let Some(r) = next else { break };
+                let res = self.eng.deliver(&r, sink);
+                self.eng.recycle(r);
+                let (d, more) = res?;
+                if d {
+                    delivered += 1;
+                }
+                if !more {
+                    return Ok(delivered);
+                }
+            }
+            if read < self.eng.event_cnt.min(256) {
+                return Ok(delivered);
+            }
+        }
+    }
+}
+
 impl Conduit for OfiConduit {
     fn name(&self) -> &'static str {
         "ofi"
@@ -1000,58 +1192,31 @@ impl Conduit for OfiConduit {
         } else {
             msg.payload.len()
         };
-        if msg.category == Category::Long && plen > EAGER_MAX {
-            return self.eng.send_split(dest, msg);
+        // A request needs a credit towards `dest`; a reply never does (it answers a
+        // request that held one).
+        if !msg.is_reply && !self.eng.take_credit(dest)? {
+            self.eng.progress_once()?;
+            return Ok(false);
         }
-        let total = HDR + 4 * msg.args.len() + plen;
-        self.eng.send_bytes(dest, class, total, &|b: &mut [u8]| {
-            let n = put_header(b, msg, self.eng.rank, false, plen);
-            b[n..n + plen].copy_from_slice(&msg.payload[..plen]);
-        })
+        let sent = if msg.category == Category::Long && plen > EAGER_MAX {
+            self.eng.send_split(dest, msg)
+        } else {
+            let total = HDR + 4 * msg.args.len() + plen;
+            self.eng.send_bytes(dest, class, total, &|b: &mut [u8]| {
+                let n = put_header(b, msg, self.eng.rank, false, plen);
+                b[n..n + plen].copy_from_slice(&msg.payload[..plen]);
+            })
+        };
+        if !msg.is_reply && !matches!(sent, Ok(true)) {
+            self.eng.refund_credit(dest);
+        }
+        sent
     }
 
     fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {
-        let Ok(_st) = self.eng.poll_state.try_lock() else {
-            // Another thread polls (or a handler of this thread's poll sends): drive the
-            // queue only.
-            self.eng.progress_once()?;
-            return Ok(0);
-        };
-        let queued =
-            std::mem::take(&mut *self.eng.repost.lock().unwrap_or_else(|e| e.into_inner()));
-        for OpPtr(op) in queued {
-            self.eng.post_or_queue(op)?;
-        }
-        let mut delivered = 0;
-        loop {
-            let read = self.eng.progress_once()?;
-            loop {
-                let next = {
-                    let mut r = self.eng.ready.lock().unwrap_or_else(|e| e.into_inner());
-                    let i = if replies_only {
-                        r.iter().position(Engine::is_reply)
-                    } else if r.is_empty() {
-                        None
-                    } else {
-                        Some(0)
-                    };
-                    i.and_then(|i| r.remove(i))
-                };
-                let Some(r) = next else { break };
-                let res = self.eng.deliver(&r, sink);
-                self.eng.recycle(r);
-                let (d, more) = res?;
-                if d {
-                    delivered += 1;
-                }
-                if !more {
-                    return Ok(delivered);
-                }
-            }
-            if read < self.eng.event_cnt.min(256) {
-                return Ok(delivered);
-            }
-        }
+        let n = self.poll_inner(replies_only, sink)?;
+        self.eng.return_credits()?;
+        Ok(n)
     }
 
     fn exit_requested(&self) -> Option<i32> {

@@ -168,8 +168,10 @@ extern "C" {
     pub(crate) fn amnet_ofi_open(
         info: *mut FiInfo,
         e: *mut RawEp,
+        name: *const c_char,
         step: *mut *const c_char,
     ) -> c_int;
+    pub(crate) fn amnet_ofi_unlink_at_exit(name: *const c_char) -> c_int;
     pub(crate) fn amnet_ofi_close(e: *mut RawEp);
     pub(crate) fn amnet_ofi_getname(e: *mut RawEp, addr: *mut c_void, len: *mut usize) -> c_int;
     pub(crate) fn amnet_ofi_av_insert(

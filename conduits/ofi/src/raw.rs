@@ -7,7 +7,7 @@
 //! mode). The caller keeps it alive and in place until then, which is why those calls are
 //! `unsafe`.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 
 use amnet_core::{Error, Result};
 
@@ -15,6 +15,19 @@ pub use crate::ffi::FiContext;
 use crate::ffi::{self, CqEntry, FiAddr, FidMr, RawEp};
 use crate::provider::{self, Selected, Want};
 use crate::tag::{Layout, TagCaps, TagMode};
+
+/// The prefix of shm's endpoint names (its addresses); the region in /dev/shm is the rest.
+const SHM_PREFIX: &str = "fi_shm://";
+
+/// A region name no other endpoint on the host has: the process id, the time and a count.
+fn shm_region_name() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("amnet-ofi-{}-{t:x}-{n}", std::process::id())
+}
 
 fn err(msg: impl Into<String>) -> Error {
     Error::conduit("ofi", msg.into())
@@ -132,8 +145,19 @@ impl OfiEndpoint {
         })?;
         let mut ep = Box::new(RawEp::empty());
         let mut step: *const c_char = std::ptr::null();
-        // SAFETY: `sel.info()` is a live fi_info; `ep` and `step` are written by the call.
-        let rc = unsafe { ffi::amnet_ofi_open(sel.info(), &mut *ep, &mut step) };
+        // shm names each endpoint's region after the process id, and finds the region of a
+        // process killed earlier with the same id in its way (`fi_enable` fails with EBUSY):
+        // its endpoints get names of their own instead, unlinked when the process exits.
+        let region = (sel.desc.prov_name() == "shm").then(shm_region_name);
+        let name = region
+            .as_ref()
+            .map(|r| CString::new(format!("{SHM_PREFIX}{r}")))
+            .transpose()
+            .map_err(|_| err("an shm endpoint name with a NUL byte"))?;
+        let name_ptr = name.as_ref().map_or(std::ptr::null(), |n| n.as_ptr());
+        // SAFETY: `sel.info()` is a live fi_info; `name_ptr` is NULL or a NUL-terminated
+        // string that outlives the call; `ep` and `step` are written by the call.
+        let rc = unsafe { ffi::amnet_ofi_open(sel.info(), &mut *ep, name_ptr, &mut step) };
         if rc != 0 {
             let name = if step.is_null() {
                 "open".into()
@@ -147,6 +171,16 @@ impl OfiEndpoint {
                 &format!("{name} on provider {}", sel.desc.prov_name()),
                 i64::from(rc),
             ));
+        }
+        if let Some(r) = region {
+            let r = CString::new(r).map_err(|_| err("an shm region name with a NUL byte"))?;
+            // SAFETY: `r` is a NUL-terminated string; the shim copies it.
+            if unsafe { ffi::amnet_ofi_unlink_at_exit(r.as_ptr()) } != 0 {
+                amnet_core::diag!(
+                    "amnet ofi: the shm region {} stays in /dev/shm after this process exits",
+                    r.to_string_lossy()
+                );
+            }
         }
         Ok(OfiEndpoint { sel, ep })
     }
@@ -613,6 +647,35 @@ mod tests {
             let n = ep.read_cq(&mut c).unwrap_or_else(|e| panic!("{e}"));
             seen.extend_from_slice(&c[..n]);
         }
+    }
+
+    /// shm endpoints carry names of their own (`amnet-ofi-<pid>-...`), one region each,
+    /// which a closed endpoint removes.
+    #[test]
+    fn shm_endpoints_have_names_of_their_own() {
+        let choice = Choice::from_lists("shm", "", None);
+        let a = OfiEndpoint::open(&choice).expect("a");
+        let b = OfiEndpoint::open(&choice).expect("b");
+        let region = |ep: &OfiEndpoint| {
+            let addr = ep.address().expect("address");
+            let addr = String::from_utf8_lossy(&addr)
+                .trim_end_matches('\0')
+                .to_string();
+            let name = addr
+                .strip_prefix(SHM_PREFIX)
+                .unwrap_or_else(|| panic!("shm address {addr}"))
+                .to_string();
+            let own = format!("amnet-ofi-{}-", std::process::id());
+            assert!(name.starts_with(&own), "shm region {name}");
+            name
+        };
+        let (ra, rb) = (region(&a), region(&b));
+        assert_ne!(ra, rb);
+        let path = std::path::Path::new("/dev/shm").join(&ra);
+        assert!(path.exists(), "{} is not there", path.display());
+        drop(a);
+        assert!(!path.exists(), "{} outlived its endpoint", path.display());
+        drop(b);
     }
 
     /// Two endpoints of one process exchange tagged messages on each provider, both ways,

@@ -6,9 +6,12 @@
  * needs are exported as variables, so that no value is written twice. Every function returns
  * libfabric's own return value (0 or a negative FI_E* code) unless its comment says otherwise.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -140,10 +143,12 @@ void amnet_ofi_close(struct amnet_ofi_ep *e) {
 
 /*
  * Open fabric, domain, a tagged completion queue, a table address vector and the endpoint of
- * `info`, bind them and enable the endpoint. On failure everything opened is closed again and
- * `*step` names the call that failed.
+ * `info`, bind them and enable the endpoint, named `name` first when it is not NULL
+ * (`fi_setname`). On failure everything opened is closed again and `*step` names the call that
+ * failed.
  */
-int amnet_ofi_open(struct fi_info *info, struct amnet_ofi_ep *e, const char **step) {
+int amnet_ofi_open(struct fi_info *info, struct amnet_ofi_ep *e, const char *name,
+                   const char **step) {
     memset(e, 0, sizeof *e);
     int rc;
     struct fi_cq_attr cq_attr;
@@ -169,10 +174,52 @@ int amnet_ofi_open(struct fi_info *info, struct amnet_ofi_ep *e, const char **st
     STEP("fi_endpoint", fi_endpoint(e->domain, info, &e->ep, NULL));
     STEP("fi_ep_bind(cq)", fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV));
     STEP("fi_ep_bind(av)", fi_ep_bind(e->ep, &e->av->fid, 0));
+    if (name)
+        STEP("fi_setname", fi_setname(&e->ep->fid, (void *)name, strlen(name) + 1));
     STEP("fi_enable", fi_enable(e->ep));
 #undef STEP
     *step = "";
     return 0;
+}
+
+/*
+ * Shared-memory objects to unlink when the process exits (`exit` or a return from `main`): the
+ * shm provider removes an endpoint's region only when the endpoint is closed, which a process
+ * that ends while its peers may still write to it never does.
+ */
+#define AMNET_UNLINK_MAX 64
+static char *unlink_names[AMNET_UNLINK_MAX];
+static int unlink_count;
+static int unlink_registered;
+static pthread_mutex_t unlink_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void unlink_all(void) {
+    pthread_mutex_lock(&unlink_lock);
+    for (int i = 0; i < unlink_count; i++)
+        shm_unlink(unlink_names[i]);
+    pthread_mutex_unlock(&unlink_lock);
+}
+
+/* Unlink the shared-memory object `name` when the process exits; 0, or -1 when no room. */
+int amnet_ofi_unlink_at_exit(const char *name) {
+    int rc = -1;
+    pthread_mutex_lock(&unlink_lock);
+    if (!unlink_registered) {
+        if (atexit(unlink_all) != 0) {
+            pthread_mutex_unlock(&unlink_lock);
+            return -1;
+        }
+        unlink_registered = 1;
+    }
+    if (unlink_count < AMNET_UNLINK_MAX) {
+        char *copy = strdup(name);
+        if (copy) {
+            unlink_names[unlink_count++] = copy;
+            rc = 0;
+        }
+    }
+    pthread_mutex_unlock(&unlink_lock);
+    return rc;
 }
 
 /* The endpoint's address: `*len` is the buffer's size in, the address's length out. */
