@@ -75,6 +75,11 @@ const F_SPLIT: u8 = 0x08;
 const F_NUDGE: u8 = 0x10;
 /// A credit message: no handler runs; it only returns credits (the header's fourth byte).
 const F_CREDIT: u8 = 0x20;
+/// A split Long whose data comes as an RMA write with remote CQ data, not as a message.
+const F_WRITTEN: u8 = 0x40;
+/// Bits of a written Long's remote CQ data that hold its sequence number (the sender's rank
+/// is above them).
+const SEQ_BITS: u32 = 32;
 
 fn cerr(msg: impl Into<String>) -> Error {
     Error::conduit("ofi", msg.into())
@@ -106,6 +111,7 @@ pub(crate) struct Header {
     split: bool,
     nudge: bool,
     credit: bool,
+    written: bool,
     /// Credits returned to the receiver (the fourth byte).
     returned: u8,
     nargs: usize,
@@ -157,6 +163,7 @@ fn parse_header(b: &[u8]) -> std::result::Result<Header, String> {
         split: b[1] & F_SPLIT != 0,
         nudge: b[1] & F_NUDGE != 0,
         credit: b[1] & F_CREDIT != 0,
+        written: b[1] & F_WRITTEN != 0,
         returned: b[3],
         nargs,
         len,
@@ -220,6 +227,16 @@ enum Ready {
     /// A larger message still in its receive buffer (a spare buffer was posted in its
     /// place), or a split Long's data in the segment.
     Held(OpPtr, Completion),
+    /// A written Long (header and data both in): its sender, header and arguments.
+    Written(Rank, Header, [u32; MAX_ARGS]),
+}
+
+/// Half of a written Long that came before the other half.
+enum HalfLong {
+    /// The header and arguments (the data is not written yet).
+    Header(Header, [u32; MAX_ARGS]),
+    /// The data's completion (the header is not delivered yet).
+    Data,
 }
 
 /// Messages up to this many bytes are copied out of their receive buffer when they complete,
@@ -284,6 +301,8 @@ pub(crate) struct Engine {
     poll_state: Mutex<PollState>,
     /// Next Long sequence number towards each rank.
     long_seq: Vec<AtomicU32>,
+    /// Written Longs of which one half came, by sender and sequence number.
+    halves: Mutex<std::collections::HashMap<(Rank, u32), HalfLong>>,
     seg: OnceLock<HeapSegment>,
     /// Native RMA operations in flight.
     pub(crate) slots: Slots,
@@ -397,6 +416,7 @@ impl Engine {
             smalls: Mutex::new(Vec::new()),
             poll_state: Mutex::new(PollState),
             long_seq: (0..size).map(|_| AtomicU32::new(0)).collect(),
+            halves: Mutex::new(std::collections::HashMap::new()),
             seg: OnceLock::new(),
             slots: Slots::new(),
             awake: AwakeWindow::new(),
@@ -539,6 +559,9 @@ impl Engine {
     fn on_completion(&self, c: &Completion) -> Result<()> {
         let op = c.context.cast::<Op>();
         if op.is_null() {
+            if c.flags & crate::ffi::FI_REMOTE_CQ_DATA() != 0 {
+                return self.long_written(c.data);
+            }
             return Ok(());
         }
         // SAFETY: every context this conduit posts is the first field of a live `Op`
@@ -716,6 +739,33 @@ impl Engine {
         Ok(())
     }
 
+    /// The data of the written Long that `data` (remote CQ data) names is in the segment.
+    fn long_written(&self, data: u64) -> Result<()> {
+        let src = Rank::try_from(data >> SEQ_BITS).unwrap_or(Rank::MAX);
+        let seq = u32::try_from(data & ((1 << SEQ_BITS) - 1)).unwrap_or(u32::MAX);
+        if src >= self.size || seq >= LONG_SEQS {
+            return Err(cerr(format!(
+                "an RMA write with remote CQ data {data:#x}: no rank and Long of this job"
+            )));
+        }
+        let mut h = self.halves.lock().unwrap_or_else(|e| e.into_inner());
+        match h.remove(&(src, seq)) {
+            Some(HalfLong::Header(hdr, args)) => {
+                drop(h);
+                self.push_ready(Ready::Written(src, hdr, args));
+            }
+            Some(HalfLong::Data) => {
+                return Err(cerr(format!(
+                    "rank {src} wrote the data of its Long {seq} twice"
+                )))
+            }
+            None => {
+                h.insert((src, seq), HalfLong::Data);
+            }
+        }
+        Ok(())
+    }
+
     fn push_ready(&self, r: Ready) {
         self.ready
             .lock()
@@ -858,10 +908,32 @@ impl Engine {
         }
     }
 
+    /// A Long too large for one message, where the provider writes with remote CQ data: its
+    /// header (flagged split and written, with the sequence number as the only payload word),
+    /// then its payload as an RMA write into `dest`'s segment whose remote CQ data names this
+    /// rank and the sequence number. Returns once the payload may be reused.
+    fn send_written(&self, rma: &OfiRma, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
+        let class_main = if msg.is_reply { CLASS_REP } else { CLASS_REQ };
+        let seq = self.long_seq[dest as usize].fetch_add(1, Ordering::Relaxed) % LONG_SEQS;
+        let hlen = HDR + 4 * msg.args.len();
+        let ok = self.send_bytes(dest, class_main, hlen + 4, &|b: &mut [u8]| {
+            let n = put_header(b, msg, self.rank, true, msg.payload.len());
+            b[1] |= F_WRITTEN;
+            b[n..n + 4].copy_from_slice(&seq.to_le_bytes());
+        })?;
+        if !ok {
+            return Ok(false);
+        }
+        let data = (u64::from(self.rank) << SEQ_BITS) | u64::from(seq);
+        rma.write_long(dest, msg.long_offset, msg.payload, data)?;
+        Ok(true)
+    }
+
     /// Deliver one received message to `sink`; returns (delivered, keep going).
     fn deliver(&self, r: &Ready, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<(bool, bool)> {
         match r {
             Ready::Copied(_, body, c) => self.deliver_msg(body, c, sink),
+            Ready::Written(src, hdr, args) => self.deliver_written(*src, hdr, args, sink),
             Ready::Held(OpPtr(op), c) => {
                 // SAFETY: a completed receive held for delivery: the poller's.
                 let o = unsafe { &**op };
@@ -929,6 +1001,9 @@ impl Engine {
                 cerr(format!("rank {src} sent a split Long without its sequence"))
             })?);
             let seq = u32::from_le_bytes(w);
+            if h.written {
+                return self.long_header(src, seq, h, args, sink);
+            }
             let class = CLASS_LONG + seq % LONG_SEQS;
             let d = Op::boxed(
                 OpKind::LongData {
@@ -992,9 +1067,72 @@ impl Engine {
         Ok((true, sink(&m)))
     }
 
+    /// Run the handler of a written Long whose header and data are both in (the header's
+    /// range was checked when it arrived).
+    fn deliver_written(
+        &self,
+        src: Rank,
+        hdr: &Header,
+        args: &[u32; MAX_ARGS],
+        sink: &mut dyn FnMut(&InMsg<'_>) -> bool,
+    ) -> Result<(bool, bool)> {
+        let seg = self.seg.get().ok_or_else(|| cerr("a Long before attach"))?;
+        let off = usize::try_from(hdr.long_offset).unwrap_or(usize::MAX);
+        // SAFETY: the range lies in the segment (checked when the header arrived); the
+        // sender's write into it completed.
+        let land = unsafe { std::slice::from_raw_parts(seg.ptr().add(off), hdr.len) };
+        let m = InMsg {
+            src,
+            handler: hdr.handler,
+            category: Category::Long,
+            is_reply: hdr.is_reply,
+            args: &args[..hdr.nargs],
+            payload: land,
+            long_offset: hdr.long_offset,
+        };
+        Ok((true, sink(&m)))
+    }
+
+    /// The header of a written Long: its handler runs now if the data is in, else when it
+    /// comes (`long_written`).
+    fn long_header(
+        &self,
+        src: Rank,
+        seq: u32,
+        h: Header,
+        args: [u32; MAX_ARGS],
+        sink: &mut dyn FnMut(&InMsg<'_>) -> bool,
+    ) -> Result<(bool, bool)> {
+        let seg = self.seg.get().ok_or_else(|| cerr("a Long before attach"))?;
+        if !seg.fits(h.long_offset, h.len) || seq >= LONG_SEQS {
+            return Err(cerr(format!(
+                "rank {src} sent a Long of {} bytes at offset {} beyond the segment ({} \
+                 bytes), or of sequence {seq}",
+                h.len,
+                h.long_offset,
+                seg.len()
+            )));
+        }
+        let mut halves = self.halves.lock().unwrap_or_else(|e| e.into_inner());
+        match halves.remove(&(src, seq)) {
+            Some(HalfLong::Data) => {
+                drop(halves);
+                self.deliver_written(src, &h, &args, sink)
+            }
+            Some(HalfLong::Header(..)) => Err(cerr(format!(
+                "rank {src} sent the header of its Long {seq} twice"
+            ))),
+            None => {
+                halves.insert((src, seq), HalfLong::Header(h, args));
+                Ok((false, true))
+            }
+        }
+    }
+
     /// True when `r` carries a reply (or a reply's Long data).
     fn is_reply(r: &Ready) -> bool {
         match r {
+            Ready::Written(_, hdr, _) => hdr.is_reply,
             Ready::Copied(class, _, _) => *class == CLASS_REP,
             // SAFETY: a completed operation held for delivery.
             Ready::Held(OpPtr(op), _) => match unsafe { &(**op).kind } {
@@ -1014,6 +1152,7 @@ impl Engine {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push(v),
+            Ready::Written(..) => {}
             Ready::Held(OpPtr(op), _) => {
                 // SAFETY: a completed operation, the poller's.
                 if let OpKind::LongData { .. } = unsafe { &(*op).kind } {
@@ -1199,7 +1338,16 @@ impl Conduit for OfiConduit {
             return Ok(false);
         }
         let sent = if msg.category == Category::Long && plen > EAGER_MAX {
-            self.eng.send_split(dest, msg)
+            match self.rma.get() {
+                Some(rma)
+                    if dest != self.eng.rank
+                        && self.eng.ep.has_write_data()
+                        && plen <= self.eng.ep.max_msg_size() =>
+                {
+                    self.eng.send_written(rma, dest, msg)
+                }
+                _ => self.eng.send_split(dest, msg),
+            }
         } else {
             let total = HDR + 4 * msg.args.len() + plen;
             self.eng.send_bytes(dest, class, total, &|b: &mut [u8]| {

@@ -112,6 +112,8 @@ pub(crate) struct Selected {
     pub(crate) rma: bool,
     /// It offers FI_REMOTE_CQ_DATA and FI_DIRECTED_RECV (the full tag layout).
     pub(crate) full_tags: bool,
+    /// It offers RMA and 8 bytes of remote CQ data: writes that the target sees complete.
+    pub(crate) rma_data: bool,
     /// Every provider name the query offered before the lists were applied, deduplicated,
     /// in libfabric's order (for messages).
     pub(crate) offered: Vec<String>,
@@ -199,12 +201,16 @@ pub(crate) fn select(want: &Want) -> Result<Selected> {
             .find(|(_, d)| d.prov_name() == prov && (node.is_some() || d.domain_name() == domain));
         if let Some((info, desc)) = found {
             let full_tags = full_tags && desc.cq_data_size >= 4;
+            // Remote CQ data comes with a nonzero `cq_data_size`; libfabric 1.17's providers
+            // offer it without naming FI_REMOTE_CQ_DATA among their capabilities.
+            let rma_data = rma && desc.cq_data_size >= 8;
             return Ok(Selected {
                 _list: l,
                 info,
                 desc,
                 rma,
                 full_tags,
+                rma_data,
                 offered,
             });
         }

@@ -195,6 +195,12 @@ impl OfiEndpoint {
         self.sel.rma
     }
 
+    /// True when RMA writes may carry 8 bytes of remote CQ data, which the target's queue
+    /// reports (a completion with `FI_REMOTE_CQ_DATA` and no context).
+    pub fn has_write_data(&self) -> bool {
+        self.sel.rma_data
+    }
+
     /// The largest message or RMA transfer the provider takes in one operation.
     pub fn max_msg_size(&self) -> usize {
         usize::try_from(self.sel.desc.max_msg_size).unwrap_or(usize::MAX)
@@ -240,13 +246,15 @@ impl OfiEndpoint {
         let d = &self.sel.desc;
         format!(
             "provider {} (fabric {}, domain {}), offered [{}]; RMA {}, remote CQ data and \
-             directed receive {}, inject {} B, mem_tag_format {:#x}",
+             directed receive {}, RMA with remote CQ data {}, inject {} B, mem_tag_format \
+             {:#x}",
             d.prov_name(),
             d.fabric_name(),
             d.domain_name(),
             self.sel.offered.join(", "),
             if self.sel.rma { "yes" } else { "no" },
             if self.sel.full_tags { "yes" } else { "no" },
+            if self.sel.rma_data { "yes" } else { "no" },
             d.inject_size,
             d.mem_tag_format
         )
@@ -756,8 +764,10 @@ mod tests {
             let _ = wait(&[&a, &b], &mut seen, &mut sctx2);
             let c = wait(&[&a, &b], &mut seen, &mut rctx2);
             assert_eq!((c.tag, c.len), (TAG + 2, 100), "{prov}");
-            // libfabric 1.17's tcp;ofi_rxm, udp;ofi_rxd and shm all offer RMA.
+            // libfabric 1.17's tcp;ofi_rxm, udp;ofi_rxd and shm all offer RMA, with remote CQ
+            // data.
             assert!(a.has_rma(), "{prov}: {a:?}");
+            assert!(a.has_write_data(), "{prov}: {a:?}");
             // RMA: b writes into a's registered memory and reads it back.
             let mut seg = vec![0u8; 1 << 16];
             // SAFETY: `seg` outlives the region, closed below.
@@ -780,6 +790,47 @@ mod tests {
             assert!(ok.expect("write"), "{prov}");
             let _ = wait(&[&a, &b], &mut seen, &mut wctx);
             assert_eq!(&seg[100..100 + big.len()], &big[..], "{prov}: fi_write");
+            // A write with remote CQ data: a's queue gets a completion carrying it.
+            let mut wdctx = FiContext::new();
+            // SAFETY: as above.
+            let ok = unsafe {
+                b.write(
+                    at_b[0],
+                    r.remote_base,
+                    r.key,
+                    5000,
+                    big.as_ptr(),
+                    big.len(),
+                    Some(0xDA7A),
+                    true,
+                    &mut wdctx,
+                )
+            };
+            assert!(ok.expect("write with data"), "{prov}");
+            let _ = wait(&[&a, &b], &mut seen, &mut wdctx);
+            let t0 = std::time::Instant::now();
+            let c = loop {
+                let flag = ffi::FI_REMOTE_CQ_DATA();
+                if let Some(i) = seen.iter().position(|x| x.flags & flag != 0) {
+                    break seen.swap_remove(i);
+                }
+                drive(&[&a, &b], &mut seen);
+                assert!(
+                    t0.elapsed().as_secs() < 20,
+                    "{prov}: no remote CQ data in 20 s"
+                );
+                std::thread::yield_now();
+            };
+            assert_eq!(c.data, 0xDA7A, "{prov}: remote CQ data");
+            assert!(
+                c.context.is_null(),
+                "{prov}: a remote write's completion has a context"
+            );
+            assert_eq!(
+                &seg[5000..5000 + big.len()],
+                &big[..],
+                "{prov}: fi_write with data"
+            );
             let mut back = vec![0u8; 1000];
             let mut rdctx = FiContext::new();
             // SAFETY: `back` and `rdctx` live until the read's completion is read.

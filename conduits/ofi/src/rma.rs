@@ -199,6 +199,9 @@ unsafe impl Sync for OfiRma {}
 enum Dir {
     Write,
     Read,
+    /// A write with remote CQ data that completes once its source may be reused (a Long's
+    /// payload; the target learns of it from its own completion).
+    WriteData(u64),
 }
 
 impl OfiRma {
@@ -318,6 +321,17 @@ impl OfiRma {
                         .ep
                         .write(to, p.base, p.key, offset, local, len, None, true, ctx),
                     Dir::Read => self.eng.ep.read(to, p.base, p.key, offset, local, len, ctx),
+                    Dir::WriteData(d) => self.eng.ep.write(
+                        to,
+                        p.base,
+                        p.key,
+                        offset,
+                        local,
+                        len,
+                        Some(d),
+                        false,
+                        ctx,
+                    ),
                 }
             };
             match posted {
@@ -361,6 +375,35 @@ impl OfiRma {
                 b.reset();
             }
         }
+    }
+
+    /// Write a Long's `payload` into `dest`'s segment at `offset` as one `fi_write` carrying
+    /// the remote CQ data `data`, and wait until `payload` may be reused. The caller checked
+    /// that the provider takes `payload.len()` bytes in one operation.
+    pub(crate) fn write_long(
+        &self,
+        dest: Rank,
+        offset: u64,
+        payload: &[u8],
+        data: u64,
+    ) -> Result<()> {
+        let p = self.peer(dest, offset, payload.len())?;
+        self.nudge(dest);
+        let t = self.take_wait()?;
+        let local = payload.as_ptr().cast_mut();
+        // SAFETY: `payload` is borrowed for the call, which waits for the completion; a
+        // write only reads it.
+        unsafe {
+            self.post(
+                t,
+                Dir::WriteData(data),
+                (dest, p),
+                offset,
+                local,
+                payload.len(),
+            )?
+        };
+        self.wait_slot(t, dest)
     }
 
     /// A blocking transfer, split into chunks that are all in flight at once.
