@@ -26,7 +26,7 @@
 //! queue cannot wait forever.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -308,6 +308,8 @@ pub(crate) struct Engine {
     pub(crate) slots: Slots,
     /// Open while a peer's nudge keeps this rank's idle waits awake.
     awake: AwakeWindow,
+    /// When each peer was last nudged (ns of `now_ns`, 0: never).
+    nudged: Vec<AtomicU64>,
     /// Requests this rank may still send to each rank before that rank returns credits.
     credits: Vec<AtomicU32>,
     /// Credits this rank owes each rank: its requests delivered here and not returned yet.
@@ -420,6 +422,7 @@ impl Engine {
             seg: OnceLock::new(),
             slots: Slots::new(),
             awake: AwakeWindow::new(),
+            nudged: (0..size).map(|_| AtomicU64::new(0)).collect(),
             credits: (0..size).map(|_| AtomicU32::new(credit_max)).collect(),
             owed: (0..size).map(|_| AtomicU32::new(0)).collect(),
             owed_due: AtomicBool::new(false),
@@ -638,8 +641,24 @@ impl Engine {
         }
     }
 
+    /// Keep `dest` polling while this rank waits on it (RMA towards it, credits from it):
+    /// a nudge unless it had one in the last `NUDGE_EVERY_NS` (see `crate::rma`).
+    pub(crate) fn nudge(&self, dest: Rank) {
+        let Some(last) = self.nudged.get(dest as usize) else {
+            return;
+        };
+        let now = amnet_core::now_ns().max(1);
+        let then = last.load(Ordering::Relaxed);
+        if then != 0 && now.saturating_sub(then) < crate::rma::NUDGE_EVERY_NS {
+            return;
+        }
+        if self.send_nudge(dest) {
+            last.store(now, Ordering::Relaxed);
+        }
+    }
+
     /// Send `dest` a nudge (best effort: false when the provider has no room now).
-    pub(crate) fn send_nudge(&self, dest: Rank) -> bool {
+    fn send_nudge(&self, dest: Rank) -> bool {
         self.send_bytes(dest, CLASS_REQ, HDR, &|b: &mut [u8]| {
             b.fill(0);
             b[1] = F_NUDGE;
@@ -1334,6 +1353,11 @@ impl Conduit for OfiConduit {
         // A request needs a credit towards `dest`; a reply never does (it answers a
         // request that held one).
         if !msg.is_reply && !self.eng.take_credit(dest)? {
+            // Credits come back within a round trip if `dest` polls: it is nudged so that its
+            // idle waits do not sleep meanwhile, and the core's wait here polls without
+            // sleeping.
+            self.eng.nudge(dest);
+            self.eng.awake.nudged();
             self.eng.progress_once()?;
             return Ok(false);
         }

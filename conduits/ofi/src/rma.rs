@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use amnet_core::sync::{AtomicU64, Ordering};
-use amnet_core::{now_ns, Backoff, Error, NativeRma, Rank, Result, RmaTicket};
+use amnet_core::{Backoff, Error, NativeRma, Rank, Result, RmaTicket};
 
 use crate::conduit::{Engine, Op, OpKind};
 use crate::raw::Region;
@@ -184,8 +184,6 @@ pub(crate) struct OfiRma {
     peers: Vec<Remote>,
     seg_base: *mut u8,
     seg_len: usize,
-    /// When each peer was last nudged (ns of `now_ns`, 0: never).
-    nudged: Vec<AtomicU64>,
 }
 
 // SAFETY: the segment pointer names memory that lives as long as the conduit; every other
@@ -212,14 +210,12 @@ impl OfiRma {
         seg_base: *mut u8,
         seg_len: usize,
     ) -> OfiRma {
-        let n = peers.len();
         OfiRma {
             eng,
             _region: region,
             peers,
             seg_base,
             seg_len,
-            nudged: (0..n).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
@@ -256,21 +252,6 @@ impl OfiRma {
             self.seg_base
                 .add(usize::try_from(offset).unwrap_or(usize::MAX))
         })
-    }
-
-    /// Keep `dest` polling while operations towards it run (see the module documentation).
-    fn nudge(&self, dest: Rank) {
-        let Some(last) = self.nudged.get(dest as usize) else {
-            return;
-        };
-        let now = now_ns().max(1);
-        let then = last.load(Ordering::Relaxed);
-        if then != 0 && now.saturating_sub(then) < NUDGE_EVERY_NS {
-            return;
-        }
-        if self.eng.send_nudge(dest) {
-            last.store(now, Ordering::Relaxed);
-        }
     }
 
     fn backoff(&self) -> Backoff {
@@ -388,7 +369,7 @@ impl OfiRma {
         data: u64,
     ) -> Result<()> {
         let p = self.peer(dest, offset, payload.len())?;
-        self.nudge(dest);
+        self.eng.nudge(dest);
         let t = self.take_wait()?;
         let local = payload.as_ptr().cast_mut();
         // SAFETY: `payload` is borrowed for the call, which waits for the completion; a
@@ -423,7 +404,7 @@ impl OfiRma {
         if len == 0 {
             return Ok(());
         }
-        self.nudge(rank);
+        self.eng.nudge(rank);
         let chunk = self.eng.ep.max_msg_size().clamp(1, CHUNK_MAX);
         let mut inflight: [Option<Taken>; 8] = [None; 8];
         let mut done = 0usize;
@@ -503,7 +484,7 @@ impl NativeRma for OfiRma {
         let Some(t) = self.eng.slots.st.take(true) else {
             return self.put(dest, offset, src).map(|()| None);
         };
-        self.nudge(dest);
+        self.eng.nudge(dest);
         let op = self.eng.slots.op(t);
         // SAFETY: the slot is taken: its operation's buffer is this thread's until the
         // operation is posted, and unchanged until its completion.
@@ -534,7 +515,7 @@ impl NativeRma for OfiRma {
             // SAFETY: forwarded contract.
             return unsafe { self.get(src_rank, offset, dst, len) }.map(|()| None);
         };
-        self.nudge(src_rank);
+        self.eng.nudge(src_rank);
         // SAFETY: the caller keeps `dst` valid and to itself until the ticket completes,
         // which is after the read's completion.
         unsafe { self.post(t, Dir::Read, (src_rank, p), offset, dst, len)? };
