@@ -44,7 +44,15 @@ pub fn launch_job_with_log(opts: &LaunchOptions, log: &mut dyn FnMut(&str)) -> R
         // The ofi conduit's ranks find each other through the udp job's bootstrap service.
         ConduitKind::Udp | ConduitKind::Ofi => {
             let mut job = amnet_udp::spawn::UdpJob::new(opts.ranks, &src)?;
-            let code = supervise_with_log(&mut job, opts, log)?;
+            let code = supervise_with_log(&mut job, opts, log);
+            if opts.conduit == ConduitKind::Ofi {
+                // The regions of this host's ranks on libfabric's shm provider, named after
+                // the job's bootstrap port: those of ranks killed before they could unlink
+                // their own (amnet_ofi::raw).
+                let port = job.boot_addr().port();
+                amnet_smp::unlink_prefix(&format!("amnet-ofi-{port}-"));
+            }
+            let code = code?;
             for e in job.boot_errors() {
                 log(&format!("bootstrap: {e}"));
             }

@@ -19,14 +19,21 @@ use crate::tag::{Layout, TagCaps, TagMode};
 /// The prefix of shm's endpoint names (its addresses); the region in /dev/shm is the rest.
 const SHM_PREFIX: &str = "fi_shm://";
 
-/// A region name no other endpoint on the host has: the process id, the time and a count.
+/// A region name no other endpoint on the host has: the job's bootstrap port (0 outside a
+/// launched job; the launcher removes `amnet-ofi-<port>-*` when the job ends, so that the
+/// regions of ranks killed by a signal go too), the process id, the time and a count.
 fn shm_region_name() -> String {
+    let port = amnet_core::config::Source::env()
+        .socket_addr(&amnet_core::config::vars::UDP_BOOT)
+        .ok()
+        .flatten()
+        .map_or(0, |a| a.port());
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    format!("amnet-ofi-{}-{t:x}-{n}", std::process::id())
+    format!("amnet-ofi-{port}-{}-{t:x}-{n}", std::process::id())
 }
 
 fn err(msg: impl Into<String>) -> Error {
@@ -673,8 +680,9 @@ mod tests {
                 .strip_prefix(SHM_PREFIX)
                 .unwrap_or_else(|| panic!("shm address {addr}"))
                 .to_string();
-            let own = format!("amnet-ofi-{}-", std::process::id());
-            assert!(name.starts_with(&own), "shm region {name}");
+            let own = format!("-{}-", std::process::id());
+            assert!(name.starts_with("amnet-ofi-"), "shm region {name}");
+            assert!(name.contains(&own), "shm region {name}");
             name
         };
         let (ra, rb) = (region(&a), region(&b));

@@ -184,4 +184,9 @@ impl UdpJob {
     pub fn boot_errors(&self) -> Vec<String> {
         self.server.errors()
     }
+
+    /// The bootstrap service's address, as the ranks are told it (`AMNET_UDP_BOOT`).
+    pub fn boot_addr(&self) -> SocketAddr {
+        self.boot
+    }
 }
