@@ -560,11 +560,16 @@ impl Engine {
 
     /// One completion read by `progress_once`.
     fn on_completion(&self, c: &Completion) -> Result<()> {
-        let op = c.context.cast::<Op>();
-        if op.is_null() {
+        // A peer's write into the segment: told by its flags, never by its context (libfabric
+        // 1.17's shm may leave one there that is not this rank's).
+        if c.flags & crate::ffi::FI_REMOTE_WRITE() != 0 {
             if c.flags & crate::ffi::FI_REMOTE_CQ_DATA() != 0 {
                 return self.long_written(c.data);
             }
+            return Ok(());
+        }
+        let op = c.context.cast::<Op>();
+        if op.is_null() {
             return Ok(());
         }
         // SAFETY: every context this conduit posts is the first field of a live `Op`
