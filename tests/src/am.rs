@@ -27,6 +27,7 @@ pub fn tests() -> Vec<Test> {
             min_ranks: 2,
             ..test("am_long_max", long_max)
         },
+        test("am_long_burst", long_burst),
         test("am_request_reply_chain", chain),
         test("stats_counters", stats_counters),
         Test {
@@ -601,6 +602,36 @@ fn long_max(c: &Ctx<'_>) -> Verdict {
     ensure(hits == want, || {
         format!("{hits} requests arrived, expected {want}")
     })
+}
+
+/// Longs larger than an eager message (64 KiB; ofi writes them into the target's segment),
+/// sent back to back to the next rank at distinct offsets: each arrives whole and runs its
+/// handler once.
+fn long_burst(c: &Ctx<'_>) -> Verdict {
+    const N: u64 = 16;
+    const LEN: usize = 256 << 10;
+    const OFF: u64 = 12 << 20;
+    let next = (c.rank() + 1) % c.size();
+    let room = ck("segment_len_of", c.ep.segment_len_of(next))?;
+    ensure(room as u64 >= OFF + N * LEN as u64, || {
+        format!("the next rank's segment has {room} bytes")
+    })?;
+    for i in 0..N {
+        let seed = crate::next_seed();
+        let p = pattern::bytes(seed, LEN);
+        ck(
+            "request_long",
+            c.ep.request_long(next, H_CHECK, &[seed], &p, OFF + i * LEN as u64),
+        )?;
+    }
+    ck(
+        "acks",
+        c.ep.wait_until(|| c.st.acks.load(Ordering::SeqCst) >= N),
+    )?;
+    ck("barrier", c.ep.barrier())?;
+    c.st.handler_verdict()?;
+    let hits = c.st.hits.load(Ordering::SeqCst);
+    ensure(hits == N, || format!("{hits} Longs arrived, expected {N}"))
 }
 
 fn chain(c: &Ctx<'_>) -> Verdict {
