@@ -964,27 +964,14 @@ impl Engine {
                 match &o.kind {
                     OpKind::Recv(_) => self.deliver_msg(&o.buf[..c.len.min(o.buf.len())], c, sink),
                     OpKind::LongData { src, hdr, args, .. } => {
-                        let seg = self.seg.get().ok_or_else(|| cerr("a Long before attach"))?;
-                        let off = usize::try_from(hdr.long_offset).unwrap_or(usize::MAX);
                         if c.len != hdr.len {
                             return Err(cerr(format!(
                                 "rank {src}'s Long data has {} bytes, its header said {}",
                                 c.len, hdr.len
                             )));
                         }
-                        // SAFETY: the range was checked when the receive was posted.
-                        let land =
-                            unsafe { std::slice::from_raw_parts(seg.ptr().add(off), hdr.len) };
-                        let m = InMsg {
-                            src: *src,
-                            handler: hdr.handler,
-                            category: Category::Long,
-                            is_reply: hdr.is_reply,
-                            args: &args[..hdr.nargs],
-                            payload: land,
-                            long_offset: hdr.long_offset,
-                        };
-                        Ok((true, sink(&m)))
+                        // The range was checked when the receive was posted.
+                        self.deliver_written(*src, hdr, args, sink)
                     }
                     OpKind::Send | OpKind::SendOnce | OpKind::Rma(_) => Ok((false, true)),
                 }
@@ -1091,8 +1078,8 @@ impl Engine {
         Ok((true, sink(&m)))
     }
 
-    /// Run the handler of a written Long whose header and data are both in (the header's
-    /// range was checked when it arrived).
+    /// Run the handler of a split Long whose header and data are both in (its range was
+    /// checked when the header arrived).
     fn deliver_written(
         &self,
         src: Rank,
@@ -1102,8 +1089,8 @@ impl Engine {
     ) -> Result<(bool, bool)> {
         let seg = self.seg.get().ok_or_else(|| cerr("a Long before attach"))?;
         let off = usize::try_from(hdr.long_offset).unwrap_or(usize::MAX);
-        // SAFETY: the range lies in the segment (checked when the header arrived); the
-        // sender's write into it completed.
+        // SAFETY: the range lies in the segment (checked when the header arrived); the data
+        // landed in it (the sender's write or the receive completed).
         let land = unsafe { std::slice::from_raw_parts(seg.ptr().add(off), hdr.len) };
         let m = InMsg {
             src,
