@@ -887,9 +887,9 @@ impl Engine {
         }
     }
 
-    /// A Long too large for one message: its header (flagged split, with the sequence number
-    /// as the only payload word), then its data as a message of class `CLASS_LONG + seq`.
-    fn send_split(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
+    /// The header of a split Long (flagged split and `flag`, with a fresh sequence number
+    /// towards `dest` as its only payload word); `Ok(None)`: no room now.
+    fn send_split_header(&self, dest: Rank, msg: &OutMsg<'_>, flag: u8) -> Result<Option<u32>> {
         let class_main = if msg.is_reply { CLASS_REP } else { CLASS_REQ };
         // Taken atomically, so that threads sending split Longs to the same rank at once never
         // share a number (a number whose header finds no room is skipped: the target takes
@@ -898,11 +898,18 @@ impl Engine {
         let hlen = HDR + 4 * msg.args.len();
         let ok = self.send_bytes(dest, class_main, hlen + 4, &|b: &mut [u8]| {
             let n = put_header(b, msg, self.rank, true, msg.payload.len());
+            b[1] |= flag;
             b[n..n + 4].copy_from_slice(&seq.to_le_bytes());
         })?;
-        if !ok {
+        Ok(ok.then_some(seq))
+    }
+
+    /// A Long too large for one message: its header (flagged split, with the sequence number
+    /// as the only payload word), then its data as a message of class `CLASS_LONG + seq`.
+    fn send_split(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
+        let Some(seq) = self.send_split_header(dest, msg, 0)? else {
             return Ok(false);
-        }
+        };
         let to = self.dest_addr(dest)?;
         let (tag, data) = self.layout.encode(0, JOB, self.rank, CLASS_LONG + seq);
         let mut op = Op::boxed(OpKind::SendOnce, 0);
@@ -937,17 +944,9 @@ impl Engine {
     /// then its payload as an RMA write into `dest`'s segment whose remote CQ data names this
     /// rank and the sequence number. Returns once the payload may be reused.
     fn send_written(&self, rma: &OfiRma, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
-        let class_main = if msg.is_reply { CLASS_REP } else { CLASS_REQ };
-        let seq = self.long_seq[dest as usize].fetch_add(1, Ordering::Relaxed) % LONG_SEQS;
-        let hlen = HDR + 4 * msg.args.len();
-        let ok = self.send_bytes(dest, class_main, hlen + 4, &|b: &mut [u8]| {
-            let n = put_header(b, msg, self.rank, true, msg.payload.len());
-            b[1] |= F_WRITTEN;
-            b[n..n + 4].copy_from_slice(&seq.to_le_bytes());
-        })?;
-        if !ok {
+        let Some(seq) = self.send_split_header(dest, msg, F_WRITTEN)? else {
             return Ok(false);
-        }
+        };
         let data = (u64::from(self.rank) << SEQ_BITS) | u64::from(seq);
         rma.write_long(dest, msg.long_offset, msg.payload, data)?;
         Ok(true)
