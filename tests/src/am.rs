@@ -28,6 +28,7 @@ pub fn tests() -> Vec<Test> {
             ..test("am_long_max", long_max)
         },
         test("am_long_burst", long_burst),
+        test("am_long_window", long_window),
         test("am_request_reply_chain", chain),
         test("stats_counters", stats_counters),
         Test {
@@ -632,6 +633,31 @@ fn long_burst(c: &Ctx<'_>) -> Verdict {
     c.st.handler_verdict()?;
     let hits = c.st.hits.load(Ordering::SeqCst);
     ensure(hits == N, || format!("{hits} Longs arrived, expected {N}"))
+}
+
+/// A window of 96 Longs of 128 KiB to the next rank whose handler does not reply, sent
+/// back to back by every rank at once (each rank's sends wait on credits or room while its
+/// predecessor's Longs arrive): every one arrives once, and the put and barriers after them
+/// complete.
+fn long_window(c: &Ctx<'_>) -> Verdict {
+    const N: u64 = 96;
+    const LEN: usize = 128 << 10;
+    const SLOTS: u64 = 16;
+    const OFF: u64 = 12 << 20;
+    let next = (c.rank() + 1) % c.size();
+    let room = ck("segment_len_of", c.ep.segment_len_of(next))?;
+    ensure(room as u64 >= OFF + SLOTS * LEN as u64, || {
+        format!("the next rank's segment has {room} bytes")
+    })?;
+    for i in 0..N {
+        let p = pattern::bytes(crate::next_seed(), LEN);
+        let off = OFF + (i % SLOTS) * LEN as u64;
+        ck(
+            "request_long",
+            c.ep.request_long(next, H_COUNT, &[], &p, off),
+        )?;
+    }
+    arrived_as_sent(c, next, N, "window Longs")
 }
 
 fn chain(c: &Ctx<'_>) -> Verdict {
