@@ -14,6 +14,9 @@
 //!   raw completion queue and polls amnet until rank 0's closing message arrives. The floor
 //!   of the put bandwidth target.
 //!
+//! - `raw_ofi_read`: blocking `fi_read`s by rank 0 out of the same region, at the same sizes,
+//!   timed alternately with amnet's blocking gets (`rma get_bw_paired`) in the same way.
+//!
 //! The two endpoints' addresses (and rank 1's region) travel through the ranks' segments
 //! (written locally, read with a get after a barrier). Ranks other than 0 and 1 only take part
 //! in the barriers.
@@ -209,9 +212,11 @@ pub(crate) fn run(ep: &Endpoint, plan: &Plan) -> Result<Vec<Row>, BenchError> {
 
 /// Rank 0 (`far`: rank 1's region's base and key): time blocking writes into the region,
 /// interleaved sample by sample with amnet's blocking puts of the same size into rank 1's
-/// segment; rank 1 (`None`): read the raw queue and poll amnet (whose puts a provider with
-/// manual progress applies only there) until rank 0's closing message. Returns rank 0's
-/// rows: `raw_ofi_write` and `put_bw_paired` (with the write as its floor).
+/// segment, then blocking reads out of it against amnet's blocking gets; rank 1 (`None`):
+/// read the raw queue and poll amnet (whose puts and gets a provider with manual progress
+/// serves only there) until rank 0's closing message. Returns rank 0's rows:
+/// `raw_ofi_write` and `put_bw_paired` (with the write as its floor), `raw_ofi_read` and
+/// `get_bw_paired` (with the read as its floor).
 fn write_floor(
     ep: &Endpoint,
     raw: &OfiEndpoint,
@@ -242,6 +247,8 @@ fn write_floor(
         }
     };
     let src = vec![5u8; WRITE_SIZES[1].min(plan.max_bytes).max(8)];
+    let mut back = vec![0u8; src.len()];
+    let mut land = vec![0u8; src.len()];
     for n in WRITE_SIZES.into_iter().filter(|&n| n <= plan.max_bytes) {
         let shape = plan.rma_shape(n);
         let write = || -> Result<(), BenchError> {
@@ -262,6 +269,24 @@ fn write_floor(
             })?;
         rows.push(Row::bandwidth("floor", "raw_ofi_write", n, &floor, shape.1));
         rows.push(Row::bandwidth("rma", "put_bw_paired", n, &put, shape.1).with_floor(&floor));
+        let read = |land: &mut [u8]| -> Result<(), BenchError> {
+            // SAFETY: `land` and `ctx` stay in place until `wait_recv` read the completion;
+            // `n` fits rank 1's region and `land`.
+            while !unsafe { raw.read(peer, far.0, far.1, 0, land.as_mut_ptr(), n, c) }
+                .map_err(ofi)?
+            {
+                let mut cq = [Completion::EMPTY; 4];
+                let _ = raw.read_cq(&mut cq).map_err(ofi)?;
+            }
+            wait_recv(raw, c)
+        };
+        let (get, floor) =
+            time_paired(plan.warmup(shape.0), shape.0, shape.1, |side| match side {
+                Side::Op => ep.get(1, 0, &mut back[..n]).map_err(BenchError::Amnet),
+                Side::Floor => read(&mut land),
+            })?;
+        rows.push(Row::bandwidth("floor", "raw_ofi_read", n, &floor, shape.1));
+        rows.push(Row::bandwidth("rma", "get_bw_paired", n, &get, shape.1).with_floor(&floor));
     }
     while !raw.inject(peer, TAG_DONE, None, &[0u8; 8]).map_err(ofi)? {
         let mut cq = [Completion::EMPTY; 4];

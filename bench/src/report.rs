@@ -356,11 +356,26 @@ impl Report {
         }
         if self.ofi() {
             // Short RTT and 8-byte put/get against the raw tagged ping-pong; bandwidths
-            // against raw blocking `fi_write`s at the same size.
+            // against raw blocking `fi_write`s at the same size (gets against `fi_read`s
+            // where those were timed).
             self.compute_network_ratios("raw_ofi_rtt", None, None, "raw_ofi_write");
-            // The put timed alternately with the raw write: against that write.
+            // The get sweep against the raw read where one was timed at that size.
+            let reads: Vec<(usize, f64)> = self
+                .rows
+                .iter()
+                .filter(|r| r.op == "raw_ofi_read")
+                .filter_map(|r| r.mb_s.map(|m| (r.bytes, m)))
+                .collect();
             for r in &mut self.rows {
-                if r.op == "put_bw_paired" {
+                if r.op == "get_bw" {
+                    if let Some(&(_, m)) = reads.iter().find(|(b, _)| *b == r.bytes) {
+                        r.ratio = r.mb_s.map(|v| v / m);
+                    }
+                }
+            }
+            // The put and get timed alternately with the raw write and read: against them.
+            for r in &mut self.rows {
+                if r.op == "put_bw_paired" || r.op == "get_bw_paired" {
                     r.ratio = r.mb_s.zip(r.floor_mb_s).map(|(v, f)| v / f);
                 }
             }
@@ -903,6 +918,16 @@ impl Report {
                 let _ = writeln!(
                     out,
                     "# ratio: MB/s over raw UDP streaming of the same size (floor/raw_udp_stream_bw)"
+                );
+            } else if self.ofi() && rows_have_floor {
+                let raw = if op == "get_bw_paired" {
+                    "fi_read"
+                } else {
+                    "fi_write"
+                };
+                let _ = writeln!(
+                    out,
+                    "# ratio: MB/s over a raw blocking {raw} of the same size timed interleaved with it"
                 );
             } else if rows_have_floor {
                 let _ = writeln!(
