@@ -77,6 +77,10 @@ done
 echo "== amrun --conduit ofi -n 2 amnet-testsuite, AMNET_OFI_TAG_MODE=ofi_tag_2"
 AMNET_OFI_TAG_MODE=ofi_tag_2 target/release/amrun --conduit ofi -n 2 --timeout 900 \
     target/release/amnet-testsuite
+# Split Longs as tagged data messages rather than writes, on tcp.
+echo "== amrun --conduit ofi -n 2 amnet-testsuite am_long, AMNET_OFI_LONG_WRITE=0"
+AMNET_OFI_LONG_WRITE=0 target/release/amrun --conduit ofi -n 2 --timeout 300 \
+    target/release/amnet-testsuite am_long
 # ... on libfabric's shm provider at 4 ranks and udp;ofi_rxd at 2 (udp bound to loopback);
 echo "== amrun --conduit ofi -n 4 amnet-testsuite, AMNET_OFI_PROVIDER_INCLUDE=shm"
 AMNET_OFI_PROVIDER_INCLUDE=shm target/release/amrun --conduit ofi -n 4 --timeout 900 \

@@ -605,6 +605,16 @@ pub mod vars {
                   has run their handlers; the peer returns them in its messages, or in a \
                   credit message once half are due",
     };
+    /// `AMNET_OFI_LONG_WRITE`.
+    pub const OFI_LONG_WRITE: Var = Var {
+        name: "AMNET_OFI_LONG_WRITE",
+        scope: OFI,
+        kind: Kind::Flag,
+        default: "`1`",
+        meaning: "ofi: a Long of more than 64 KiB is one `fi_write` with remote CQ data into \
+                  the target's segment where native RMA is on and the provider offers remote \
+                  CQ data; `0`: always a tagged data message after its header",
+    };
     /// `AMNET_STORM`.
     pub const STORM: Var = Var {
         name: "AMNET_STORM",
@@ -675,6 +685,7 @@ pub const VARS: &[&Var] = &[
     &vars::OFI_TAG_MODE,
     &vars::OFI_PROGRESS_EVENT_CNT,
     &vars::OFI_AM_CREDITS,
+    &vars::OFI_LONG_WRITE,
     &vars::STORM,
     &vars::TESTSUITE_SUMMARY,
     &vars::TEST_SEED,

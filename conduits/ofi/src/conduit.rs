@@ -251,6 +251,8 @@ pub struct OfiConduit {
     /// Native put and get, where the provider offers RMA and every rank registered its
     /// segment.
     rma: OnceLock<Arc<OfiRma>>,
+    /// Whether a Long over `EAGER_MAX` may travel as one write (`AMNET_OFI_LONG_WRITE`).
+    long_write: bool,
 }
 
 impl std::fmt::Debug for OfiConduit {
@@ -264,9 +266,11 @@ impl OfiConduit {
     /// service, `AMNET_UDP_BOOT`, as `amrun --conduit ofi` sets them; none of them: a job of
     /// one rank), on the provider the `AMNET_OFI_*` variables choose.
     pub fn new(src: &Source) -> Result<OfiConduit> {
+        let long_write = src.flag(&vars::OFI_LONG_WRITE)?.unwrap_or(true);
         Ok(OfiConduit {
             eng: Arc::new(Engine::new(src)?),
             rma: OnceLock::new(),
+            long_write,
         })
     }
 
@@ -1355,7 +1359,8 @@ impl Conduit for OfiConduit {
         let sent = if msg.category == Category::Long && plen > EAGER_MAX {
             match self.rma.get() {
                 Some(rma)
-                    if dest != self.eng.rank
+                    if self.long_write
+                        && dest != self.eng.rank
                         && self.eng.ep.has_write_data()
                         && plen <= self.eng.ep.max_msg_size() =>
                 {
