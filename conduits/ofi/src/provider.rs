@@ -10,6 +10,7 @@ use std::ffi::CString;
 use amnet_core::{Error, Result};
 
 use crate::ffi::{self, Desc, FiInfo};
+use crate::raw::Choice;
 
 fn err(msg: impl Into<String>) -> Error {
     Error::conduit("ofi", msg.into())
@@ -30,18 +31,6 @@ pub(crate) fn parse_list(s: &str) -> Vec<String> {
 pub(crate) fn named_by(prov: &str, list: &[String]) -> bool {
     list.iter()
         .any(|n| n == prov || prov.split(';').any(|part| part == n))
-}
-
-/// What the selection asks for.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Want {
-    /// Providers to choose from (empty: all).
-    pub(crate) include: Vec<String>,
-    /// Providers never chosen.
-    pub(crate) exclude: Vec<String>,
-    /// The source address to pin the endpoint to (`node`, as `fi_getinfo` takes it), e.g.
-    /// `127.0.0.1` to keep tcp and udp on loopback.
-    pub(crate) node: Option<String>,
 }
 
 /// The `fi_getinfo` list of one query, freed on drop.
@@ -141,7 +130,7 @@ fn rma_caps() -> u64 {
 
 /// Pick the provider `want` describes: tagged messaging is required, RMA taken where the
 /// first acceptable provider offers it.
-pub(crate) fn select(want: &Want) -> Result<Selected> {
+pub(crate) fn select(want: &Choice) -> Result<Selected> {
     let base = ffi::FI_TAGGED();
     let list = InfoList::query(base, None, None)?;
     let entries = list.entries();
@@ -241,11 +230,11 @@ mod tests {
     #[test]
     fn selects_each_installed_provider_on_loopback() {
         for (inc, prefix) in [("tcp", "tcp"), ("udp", "udp"), ("shm", "shm")] {
-            let want = Want {
+            let want = Choice {
                 include: parse_list(inc),
                 // shm's addresses are names: the source address does not apply to it.
                 node: Some("127.0.0.1".to_owned()),
-                ..Want::default()
+                ..Choice::default()
             };
             let s = select(&want).unwrap_or_else(|e| panic!("{inc}: {e}"));
             assert!(
@@ -260,9 +249,9 @@ mod tests {
 
     #[test]
     fn exclusions_and_unknown_names_are_clear_errors() {
-        let e = select(&Want {
+        let e = select(&Choice {
             include: parse_list("no_such_provider"),
-            ..Want::default()
+            ..Choice::default()
         })
         .err()
         .map(|e| e.to_string())
@@ -271,10 +260,10 @@ mod tests {
             e.contains("AMNET_OFI_PROVIDER_INCLUDE=no_such_provider") && e.contains("offered"),
             "{e}"
         );
-        let s = select(&Want {
+        let s = select(&Choice {
             exclude: parse_list("tcp,net,ofi_rxm"),
             node: Some("127.0.0.1".into()),
-            ..Want::default()
+            ..Choice::default()
         })
         .unwrap_or_else(|e| panic!("{e}"));
         assert!(

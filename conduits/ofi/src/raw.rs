@@ -13,7 +13,7 @@ use amnet_core::{Error, Result};
 
 pub use crate::ffi::FiContext;
 use crate::ffi::{self, CqEntry, FiAddr, FidMr, RawEp};
-use crate::provider::{self, Selected, Want};
+use crate::provider::{self, Selected};
 use crate::tag::{Layout, TagCaps, TagMode};
 
 /// The prefix of shm's endpoint names (its addresses); the region in /dev/shm is the rest.
@@ -145,11 +145,7 @@ impl Drop for OfiEndpoint {
 impl OfiEndpoint {
     /// Choose a provider as `choice` says and open an endpoint on it.
     pub fn open(choice: &Choice) -> Result<OfiEndpoint> {
-        let sel = provider::select(&Want {
-            include: choice.include.clone(),
-            exclude: choice.exclude.clone(),
-            node: choice.node.clone(),
-        })?;
+        let sel = provider::select(choice)?;
         let mut ep = Box::new(RawEp::empty());
         let mut step: *const c_char = std::ptr::null();
         // shm names each endpoint's region after the process id, and finds the region of a
