@@ -292,6 +292,9 @@ pub(crate) struct Engine {
     job: JobLink,
     event_cnt: usize,
     pub(crate) oversubscribed: bool,
+    /// Idle polls an RMA wait spins before it yields (`AMNET_SPIN`, resolved as the core
+    /// resolves it).
+    pub(crate) spin: u32,
     /// Send operations with buffers of `RECV_BYTES`, ready for reuse.
     pool: Mutex<Vec<OpPtr>>,
     /// Received messages not delivered yet, in arrival order.
@@ -406,6 +409,10 @@ impl Engine {
             64
         });
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let oversubscribed = size as usize > cores;
+        let spin = src
+            .count_u32(&vars::SPIN)?
+            .unwrap_or(if oversubscribed { 16 } else { 2000 });
         let c = Engine {
             rank,
             size,
@@ -414,7 +421,8 @@ impl Engine {
             addrs,
             job,
             event_cnt,
-            oversubscribed: size as usize > cores,
+            oversubscribed,
+            spin,
             pool: Mutex::new(Vec::new()),
             ready: Mutex::new(VecDeque::new()),
             repost: Mutex::new(Vec::new()),

@@ -255,7 +255,7 @@ impl OfiRma {
     }
 
     fn backoff(&self) -> Backoff {
-        Backoff::new(1000, !self.eng.oversubscribed)
+        Backoff::new(self.eng.spin, !self.eng.oversubscribed)
     }
 
     /// Take a slot, driving the queue while none is free (operations of this or other
