@@ -64,6 +64,20 @@ fn wait_recv(ep: &OfiEndpoint, ctx: *mut FiContext) -> Result<(), BenchError> {
     }
 }
 
+/// Start an operation with `post`, retried while the provider has no room (reading the queue
+/// meanwhile), then wait for the completion of `ctx`, the context `post` gave it.
+fn post_and_wait(
+    ep: &OfiEndpoint,
+    ctx: *mut FiContext,
+    mut post: impl FnMut() -> amnet::Result<bool>,
+) -> Result<(), BenchError> {
+    while !post().map_err(ofi)? {
+        let mut cq = [Completion::EMPTY; 4];
+        let _ = ep.read_cq(&mut cq).map_err(ofi)?;
+    }
+    wait_recv(ep, ctx)
+}
+
 /// One round of the ping-pong from this side: post the receive, send (first when `first`),
 /// wait for the peer's message (and send after it when not `first`).
 fn round(
@@ -251,16 +265,12 @@ fn write_floor(
     let mut land = vec![0u8; src.len()];
     for n in WRITE_SIZES.into_iter().filter(|&n| n <= plan.max_bytes) {
         let shape = plan.rma_shape(n);
-        let write = || -> Result<(), BenchError> {
-            // SAFETY: `src` and `ctx` stay in place until `wait_recv` read the completion;
-            // `n` fits rank 1's region (sized to the largest size).
-            while !unsafe { raw.write(peer, far.0, far.1, 0, src.as_ptr(), n, None, true, c) }
-                .map_err(ofi)?
-            {
-                let mut cq = [Completion::EMPTY; 4];
-                let _ = raw.read_cq(&mut cq).map_err(ofi)?;
-            }
-            wait_recv(raw, c)
+        let write = || {
+            post_and_wait(raw, c, || {
+                // SAFETY: `src` and `ctx` stay in place until `post_and_wait` read the
+                // completion; `n` fits rank 1's region (sized to the largest size).
+                unsafe { raw.write(peer, far.0, far.1, 0, src.as_ptr(), n, None, true, c) }
+            })
         };
         let (put, floor) =
             time_paired(plan.warmup(shape.0), shape.0, shape.1, |side| match side {
@@ -269,16 +279,12 @@ fn write_floor(
             })?;
         rows.push(Row::bandwidth("floor", "raw_ofi_write", n, &floor, shape.1));
         rows.push(Row::bandwidth("rma", "put_bw_paired", n, &put, shape.1).with_floor(&floor));
-        let read = |land: &mut [u8]| -> Result<(), BenchError> {
-            // SAFETY: `land` and `ctx` stay in place until `wait_recv` read the completion;
-            // `n` fits rank 1's region and `land`.
-            while !unsafe { raw.read(peer, far.0, far.1, 0, land.as_mut_ptr(), n, c) }
-                .map_err(ofi)?
-            {
-                let mut cq = [Completion::EMPTY; 4];
-                let _ = raw.read_cq(&mut cq).map_err(ofi)?;
-            }
-            wait_recv(raw, c)
+        let read = |land: &mut [u8]| {
+            post_and_wait(raw, c, || {
+                // SAFETY: `land` and `ctx` stay in place until `post_and_wait` read the
+                // completion; `n` fits rank 1's region and `land`.
+                unsafe { raw.read(peer, far.0, far.1, 0, land.as_mut_ptr(), n, c) }
+            })
         };
         let (get, floor) =
             time_paired(plan.warmup(shape.0), shape.0, shape.1, |side| match side {

@@ -292,8 +292,7 @@ pub(crate) struct Engine {
     job: JobLink,
     event_cnt: usize,
     pub(crate) oversubscribed: bool,
-    /// Idle polls an RMA wait spins before it yields (`AMNET_SPIN`, resolved as the core
-    /// resolves it).
+    /// Idle polls an RMA wait spins before it yields (`AMNET_SPIN`, as the core resolves it).
     pub(crate) spin: u32,
     /// Send operations with buffers of `RECV_BYTES`, ready for reuse.
     pool: Mutex<Vec<OpPtr>>,
@@ -410,9 +409,7 @@ impl Engine {
         });
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let oversubscribed = size as usize > cores;
-        let spin = src
-            .count_u32(&vars::SPIN)?
-            .unwrap_or(if oversubscribed { 16 } else { 2000 });
+        let spin = amnet_core::EndpointConfig::resolve(src, oversubscribed)?.spin;
         let c = Engine {
             rank,
             size,
