@@ -1,9 +1,11 @@
 //! The `Conduit` implementation: active messages over libfabric's tagged interface.
 //!
-//! Every message is one tagged send whose tag carries the job and its class: requests and
-//! replies have classes (and pre-posted receive buffers) of their own, so that a handler's
-//! reply never waits behind requests. The message body is a 20-byte header (with the sender's
-//! rank), the arguments and the payload. The tag's source field stays 0 in these messages
+//! Every message is one tagged send whose tag carries the job and its class. Requests,
+//! replies and the conduit's own messages share one class and one set of pre-posted receive
+//! buffers (the header tells them apart): libfabric's shm matches a message by walking its
+//! posted receives from the oldest, and with a class per kind every message walked past the
+//! buffers of the other. The message body is a 20-byte header (with the sender's rank), the
+//! arguments and the payload. The tag's source field stays 0 in these messages
 //! (under `ofi_tag_full` the source goes in the CQ data as well): their receives match any
 //! source, and libfabric 1.17's shm and udp;ofi_rxd providers never match a message that
 //! arrived before its receive was posted to a receive whose ignore mask covers bits where the
@@ -17,7 +19,9 @@
 //!
 //! A receive that completes is posted again at once (its message, if small, copied out) or
 //! replaced by a spare, so that the provider never runs out of buffers to receive into while
-//! the poller runs a handler (spec/ofi.md §4).
+//! the poller runs a handler (spec/ofi.md §4). The exception is the poller's own read: a small
+//! message that completes there while no other waits is delivered from its buffer, which is
+//! posted again once the handler has run.
 //!
 //! Progress is the MTL's: a poll reads up to `AMNET_OFI_PROGRESS_EVENT_CNT` completions per
 //! `fi_cq_read` until the queue is drained, and maps each to its operation through the
@@ -26,7 +30,7 @@
 //! queue cannot wait forever.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -52,17 +56,18 @@ pub const EAGER_MAX: usize = MAX_MEDIUM;
 const HDR: usize = 20;
 /// Room of one receive buffer.
 const RECV_BYTES: usize = HDR + 4 * MAX_ARGS + EAGER_MAX;
-/// Receive buffers kept posted for requests and for replies.
-const RECVS_PER_CLASS: usize = 32;
+/// Receive buffers kept posted for header messages (requests, replies and the conduit's own).
+const RECVS: usize = 64;
 /// Messages built on the stack and injected when the provider allows that many bytes.
 const INJECT_STACK: usize = 256;
 
-/// Class of requests.
-const CLASS_REQ: u32 = 0;
-/// Class of replies.
-const CLASS_REP: u32 = 1;
+/// Class of header messages: requests, replies, nudges and credit messages alike (the header
+/// tells them apart), so that every posted receive matches the first message that comes: a
+/// provider that matches by walking its posted receives (libfabric's shm does) then finds a
+/// match at the head of the list.
+const CLASS_AM: u32 = 0;
 /// First class of Long data messages: `CLASS_LONG + seq`.
-const CLASS_LONG: u32 = 2;
+const CLASS_LONG: u32 = 1;
 /// Long sequence numbers run modulo this (every class fits 20 bits, the narrowest layout).
 const LONG_SEQS: u32 = (1 << 20) - CLASS_LONG;
 /// The job id in every tag: a job's endpoints are its own, so one value serves.
@@ -174,8 +179,8 @@ fn parse_header(b: &[u8]) -> std::result::Result<Header, String> {
 
 /// What an operation in flight is.
 pub(crate) enum OpKind {
-    /// A posted receive of `class` (requests or replies).
-    Recv(u32),
+    /// A posted receive of header messages.
+    Recv,
     /// A send whose buffer returns to the pool.
     Send,
     /// A send whose buffer is dropped (a split Long's data).
@@ -222,13 +227,24 @@ struct PollState;
 /// A received message waiting for delivery.
 enum Ready {
     /// A small message copied out of its receive buffer (posted again at once), with its
-    /// class and completion.
-    Copied(u32, Vec<u8>, Completion),
+    /// completion.
+    Copied(Vec<u8>, Completion),
     /// A larger message still in its receive buffer (a spare buffer was posted in its
     /// place), or a split Long's data in the segment.
     Held(OpPtr, Completion),
     /// A written Long (header and data both in): its sender, header and arguments.
     Written(Rank, Header, [u32; MAX_ARGS]),
+}
+
+/// The poller's delivery straight from its completion reads (`Engine::progress`).
+struct Direct<'a> {
+    /// Only replies may be delivered (`Conduit::poll`'s `replies_only`).
+    replies_only: bool,
+    sink: &'a mut dyn FnMut(&InMsg<'_>) -> bool,
+    /// Messages delivered so far.
+    delivered: usize,
+    /// False once the sink asked to stop (or a delivery failed): the rest wait in `ready`.
+    more: bool,
 }
 
 /// Half of a written Long that came before the other half.
@@ -286,6 +302,10 @@ pub(crate) struct Engine {
     pub(crate) size: u32,
     pub(crate) ep: OfiEndpoint,
     layout: Layout,
+    /// The tag of every header message (sent and received alike), and the CQ data this rank
+    /// sends with one (`ofi_tag_full`: its rank).
+    am_tag: u64,
+    am_data: Option<u64>,
     /// Every rank's address in the address vector, by rank.
     addrs: Vec<u64>,
     /// The bootstrap connection (exit, agreement), or a job of one rank's own exit word.
@@ -298,8 +318,13 @@ pub(crate) struct Engine {
     pool: Mutex<Vec<OpPtr>>,
     /// Received messages not delivered yet, in arrival order.
     ready: Mutex<VecDeque<Ready>>,
+    /// How many there are (read without the lock: the poller delivers a message straight
+    /// from its completion only while none waits).
+    ready_len: AtomicUsize,
     /// Receives whose posting found no room, to post again.
     repost: Mutex<Vec<OpPtr>>,
+    /// How many there are (the poller takes the lock only when some wait).
+    repost_len: AtomicUsize,
     /// Receive buffers not posted (taken when a large message's buffer is held).
     spares: Mutex<Vec<OpPtr>>,
     /// Vectors for copied small messages.
@@ -395,6 +420,11 @@ impl Engine {
         let node = boot.as_ref().map(|b| b.local_ip.to_string());
         let ep = OfiEndpoint::open(&Choice::from_lists(&include, &exclude, node.as_deref()))?;
         let layout = ep.tag_layout(mode, size, JOB, CLASS_LONG + LONG_SEQS - 1)?;
+        // The tag's source field stays 0 for header messages, which are received from any
+        // source (see the module documentation); under `ofi_tag_full` the source is the CQ
+        // data.
+        let tag_src = if layout.src_in_cq_data() { rank } else { 0 };
+        let (am_tag, am_data) = layout.encode(0, JOB, tag_src, CLASS_AM);
         let me = ep.address()?;
         let job = JobLink::new(boot);
         let all = job.exchange(&me, &|c| std::process::exit(c))?;
@@ -415,6 +445,8 @@ impl Engine {
             size,
             ep,
             layout,
+            am_tag,
+            am_data,
             addrs,
             job,
             event_cnt,
@@ -422,7 +454,9 @@ impl Engine {
             spin,
             pool: Mutex::new(Vec::new()),
             ready: Mutex::new(VecDeque::new()),
+            ready_len: AtomicUsize::new(0),
             repost: Mutex::new(Vec::new()),
+            repost_len: AtomicUsize::new(0),
             spares: Mutex::new(Vec::new()),
             smalls: Mutex::new(Vec::new()),
             poll_state: Mutex::new(PollState),
@@ -438,14 +472,12 @@ impl Engine {
             credit_max,
             failed: OnceLock::new(),
         };
-        for class in [CLASS_REQ, CLASS_REP] {
-            for _ in 0..RECVS_PER_CLASS {
-                // Owned by the conduit from here on: posted, delivered, posted again; freed
-                // never (the provider may write a posted receive until its endpoint closes,
-                // and a conduit lives until its process ends).
-                let op = Box::into_raw(Op::boxed(OpKind::Recv(class), RECV_BYTES));
-                c.post_or_queue(op)?;
-            }
+        for _ in 0..RECVS {
+            // Owned by the conduit from here on: posted, delivered, posted again; freed never
+            // (the provider may write a posted receive until its endpoint closes, and a
+            // conduit lives until its process ends).
+            let op = Box::into_raw(Op::boxed(OpKind::Recv, RECV_BYTES));
+            c.post_or_queue(op)?;
         }
         if src.flag(&vars::VERBOSE)?.unwrap_or(false) && rank == 0 {
             let (p, j, s, cl, r) = c.layout.widths();
@@ -463,10 +495,9 @@ impl Engine {
     fn post_or_queue(&self, op: *mut Op) -> Result<()> {
         // SAFETY: callers pass a live receive operation this conduit owns and has not posted.
         if !unsafe { self.post_recv(op) }? {
-            self.repost
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(OpPtr(op));
+            let mut q = self.repost.lock().unwrap_or_else(|e| e.into_inner());
+            q.push(OpPtr(op));
+            self.repost_len.store(q.len(), Ordering::Release);
         }
         Ok(())
     }
@@ -481,8 +512,8 @@ impl Engine {
         let o = unsafe { &mut *op };
         let ctx = std::ptr::addr_of_mut!(o.ctx);
         match &o.kind {
-            OpKind::Recv(class) => {
-                let (tag, ignore) = self.layout.recv_any(JOB, *class);
+            OpKind::Recv => {
+                let (tag, ignore) = self.layout.recv_any(JOB, CLASS_AM);
                 // SAFETY: `o.buf` and the context live until the completion (the conduit
                 // owns the operation until then).
                 unsafe {
@@ -548,10 +579,16 @@ impl Engine {
     /// in `ready`, RMA slots are marked done. Returns how many were read. An error is kept
     /// for the RMA waiters that did not read it (`rma_check`).
     pub(crate) fn progress_once(&self) -> Result<usize> {
+        self.progress(None)
+    }
+
+    /// `progress_once`, where the poller passes `direct`: then a small header message that
+    /// completes while nothing waits in `ready` is delivered from its receive buffer at once.
+    fn progress(&self, mut direct: Option<&mut Direct<'_>>) -> Result<usize> {
         let mut first_err = None;
         let n = self.ep.read_cq_each(self.event_cnt, |c| {
             if first_err.is_none() {
-                first_err = self.on_completion(c).err();
+                first_err = self.on_completion(c, direct.as_deref_mut()).err();
             }
         });
         let n = match n {
@@ -567,8 +604,8 @@ impl Engine {
         }
     }
 
-    /// One completion read by `progress_once`.
-    fn on_completion(&self, c: &Completion) -> Result<()> {
+    /// One completion read by `progress`.
+    fn on_completion(&self, c: &Completion, direct: Option<&mut Direct<'_>>) -> Result<()> {
         // A peer's write into the segment: told by its flags, never by its context (libfabric
         // 1.17's shm may leave one there that is not this rank's).
         if c.flags & crate::ffi::FI_REMOTE_WRITE() != 0 {
@@ -587,11 +624,26 @@ impl Engine {
             OpKind::Send => self.give_send_op(op),
             // SAFETY: a one-shot send, boxed by `send_split`, completes once.
             OpKind::SendOnce => drop(unsafe { Box::from_raw(op) }),
-            OpKind::Recv(class) => {
-                let class = *class;
+            OpKind::Recv => {
                 // SAFETY: the completed receive is this reader's until posted again.
                 let o = unsafe { &mut *op };
                 let len = c.len.min(o.buf.len());
+                if let Some(d) = direct {
+                    if d.more
+                        && len <= COPY_MAX
+                        && self.ready_len.load(Ordering::Acquire) == 0
+                        && (!d.replies_only || o.buf.get(1).is_some_and(|f| f & F_REPLY != 0))
+                    {
+                        // The poller delivers it from the buffer, which is posted again once
+                        // the handler has run (no completion can name it meanwhile).
+                        let res = self.deliver_msg(&o.buf[..len], c, d.sink, false);
+                        self.post_or_queue(op)?;
+                        let (delivered, more) = res.inspect_err(|_| d.more = false)?;
+                        d.delivered += usize::from(delivered);
+                        d.more = more;
+                        return Ok(());
+                    }
+                }
                 if self.take_control(&o.buf[..len], c) {
                     return self.post_or_queue(op);
                 }
@@ -604,7 +656,7 @@ impl Engine {
                         .unwrap_or_else(|| Vec::with_capacity(COPY_MAX));
                     v.clear();
                     v.extend_from_slice(&o.buf[..len]);
-                    self.push_ready(Ready::Copied(class, v, *c));
+                    self.push_ready(Ready::Copied(v, *c));
                     self.post_or_queue(op)?;
                 } else {
                     self.push_ready(Ready::Held(OpPtr(op), *c));
@@ -614,12 +666,12 @@ impl Engine {
                         .unwrap_or_else(|e| e.into_inner())
                         .pop()
                         .map_or_else(
-                            || Box::into_raw(Op::boxed(OpKind::Recv(class), RECV_BYTES)),
+                            || Box::into_raw(Op::boxed(OpKind::Recv, RECV_BYTES)),
                             |OpPtr(p)| p,
                         );
                     // SAFETY: a spare is a receive operation owned by the conduit and
                     // not posted.
-                    unsafe { (*spare).kind = OpKind::Recv(class) };
+                    unsafe { (*spare).kind = OpKind::Recv };
                     self.post_or_queue(spare)?;
                 }
             }
@@ -673,7 +725,7 @@ impl Engine {
 
     /// Send `dest` a nudge (best effort: false when the provider has no room now).
     fn send_nudge(&self, dest: Rank) -> bool {
-        self.send_bytes(dest, CLASS_REQ, HDR, &|b: &mut [u8]| {
+        self.send_bytes(dest, HDR, &|b: &mut [u8]| {
             b.fill(0);
             b[1] = F_NUDGE;
             b[16..20].copy_from_slice(&self.rank.to_le_bytes());
@@ -692,9 +744,15 @@ impl Engine {
         let Ok(h) = parse_header(body) else {
             return false;
         };
-        let Ok((src, _)) = self.source_of(c, &h) else {
+        let Ok(src) = self.source_of(c, &h) else {
             return false;
         };
+        self.apply_control(&h, src)
+    }
+
+    /// Take the credits a checked header from `src` returns, and its nudge; true when the
+    /// message is only a nudge or a credit message (nothing to deliver).
+    fn apply_control(&self, h: &Header, src: Rank) -> bool {
         if h.returned > 0 {
             self.credits[src as usize].fetch_add(u32::from(h.returned), Ordering::AcqRel);
         }
@@ -760,7 +818,7 @@ impl Engine {
                 continue;
             }
             let dest = Rank::try_from(r).unwrap_or(Rank::MAX);
-            let sent = self.send_bytes(dest, CLASS_REQ, HDR, &|b: &mut [u8]| {
+            let sent = self.send_bytes(dest, HDR, &|b: &mut [u8]| {
                 b.fill(0);
                 b[1] = F_CREDIT;
                 b[16..20].copy_from_slice(&self.rank.to_le_bytes());
@@ -800,17 +858,24 @@ impl Engine {
     }
 
     fn push_ready(&self, r: Ready) {
-        self.ready
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(r);
+        let mut q = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+        q.push_back(r);
+        self.ready_len.store(q.len(), Ordering::Release);
     }
 
     /// Check a received header message's tag (job and class) and its sender (from the
     /// header; under `ofi_tag_full` also the CQ data, which must agree).
-    fn source_of(&self, c: &Completion, h: &Header) -> std::result::Result<(u32, u32), String> {
+    fn source_of(&self, c: &Completion, h: &Header) -> std::result::Result<u32, String> {
+        // What every well-formed one looks like, checked first; the decode below names what
+        // is wrong with the others.
+        if c.tag == self.am_tag
+            && (self.am_data.is_none() || c.data == u64::from(h.src))
+            && h.src < self.size
+        {
+            return Ok(h.src);
+        }
         let (_, job, tag_src, class) = self.layout.decode(c.tag, c.data)?;
-        if job != JOB || !matches!(class, CLASS_REQ | CLASS_REP) {
+        if job != JOB || class != CLASS_AM {
             return Err(format!("a message of job {job}, class {class}"));
         }
         if self.layout.src_in_cq_data() && tag_src != h.src {
@@ -825,27 +890,14 @@ impl Engine {
                 h.src, self.size
             ));
         }
-        Ok((h.src, class))
+        Ok(h.src)
     }
 
-    /// Send `total` bytes built by `fill` to `dest` with `class`; `Ok(false)`: no room now.
-    fn send_bytes(
-        &self,
-        dest: Rank,
-        class: u32,
-        total: usize,
-        fill: &dyn Fn(&mut [u8]),
-    ) -> Result<bool> {
+    /// Send a header message of `total` bytes built by `fill` to `dest`; `Ok(false)`: no
+    /// room now.
+    fn send_bytes(&self, dest: Rank, total: usize, fill: &dyn Fn(&mut [u8])) -> Result<bool> {
         let to = self.dest_addr(dest)?;
-        // The source travels in the header; the tag's source field stays 0 for the classes
-        // received from any source (see the module documentation), except under
-        // `ofi_tag_full`, where it is the CQ data.
-        let tag_src = if self.layout.src_in_cq_data() {
-            self.rank
-        } else {
-            0
-        };
-        let (tag, data) = self.layout.encode(0, JOB, tag_src, class);
+        let (tag, data) = (self.am_tag, self.am_data);
         // Credits owed to `dest` ride in the fourth byte, and are owed again if the message
         // does not leave.
         let give = self.take_owed(dest);
@@ -899,13 +951,12 @@ impl Engine {
     /// The header of a split Long (flagged split and `flag`, with a fresh sequence number
     /// towards `dest` as its only payload word); `Ok(None)`: no room now.
     fn send_split_header(&self, dest: Rank, msg: &OutMsg<'_>, flag: u8) -> Result<Option<u32>> {
-        let class_main = if msg.is_reply { CLASS_REP } else { CLASS_REQ };
         // Taken atomically, so that threads sending split Longs to the same rank at once never
         // share a number (a number whose header finds no room is skipped: the target takes
         // each from its header).
         let seq = self.long_seq[dest as usize].fetch_add(1, Ordering::Relaxed) % LONG_SEQS;
         let hlen = HDR + 4 * msg.args.len();
-        let ok = self.send_bytes(dest, class_main, hlen + 4, &|b: &mut [u8]| {
+        let ok = self.send_bytes(dest, hlen + 4, &|b: &mut [u8]| {
             let n = put_header(b, msg, self.rank, true, msg.payload.len());
             b[1] |= flag;
             b[n..n + 4].copy_from_slice(&seq.to_le_bytes());
@@ -964,13 +1015,15 @@ impl Engine {
     /// Deliver one received message to `sink`; returns (delivered, keep going).
     fn deliver(&self, r: &Ready, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<(bool, bool)> {
         match r {
-            Ready::Copied(_, body, c) => self.deliver_msg(body, c, sink),
+            Ready::Copied(body, c) => self.deliver_msg(body, c, sink, true),
             Ready::Written(src, hdr, args) => self.deliver_written(*src, hdr, args, sink),
             Ready::Held(OpPtr(op), c) => {
                 // SAFETY: a completed receive held for delivery: the poller's.
                 let o = unsafe { &**op };
                 match &o.kind {
-                    OpKind::Recv(_) => self.deliver_msg(&o.buf[..c.len.min(o.buf.len())], c, sink),
+                    OpKind::Recv => {
+                        self.deliver_msg(&o.buf[..c.len.min(o.buf.len())], c, sink, true)
+                    }
                     OpKind::LongData { src, hdr, args, .. } => {
                         if c.len != hdr.len {
                             return Err(cerr(format!(
@@ -988,20 +1041,26 @@ impl Engine {
     }
 
     /// Deliver a header message (`body` as received) to `sink`; returns (delivered, keep
-    /// going). A split Long's header posts the receive of its data instead.
+    /// going). A split Long's header posts the receive of its data instead. `taken`: its
+    /// credits and nudge were taken when it completed (`take_control`).
     fn deliver_msg(
         &self,
         body: &[u8],
         c: &Completion,
         sink: &mut dyn FnMut(&InMsg<'_>) -> bool,
+        taken: bool,
     ) -> Result<(bool, bool)> {
         let h = parse_header(body).map_err(|e| cerr(format!("a message: {e}")))?;
-        let (src, class) = self.source_of(c, &h).map_err(cerr)?;
-        if h.nudge || h.credit {
-            // Taken when it completed (`take_control`).
+        let src = self.source_of(c, &h).map_err(cerr)?;
+        let control_only = if taken {
+            h.nudge || h.credit
+        } else {
+            self.apply_control(&h, src)
+        };
+        if control_only {
             return Ok((false, true));
         }
-        if class == CLASS_REQ {
+        if !h.is_reply {
             self.owe(src);
         }
         let args_end = HDR + 4 * h.nargs;
@@ -1152,13 +1211,16 @@ impl Engine {
     fn is_reply(r: &Ready) -> bool {
         match r {
             Ready::Written(_, hdr, _) => hdr.is_reply,
-            Ready::Copied(class, _, _) => *class == CLASS_REP,
-            // SAFETY: a completed operation held for delivery.
-            Ready::Held(OpPtr(op), _) => match unsafe { &(**op).kind } {
-                OpKind::Recv(class) => *class == CLASS_REP,
-                OpKind::LongData { hdr, .. } => hdr.is_reply,
-                _ => false,
-            },
+            Ready::Copied(body, _) => body.get(1).is_some_and(|f| f & F_REPLY != 0),
+            Ready::Held(OpPtr(op), _) => {
+                // SAFETY: a completed operation held for delivery: the poller's.
+                let o = unsafe { &**op };
+                match &o.kind {
+                    OpKind::Recv => o.buf.get(1).is_some_and(|f| f & F_REPLY != 0),
+                    OpKind::LongData { hdr, .. } => hdr.is_reply,
+                    _ => false,
+                }
+            }
         }
     }
 
@@ -1166,7 +1228,7 @@ impl Engine {
     /// split Long's data operation is freed.
     fn recycle(&self, r: Ready) {
         match r {
-            Ready::Copied(_, v, _) => self
+            Ready::Copied(v, _) => self
                 .smalls
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -1201,15 +1263,28 @@ impl OfiConduit {
             self.eng.progress_once()?;
             return Ok(0);
         };
-        let queued =
-            std::mem::take(&mut *self.eng.repost.lock().unwrap_or_else(|e| e.into_inner()));
-        for OpPtr(op) in queued {
-            self.eng.post_or_queue(op)?;
+        if self.eng.repost_len.load(Ordering::Acquire) > 0 {
+            let queued = {
+                let mut q = self.eng.repost.lock().unwrap_or_else(|e| e.into_inner());
+                self.eng.repost_len.store(0, Ordering::Release);
+                std::mem::take(&mut *q)
+            };
+            for OpPtr(op) in queued {
+                self.eng.post_or_queue(op)?;
+            }
         }
-        let mut delivered = 0;
+        let mut d = Direct {
+            replies_only,
+            sink,
+            delivered: 0,
+            more: true,
+        };
         loop {
-            let read = self.eng.progress_once()?;
-            loop {
+            let read = self.eng.progress(Some(&mut d))?;
+            if !d.more {
+                return Ok(d.delivered);
+            }
+            while self.eng.ready_len.load(Ordering::Acquire) > 0 {
                 let next = {
                     let mut r = self.eng.ready.lock().unwrap_or_else(|e| e.into_inner());
                     let i = if replies_only {
@@ -1219,21 +1294,21 @@ impl OfiConduit {
                     } else {
                         Some(0)
                     };
-                    i.and_then(|i| r.remove(i))
+                    let next = i.and_then(|i| r.remove(i));
+                    self.eng.ready_len.store(r.len(), Ordering::Release);
+                    next
                 };
                 let Some(r) = next else { break };
-                let res = self.eng.deliver(&r, sink);
+                let res = self.eng.deliver(&r, d.sink);
                 self.eng.recycle(r);
-                let (d, more) = res?;
-                if d {
-                    delivered += 1;
-                }
+                let (delivered, more) = res?;
+                d.delivered += usize::from(delivered);
                 if !more {
-                    return Ok(delivered);
+                    return Ok(d.delivered);
                 }
             }
             if read < self.eng.event_cnt.min(256) {
-                return Ok(delivered);
+                return Ok(d.delivered);
             }
         }
     }
@@ -1344,7 +1419,6 @@ impl Conduit for OfiConduit {
     }
 
     fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
-        let class = if msg.is_reply { CLASS_REP } else { CLASS_REQ };
         let plen = if msg.category == Category::Short {
             0
         } else {
@@ -1375,7 +1449,7 @@ impl Conduit for OfiConduit {
             }
         } else {
             let total = HDR + 4 * msg.args.len() + plen;
-            self.eng.send_bytes(dest, class, total, &|b: &mut [u8]| {
+            self.eng.send_bytes(dest, total, &|b: &mut [u8]| {
                 let n = put_header(b, msg, self.eng.rank, false, plen);
                 b[n..n + plen].copy_from_slice(&msg.payload[..plen]);
             })
