@@ -809,7 +809,8 @@ impl Engine {
     /// Return by credit messages the credits owed to ranks that are due half of theirs or
     /// more (`owe`); what finds no room now stays due for the next poll.
     fn return_credits(&self) -> Result<()> {
-        if !self.owed_due.swap(false, Ordering::AcqRel) {
+        // Read before the swap: most polls find nothing due, and a load costs no write.
+        if !self.owed_due.load(Ordering::Relaxed) || !self.owed_due.swap(false, Ordering::AcqRel) {
             return Ok(());
         }
         let half = (self.credit_max / 2).max(1);
@@ -1451,7 +1452,9 @@ impl Conduit for OfiConduit {
             let total = HDR + 4 * msg.args.len() + plen;
             self.eng.send_bytes(dest, total, &|b: &mut [u8]| {
                 let n = put_header(b, msg, self.eng.rank, false, plen);
-                b[n..n + plen].copy_from_slice(&msg.payload[..plen]);
+                if plen > 0 {
+                    b[n..n + plen].copy_from_slice(&msg.payload[..plen]);
+                }
             })
         };
         if !msg.is_reply && !matches!(sent, Ok(true)) {
