@@ -127,6 +127,7 @@ pub(crate) struct Header {
 
 /// Write the header and arguments of `m` (payload length `len`) into `out`; returns the bytes
 /// written.
+#[inline]
 fn put_header(out: &mut [u8], m: &OutMsg<'_>, src: Rank, split: bool, len: usize) -> usize {
     let nargs = m.args.len();
     out[0] = m.handler;
@@ -144,20 +145,16 @@ fn put_header(out: &mut [u8], m: &OutMsg<'_>, src: Rank, split: bool, len: usize
     HDR + 4 * nargs
 }
 
+#[inline(always)]
 fn parse_header(b: &[u8]) -> std::result::Result<Header, String> {
-    if b.len() < HDR {
-        return Err(format!(
-            "a message of {} bytes is shorter than a header",
-            b.len()
-        ));
-    }
-    let category = bits_cat(b[1]).ok_or_else(|| format!("category bits {:#x}", b[1]))?;
+    let (Some(category), true) = (
+        b.get(1).copied().and_then(bits_cat),
+        b.len() >= HDR && usize::from(b[2]) <= MAX_ARGS,
+    ) else {
+        return Err(header_error(b));
+    };
     let nargs = usize::from(b[2]);
-    if nargs > MAX_ARGS {
-        return Err(format!("{nargs} arguments"));
-    }
-    let len = usize::try_from(u32::from_le_bytes([b[4], b[5], b[6], b[7]]))
-        .map_err(|_| "payload length".to_string())?;
+    let len = u32::from_le_bytes([b[4], b[5], b[6], b[7]]) as usize;
     let mut off = [0u8; 8];
     off.copy_from_slice(&b[8..16]);
     let src = u32::from_le_bytes([b[16], b[17], b[18], b[19]]);
@@ -175,6 +172,18 @@ fn parse_header(b: &[u8]) -> std::result::Result<Header, String> {
         long_offset: u64::from_le_bytes(off),
         src,
     })
+}
+
+/// Why `parse_header` refused `b`.
+#[cold]
+fn header_error(b: &[u8]) -> String {
+    if b.len() < HDR {
+        format!("a message of {} bytes is shorter than a header", b.len())
+    } else if bits_cat(b[1]).is_none() {
+        format!("category bits {:#x}", b[1])
+    } else {
+        format!("{} arguments", b[2])
+    }
 }
 
 /// What an operation in flight is.
@@ -725,7 +734,7 @@ impl Engine {
 
     /// Send `dest` a nudge (best effort: false when the provider has no room now).
     fn send_nudge(&self, dest: Rank) -> bool {
-        self.send_bytes(dest, HDR, &|b: &mut [u8]| {
+        self.send_bytes(dest, HDR, |b: &mut [u8]| {
             b.fill(0);
             b[1] = F_NUDGE;
             b[16..20].copy_from_slice(&self.rank.to_le_bytes());
@@ -819,7 +828,7 @@ impl Engine {
                 continue;
             }
             let dest = Rank::try_from(r).unwrap_or(Rank::MAX);
-            let sent = self.send_bytes(dest, HDR, &|b: &mut [u8]| {
+            let sent = self.send_bytes(dest, HDR, |b: &mut [u8]| {
                 b.fill(0);
                 b[1] = F_CREDIT;
                 b[16..20].copy_from_slice(&self.rank.to_le_bytes());
@@ -866,37 +875,51 @@ impl Engine {
 
     /// Check a received header message's tag (job and class) and its sender (from the
     /// header; under `ofi_tag_full` also the CQ data, which must agree).
+    #[inline(always)]
     fn source_of(&self, c: &Completion, h: &Header) -> std::result::Result<u32, String> {
-        // What every well-formed one looks like, checked first; the decode below names what
-        // is wrong with the others.
+        // What every well-formed one looks like; `source_error` names what is wrong with the
+        // others.
         if c.tag == self.am_tag
             && (self.am_data.is_none() || c.data == u64::from(h.src))
             && h.src < self.size
         {
             return Ok(h.src);
         }
-        let (_, job, tag_src, class) = self.layout.decode(c.tag, c.data)?;
+        Err(self.source_error(c, h))
+    }
+
+    /// Why `source_of` refused a message.
+    #[cold]
+    fn source_error(&self, c: &Completion, h: &Header) -> String {
+        let (_, job, tag_src, class) = match self.layout.decode(c.tag, c.data) {
+            Ok(d) => d,
+            Err(e) => return e,
+        };
         if job != JOB || class != CLASS_AM {
-            return Err(format!("a message of job {job}, class {class}"));
+            return format!("a message of job {job}, class {class}");
         }
         if self.layout.src_in_cq_data() && tag_src != h.src {
-            return Err(format!(
+            return format!(
                 "a message whose header names rank {} and whose CQ data names rank {tag_src}",
                 h.src
-            ));
+            );
         }
         if h.src >= self.size {
-            return Err(format!(
+            return format!(
                 "a message from rank {}, beyond the job's {}",
                 h.src, self.size
-            ));
+            );
         }
-        Ok(h.src)
+        format!(
+            "a message with tag {:#018x}, where this job's messages have {:#018x}",
+            c.tag, self.am_tag
+        )
     }
 
     /// Send a header message of `total` bytes built by `fill` to `dest`; `Ok(false)`: no
     /// room now.
-    fn send_bytes(&self, dest: Rank, total: usize, fill: &dyn Fn(&mut [u8])) -> Result<bool> {
+    #[inline]
+    fn send_bytes(&self, dest: Rank, total: usize, fill: impl Fn(&mut [u8])) -> Result<bool> {
         let to = self.dest_addr(dest)?;
         let (tag, data) = (self.am_tag, self.am_data);
         // Credits owed to `dest` ride in the fourth byte, and are owed again if the message
@@ -957,7 +980,7 @@ impl Engine {
         // each from its header).
         let seq = self.long_seq[dest as usize].fetch_add(1, Ordering::Relaxed) % LONG_SEQS;
         let hlen = HDR + 4 * msg.args.len();
-        let ok = self.send_bytes(dest, hlen + 4, &|b: &mut [u8]| {
+        let ok = self.send_bytes(dest, hlen + 4, |b: &mut [u8]| {
             let n = put_header(b, msg, self.rank, true, msg.payload.len());
             b[1] |= flag;
             b[n..n + 4].copy_from_slice(&seq.to_le_bytes());
@@ -1450,7 +1473,7 @@ impl Conduit for OfiConduit {
             }
         } else {
             let total = HDR + 4 * msg.args.len() + plen;
-            self.eng.send_bytes(dest, total, &|b: &mut [u8]| {
+            self.eng.send_bytes(dest, total, |b: &mut [u8]| {
                 let n = put_header(b, msg, self.eng.rank, false, plen);
                 if plen > 0 {
                     b[n..n + plen].copy_from_slice(&msg.payload[..plen]);
@@ -1483,5 +1506,53 @@ impl Conduit for OfiConduit {
 
     fn is_process_mode(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_header_reads_back_as_written() {
+        let args = [7u32, 0xdead_beef, 3];
+        let m = OutMsg {
+            handler: 42,
+            category: Category::Long,
+            is_reply: true,
+            args: &args,
+            payload: &[],
+            long_offset: 0x1234_5678_9abc,
+        };
+        let mut b = [0u8; HDR + 12];
+        let n = put_header(&mut b, &m, 5, true, 70_000);
+        assert_eq!(n, HDR + 12);
+        b[3] = 9;
+        let h = parse_header(&b).expect("a well-formed header");
+        assert_eq!(
+            (h.handler, h.category, h.is_reply, h.split, h.nudge, h.credit, h.written),
+            (42, Category::Long, true, true, false, false, false)
+        );
+        assert_eq!(
+            (h.returned, h.nargs, h.len, h.long_offset, h.src),
+            (9, 3, 70_000, 0x1234_5678_9abc, 5)
+        );
+    }
+
+    #[test]
+    fn a_bad_header_is_refused_with_its_fault_named() {
+        let short = parse_header(&[0u8; HDR - 1]).expect_err("too short");
+        assert!(short.contains("shorter than a header"), "{short}");
+        let mut b = [0u8; HDR];
+        b[1] = 3;
+        let cat = parse_header(&b).expect_err("category 3");
+        assert!(cat.contains("category bits 0x3"), "{cat}");
+        b[1] = 0;
+        b[2] = u8::try_from(MAX_ARGS + 1).unwrap_or(u8::MAX);
+        let args = parse_header(&b).expect_err("too many arguments");
+        assert!(
+            args.contains(&format!("{} arguments", MAX_ARGS + 1)),
+            "{args}"
+        );
     }
 }
