@@ -147,10 +147,10 @@ fn put_header(out: &mut [u8], m: &OutMsg<'_>, src: Rank, split: bool, len: usize
 
 #[inline(always)]
 fn parse_header(b: &[u8]) -> std::result::Result<Header, String> {
-    let (Some(category), true) = (
-        b.get(1).copied().and_then(bits_cat),
-        b.len() >= HDR && usize::from(b[2]) <= MAX_ARGS,
-    ) else {
+    if b.len() < HDR || usize::from(b[2]) > MAX_ARGS {
+        return Err(header_error(b));
+    }
+    let Some(category) = bits_cat(b[1]) else {
         return Err(header_error(b));
     };
     let nargs = usize::from(b[2]);
@@ -172,6 +172,11 @@ fn parse_header(b: &[u8]) -> std::result::Result<Header, String> {
         long_offset: u64::from_le_bytes(off),
         src,
     })
+}
+
+/// True when the message `body` (as received) is a reply: the header's reply flag.
+fn is_reply_body(body: &[u8]) -> bool {
+    body.get(1).is_some_and(|f| f & F_REPLY != 0)
 }
 
 /// Why `parse_header` refused `b`.
@@ -641,7 +646,7 @@ impl Engine {
                     if d.more
                         && len <= COPY_MAX
                         && self.ready_len.load(Ordering::Acquire) == 0
-                        && (!d.replies_only || o.buf.get(1).is_some_and(|f| f & F_REPLY != 0))
+                        && (!d.replies_only || is_reply_body(&o.buf))
                     {
                         // The poller delivers it from the buffer, which is posted again once
                         // the handler has run (no completion can name it meanwhile).
@@ -1235,12 +1240,12 @@ impl Engine {
     fn is_reply(r: &Ready) -> bool {
         match r {
             Ready::Written(_, hdr, _) => hdr.is_reply,
-            Ready::Copied(body, _) => body.get(1).is_some_and(|f| f & F_REPLY != 0),
+            Ready::Copied(body, _) => is_reply_body(body),
             Ready::Held(OpPtr(op), _) => {
                 // SAFETY: a completed operation held for delivery: the poller's.
                 let o = unsafe { &**op };
                 match &o.kind {
-                    OpKind::Recv => o.buf.get(1).is_some_and(|f| f & F_REPLY != 0),
+                    OpKind::Recv => is_reply_body(&o.buf),
                     OpKind::LongData { hdr, .. } => hdr.is_reply,
                     _ => false,
                 }
