@@ -80,6 +80,8 @@ pub(crate) struct Attached {
     pub(crate) put_chunk: usize,
     /// The AM-path put and get messages awaiting their replies.
     pub(crate) pending: crate::rma::Pending,
+    /// Which ranks share a host (from the attach exchange).
+    hosts: crate::host::HostMap,
     size: u32,
 }
 
@@ -518,29 +520,36 @@ impl Endpoint {
         crate::barrier::register_handlers(&mut table)?;
         crate::layer::register_handlers(&mut table)?;
 
-        let mut blob = Vec::with_capacity(40);
+        // The segment length, the client handler mask (32 bytes) and the host key.
+        const BLOB: usize = 40 + crate::host::HOST_KEY_BYTES;
+        let mut blob = Vec::with_capacity(BLOB);
         blob.extend_from_slice(&(seg_len as u64).to_le_bytes());
         blob.extend_from_slice(&client_mask);
+        blob.extend_from_slice(&crate::host::host_key());
         let blobs = self.inner.conduit.exchange(&blob)?;
         let mut lens = Vec::with_capacity(blobs.len());
+        let mut keys = Vec::with_capacity(blobs.len());
         let mut diffs = Vec::new();
         for (r, b) in blobs.iter().enumerate() {
-            if b.len() != 40 {
+            if b.len() != BLOB {
                 return Err(Error::conduit(
                     self.inner.conduit.name(),
                     format!(
-                        "attach exchange: rank {r} sent {} bytes, expected 40",
+                        "attach exchange: rank {r} sent {} bytes, expected {BLOB}",
                         b.len()
                     ),
                 ));
             }
+            let mut key = [0u8; crate::host::HOST_KEY_BYTES];
+            key.copy_from_slice(&b[40..]);
+            keys.push(key);
             let mut l = [0u8; 8];
             l.copy_from_slice(&b[..8]);
             let len = usize::try_from(u64::from_le_bytes(l)).map_err(|_| {
                 Error::Config(format!("rank {r} asked for a segment larger than memory"))
             })?;
             lens.push(len);
-            if b[8..] != blobs[0][8..] {
+            if b[8..40] != blobs[0][8..40] {
                 let idx: Vec<usize> = (0..256)
                     .filter(|&i| (b[8 + i / 8] ^ blobs[0][8 + i / 8]) & (1 << (i % 8)) != 0)
                     .collect();
@@ -584,6 +593,12 @@ impl Endpoint {
         if self.inner.cfg.rma_native && native_rma.is_none() && peers[me].is_none() {
             peers[me] = Some(SendPtr(seg.base));
         }
+        let hosts = crate::host::HostMap::from_keys(&keys);
+        let host_lines = if self.inner.cfg.verbose && self.rank() == 0 {
+            hosts.describe()
+        } else {
+            String::new()
+        };
         let att = Attached {
             handlers: table
                 .entries
@@ -603,6 +618,7 @@ impl Endpoint {
             max_medium: self.inner.conduit.max_medium(),
             put_chunk: self.inner.conduit.put_chunk().max(1),
             pending: crate::rma::Pending::default(),
+            hosts,
             size: self.size(),
         };
         if self.inner.attached.set(att).is_err() {
@@ -618,6 +634,7 @@ impl Endpoint {
                 rma,
                 self.inner.cfg.spin
             );
+            text += &host_lines;
             text += &self.inner.source.dump(
                 self.conduit_name(),
                 &[(&vars::SPIN, self.inner.cfg.spin.to_string())],
@@ -628,6 +645,30 @@ impl Endpoint {
             self.start_progress_thread()?;
         }
         Ok(())
+    }
+
+    /// Which ranks of the job share a host with which (spec/core.md §7d): known from attach on.
+    /// Errors: `NotAttached`.
+    pub fn host_map(&self) -> Result<&crate::host::HostMap> {
+        Ok(&self.attached_for("host_map")?.hosts)
+    }
+
+    /// The ranks on this rank's host, ascending, this rank among them (GASNet-EX's
+    /// `gex_System_QueryHostInfo`). Errors: `NotAttached`.
+    pub fn host_peers(&self) -> Result<&[Rank]> {
+        let hosts = &self.attached_for("host_peers")?.hosts;
+        hosts.ranks_on(hosts.host_of(self.rank())?)
+    }
+
+    /// This rank's index in [`host_peers`](Endpoint::host_peers). Errors: `NotAttached`.
+    pub fn host_rank(&self) -> Result<u32> {
+        let peers = self.host_peers()?;
+        let me = self.rank();
+        peers
+            .iter()
+            .position(|&r| r == me)
+            .and_then(|i| u32::try_from(i).ok())
+            .ok_or_else(|| Error::Config(format!("rank {me} is missing from its own host")))
     }
 
     /// Register client handler `index` (128..=255) after attach, as GASNet-EX's

@@ -53,11 +53,12 @@ pub use amnet_core::barrier_flags;
 pub use amnet_core::conduit;
 pub use amnet_core::config;
 pub use amnet_core::handlers;
+pub use amnet_core::host;
 pub use amnet_core::{
     AmCounts, AtomicDomain, AtomicElem, AtomicFuture, AtomicHandle, AtomicOp, AtomicOps,
     AtomicType, Backoff, Category, ConduitKind, Endpoint, EndpointConfig, Error, Handle, HandlerFn,
-    HandlerTable, Layer, LayerHooks, Prepared, PreparedReply, Rank, Result, RmaPath, Source, Stats,
-    Token, FIRST_CLIENT_HANDLER, MAX_ARGS,
+    HandlerTable, HostMap, Layer, LayerHooks, Prepared, PreparedReply, Rank, Result, RmaPath,
+    Source, Stats, Token, FIRST_CLIENT_HANDLER, MAX_ARGS,
 };
 pub use amnet_smp::{RankOutcome, ThreadExit};
 

@@ -44,6 +44,7 @@ pub mod coll_oracle;
 pub mod coll_prop;
 pub mod coll_teams;
 pub mod coll_typed;
+pub mod host;
 pub mod pattern;
 pub mod progress;
 pub mod rma;
@@ -106,6 +107,7 @@ pub fn all_tests() -> Vec<Test> {
     let mut v = Vec::new();
     v.extend(am::tests());
     v.extend(rules::tests());
+    v.extend(host::tests());
     v.extend(rma::tests());
     v.extend(atomic::tests());
     v.extend(vis::tests());
