@@ -3,14 +3,16 @@
 # veth pair stand for two machines on one Ethernet segment. The launcher runs in the first,
 # ranks are spread over both ("remote" start through AMNET_SSH="ip netns exec"), and the
 # conduit test suite runs as one job; for udp then again with loss, duplication and
-# reordering, without and with authenticated datagrams; for ofi on libfabric's tcp provider,
+# reordering, without and with authenticated datagrams, and with the host-local bypass on and
+# off (5 ranks: 3 in the first namespace, 2 in the second; the second namespace's loopback
+# shows whether its two ranks talked through datagrams); for ofi on libfabric's tcp provider,
 # which each rank binds to its namespace's veth address (the one it reaches the launcher
 # from). Skipped, with the reason, only where namespaces or a veth pair cannot be created.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONDUIT=${1:-udp}
 trap 'echo "netns ($CONDUIT): FAILED at line $LINENO: $BASH_COMMAND (exit code $?)" >&2' ERR
-RANKS=${RANKS:-4}
+RANKS=${RANKS:-5}
 case "$CONDUIT" in
     udp) FEATURES=() ;;
     ofi) FEATURES=(--features amnet/ofi) ;;
@@ -69,12 +71,32 @@ run() {
         target/release/amrun --conduit "$CONDUIT" -n "$RANKS" --hosts "$A,$B" --timeout 900 \
         target/release/amnet-testsuite
 }
+# Bytes the second namespace's loopback carried: its ranks' datagrams to one another (they
+# reach the launcher and the first namespace over the veth link).
+lo_bytes() { $SUDO ip netns exec "$B" cat /sys/class/net/lo/statistics/tx_bytes; }
+# `run_lo MIN MAX ENV...`: run, and check the loopback bytes of the run lie in [MIN, MAX].
+run_lo() {
+    local lo_min=$1 lo_max=$2 before after
+    shift 2
+    before=$(lo_bytes)
+    run "$@"
+    after=$(lo_bytes)
+    echo "netns ($CONDUIT): the second namespace's loopback carried $((after - before)) bytes"
+    if [ $((after - before)) -lt "$lo_min" ] || [ $((after - before)) -gt "$lo_max" ]; then
+        echo "netns ($CONDUIT): FAILED: expected $lo_min to $lo_max bytes on the loopback"
+        exit 1
+    fi
+}
 if [ "$CONDUIT" = ofi ]; then
     run AMNET_OFI_PROVIDER_INCLUDE=tcp
 else
-    run
+    # The host-local bypass (default): the two ranks of the second namespace send each other
+    # no datagram; without it, megabytes.
+    run_lo 0 65536
+    run_lo 1000000 1000000000000 AMNET_HOST_BYPASS=0
     # Loss, duplication and reordering come from the conduit's own fault injection at the
-    # socket edge, the same on every kernel (tc netem is missing from many).
+    # socket edge, the same on every kernel (tc netem is missing from many); they apply to
+    # the network path only.
     run AMNET_UDP_LOSS=0.1 AMNET_UDP_DUP=0.05 AMNET_UDP_REORDER=0.1
     # Authenticated datagrams: the secret reaches every rank on the standard input of the
     # "remote" start, never on its command line.

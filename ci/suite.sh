@@ -43,19 +43,28 @@ for n in 3 8; do
     AMNET_COLL_TUNE='reduce:0-64:binomial?;reduce:65-:knomial?:radix=3;reduce_to_all:-:reduce_broadcast?;prefix_reduce:0-64:dissemination?;prefix_reduce:65-:chain?;exclusive_prefix_reduce:0-64:chain?;exclusive_prefix_reduce:65-:dissemination?;reduce_elems:0-64:binomial?;reduce_elems:65-:reduce_scatter_gather?;reduce_elems_to_all:0-256:recursive_doubling?;reduce_elems_to_all:257-4K:ring?;reduce_elems_to_all:4K-:rabenseifner?;scan_elems:-:dissemination?;exclusive_scan_elems:-:dissemination?' \
         target/release/amrun -n "$n" --timeout 300 target/release/amnet-testsuite coll
 done
-for n in 2 4 8; do
-    echo "== amrun --conduit udp -n $n amnet-testsuite"
+# udp on one host: with the host-local bypass (the default: every message through the smp
+# rings), and without it, where the datagrams, their loss and their authentication are tested.
+for n in 2 8; do
+    echo "== amrun --conduit udp -n $n amnet-testsuite (host-local bypass)"
     target/release/amrun --conduit udp -n "$n" --timeout 900 target/release/amnet-testsuite
 done
 for n in 2 4 8; do
-    echo "== amrun --conduit udp -n $n amnet-testsuite, 10% loss + 5% duplication + 10% reordering"
-    AMNET_UDP_LOSS=0.1 AMNET_UDP_DUP=0.05 AMNET_UDP_REORDER=0.1 \
+    echo "== amrun --conduit udp -n $n amnet-testsuite, AMNET_HOST_BYPASS=0"
+    AMNET_HOST_BYPASS=0 \
         target/release/amrun --conduit udp -n "$n" --timeout 900 target/release/amnet-testsuite
 done
-echo "== amrun --conduit udp -n 4 amnet-testsuite, 30% loss"
-AMNET_UDP_LOSS=0.3 target/release/amrun --conduit udp -n 4 --timeout 900 target/release/amnet-testsuite
-echo "== amrun --conduit udp -n 4 amnet-testsuite, authenticated datagrams (AMNET_UDP_AUTH=1)"
-AMNET_UDP_AUTH=1 target/release/amrun --conduit udp -n 4 --timeout 900 target/release/amnet-testsuite
+for n in 2 4 8; do
+    echo "== amrun --conduit udp -n $n amnet-testsuite, AMNET_HOST_BYPASS=0, 10% loss + 5% duplication + 10% reordering"
+    AMNET_HOST_BYPASS=0 AMNET_UDP_LOSS=0.1 AMNET_UDP_DUP=0.05 AMNET_UDP_REORDER=0.1 \
+        target/release/amrun --conduit udp -n "$n" --timeout 900 target/release/amnet-testsuite
+done
+echo "== amrun --conduit udp -n 4 amnet-testsuite, AMNET_HOST_BYPASS=0, 30% loss"
+AMNET_HOST_BYPASS=0 AMNET_UDP_LOSS=0.3 \
+    target/release/amrun --conduit udp -n 4 --timeout 900 target/release/amnet-testsuite
+echo "== amrun --conduit udp -n 4 amnet-testsuite, AMNET_HOST_BYPASS=0, authenticated datagrams (AMNET_UDP_AUTH=1)"
+AMNET_HOST_BYPASS=0 AMNET_UDP_AUTH=1 \
+    target/release/amrun --conduit udp -n 4 --timeout 900 target/release/amnet-testsuite
 bash ci/netns.sh udp
 # The mpi conduit (Open MPI, installed by ci/install-mpi.sh): the same suite through mpirun.
 cargo build --release --features amnet/mpi --bin amrun --bin amnet-testsuite

@@ -223,6 +223,22 @@ pub trait Conduit: Send + Sync + 'static {
     /// Collective, blocking: create this rank's segment of `len` bytes and make every rank's
     /// segment reachable (`lens` holds every rank's length, agreed by `exchange`).
     fn attach_segment(&self, len: usize, lens: &[usize]) -> Result<LocalSegment>;
+    /// [`attach_segment`](Conduit::attach_segment) over memory that the layer above provides:
+    /// the host-local bypass (spec/core.md §7e) places the segment in shared memory that the
+    /// ranks of a host map from one another, and the conduit serves its remote peers from
+    /// there. Collective, like `attach_segment`. The default refuses: a conduit that cannot
+    /// use memory it did not allocate says so, and the bypass stays off.
+    ///
+    /// # Safety
+    /// - `seg.base` is valid for reads and writes of `seg.len` bytes, page-aligned unless
+    ///   `seg.len` is 0, and stays so for the conduit's whole life.
+    unsafe fn attach_segment_in(&self, seg: LocalSegment, lens: &[usize]) -> Result<()> {
+        let _ = (seg, lens);
+        Err(crate::Error::conduit(
+            self.name(),
+            "this conduit cannot serve a segment it did not allocate",
+        ))
+    }
     /// Try to send one message. `Ok(false)` means no buffer space right now: the core polls and
     /// retries. The payload is consumed (copied or written to the target) before this returns.
     fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool>;

@@ -272,6 +272,16 @@ pub mod vars {
         default: "`native`",
         meaning: "`am` forces put/get onto the AM-based reference path",
     };
+    /// `AMNET_HOST_BYPASS`.
+    pub const HOST_BYPASS: Var = Var {
+        name: "AMNET_HOST_BYPASS",
+        scope: Scope::Core,
+        kind: Kind::Flag,
+        default: "`1`",
+        meaning: "udp: ranks that share a host exchange messages and reach each other's \
+                  segments through shared memory (the smp conduit's rings); `0` sends \
+                  everything through the network",
+    };
     /// `AMNET_BARRIER`.
     pub const BARRIER: Var = Var {
         name: "AMNET_BARRIER",
@@ -647,6 +657,7 @@ pub const VARS: &[&Var] = &[
     &vars::RANK,
     &vars::SIZE,
     &vars::RMA,
+    &vars::HOST_BYPASS,
     &vars::BARRIER,
     &vars::STATS,
     &vars::VERBOSE,

@@ -74,6 +74,22 @@ impl HeapSegment {
         })
     }
 
+    /// The segment in `seg`, memory that its owner provides (the host-local bypass's shared
+    /// memory, [`Conduit::attach_segment_in`]) and that this value never frees.
+    ///
+    /// # Safety
+    /// - `seg.base` is valid for reads and writes of `seg.len` bytes for as long as the
+    ///   returned value lives, and page-aligned unless `seg.len` is 0.
+    ///
+    /// [`Conduit::attach_segment_in`]: crate::Conduit::attach_segment_in
+    pub unsafe fn borrowed(seg: crate::LocalSegment) -> HeapSegment {
+        HeapSegment {
+            ptr: seg.base,
+            len: seg.len,
+            layout: None,
+        }
+    }
+
     /// The first byte.
     pub fn ptr(&self) -> *mut u8 {
         self.ptr

@@ -224,7 +224,9 @@ impl Builder {
         let src = self.source;
         let conduit: Box<dyn amnet_core::Conduit> = match kind {
             ConduitKind::Smp => Box::new(amnet_smp::SmpConduit::new(&src)?),
-            ConduitKind::Udp => Box::new(amnet_udp::UdpConduit::new(&src)?),
+            ConduitKind::Udp => {
+                amnet_bypass::wrap(Box::new(amnet_udp::UdpConduit::new(&src)?), &src)?
+            }
             #[cfg(feature = "mpi")]
             ConduitKind::Mpi => Box::new(amnet_mpi::MpiConduit::new(&src)?),
             #[cfg(feature = "ofi")]

@@ -40,7 +40,7 @@ mod vis;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use amnet::{AtomicOps, Category, HandlerTable};
+use amnet::{AtomicOps, Category, Endpoint, HandlerTable};
 
 use crate::report::{Report, TARGET_BYTES};
 
@@ -411,9 +411,9 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
     }
     let me = ep.rank();
     let mut plan = opts.plan.clone();
-    plan.network = ep.conduit_name() != "smp";
+    plan.network = report_conduit(&ep) != "smp" && report_conduit(&ep) != BYPASS;
     let plan = &plan;
-    let udp = ep.conduit_name() == "udp";
+    let udp = report_conduit(&ep) == "udp";
     // The round-trip floor's set-up, once for every round.
     let mut floors = latency::Floors::default();
     // The round-trip floors, for the suites compared with them.
@@ -471,6 +471,24 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
 
 /// One round of the measurements `opts` asks for: the floors first (the round-trip floor
 /// interleaved with the AM round trips), then every suite.
+/// The conduit's name in reports: [`BYPASS`] for a udp job whose ranks 0 and 1 share a host
+/// through the host-local bypass (spec/core.md §7e): they talk through the smp rings and map
+/// each other's segments, so the shared-memory floors apply, not the raw UDP ones.
+fn report_conduit(ep: &Endpoint) -> &'static str {
+    let name = ep.conduit_name();
+    if name == "udp"
+        && ep.size() >= 2
+        && ep.rma_path(1 - ep.rank().min(1)).ok() == Some(amnet::RmaPath::Direct)
+    {
+        BYPASS
+    } else {
+        name
+    }
+}
+
+/// The report name of udp through the host-local bypass.
+const BYPASS: &str = "udp+bypass";
+
 fn measure(
     ep: &amnet::Endpoint,
     (st, gst): (&Arc<am::AmState>, &Arc<gups::GupsState>),
@@ -480,8 +498,8 @@ fn measure(
     local: &mut [u8],
 ) -> Result<Report, BenchError> {
     let me = ep.rank();
-    let mut report = Report::new(ep.conduit_name(), ep.size());
-    let udp = ep.conduit_name() == "udp";
+    let mut report = Report::new(report_conduit(ep), ep.size());
+    let udp = report_conduit(ep) == "udp";
     let point_to_point = !matches!(opts.suite, Suite::Barrier | Suite::Coll);
     // The bandwidth sweeps' sizes, with the one the targets are judged at.
     let mut sizes = plan.sizes(plan.max_bytes);

@@ -1,17 +1,27 @@
 //! The host map (spec/core.md §7d): every rank builds the same one, this rank is on its own
-//! host, and a rank whose segment this rank maps shares its host.
+//! host, and a rank whose segment this rank maps shares its host. The host-local bypass
+//! (§7e): a network conduit's ranks of one host map one another's segments, and their
+//! messages to one another leave no datagram.
 
 use amnet::host::host_key;
 use amnet::RmaPath;
 
-use crate::{ck, ensure, test, Ctx, Test, Verdict};
+use crate::state::H_COUNT;
+use crate::{bypass_on, ck, ensure, test, Ctx, Test, Verdict};
 
 /// Where each rank publishes its view of the map (one `u32` per rank: its host index).
 const HOST_OFF: u64 = (9 << 20) + (768 << 10);
 
 /// The tests of this module.
 pub fn tests() -> Vec<Test> {
-    vec![test("host_map", host_map)]
+    vec![
+        test("host_map", host_map),
+        Test {
+            min_ranks: 2,
+            only_conduit: Some("udp"),
+            ..test("host_bypass", host_bypass)
+        },
+    ]
 }
 
 fn host_map(c: &Ctx<'_>) -> Verdict {
@@ -67,4 +77,61 @@ fn host_map(c: &Ctx<'_>) -> Verdict {
     ensure(first == mine, || {
         format!("rank {me}'s host map differs from rank 0's ({mine:?} against {first:?})")
     })
+}
+
+/// Short requests this rank sends to each of its host's other ranks.
+const LOCAL_SENDS: u64 = 2000;
+
+fn host_bypass(c: &Ctx<'_>) -> Verdict {
+    let ep = c.ep;
+    let me = c.rank();
+    let peers: Vec<u32> = ck("host_peers", ep.host_peers())?
+        .iter()
+        .copied()
+        .filter(|&r| r != me)
+        .collect();
+    let am_only = ep
+        .config_source()
+        .text(&amnet::config::vars::RMA)
+        .is_some_and(|v| v == "am");
+    for r in (0..c.size()).filter(|&r| r != me) {
+        let path = ck("rma_path", ep.rma_path(r))?;
+        let local = peers.contains(&r);
+        let want_direct = bypass_on(c) && local && !am_only;
+        ensure((path == RmaPath::Direct) == want_direct, || {
+            format!(
+                "rank {r} ({} host, bypass {}): rma path {path:?}",
+                if local { "this" } else { "another" },
+                if bypass_on(c) { "on" } else { "off" }
+            )
+        })?;
+    }
+    let sent = |what: &str| -> Result<u64, String> {
+        ep.conduit_stats()
+            .iter()
+            .find(|(k, _)| *k == "datagrams_sent")
+            .map(|&(_, v)| v)
+            .ok_or_else(|| format!("{what}: no datagrams_sent counter"))
+    };
+    ck("barrier", ep.barrier())?;
+    let before = sent("before")?;
+    for _ in 0..LOCAL_SENDS {
+        for &p in &peers {
+            ck("request_short", ep.request_short(p, H_COUNT, &[1, 2]))?;
+        }
+    }
+    let after = sent("after")?;
+    ck("barrier", ep.barrier())?;
+    let moved = after - before;
+    let msgs = LOCAL_SENDS * peers.len() as u64;
+    if bypass_on(c) {
+        // Acknowledgements and heartbeats to other hosts may go meanwhile, a few.
+        ensure(moved < msgs / 10 + 1, || {
+            format!("{msgs} requests to this host's ranks {peers:?} went with {moved} datagrams")
+        })
+    } else {
+        ensure(peers.is_empty() || moved > 0, || {
+            format!("{msgs} requests without the bypass went with no datagram")
+        })
+    }
 }

@@ -132,6 +132,28 @@ pub const fn test(name: &'static str, run: fn(&Ctx<'_>) -> Verdict) -> Test {
     }
 }
 
+/// Whether the host-local bypass is on in this job (spec/core.md §7e; network conduits).
+pub fn bypass_on(c: &Ctx<'_>) -> bool {
+    c.ep.conduit_name() == "udp"
+        && c.ep
+            .config_source()
+            .flag(&amnet::config::vars::HOST_BYPASS)
+            .ok()
+            .flatten()
+            .unwrap_or(true)
+}
+
+/// Whether messages from this rank to `dest` travel through the smp conduit's rings: on smp,
+/// and through the bypass to a rank of this host.
+pub fn rings_to(c: &Ctx<'_>, dest: u32) -> bool {
+    c.ep.conduit_name() == "smp"
+        || (bypass_on(c)
+            && c.ep
+                .host_map()
+                .and_then(|m| m.same_host(c.rank(), dest))
+                .unwrap_or(false))
+}
+
 /// Turn an amnet error into a verdict with context.
 pub fn ck<T>(what: &str, r: Result<T, Error>) -> Result<T, String> {
     r.map_err(|e| format!("{what}: {e}"))

@@ -311,7 +311,12 @@ pub fn scenarios() -> Vec<Scenario> {
             codes: &[0],
             log: None,
             timeout: T,
-            env: &[("AMNET_UDP_AUTH", "1"), ("AMNET_UDP_FORGE", "0.25")],
+            // The forgeries are datagrams: the two ranks talk over the network.
+            env: &[
+                ("AMNET_UDP_AUTH", "1"),
+                ("AMNET_UDP_FORGE", "0.25"),
+                ("AMNET_HOST_BYPASS", "0"),
+            ],
             body: udp_forged_datagrams,
             only_conduit: Some("udp"),
             planned: Duration::ZERO,
@@ -322,7 +327,11 @@ pub fn scenarios() -> Vec<Scenario> {
             codes: &[0],
             log: None,
             timeout: T,
-            env: &[("AMNET_UDP_AUTH", "0"), ("AMNET_UDP_FORGE", "0.25")],
+            env: &[
+                ("AMNET_UDP_AUTH", "0"),
+                ("AMNET_UDP_FORGE", "0.25"),
+                ("AMNET_HOST_BYPASS", "0"),
+            ],
             body: udp_forged_datagrams,
             only_conduit: Some("udp"),
             planned: Duration::ZERO,

@@ -1497,6 +1497,10 @@ impl Conduit for OfiConduit {
         Ok(n)
     }
 
+    fn exit_word(&self) -> Option<&std::sync::atomic::AtomicU64> {
+        Some(self.eng.job.exit_word())
+    }
+
     fn exit_requested(&self) -> Option<i32> {
         self.eng.job.exit_requested()
     }

@@ -481,6 +481,44 @@ impl SmpConduit {
         }
     }
 
+    /// Create the control block of a host group of `size` ranks named `group` (an
+    /// `amnet-PID-...` job name whose PID is the creator's): the first step of
+    /// [`join_group`](SmpConduit::join_group) on the group's rank 0, which must finish before
+    /// any other member joins (the caller orders the two through its own transport). The name
+    /// is removed once every member has joined.
+    pub fn create_group(group: &str, size: u32) -> Result<Region> {
+        create_ctl(group, size)
+    }
+
+    /// Join the host group `group` as its rank `rank` of `size`: the ranks of one host in a
+    /// job of a network conduit, which send one another active messages through this
+    /// conduit's rings and map one another's segments and host scratch (the host-local
+    /// bypass, spec/core.md §7e). Rank 0 passes the control block it made with
+    /// [`create_group`](SmpConduit::create_group); the others open it by name. The members
+    /// meet at start-up barriers that wait at most `boot_timeout`.
+    pub fn join_group(
+        group: &str,
+        rank: u32,
+        size: u32,
+        created: Option<Region>,
+        boot_timeout: std::time::Duration,
+    ) -> Result<SmpConduit> {
+        check_size(size)?;
+        if rank >= size {
+            return Err(Error::BadRank { rank, size });
+        }
+        let ctl = match created {
+            Some(r) => r,
+            None => Region::open(&ctl_name(group), 0).map_err(|e| {
+                Error::Config(format!(
+                    "cannot open the host group's control block {} ({e})",
+                    ctl_name(group)
+                ))
+            })?,
+        };
+        Self::process(group.to_string(), rank, size, ctl, boot_timeout)
+    }
+
     fn process(
         job: String,
         rank: u32,

@@ -31,7 +31,7 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -49,8 +49,19 @@ const EXIT: u8 = 5;
 const FAIL: u8 = 6;
 /// No frame is larger (a blob exchange of a big job still fits easily).
 const MAX_FRAME: usize = 64 << 20;
-/// `exit_code` when no exit was requested.
-const NO_EXIT: i64 = i64::MIN;
+/// The exit word when no exit was requested: zero, as `Conduit::exit_word` wants it.
+const NO_EXIT: u64 = 0;
+
+/// The exit word's value for exit code `code` (never [`NO_EXIT`]).
+fn exit_value(code: i32) -> u64 {
+    (1 << 32) | u64::from(code as u32)
+}
+
+/// The exit code in an exit word's value other than [`NO_EXIT`].
+#[allow(clippy::cast_possible_truncation)] // the code is the low half
+fn exit_code(v: u64) -> i32 {
+    v as u32 as i32
+}
 
 fn boot_err(msg: impl Into<String>) -> Error {
     Error::conduit("udp", format!("bootstrap: {}", msg.into()))
@@ -504,7 +515,7 @@ type Answers = Receiver<(u32, Vec<Vec<u8>>)>;
 #[derive(Debug)]
 pub struct BootClient {
     w: Mutex<Sender>,
-    exit: Arc<AtomicI64>,
+    exit: Arc<AtomicU64>,
     /// The server has told this rank that the job ends (so it knows of the exit).
     exit_heard: Arc<AtomicBool>,
     exch: Mutex<(u32, Answers)>,
@@ -594,7 +605,7 @@ impl BootClient {
                 .max(Duration::from_millis(1)),
         ))
         .map_err(|e| boot_err(format!("set_read_timeout: {e}")))?;
-        let exit = Arc::new(AtomicI64::new(NO_EXIT));
+        let exit = Arc::new(AtomicU64::new(NO_EXIT));
         // Wait for the table; an EXIT may come first.
         let (kind, body) = rx.read(&mut r).map_err(|e| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
@@ -617,7 +628,7 @@ impl BootClient {
                             .and_then(|b| b.try_into().ok())
                             .unwrap_or([0; 4]),
                     );
-                    exit.store(i64::from(code), Ordering::Release);
+                    exit.store(exit_value(code), Ordering::Release);
                     return Err(boot_err(format!(
                         "the job ended (code {code}) before it started"
                     )));
@@ -649,7 +660,7 @@ impl BootClient {
                         );
                         let _ = ex.compare_exchange(
                             NO_EXIT,
-                            i64::from(code),
+                            exit_value(code),
                             Ordering::AcqRel,
                             Ordering::Acquire,
                         );
@@ -663,8 +674,12 @@ impl BootClient {
                     Ok(_) => {}
                     Err(_) => {
                         // The launcher is gone: leave. Code 1 unless an exit was already known.
-                        let _ =
-                            ex.compare_exchange(NO_EXIT, 1, Ordering::AcqRel, Ordering::Acquire);
+                        let _ = ex.compare_exchange(
+                            NO_EXIT,
+                            exit_value(1),
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        );
                         return;
                     }
                 }
@@ -686,7 +701,7 @@ impl BootClient {
     /// dropped: code 1).
     pub fn exit_requested(&self) -> Option<i32> {
         let v = self.exit.load(Ordering::Acquire);
-        (v != NO_EXIT).then(|| i32::try_from(v).unwrap_or(1))
+        (v != NO_EXIT).then(|| exit_code(v))
     }
 
     /// Ask for the job to end with `code`. Returns the code in force (an earlier request
@@ -694,7 +709,7 @@ impl BootClient {
     pub fn request_exit(&self, code: i32) -> i32 {
         let _ = self.exit.compare_exchange(
             NO_EXIT,
-            i64::from(code),
+            exit_value(code),
             Ordering::AcqRel,
             Ordering::Acquire,
         );
@@ -1003,7 +1018,7 @@ mod tests {
 #[derive(Debug)]
 pub struct JobLink {
     boot: Option<BootClient>,
-    solo_exit: AtomicI64,
+    solo_exit: AtomicU64,
 }
 
 impl JobLink {
@@ -1011,7 +1026,7 @@ impl JobLink {
     pub fn new(boot: Option<BootClient>) -> JobLink {
         JobLink {
             boot,
-            solo_exit: AtomicI64::new(NO_EXIT),
+            solo_exit: AtomicU64::new(NO_EXIT),
         }
     }
 
@@ -1020,13 +1035,22 @@ impl JobLink {
         self.boot.as_ref()
     }
 
+    /// A word that is 0 until an exit is requested and non-zero from then on
+    /// (`Conduit::exit_word`).
+    pub fn exit_word(&self) -> &AtomicU64 {
+        match &self.boot {
+            Some(b) => &b.exit,
+            None => &self.solo_exit,
+        }
+    }
+
     /// The job-wide exit code, once any rank asked the job to end.
     pub fn exit_requested(&self) -> Option<i32> {
         match &self.boot {
             Some(b) => b.exit_requested(),
             None => {
                 let v = self.solo_exit.load(Ordering::Acquire);
-                (v != NO_EXIT).then(|| i32::try_from(v).unwrap_or(1))
+                (v != NO_EXIT).then(|| exit_code(v))
             }
         }
     }
@@ -1038,7 +1062,7 @@ impl JobLink {
             None => {
                 let _ = self.solo_exit.compare_exchange(
                     NO_EXIT,
-                    i64::from(code),
+                    exit_value(code),
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 );

@@ -522,6 +522,23 @@ impl UdpConduit {
         Ok(n)
     }
 
+    /// Take `seg` as the segment: Long payloads and puts land in it from then on, once every
+    /// rank has its own (the exchange).
+    fn attach_with(&self, seg: HeapSegment) -> Result<LocalSegment> {
+        self.seg.set(seg).map_err(|_| Error::AlreadyAttached)?;
+        let s = self.seg.get().ok_or(Error::AlreadyAttached)?;
+        self.lock().proto.set_long_sink(Box::new(SegSink {
+            ptr: s.ptr(),
+            len: s.len() as u64,
+        }));
+        // Everyone has its segment before anyone sends into it.
+        self.exchange(&[])?;
+        Ok(LocalSegment {
+            base: s.ptr(),
+            len: s.len(),
+        })
+    }
+
     /// Deliver one message to the core: Long payloads go into the segment first, unless the
     /// protocol `placed` them there already (their length).
     fn hand_up(
@@ -608,20 +625,13 @@ impl Conduit for UdpConduit {
     }
 
     fn attach_segment(&self, len: usize, _lens: &[usize]) -> Result<LocalSegment> {
-        self.seg
-            .set(HeapSegment::new("udp", len)?)
-            .map_err(|_| Error::AlreadyAttached)?;
-        let s = self.seg.get().ok_or(Error::AlreadyAttached)?;
-        self.lock().proto.set_long_sink(Box::new(SegSink {
-            ptr: s.ptr(),
-            len: s.len() as u64,
-        }));
-        // Everyone has its segment before anyone sends into it.
-        self.exchange(&[])?;
-        Ok(LocalSegment {
-            base: s.ptr(),
-            len: s.len(),
-        })
+        self.attach_with(HeapSegment::new("udp", len)?)
+    }
+
+    unsafe fn attach_segment_in(&self, seg: LocalSegment, _lens: &[usize]) -> Result<()> {
+        // SAFETY: forwarded contract: the memory outlives the conduit.
+        self.attach_with(unsafe { HeapSegment::borrowed(seg) })
+            .map(|_| ())
     }
 
     fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
@@ -754,6 +764,10 @@ impl Conduit for UdpConduit {
             ("injected_forged", e.injected_forged),
             ("send_errors", e.send_errors),
         ]
+    }
+
+    fn exit_word(&self) -> Option<&std::sync::atomic::AtomicU64> {
+        Some(self.job.exit_word())
     }
 
     fn exit_requested(&self) -> Option<i32> {
