@@ -515,6 +515,24 @@ int amnet_segment(void **base, size_t *size);
 // - `size` is valid for a write of a `size_t`.
 int amnet_segment_size_of(uint32_t rank, size_t *size);
 
+// The ranks on this rank's host (spec/core.md §7d), as GASNet-EX's
+// `gex_System_QueryHostInfo`: `*host_peers` points at their numbers, ascending (valid until
+// the process ends), `*host_count` is how many, `*host_rank` this rank's index among them.
+// Each pointer may be null. Needs attach.
+//
+// # Safety
+// - `host_peers` is null or valid for a write of a pointer; `host_count` and `host_rank` are
+//   null or valid for a write of a `uint32_t`.
+int amnet_host_info(const uint32_t **host_peers, uint32_t *host_count, uint32_t *host_rank);
+
+// How many hosts the job runs on (`*hosts`, may be null) and the host index of `rank`
+// (`*host`, may be null; hosts are numbered in the order of their lowest rank). Needs
+// attach; `AMNET_ERR_BAD_RANK` for a rank outside the job.
+//
+// # Safety
+// - `hosts` and `host` are null or valid for a write of a `uint32_t`.
+int amnet_host_of(uint32_t rank, uint32_t *hosts, uint32_t *host);
+
 // Run the handlers of every message that has arrived; how many ran goes to `*ran` (which
 // may be null). Handlers run only inside amnet calls that poll, on the calling thread.
 //

@@ -261,6 +261,56 @@ pub unsafe extern "C" fn amnet_segment_size_of(rank: u32, size: *mut usize) -> c
     })
 }
 
+/// The ranks on this rank's host (spec/core.md §7d), as GASNet-EX's
+/// `gex_System_QueryHostInfo`: `*host_peers` points at their numbers, ascending (valid until
+/// the process ends), `*host_count` is how many, `*host_rank` this rank's index among them.
+/// Each pointer may be null. Needs attach.
+///
+/// # Safety
+/// - `host_peers` is null or valid for a write of a pointer; `host_count` and `host_rank` are
+///   null or valid for a write of a `uint32_t`.
+#[no_mangle]
+pub unsafe extern "C" fn amnet_host_info(
+    host_peers: *mut *const u32,
+    host_count: *mut u32,
+    host_rank: *mut u32,
+) -> c_int {
+    guard("amnet_host_info", || {
+        let ep = ep()?;
+        let peers = ep.host_peers()?;
+        let idx = ep.host_rank()?;
+        let count = u32::try_from(peers.len()).unwrap_or(u32::MAX);
+        // SAFETY: the caller's contract for the three pointers; `peers` lives in the
+        // endpoint, which lives until the process ends.
+        unsafe {
+            store(host_peers, peers.as_ptr());
+            store(host_count, count);
+            store(host_rank, idx);
+        }
+        Ok(OK)
+    })
+}
+
+/// How many hosts the job runs on (`*hosts`, may be null) and the host index of `rank`
+/// (`*host`, may be null; hosts are numbered in the order of their lowest rank). Needs
+/// attach; `AMNET_ERR_BAD_RANK` for a rank outside the job.
+///
+/// # Safety
+/// - `hosts` and `host` are null or valid for a write of a `uint32_t`.
+#[no_mangle]
+pub unsafe extern "C" fn amnet_host_of(rank: u32, hosts: *mut u32, host: *mut u32) -> c_int {
+    guard("amnet_host_of", || {
+        let map = ep()?.host_map()?;
+        let h = map.host_of(rank)?;
+        // SAFETY: the caller's contract for both pointers.
+        unsafe {
+            store(hosts, map.hosts());
+            store(host, h);
+        }
+        Ok(OK)
+    })
+}
+
 /// Run the handlers of every message that has arrived; how many ran goes to `*ran` (which
 /// may be null). Handlers run only inside amnet calls that poll, on the calling thread.
 ///

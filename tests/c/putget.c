@@ -37,6 +37,23 @@ int main(void) {
     CHECK(amnet_segment_size_of(next, &seg_len));
     if (seg_len != SEG)
         FAIL("segment of %zu bytes, wanted %d", seg_len, SEG);
+    /* The host map: this rank among its host's ranks, on its own host. */
+    const uint32_t *peers;
+    uint32_t count, index, hosts, host, peer_host;
+    CHECK(amnet_host_info(&peers, &count, &index));
+    if (index >= count || peers[index] != me)
+        FAIL("host_info: index %u of %u does not name rank %u", index, count, me);
+    CHECK(amnet_host_of(me, &hosts, &host));
+    for (uint32_t i = 0; i < count; i++) {
+        CHECK(amnet_host_of(peers[i], NULL, &peer_host));
+        if (peer_host != host || (i > 0 && peers[i] <= peers[i - 1]))
+            FAIL("host_info: rank %u listed on host %u, rank %u's host is %u", peers[i],
+                 peer_host, me, host);
+    }
+    if (hosts < 1 || host >= hosts)
+        FAIL("host %u of %u hosts", host, hosts);
+    if (amnet_host_of(nranks, NULL, NULL) != AMNET_ERR_BAD_RANK)
+        FAIL("amnet_host_of(%u) of a job of %u ranks did not fail with BAD_RANK", nranks, nranks);
     unsigned char *src = malloc(MIB + 16), *dst = malloc(MIB + 16);
     size_t n = sizeof sizes / sizeof sizes[0], ops = 0;
     for (size_t s = 0; s < n; s++) {
