@@ -471,15 +471,14 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
 
 /// One round of the measurements `opts` asks for: the floors first (the round-trip floor
 /// interleaved with the AM round trips), then every suite.
-/// The conduit's name in reports: [`BYPASS`] for a udp job whose ranks 0 and 1 share a host
+/// The conduit's name in reports: [`BYPASS`] for a udp job on one host whose ranks talk
 /// through the host-local bypass (spec/core.md §7e): they talk through the smp rings and map
 /// each other's segments, so the shared-memory floors apply, not the raw UDP ones.
 fn report_conduit(ep: &Endpoint) -> &'static str {
     let name = ep.conduit_name();
-    if name == "udp"
-        && ep.size() >= 2
-        && ep.rma_path(1 - ep.rank().min(1)).ok() == Some(amnet::RmaPath::Direct)
-    {
+    let one_host = ep.host_map().is_ok_and(|m| m.hosts() == 1);
+    let mapped = ep.rma_path(1 - ep.rank().min(1)).ok() == Some(amnet::RmaPath::Direct);
+    if name == "udp" && ep.size() >= 2 && one_host && mapped {
         BYPASS
     } else {
         name

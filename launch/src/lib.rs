@@ -52,6 +52,9 @@ pub fn launch_job_with_log(opts: &LaunchOptions, log: &mut dyn FnMut(&str)) -> R
                 let port = job.boot_addr().port();
                 amnet_smp::unlink_prefix(&format!("amnet-ofi-{port}-"));
             }
+            // The host-local bypass's group objects of this host's ranks killed while they
+            // started (each is named after its creator's process, now gone).
+            amnet_smp::sweep_stale();
             let code = code?;
             for e in job.boot_errors() {
                 log(&format!("bootstrap: {e}"));

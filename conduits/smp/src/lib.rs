@@ -16,6 +16,6 @@ mod wire;
 
 pub use conduit::{SmpConduit, ThreadExit, ThreadShared, MAX_MEDIUM};
 pub use ctl::MAX_RANKS;
-pub use shm::{unlink as unlink_shared, unlink_prefix, Region as SharedRegion};
+pub use shm::{sweep_stale, unlink as unlink_shared, unlink_prefix, Region as SharedRegion};
 pub use spawn::SmpJob;
 pub use threads::{run_threads, RankOutcome};

@@ -235,8 +235,9 @@ fn owner_pid(name: &str) -> Option<i32> {
 
 /// Remove every amnet object in /dev/shm whose owner process is gone: the objects of a job
 /// whose launcher was killed before it could clean up (SIGKILL leaves no time for it). A
-/// launcher calls this before it starts a job. Returns how many were removed.
-pub(crate) fn sweep_stale() -> usize {
+/// launcher calls this before it starts a job (and after a udp job, for the host-local
+/// bypass's groups). Returns how many were removed.
+pub fn sweep_stale() -> usize {
     let mut n = 0;
     if let Ok(rd) = std::fs::read_dir("/dev/shm") {
         for e in rd.flatten() {
