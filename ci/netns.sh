@@ -4,15 +4,16 @@
 # ranks are spread over both ("remote" start through AMNET_SSH="ip netns exec"), and the
 # conduit test suite runs as one job; for udp then again with loss, duplication and
 # reordering, without and with authenticated datagrams, and with the host-local bypass on and
-# off (5 ranks: 3 in the first namespace, 2 in the second; the second namespace's loopback
-# shows whether its two ranks talked through datagrams); for ofi on libfabric's tcp provider,
-# which each rank binds to its namespace's veth address (the one it reaches the launcher
-# from). Skipped, with the reason, only where namespaces or a veth pair cannot be created.
+# off (the second namespace's loopback shows whether its two ranks talked through
+# datagrams); for ofi on libfabric's tcp provider, which each rank binds to its namespace's
+# veth address (the one it reaches the launcher from). Skipped, with the reason, only where
+# namespaces or a veth pair cannot be created.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONDUIT=${1:-udp}
 trap 'echo "netns ($CONDUIT): FAILED at line $LINENO: $BASH_COMMAND (exit code $?)" >&2' ERR
-RANKS=${RANKS:-5}
+# udp: 3 ranks in the first namespace and 2 in the second; ofi: 2 and 2.
+if [ "$CONDUIT" = udp ]; then RANKS=${RANKS:-5}; else RANKS=${RANKS:-4}; fi
 case "$CONDUIT" in
     udp) FEATURES=() ;;
     ofi) FEATURES=(--features amnet/ofi) ;;

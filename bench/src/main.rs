@@ -411,7 +411,7 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
     }
     let me = ep.rank();
     let mut plan = opts.plan.clone();
-    plan.network = report_conduit(&ep) != "smp" && report_conduit(&ep) != BYPASS;
+    plan.network = report_conduit(&ep) == ep.conduit_name() && ep.conduit_name() != "smp";
     let plan = &plan;
     let udp = report_conduit(&ep) == "udp";
     // The round-trip floor's set-up, once for every round.
@@ -471,22 +471,24 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
 
 /// One round of the measurements `opts` asks for: the floors first (the round-trip floor
 /// interleaved with the AM round trips), then every suite.
-/// The conduit's name in reports: [`BYPASS`] for a udp job on one host whose ranks talk
-/// through the host-local bypass (spec/core.md §7e): they talk through the smp rings and map
-/// each other's segments, so the shared-memory floors apply, not the raw UDP ones.
+/// The conduit's name in reports: `udp+bypass` or `ofi+bypass` for a job on one host whose
+/// ranks talk through the host-local bypass (spec/core.md §7e): they talk through the smp
+/// rings and map each other's segments, so the shared-memory floors apply, not the network's.
 fn report_conduit(ep: &Endpoint) -> &'static str {
     let name = ep.conduit_name();
     let one_host = ep.host_map().is_ok_and(|m| m.hosts() == 1);
     let mapped = ep.rma_path(1 - ep.rank().min(1)).ok() == Some(amnet::RmaPath::Direct);
-    if name == "udp" && ep.size() >= 2 && one_host && mapped {
-        BYPASS
-    } else {
-        name
+    match name {
+        "udp" | "ofi" if ep.size() >= 2 && one_host && mapped => {
+            if name == "udp" {
+                "udp+bypass"
+            } else {
+                "ofi+bypass"
+            }
+        }
+        _ => name,
     }
 }
-
-/// The report name of udp through the host-local bypass.
-const BYPASS: &str = "udp+bypass";
 
 fn measure(
     ep: &amnet::Endpoint,
@@ -574,7 +576,7 @@ fn measure(
     }
 
     #[cfg(feature = "ofi")]
-    if ep.conduit_name() == "ofi" && ep.size() >= 2 && opts.suite != Suite::Coll && sweeps {
+    if report_conduit(ep) == "ofi" && ep.size() >= 2 && opts.suite != Suite::Coll && sweeps {
         report.extend(rawofi::run(ep, plan)?);
     }
 

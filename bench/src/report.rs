@@ -668,9 +668,9 @@ impl Report {
 
     /// The conduit's point-to-point targets.
     fn conduit_targets(&self) -> Vec<Target> {
-        // udp through the host-local bypass is judged against the smp conduit's run (RESULTS),
-        // not against a floor of its own job.
-        if self.conduit == "udp+bypass" {
+        // A conduit through the host-local bypass is judged against the smp conduit's run
+        // (RESULTS), not against a floor of its own job.
+        if self.conduit.ends_with("+bypass") {
             return Vec::new();
         }
         if self.udp() {

@@ -292,6 +292,79 @@ impl std::fmt::Debug for OfiConduit {
 }
 
 impl OfiConduit {
+    /// Take `seg` as the segment, register it for RMA where the provider offers it, and
+    /// learn every rank's registration (`Conduit::attach_segment`, `attach_segment_in`).
+    fn attach_with(&self, seg: HeapSegment) -> Result<LocalSegment> {
+        self.eng.seg.set(seg).map_err(|_| Error::AlreadyAttached)?;
+        let s = self.eng.seg.get().ok_or(Error::AlreadyAttached)?;
+        // Register the segment for RMA where the provider offers it; every rank learns every
+        // other's base and key (a rank that could not register sends an empty blob, and then
+        // no rank uses RMA). The exchange also has everyone hold its segment before anyone
+        // sends a Long into it.
+        let region = if self.eng.ep.has_rma() && !s.is_empty() {
+            // SAFETY: the segment lives as long as the conduit; the region is never closed
+            // while the process runs (`OfiRma` keeps it).
+            match unsafe {
+                self.eng
+                    .ep
+                    .register(s.ptr(), s.len(), u64::from(self.eng.rank) + 1)
+            } {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    amnet_core::diag!(
+                        "amnet ofi rank {}: no native RMA: {e}; put and get travel as active \
+                         messages",
+                        self.eng.rank
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let blob: Vec<u8> = region.as_ref().map_or_else(Vec::new, |r| {
+            [r.remote_base, r.key, r.len as u64]
+                .iter()
+                .flat_map(|w| w.to_le_bytes())
+                .collect()
+        });
+        let all = self.exchange(&blob)?;
+        let peers: Option<Vec<Remote>> = all
+            .iter()
+            .map(|b| {
+                (b.len() == 24).then(|| {
+                    let w = |i: usize| {
+                        let mut x = [0u8; 8];
+                        x.copy_from_slice(&b[8 * i..8 * i + 8]);
+                        u64::from_le_bytes(x)
+                    };
+                    Remote {
+                        base: w(0),
+                        key: w(1),
+                        len: w(2),
+                    }
+                })
+            })
+            .collect();
+        match (region, peers) {
+            (Some(region), Some(peers)) => {
+                let _ = self.rma.set(Arc::new(OfiRma::new(
+                    self.eng.clone(),
+                    region,
+                    peers,
+                    s.ptr(),
+                    s.len(),
+                )));
+            }
+            (Some(region), None) => self.eng.ep.close_region(region),
+            (None, _) => {}
+        }
+        Ok(LocalSegment {
+            base: s.ptr(),
+            len: s.len(),
+        })
+    }
+
     /// Join the job `src` describes (`AMNET_RANK`, `AMNET_SIZE` and the launcher's bootstrap
     /// service, `AMNET_UDP_BOOT`, as `amrun --conduit ofi` sets them; none of them: a job of
     /// one rank), on the provider the `AMNET_OFI_*` variables choose.
@@ -1365,77 +1438,13 @@ impl Conduit for OfiConduit {
     }
 
     fn attach_segment(&self, len: usize, _lens: &[usize]) -> Result<LocalSegment> {
-        self.eng
-            .seg
-            .set(HeapSegment::new("ofi", len)?)
-            .map_err(|_| Error::AlreadyAttached)?;
-        let s = self.eng.seg.get().ok_or(Error::AlreadyAttached)?;
-        // Register the segment for RMA where the provider offers it; every rank learns every
-        // other's base and key (a rank that could not register sends an empty blob, and then
-        // no rank uses RMA). The exchange also has everyone hold its segment before anyone
-        // sends a Long into it.
-        let region = if self.eng.ep.has_rma() && !s.is_empty() {
-            // SAFETY: the segment lives as long as the conduit; the region is never closed
-            // while the process runs (`OfiRma` keeps it).
-            match unsafe {
-                self.eng
-                    .ep
-                    .register(s.ptr(), s.len(), u64::from(self.eng.rank) + 1)
-            } {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    amnet_core::diag!(
-                        "amnet ofi rank {}: no native RMA: {e}; put and get travel as active \
-                         messages",
-                        self.eng.rank
-                    );
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        let blob: Vec<u8> = region.as_ref().map_or_else(Vec::new, |r| {
-            [r.remote_base, r.key, r.len as u64]
-                .iter()
-                .flat_map(|w| w.to_le_bytes())
-                .collect()
-        });
-        let all = self.exchange(&blob)?;
-        let peers: Option<Vec<Remote>> = all
-            .iter()
-            .map(|b| {
-                (b.len() == 24).then(|| {
-                    let w = |i: usize| {
-                        let mut x = [0u8; 8];
-                        x.copy_from_slice(&b[8 * i..8 * i + 8]);
-                        u64::from_le_bytes(x)
-                    };
-                    Remote {
-                        base: w(0),
-                        key: w(1),
-                        len: w(2),
-                    }
-                })
-            })
-            .collect();
-        match (region, peers) {
-            (Some(region), Some(peers)) => {
-                let _ = self.rma.set(Arc::new(OfiRma::new(
-                    self.eng.clone(),
-                    region,
-                    peers,
-                    s.ptr(),
-                    s.len(),
-                )));
-            }
-            (Some(region), None) => self.eng.ep.close_region(region),
-            (None, _) => {}
-        }
-        Ok(LocalSegment {
-            base: s.ptr(),
-            len: s.len(),
-        })
+        self.attach_with(HeapSegment::new("ofi", len)?)
+    }
+
+    unsafe fn attach_segment_in(&self, seg: LocalSegment, _lens: &[usize]) -> Result<()> {
+        // SAFETY: forwarded contract: the memory outlives the conduit.
+        self.attach_with(unsafe { HeapSegment::borrowed(seg) })
+            .map(|_| ())
     }
 
     fn native_rma(&self) -> Option<Arc<dyn NativeRma>> {
