@@ -411,9 +411,10 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
     }
     let me = ep.rank();
     let mut plan = opts.plan.clone();
-    plan.network = report_conduit(&ep) == ep.conduit_name() && ep.conduit_name() != "smp";
+    let conduit = report_conduit(&ep);
+    plan.network = conduit == ep.conduit_name() && conduit != "smp";
     let plan = &plan;
-    let udp = report_conduit(&ep) == "udp";
+    let udp = conduit == "udp";
     // The round-trip floor's set-up, once for every round.
     let mut floors = latency::Floors::default();
     // The round-trip floors, for the suites compared with them.
@@ -469,27 +470,23 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// One round of the measurements `opts` asks for: the floors first (the round-trip floor
-/// interleaved with the AM round trips), then every suite.
 /// The conduit's name in reports: `udp+bypass` or `ofi+bypass` for a job on one host whose
 /// ranks talk through the host-local bypass (spec/core.md §7e): they talk through the smp
 /// rings and map each other's segments, so the shared-memory floors apply, not the network's.
 fn report_conduit(ep: &Endpoint) -> &'static str {
     let name = ep.conduit_name();
-    let one_host = ep.host_map().is_ok_and(|m| m.hosts() == 1);
-    let mapped = ep.rma_path(1 - ep.rank().min(1)).ok() == Some(amnet::RmaPath::Direct);
-    match name {
-        "udp" | "ofi" if ep.size() >= 2 && one_host && mapped => {
-            if name == "udp" {
-                "udp+bypass"
-            } else {
-                "ofi+bypass"
-            }
-        }
+    let bypassed = ep.size() >= 2
+        && ep.host_map().is_ok_and(|m| m.hosts() == 1)
+        && ep.rma_path(1 - ep.rank().min(1)).ok() == Some(amnet::RmaPath::Direct);
+    match (name, bypassed) {
+        ("udp", true) => "udp+bypass",
+        ("ofi", true) => "ofi+bypass",
         _ => name,
     }
 }
 
+/// One round of the measurements `opts` asks for: the floors first (the round-trip floor
+/// interleaved with the AM round trips), then every suite.
 fn measure(
     ep: &amnet::Endpoint,
     (st, gst): (&Arc<am::AmState>, &Arc<gups::GupsState>),
@@ -499,8 +496,9 @@ fn measure(
     local: &mut [u8],
 ) -> Result<Report, BenchError> {
     let me = ep.rank();
-    let mut report = Report::new(report_conduit(ep), ep.size());
-    let udp = report_conduit(ep) == "udp";
+    let conduit = report_conduit(ep);
+    let mut report = Report::new(conduit, ep.size());
+    let udp = conduit == "udp";
     let point_to_point = !matches!(opts.suite, Suite::Barrier | Suite::Coll);
     // The bandwidth sweeps' sizes, with the one the targets are judged at.
     let mut sizes = plan.sizes(plan.max_bytes);
@@ -576,7 +574,7 @@ fn measure(
     }
 
     #[cfg(feature = "ofi")]
-    if report_conduit(ep) == "ofi" && ep.size() >= 2 && opts.suite != Suite::Coll && sweeps {
+    if conduit == "ofi" && ep.size() >= 2 && opts.suite != Suite::Coll && sweeps {
         report.extend(rawofi::run(ep, plan)?);
     }
 

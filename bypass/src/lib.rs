@@ -182,11 +182,6 @@ impl Bypass {
             _ => None,
         }
     }
-
-    /// The ranks of this host, in the group's order.
-    pub fn host_peers(&self) -> &[Rank] {
-        &self.peers
-    }
 }
 
 impl Conduit for Bypass {
