@@ -520,15 +520,21 @@ impl Endpoint {
         crate::barrier::register_handlers(&mut table)?;
         crate::layer::register_handlers(&mut table)?;
 
-        // The segment length, the client handler mask (32 bytes) and the host key.
-        const BLOB: usize = 40 + crate::host::HOST_KEY_BYTES;
+        // The segment length, the client handler mask (32 bytes), the host key and whether
+        // this rank maps its host peers' host scratch.
+        const KEY_END: usize = 40 + crate::host::HOST_KEY_BYTES;
+        const BLOB: usize = KEY_END + 1;
         let mut blob = Vec::with_capacity(BLOB);
         blob.extend_from_slice(&(seg_len as u64).to_le_bytes());
         blob.extend_from_slice(&client_mask);
         blob.extend_from_slice(&crate::host::host_key());
+        blob.push(u8::from(
+            self.inner.conduit.host_scratch(self.rank()).is_some(),
+        ));
         let blobs = self.inner.conduit.exchange(&blob)?;
         let mut lens = Vec::with_capacity(blobs.len());
         let mut keys = Vec::with_capacity(blobs.len());
+        let mut mapped = Vec::with_capacity(blobs.len());
         let mut diffs = Vec::new();
         for (r, b) in blobs.iter().enumerate() {
             if b.len() != BLOB {
@@ -541,8 +547,9 @@ impl Endpoint {
                 ));
             }
             let mut key = [0u8; crate::host::HOST_KEY_BYTES];
-            key.copy_from_slice(&b[40..]);
+            key.copy_from_slice(&b[40..KEY_END]);
             keys.push(key);
+            mapped.push(b[KEY_END] != 0);
             let mut l = [0u8; 8];
             l.copy_from_slice(&b[..8]);
             let len = usize::try_from(u64::from_le_bytes(l)).map_err(|_| {
@@ -593,7 +600,7 @@ impl Endpoint {
         if self.inner.cfg.rma_native && native_rma.is_none() && peers[me].is_none() {
             peers[me] = Some(SendPtr(seg.base));
         }
-        let hosts = crate::host::HostMap::from_keys(&keys);
+        let hosts = crate::host::HostMap::from_keys(&keys).with_mapped(&mapped);
         let host_lines = if self.inner.cfg.verbose && self.rank() == 0 {
             hosts.describe()
         } else {

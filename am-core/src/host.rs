@@ -55,6 +55,8 @@ pub struct HostMap {
     host_of: Vec<u32>,
     /// Every host's ranks, ascending.
     ranks: Vec<Vec<Rank>>,
+    /// Every host's ranks reach one another through shared memory (host scratch and rings).
+    shared: Vec<bool>,
 }
 
 impl HostMap {
@@ -75,7 +77,23 @@ impl HostMap {
             host_of.push(u32::try_from(h).unwrap_or(u32::MAX));
             ranks[h].push(Rank::try_from(r).unwrap_or(Rank::MAX));
         }
-        HostMap { host_of, ranks }
+        let shared = vec![true; ranks.len()];
+        HostMap {
+            host_of,
+            ranks,
+            shared,
+        }
+    }
+
+    /// The map with, for every rank `r`, whether `r` maps its host peers' host scratch
+    /// (`mapped[r]`): a host's ranks share memory when every one of them does, and a host of
+    /// one rank always does. `mapped` shorter than the job counts as false for the rest.
+    pub fn with_mapped(mut self, mapped: &[bool]) -> HostMap {
+        for (h, rs) in self.ranks.iter().enumerate() {
+            self.shared[h] =
+                rs.len() == 1 || rs.iter().all(|&r| mapped.get(r as usize) == Some(&true));
+        }
+        self
     }
 
     /// The map of a job of `size` ranks on one host.
@@ -83,6 +101,7 @@ impl HostMap {
         HostMap {
             host_of: vec![0; size as usize],
             ranks: vec![(0..size).collect()],
+            shared: vec![true],
         }
     }
 
@@ -120,11 +139,31 @@ impl HostMap {
         Ok(self.host_of(a)? == self.host_of(b)?)
     }
 
-    /// One line per host, `host H: ranks [..]`, for `AMNET_VERBOSE=1`.
+    /// Whether the ranks of host `host` reach one another through shared memory (each maps
+    /// the others' segments and host scratch, as the smp conduit's ranks and the host groups
+    /// of the host-local bypass do): always for a host of one rank; not for a network
+    /// conduit's ranks without the bypass. Collectives use it for their host-local phase.
+    pub fn shares_memory(&self, host: u32) -> Result<bool> {
+        self.ranks_on(host)?;
+        Ok(self.shared[host as usize])
+    }
+
+    /// Whether every host's ranks share memory ([`shares_memory`](Self::shares_memory)).
+    pub fn all_share_memory(&self) -> bool {
+        self.shared.iter().all(|&b| b)
+    }
+
+    /// One line per host, `host H: ranks [..]`, for `AMNET_VERBOSE=1`; a host of several
+    /// ranks that do not share memory says so (` no shared memory`).
     pub fn describe(&self) -> String {
         let mut s = String::new();
         for (h, rs) in self.ranks.iter().enumerate() {
-            s += &format!("amnet: host {h}: ranks {rs:?}\n");
+            let note = if self.shared[h] {
+                ""
+            } else {
+                " no shared memory"
+            };
+            s += &format!("amnet: host {h}: ranks {rs:?}{note}\n");
         }
         s
     }
@@ -133,6 +172,28 @@ impl HostMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_shares_memory_when_every_rank_of_it_maps_its_peers() {
+        let (a, b, c) = (
+            [1u8; HOST_KEY_BYTES],
+            [2u8; HOST_KEY_BYTES],
+            [3u8; HOST_KEY_BYTES],
+        );
+        let keys = [a, b, a, c, b];
+        let m = HostMap::from_keys(&keys).with_mapped(&[true, true, true, false, false]);
+        assert!(m.shares_memory(0).unwrap());
+        assert!(!m.shares_memory(1).unwrap(), "rank 4 does not map its peer");
+        assert!(m.shares_memory(2).unwrap(), "one rank alone");
+        assert!(!m.all_share_memory());
+        assert!(m.shares_memory(3).is_err());
+        assert!(m
+            .describe()
+            .contains("host 1: ranks [1, 4] no shared memory"));
+        let all = HostMap::from_keys(&keys).with_mapped(&[true; 5]);
+        assert!(all.all_share_memory());
+        assert!(HostMap::single(4).all_share_memory());
+    }
 
     #[test]
     fn keys_group_ranks_by_host_in_order_of_their_lowest_rank() {

@@ -404,6 +404,14 @@ impl Coll {
                         agg_teams: std::sync::atomic::AtomicUsize::new(0),
                         kernels: builtin::builtin_kernels(),
                     });
+                    if sh.shm_world.is_none() {
+                        // Area 0 of the host scratch is the world team's; without smp-native
+                        // state of its own, the world's host teams take it.
+                        if let Some(h) = crate::hier::Hier::new(ep, sh.world.geo(), &images, (0, 0))
+                        {
+                            let _ = sh.world.geo().hier.set(h);
+                        }
+                    }
                     sh.install()?;
                     *g = Some(sh.clone());
                     sh
@@ -641,6 +649,9 @@ impl Coll {
             if self.shm_team(geo).is_some() {
                 m |= crate::select::bits::HOST_SHM;
             }
+            if geo.hier.get().is_some() {
+                m |= crate::select::bits::HIER;
+            }
             if self.sh.check {
                 m |= crate::select::bits::CHECKED;
             }
@@ -752,11 +763,11 @@ impl Coll {
         }
         if mode.aggregate {
             m |= AGGREGATED;
-        } else if m & HOST_SHM != 0
+        } else if m & (HOST_SHM | HIER) != 0
             && self.sh.agg_teams.load(std::sync::atomic::Ordering::Relaxed) > 0
         {
-            // The call that closes an open aggregate belongs to it (the smp-native
-            // algorithms take no aggregation). Every rank has the same aggregate open, and
+            // The call that closes an open aggregate belongs to it (the smp-native and
+            // hierarchical algorithms take no aggregation). Every rank has the same aggregate open, and
             // under `ALL_THREADS` every image its own (keyed by the image).
             let caller = if mode.all_threads {
                 self.image
@@ -1104,6 +1115,22 @@ impl Coll {
             params: choice.params,
             call_fn: c.call_fn.clone(),
         };
+        if alg.imp == Imp::Hier {
+            // Blocking, one rank participant (the algorithm's bits): done on return.
+            let e = entries
+                .first()
+                .copied()
+                .ok_or_else(|| usage(c.op, "a call without a participant on this rank"))?;
+            let (_, src, dst) = self.resolve(c.op, &spec, &mode, e)?;
+            self.hier_run(team, c.op, &spec, &mode, src, dst)?;
+            return Ok((
+                CollHandle::INVALID,
+                Key {
+                    team: geo.id,
+                    seq: 0,
+                },
+            ));
+        }
         if alg.imp == Imp::Shm {
             // Blocking, one rank participant or an `m` form's local images (the algorithm's
             // bits): done on return.
@@ -1234,7 +1261,7 @@ impl Coll {
             _ => None,
         };
         let sched = match alg.imp {
-            Imp::Flat | Imp::Signal | Imp::Shm => None,
+            Imp::Flat | Imp::Signal | Imp::Shm | Imp::Hier => None,
             Imp::Sched => Some(crate::algs::generate(alg, &spec, geo.me, &areas)?),
         };
         // Sequence number, group, entry.

@@ -68,6 +68,14 @@ impl Coll {
                 t.start();
                 // A fresh Geo: the cell is empty.
                 let _ = geo.shm.set(t);
+            } else if let Some(h) =
+                crate::hier::Hier::new(&self.sh.ep, &geo, &self.sh.images, (k, base))
+            {
+                // Members on several hosts: this rank's host team takes the area.
+                if h.area().is_some() {
+                    self.sh.area_book().claim(k);
+                }
+                let _ = geo.hier.set(h);
             }
         }
         let team = Team::new(geo);
@@ -90,7 +98,9 @@ impl Coll {
         want: usize,
     ) -> Result<(Vec<u8>, Areas<'_>)> {
         use crate::shm::REPORT_WORDS;
-        let shm = self.sh.shm_world.is_some();
+        // Where the ranks share memory, on one host or (the world team has a hierarchy) on
+        // each of several.
+        let shm = self.sh.shm_world.is_some() || self.sh.world.geo().hier.get().is_some();
         if !shm && mine.is_empty() {
             let none = Areas {
                 list: Vec::new(),
@@ -386,11 +396,21 @@ impl Coll {
         if let Some(t) = team.geo().shm.get() {
             self.sh.area_book().release(t.index(), t.high_water());
         }
+        let mut ids = vec![team.id()];
+        if let Some(h) = team.geo().hier.get() {
+            if let Some((k, water)) = h.area() {
+                self.sh.area_book().release(k, water);
+            }
+            h.retire();
+            ids.extend(h.team_ids());
+        }
         let mut guard = self.sh.lock();
         let st = &mut *guard;
-        st.teams.remove(&team.id());
-        if st.flow.forget_team(team.id()) {
-            st.flow.unblock(&mut st.dirty);
+        for id in ids {
+            st.teams.remove(&id);
+            if st.flow.forget_team(id) {
+                st.flow.unblock(&mut st.dirty);
+            }
         }
         Ok(())
     }

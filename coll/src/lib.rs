@@ -42,6 +42,7 @@ mod create;
 mod detach;
 mod engine;
 mod fasthash;
+mod hier;
 mod plan;
 pub mod raw;
 mod reduce;

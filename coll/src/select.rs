@@ -75,8 +75,11 @@ pub(crate) mod bits {
     pub(crate) const SHM_FITS: u64 = 1 << 24;
     /// `ALL_THREADS`: every image thread calls (with `IMAGE_SPACE`).
     pub(crate) const ALL_THREADS: u64 = 1 << 25;
+    /// Several hosts, several members on some host, every host's ranks sharing memory: the
+    /// team has a hierarchy (`hier`).
+    pub(crate) const HIER: u64 = 1 << 26;
     /// The names, for errors and traces.
-    pub(crate) const NAMES: [(u64, &str); 25] = [
+    pub(crate) const NAMES: [(u64, &str); 26] = [
         (ONE_RANK, "one rank"),
         (POW2, "a power-of-two team"),
         (UNIFORM_IMAGES, "uniform images"),
@@ -108,6 +111,10 @@ pub(crate) mod bits {
             "contributions that fit the host scratch or lie in the segment",
         ),
         (ALL_THREADS, "ALL_THREADS"),
+        (
+            HIER,
+            "several hosts, several ranks on a host, sharing memory",
+        ),
     ];
 
     /// The names of the bits set in `m`.
@@ -133,6 +140,9 @@ pub(crate) enum Imp {
     Signal,
     /// The smp-native algorithms (`shm`): flags and copies in shared memory, no messages.
     Shm,
+    /// The hierarchical algorithms (`hier`): host-local phases around a leaders' phase, each
+    /// a collective of its own.
+    Hier,
 }
 
 /// A call as the selector and the cost model see it.
@@ -693,7 +703,42 @@ pub(crate) static ALGS: &[Alg] = &[
     ),
     // The team barrier: flags, then it completes this rank's detached collectives.
     shm_alg(Kind::Barrier, 0),
+    // ----- hierarchical (hier.rs): several hosts, blocking calls of rank participants -----
+    hier_alg(Kind::Barrier, 0),
+    hier_alg(Kind::Broadcast, 0),
+    hier_alg(Kind::GatherAll, 0),
+    hier_alg(Kind::Reduce, bits::COMMUTATIVE | bits::ALL_CONTRIBUTE),
+    hier_alg(Kind::ReduceAll, bits::COMMUTATIVE | bits::ALL_CONTRIBUTE),
+    hier_alg(Kind::ReduceElems, bits::COMMUTATIVE),
+    hier_alg(Kind::ReduceElemsAll, bits::COMMUTATIVE),
 ];
+
+/// The hierarchical algorithm of `kind`: it requires a team with a hierarchy (`HIER`) plus
+/// `also`, and takes rank participants in a job of one image per rank, blocking calls with
+/// uniform counts (in place too: whether a participant is, is not the same on every rank),
+/// not aggregated and not in checked mode. Its cost: two
+/// host-local phases (as `shm`'s) around a binomial tree among about half the ranks (a host
+/// runs two ranks or more).
+const fn hier_alg(kind: Kind, also: u64) -> Alg {
+    Alg {
+        name: "hier",
+        kind,
+        imp: Imp::Hier,
+        requires: bits::HIER | also,
+        forbids: bits::V_FORM
+            | bits::AGGREGATED
+            | bits::NONBLOCKING
+            | bits::CHECKED
+            | bits::IMAGE_SPACE
+            | bits::ALL_THREADS
+            | bits::MULTI_IMAGE,
+        sizes: ANY,
+        cost: |m, c| {
+            let local = 0.2 * m.alpha + 2.0 * m.beta * bytes(c);
+            local + log2_ceil(c.ranks.div_ceil(2).max(2)) * (m.alpha + m.beta * bytes(c))
+        },
+    }
+}
 
 /// The smp-native algorithm of `kind`: it requires a team on one host with its smp-native
 /// state and contributions that fit (`SHM_FITS`) plus `also`, and takes no `v` forms,
@@ -1252,10 +1297,54 @@ mod tests {
     }
 
     #[test]
+    fn hier_takes_blocking_rank_calls_on_a_team_with_a_hierarchy() {
+        use bits::*;
+        let sel = Selector::from_parts(Vec::new(), Vec::new(), Model::for_conduit("udp"));
+        let base = HIER | UNIFORM_IMAGES | SINGLE_ADDR | IN_ALL | OUT_ALL;
+        let red = COMMUTATIVE | ALL_CONTRIBUTE | ORDER_SAFE | BUILTIN_FN;
+        for (kind, extra) in [
+            (Kind::Barrier, 0),
+            (Kind::Broadcast, 0),
+            (Kind::GatherAll, 0),
+            (Kind::Reduce, red),
+            (Kind::ReduceAll, red),
+            (Kind::ReduceElemsAll, red),
+        ] {
+            let c = CallInfo {
+                kind,
+                mask: base | extra,
+                bytes: 8,
+                ranks: 4,
+            };
+            assert_eq!(sel.choose(&c).unwrap().alg.name, "hier", "{kind:?}");
+            // Not without the hierarchy, nor for a non-blocking or image call.
+            for (on, off) in [(0, HIER), (NONBLOCKING, 0), (IMAGE_SPACE, 0), (CHECKED, 0)] {
+                let m = CallInfo {
+                    mask: (c.mask | on) & !off,
+                    ..c
+                };
+                assert_ne!(sel.choose(&m).unwrap().alg.name, "hier", "{kind:?} {on:#x}");
+            }
+        }
+        // A non-commutative reduction combines in participant order: not by host.
+        let nc = CallInfo {
+            kind: Kind::ReduceAll,
+            mask: base | ALL_CONTRIBUTE | ORDER_SAFE | RUNS_IN_ORDER,
+            bytes: 8,
+            ranks: 4,
+        };
+        assert_ne!(sel.choose(&nc).unwrap().alg.name, "hier");
+        // Forced where it is not admissible: an error naming what it requires.
+        sel.set_forced("reduce_to_all:-:hier").unwrap();
+        let e = sel.choose(&nc).unwrap_err().to_string();
+        assert!(e.contains("a commutative function"), "{e}");
+    }
+
+    #[test]
     fn the_signal_schemes_are_barrier_algorithms() {
         assert_eq!(
             algorithms("barrier"),
-            Some(vec!["dissemination", "tree", "shm"])
+            Some(vec!["dissemination", "tree", "shm", "hier"])
         );
         let geo = crate::team::Geo::new(0, (0..6).collect(), 2, &[1; 6]);
         let sel = Selector::from_parts(Vec::new(), Vec::new(), Model::for_conduit("udp"));

@@ -38,6 +38,8 @@ pub(crate) struct Geo {
     /// The team's smp-native state (teams other than the world; the world's is in `Shared`),
     /// set when the team is made.
     pub(crate) shm: std::sync::OnceLock<crate::shm::ShmTeam>,
+    /// The team's hierarchy (`hier`), set when the team is made, where it has one.
+    pub(crate) hier: std::sync::OnceLock<crate::hier::Hier>,
 }
 
 impl Geo {
@@ -64,6 +66,7 @@ impl Geo {
             index,
             sel_bits: std::sync::OnceLock::new(),
             shm: std::sync::OnceLock::new(),
+            hier: std::sync::OnceLock::new(),
         }
     }
 

@@ -1143,7 +1143,7 @@ fn barrier_schemes_forced(c: &Ctx<'_>, co: &Coll) -> Verdict {
     let (me, p) = (c.rank(), c.size());
     let log = u64::from(32 - (p - 1).leading_zeros()); // ceil(log2 p)
     let algs = Coll::algorithms("barrier").unwrap_or_default();
-    ensure(algs == ["dissemination", "tree", "shm"], || {
+    ensure(algs == ["dissemination", "tree", "shm", "hier"], || {
         format!("barrier's algorithms are {algs:?}")
     })?;
     // The smp-native barrier where the team has it (one host): no messages at all.

@@ -1090,7 +1090,10 @@ pub fn hang_report(ep: &Endpoint) -> Result<(), String> {
         Err(Error::Hang { detail, .. })
             if detail.contains("broadcast")
                 && detail.contains("waits for")
-                && detail.contains("entry signal") =>
+                // The entry signal; under a hierarchical algorithm, the barrier it runs
+                // first (the host's or the leaders').
+                && (detail.contains("entry signal")
+                    || (detail.contains("(hierarchical)") && detail.contains("barrier"))) =>
         {
             if took > Duration::from_secs(5) {
                 say!("rank {}: the hang was reported after {took:?}", ep.rank());

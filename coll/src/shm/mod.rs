@@ -405,6 +405,31 @@ impl<'a> Fold<'a> {
     }
 }
 
+/// `out` = the fold, in order, of the elements `xs` (at least one) with the reduction
+/// function of `spec` (the hierarchical reductions' own contribution, `hier`).
+pub(crate) fn fold_elements(
+    sh: &Shared,
+    spec: &Spec,
+    op: &'static str,
+    out: &mut [u8],
+    xs: &[u8],
+) -> Result<()> {
+    let f = Fold::of(sh, spec, op)?;
+    if xs.len() < f.es || out.len() != f.es {
+        return Err(Error::Usage {
+            op,
+            detail: format!(
+                "{} bytes of elements of {} bytes to fold into {} bytes",
+                xs.len(),
+                f.es,
+                out.len()
+            ),
+        });
+    }
+    f.fold(out, xs);
+    Ok(())
+}
+
 /// Bytes a member publishes for a call of `kind` (uniform counts; `n` bytes per block, `np`
 /// members, `es`-byte elements, `count` elements of a vector reduction).
 pub(crate) fn published_bytes(kind: Kind, n: usize, np: usize, es: usize, count: usize) -> usize {
