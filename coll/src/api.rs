@@ -652,6 +652,9 @@ impl Coll {
             if geo.hier.get().is_some() {
                 m |= crate::select::bits::HIER;
             }
+            if geo.phase {
+                m |= crate::select::bits::PHASE;
+            }
             if self.sh.check {
                 m |= crate::select::bits::CHECKED;
             }

@@ -90,7 +90,8 @@ impl Hier {
             .collect();
         let local = (local_members.len() > 1).then(|| {
             let id = child_id(geo.id, HIER_ORDINAL, 1 + u64::from(my_host));
-            let g = Geo::new(id, local_members.clone(), me, job_images);
+            let mut g = Geo::new(id, local_members.clone(), me, job_images);
+            g.phase = true;
             if let Some(t) = crate::shm::ShmTeam::new(ep, local_members, me, area.0, area.1) {
                 t.start();
                 // A fresh Geo: the cell is empty.
@@ -100,12 +101,9 @@ impl Hier {
         });
         let leaders = (leader[my_host as usize] == geo.me).then(|| {
             let members = leader.iter().map(|&t| geo.members[t as usize]).collect();
-            Team::new(Geo::new(
-                child_id(geo.id, HIER_ORDINAL, 0),
-                members,
-                me,
-                job_images,
-            ))
+            let mut g = Geo::new(child_id(geo.id, HIER_ORDINAL, 0), members, me, job_images);
+            g.phase = true;
+            Team::new(g)
         });
         Some(Hier {
             leader,
@@ -384,35 +382,14 @@ impl Coll {
         src: Area,
         dst: Area,
     ) -> Result<()> {
+        if matches!(spec.kind, Kind::Reduce | Kind::ReduceAll) {
+            return self.hier_reduce_array(h, op, spec, me, src, dst);
+        }
         let es = spec.es.max(1);
-        let array = matches!(spec.kind, Kind::Reduce | Kind::ReduceAll);
-        let to_all = matches!(spec.kind, Kind::ReduceAll | Kind::ReduceElemsAll);
-        let count = if array { 1 } else { spec.n };
+        let to_all = spec.kind == Kind::ReduceElemsAll;
+        let count = spec.n;
         let vb = es * count;
-        // This rank's contribution: its elements folded to one (array reductions).
-        let mut folded = if array { vec![0u8; es] } else { Vec::new() };
-        let mine: usize = if array {
-            // SAFETY: `src` is the parent call's resolved source: this participant's area
-            // under the layout, holding its elements (at least one: the algorithm requires
-            // ALL_CONTRIBUTE) at their runs' places.
-            let area = unsafe { std::slice::from_raw_parts(src.ptr as *const u8, src.len) };
-            let mut xs = Vec::with_capacity(src.len);
-            for r in crate::plan::runs_iter(spec.src_lay, spec.n, spec.np) {
-                if r.part == me {
-                    let run = area
-                        .get(r.local * es..(r.local + r.len) * es)
-                        .ok_or_else(|| Error::Usage {
-                            op,
-                            detail: "a source run outside the source area".into(),
-                        })?;
-                    xs.extend_from_slice(run);
-                }
-            }
-            crate::shm::fold_elements(&self.sh, spec, op, &mut folded, &xs)?;
-            folded.as_mut_ptr() as usize
-        } else {
-            src.ptr
-        };
+        let mine = src.ptr;
         let root = u32::try_from(spec.root).unwrap_or(0);
         let root_host = h.host_of[root as usize];
         let red_of = |kind: Kind, root: Option<u32>, s: Addr, d: Addr| {
@@ -476,7 +453,138 @@ impl Coll {
                 drop(scratch);
             }
         }
-        drop(folded);
+        Ok(())
+    }
+
+    /// reduce and reduce_to_all: every participant folds its elements (in order) to a record
+    /// (a presence byte and the partial); the host's records are gathered at its leader, which
+    /// folds the present ones; the leaders gather the hosts' records (every leader, or the
+    /// root's host's) and fold the present ones in host order, so every leader gets the same
+    /// bits; the result goes to the host (to all) or to the root.
+    fn hier_reduce_array(
+        &self,
+        h: &Hier,
+        op: &'static str,
+        spec: &Spec,
+        me: usize,
+        src: Area,
+        dst: Area,
+    ) -> Result<()> {
+        let es = spec.es.max(1);
+        let w = es + 1;
+        let to_all = spec.kind == Kind::ReduceAll;
+        let root = u32::try_from(spec.root).unwrap_or(0);
+        let root_host = h.host_of[root as usize];
+        // SAFETY: `src` is the parent call's resolved source: this participant's area under
+        // the layout, holding its elements at their runs' places.
+        let area = unsafe { std::slice::from_raw_parts(src.ptr as *const u8, src.len) };
+        let mut xs = Vec::with_capacity(src.len);
+        for r in crate::plan::runs_iter(spec.src_lay, spec.n, spec.np) {
+            if r.part == me {
+                let run = area
+                    .get(r.local * es..(r.local + r.len) * es)
+                    .ok_or_else(|| Error::Usage {
+                        op,
+                        detail: "a source run outside the source area".into(),
+                    })?;
+                xs.extend_from_slice(run);
+            }
+        }
+        let mut rec = vec![0u8; w];
+        if !xs.is_empty() {
+            rec[0] = 1;
+            crate::shm::fold_elements(&self.sh, spec, op, &mut rec[1..], &xs)?;
+        }
+        // The present records of `recs`, folded in order, into `out` (a record).
+        let fold = |recs: &[u8], out: &mut [u8]| -> Result<()> {
+            let xs: Vec<u8> = recs
+                .chunks_exact(w)
+                .filter(|r| r[0] != 0)
+                .flat_map(|r| r[1..].iter().copied())
+                .collect();
+            out[0] = u8::from(!xs.is_empty());
+            if !xs.is_empty() {
+                crate::shm::fold_elements(&self.sh, spec, op, &mut out[1..], &xs)?;
+            }
+            Ok(())
+        };
+        let gather = |team: &Team, root: Option<u32>, s: &mut [u8], d: &mut [u8]| {
+            let kind = if root.is_some() {
+                Kind::Gather
+            } else {
+                Kind::GatherAll
+            };
+            let c = call(
+                op,
+                kind,
+                root,
+                Counts::Uniform(w),
+                one(buf_addr(s), buf_addr(d)),
+                PHASE,
+            );
+            self.run(team, c, true).map(|_| ())
+        };
+        // The host's record at its leader.
+        let mut host_rec = vec![0u8; w];
+        if let Some(l) = &h.local {
+            let k = h.sizes[h.my_host as usize];
+            let mut recs = if h.leads() {
+                vec![0u8; k * w]
+            } else {
+                Vec::new()
+            };
+            gather(l, Some(0), &mut rec, &mut recs)?;
+            if h.leads() {
+                fold(&recs, &mut host_rec)?;
+            }
+        } else {
+            host_rec.copy_from_slice(&rec);
+        }
+        // The job's record at every leader, or at the root's host's.
+        let mut result = vec![0u8; w];
+        if let Some(t) = &h.leaders {
+            let nh = h.leader.len();
+            let receives = to_all || h.my_host == root_host;
+            let mut recs = if receives {
+                vec![0u8; nh * w]
+            } else {
+                Vec::new()
+            };
+            let r = (!to_all).then_some(root_host);
+            gather(t, r, &mut host_rec, &mut recs)?;
+            if receives {
+                // Some participant holds an element: a call has at least one.
+                fold(&recs, &mut result)?;
+            }
+        }
+        let res = at(result.as_mut_ptr() as usize + 1);
+        if to_all {
+            if let Some(l) = &h.local {
+                let s = h.leads().then_some(res);
+                self.phase_broadcast(l, op, 0, s, at(dst.ptr), es)?;
+            } else {
+                // SAFETY: `dst` is the parent call's resolved destination of `es` bytes.
+                let d = unsafe { std::slice::from_raw_parts_mut(dst.ptr as *mut u8, es) };
+                d.copy_from_slice(&result[1..]);
+            }
+        } else if h.my_host == root_host {
+            if h.leader[root_host as usize] == root {
+                if dst.len > 0 {
+                    // SAFETY: as above (the root's destination).
+                    let d = unsafe { std::slice::from_raw_parts_mut(dst.ptr as *mut u8, es) };
+                    d.copy_from_slice(&result[1..]);
+                }
+            } else if let Some(l) = &h.local {
+                let mut scratch = vec![0u8; es];
+                let d = if dst.len > 0 {
+                    at(dst.ptr)
+                } else {
+                    buf_addr(&mut scratch)
+                };
+                let s = h.leads().then_some(res);
+                self.phase_broadcast(l, op, 0, s, d, es)?;
+            }
+        }
         Ok(())
     }
 }

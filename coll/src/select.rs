@@ -78,8 +78,11 @@ pub(crate) mod bits {
     /// Several hosts, several members on some host, every host's ranks sharing memory: the
     /// team has a hierarchy (`hier`).
     pub(crate) const HIER: u64 = 1 << 26;
+    /// A team of a hierarchy (a host's or the leaders'): its calls are the phases of
+    /// hierarchical calls, which `AMNET_COLL_TUNE`'s forced choices do not apply to.
+    pub(crate) const PHASE: u64 = 1 << 27;
     /// The names, for errors and traces.
-    pub(crate) const NAMES: [(u64, &str); 26] = [
+    pub(crate) const NAMES: [(u64, &str); 27] = [
         (ONE_RANK, "one rank"),
         (POW2, "a power-of-two team"),
         (UNIFORM_IMAGES, "uniform images"),
@@ -115,6 +118,7 @@ pub(crate) mod bits {
             HIER,
             "several hosts, several ranks on a host, sharing memory",
         ),
+        (PHASE, "a phase of a hierarchical call"),
     ];
 
     /// The names of the bits set in `m`.
@@ -707,8 +711,8 @@ pub(crate) static ALGS: &[Alg] = &[
     hier_alg(Kind::Barrier, 0),
     hier_alg(Kind::Broadcast, 0),
     hier_alg(Kind::GatherAll, 0),
-    hier_alg(Kind::Reduce, bits::COMMUTATIVE | bits::ALL_CONTRIBUTE),
-    hier_alg(Kind::ReduceAll, bits::COMMUTATIVE | bits::ALL_CONTRIBUTE),
+    hier_alg(Kind::Reduce, bits::COMMUTATIVE),
+    hier_alg(Kind::ReduceAll, bits::COMMUTATIVE),
     hier_alg(Kind::ReduceElems, bits::COMMUTATIVE),
     hier_alg(Kind::ReduceElemsAll, bits::COMMUTATIVE),
 ];
@@ -1060,7 +1064,7 @@ impl Selector {
     /// call), else the cheapest admissible by the cost model (ties go to the earlier
     /// registered) with its default parameters.
     pub(crate) fn choose(&self, c: &CallInfo) -> Result<Choice> {
-        if self.any_forced.load(std::sync::atomic::Ordering::Relaxed) {
+        if self.any_forced.load(std::sync::atomic::Ordering::Relaxed) && c.mask & bits::PHASE == 0 {
             if let Some(ch) = self.forced_choice(c)? {
                 return Ok(ch);
             }
@@ -1302,6 +1306,16 @@ mod tests {
         let sel = Selector::from_parts(Vec::new(), Vec::new(), Model::for_conduit("udp"));
         let base = HIER | UNIFORM_IMAGES | SINGLE_ADDR | IN_ALL | OUT_ALL;
         let red = COMMUTATIVE | ALL_CONTRIBUTE | ORDER_SAFE | BUILTIN_FN;
+        // Forced choices do not apply to the phases.
+        sel.set_forced("broadcast:-:flat").unwrap();
+        let phase = CallInfo {
+            kind: Kind::Broadcast,
+            mask: PHASE | HOST_SHM | SHM_FITS | UNIFORM_IMAGES,
+            bytes: 8,
+            ranks: 2,
+        };
+        assert_eq!(sel.choose(&phase).unwrap().alg.name, "shm");
+        sel.set_forced("").unwrap();
         for (kind, extra) in [
             (Kind::Barrier, 0),
             (Kind::Broadcast, 0),
@@ -1334,6 +1348,14 @@ mod tests {
             ranks: 4,
         };
         assert_ne!(sel.choose(&nc).unwrap().alg.name, "hier");
+        // Participants without elements: the array reductions' records say so.
+        let sparse = CallInfo {
+            kind: Kind::ReduceAll,
+            mask: base | COMMUTATIVE | ORDER_SAFE | BUILTIN_FN,
+            bytes: 8,
+            ranks: 4,
+        };
+        assert_eq!(sel.choose(&sparse).unwrap().alg.name, "hier");
         // Forced where it is not admissible: an error naming what it requires.
         sel.set_forced("reduce_to_all:-:hier").unwrap();
         let e = sel.choose(&nc).unwrap_err().to_string();

@@ -40,6 +40,8 @@ pub(crate) struct Geo {
     pub(crate) shm: std::sync::OnceLock<crate::shm::ShmTeam>,
     /// The team's hierarchy (`hier`), set when the team is made, where it has one.
     pub(crate) hier: std::sync::OnceLock<crate::hier::Hier>,
+    /// A team of a hierarchy (a host's or the leaders'), whose calls are phases.
+    pub(crate) phase: bool,
 }
 
 impl Geo {
@@ -67,6 +69,7 @@ impl Geo {
             sel_bits: std::sync::OnceLock::new(),
             shm: std::sync::OnceLock::new(),
             hier: std::sync::OnceLock::new(),
+            phase: false,
         }
     }
 
