@@ -67,13 +67,19 @@ AMNET_HOST_BYPASS=0 AMNET_UDP_AUTH=1 \
     target/release/amrun --conduit udp -n 4 --timeout 900 target/release/amnet-testsuite
 bash ci/netns.sh udp
 # The mpi conduit (Open MPI, installed by ci/install-mpi.sh): the same suite through mpirun.
+# Every rank here shares one host, so the host-local bypass (on by default) would carry all
+# of it: MPI's own path runs with AMNET_HOST_BYPASS=0, the bypass at 4 ranks.
 cargo build --release --features amnet/mpi --bin amrun --bin amnet-testsuite
 for n in 2 3 4; do
-    echo "== amrun --conduit mpi -n $n amnet-testsuite"
-    target/release/amrun --conduit mpi -n "$n" --timeout 900 target/release/amnet-testsuite
+    echo "== amrun --conduit mpi -n $n amnet-testsuite (AMNET_HOST_BYPASS=0)"
+    AMNET_HOST_BYPASS=0 target/release/amrun --conduit mpi -n "$n" --timeout 900 \
+        target/release/amnet-testsuite
 done
+echo "== amrun --conduit mpi -n 4 amnet-testsuite, host-local bypass"
+target/release/amrun --conduit mpi -n 4 --timeout 900 target/release/amnet-testsuite
 echo "== amrun --conduit mpi -n 2 amnet-testsuite, put/get on the AM path (AMNET_RMA=am)"
-AMNET_RMA=am target/release/amrun --conduit mpi -n 2 --timeout 900 target/release/amnet-testsuite
+AMNET_HOST_BYPASS=0 AMNET_RMA=am target/release/amrun --conduit mpi -n 2 --timeout 900 \
+    target/release/amnet-testsuite
 # The same under MPICH, built against it in target/mpich (installs MPICH when missing).
 bash ci/mpich.sh
 # The ofi conduit (libfabric, installed by ci/install-ofi.sh) on the provider it chooses here,

@@ -228,7 +228,9 @@ impl Builder {
                 amnet_bypass::wrap(Box::new(amnet_udp::UdpConduit::new(&src)?), &src)?
             }
             #[cfg(feature = "mpi")]
-            ConduitKind::Mpi => Box::new(amnet_mpi::MpiConduit::new(&src)?),
+            ConduitKind::Mpi => {
+                amnet_bypass::wrap(Box::new(amnet_mpi::MpiConduit::new(&src)?), &src)?
+            }
             #[cfg(feature = "ofi")]
             ConduitKind::Ofi => Box::new(amnet_ofi::OfiConduit::new(&src)?),
             other => return Err(Error::Config(format!("conduit {other} is not built in"))),

@@ -470,9 +470,10 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// The conduit's name in reports: `udp+bypass` or `ofi+bypass` for a job on one host whose
-/// ranks talk through the host-local bypass (spec/core.md §7e): they talk through the smp
-/// rings and map each other's segments, so the shared-memory floors apply, not the network's.
+/// The conduit's name in reports: `udp+bypass`, `mpi+bypass` or `ofi+bypass` for a job on one
+/// host whose ranks talk through the host-local bypass (spec/core.md §7e): they talk through
+/// the smp rings and map each other's segments, so the shared-memory floors apply, not the
+/// network's.
 fn report_conduit(ep: &Endpoint) -> &'static str {
     let name = ep.conduit_name();
     let bypassed = ep.size() >= 2
@@ -480,6 +481,7 @@ fn report_conduit(ep: &Endpoint) -> &'static str {
         && ep.rma_path(1 - ep.rank().min(1)).ok() == Some(amnet::RmaPath::Direct);
     match (name, bypassed) {
         ("udp", true) => "udp+bypass",
+        ("mpi", true) => "mpi+bypass",
         ("ofi", true) => "ofi+bypass",
         _ => name,
     }

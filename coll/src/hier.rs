@@ -211,9 +211,8 @@ impl Coll {
         match spec.kind {
             Kind::Broadcast => self.hier_broadcast(h, op, spec, src, dst)?,
             Kind::GatherAll => self.hier_gather_all(h, op, spec, src, dst)?,
-            Kind::Reduce | Kind::ReduceAll | Kind::ReduceElems | Kind::ReduceElemsAll => {
-                self.hier_reduce(h, op, spec, me, src, dst)?;
-            }
+            Kind::Reduce | Kind::ReduceAll => self.hier_reduce_array(h, op, spec, me, src, dst)?,
+            Kind::ReduceElems | Kind::ReduceElemsAll => self.hier_reduce(h, op, spec, src, dst)?,
             k => {
                 return Err(Error::Usage {
                     op,
@@ -373,18 +372,15 @@ impl Coll {
         Ok(())
     }
 
+    /// reduce_elems and reduce_elems_to_all.
     fn hier_reduce(
         &self,
         h: &Hier,
         op: &'static str,
         spec: &Spec,
-        me: usize,
         src: Area,
         dst: Area,
     ) -> Result<()> {
-        if matches!(spec.kind, Kind::Reduce | Kind::ReduceAll) {
-            return self.hier_reduce_array(h, op, spec, me, src, dst);
-        }
         let es = spec.es.max(1);
         let to_all = spec.kind == Kind::ReduceElemsAll;
         let count = spec.n;

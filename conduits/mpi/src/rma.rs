@@ -60,6 +60,9 @@ const WHY_LOCK: i32 = 16;
 const WHY_SELF: i32 = 32;
 const WHY_PEER: i32 = 64;
 const WHY_MEMORY: i32 = 128;
+/// The segment is memory the layer above provides (the host-local bypass's shared memory);
+/// set by the ranks that attach that way, and every rank then takes the AM path.
+const WHY_PROVIDED: i32 = 256;
 
 fn reasons(bits: i32) -> Vec<&'static str> {
     [
@@ -71,6 +74,10 @@ fn reasons(bits: i32) -> Vec<&'static str> {
         (WHY_SELF, "the test put/get to the rank itself failed"),
         (WHY_PEER, "the test get from the next rank failed"),
         (WHY_MEMORY, "the window's memory cannot be backed"),
+        (
+            WHY_PROVIDED,
+            "the segments are the host-local bypass's shared memory",
+        ),
     ]
     .into_iter()
     .filter(|&(b, _)| bits & b != 0)
@@ -141,13 +148,14 @@ pub(crate) struct Opened {
 
 /// Collective, at attach: create the window with a segment of `len` bytes, probe it, and agree
 /// with every rank. `agree` or-s a value over every rank (waiting as the conduit's collectives
-/// do). Falls back to a segment of its own, with no window, when any rank's probe fails or
-/// `disabled` (`AMNET_RMA=am`) holds on any rank.
+/// do). Falls back to a segment of its own, with no window, when any rank's probe fails,
+/// `disabled` (`AMNET_RMA=am`) holds on any rank or some rank's segment is `provided` (the
+/// caller then replaces the segment by the provided memory).
 pub(crate) fn open(
     comm: Comm,
     (rank, len, lens): (u32, usize, &[usize]),
     chunk: usize,
-    disabled: bool,
+    (disabled, provided): (bool, bool),
     agree: &dyn Fn(i32) -> Result<i32>,
 ) -> Result<Opened> {
     let size = u32::try_from(lens.len())
@@ -155,6 +163,9 @@ pub(crate) fn open(
     let mut why = 0;
     if disabled {
         why |= WHY_DISABLED;
+    }
+    if provided {
+        why |= WHY_PROVIDED;
     }
     let (version, subversion) = raw::version();
     if version < 3 {

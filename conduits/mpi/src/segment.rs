@@ -9,8 +9,9 @@ use amnet_core::{Error, Result};
 pub(crate) struct Segment {
     base: *mut u8,
     len: usize,
-    /// The memory belongs to an MPI window (freed with it), not to a mapping of ours.
-    in_window: bool,
+    /// The memory belongs to an MPI window (freed with it) or to the layer above
+    /// (`Conduit::attach_segment_in`), not to a mapping of ours.
+    foreign: bool,
 }
 
 // SAFETY: the segment is plain memory owned by this process. Who writes which bytes when is the
@@ -55,7 +56,7 @@ impl Segment {
             return Ok(Segment {
                 base: std::ptr::NonNull::<u8>::dangling().as_ptr(),
                 len: 0,
-                in_window: false,
+                foreign: false,
             });
         }
         // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches no
@@ -80,7 +81,7 @@ impl Segment {
         Ok(Segment {
             base: p.cast::<u8>(),
             len,
-            in_window: false,
+            foreign: false,
         })
     }
 
@@ -98,8 +99,19 @@ impl Segment {
                 base
             },
             len,
-            in_window: true,
+            foreign: true,
         }
+    }
+
+    /// `len` bytes at `base` that the layer above provides (the host-local bypass's shared
+    /// memory) and keeps mapped for the conduit's life.
+    ///
+    /// # Safety
+    /// - `base` is valid for `len` bytes of reads and writes for the conduit's whole life.
+    pub(crate) unsafe fn provided(base: *mut u8, len: usize) -> Segment {
+        // SAFETY: forwarded contract (the memory outlives the segment, and is not ours to
+        // unmap: `foreign`).
+        unsafe { Segment::in_window(base, len) }
     }
 
     /// Base address.
@@ -130,7 +142,7 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
-        if self.len > 0 && !self.in_window {
+        if self.len > 0 && !self.foreign {
             // SAFETY: the mapping was created in `new` with this length and is unmapped once.
             unsafe { libc::munmap(self.base.cast(), self.len) };
         }

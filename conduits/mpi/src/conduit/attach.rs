@@ -109,24 +109,37 @@ impl Engine {
         }
     }
 
-    /// Attach the local segment (`Conduit::attach_segment`).
-    pub(super) fn attach_segment(
+    /// Attach the local segment (`Conduit::attach_segment`), or take `provided` memory as it
+    /// (`Conduit::attach_segment_in`: put/get then take the AM path on every rank).
+    ///
+    /// # Safety
+    /// - `provided`, if some, is valid for reads and writes of its length, page-aligned, for
+    ///   the conduit's whole life.
+    pub(super) unsafe fn attach_segment(
         self: &Arc<Self>,
         len: usize,
         lens: &[usize],
+        provided: Option<LocalSegment>,
     ) -> Result<LocalSegment> {
         let eng = &**self;
         segment::check_lengths(lens)?;
         if eng.seg.get().is_some() {
             return Err(Error::AlreadyAttached);
         }
-        let opened = crate::rma::open(
+        let len = provided.map_or(len, |p| p.len);
+        let mut opened = crate::rma::open(
             eng.comm,
             (eng.rank, len, lens),
             eng.settings.rma_chunk,
-            eng.settings.rma_am,
+            (eng.settings.rma_am, provided.is_some()),
             &|bits| eng.agree(bits),
         )?;
+        if let Some(p) = provided {
+            // Every rank took the AM path (the provided bit is or-ed over the job): the
+            // segment is no window's.
+            // SAFETY: forwarded contract.
+            opened.seg = unsafe { segment::Segment::provided(p.base, p.len) };
+        }
         if eng.settings.verbose && eng.rank == 0 {
             amnet_core::diag!("amnet mpi: {}", opened.summary);
             let max = wire::MAX_INLINE;

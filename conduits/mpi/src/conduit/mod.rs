@@ -246,7 +246,13 @@ impl Conduit for MpiConduit {
     }
 
     fn attach_segment(&self, len: usize, lens: &[usize]) -> Result<LocalSegment> {
-        self.eng.attach_segment(len, lens)
+        // SAFETY: no provided memory.
+        unsafe { self.eng.attach_segment(len, lens, None) }
+    }
+
+    unsafe fn attach_segment_in(&self, seg: LocalSegment, lens: &[usize]) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.eng.attach_segment(seg.len, lens, Some(seg)) }.map(|_| ())
     }
 
     fn host_scratch(&self, rank: Rank) -> Option<std::ptr::NonNull<u8>> {
