@@ -278,9 +278,9 @@ pub mod vars {
         scope: Scope::Core,
         kind: Kind::Flag,
         default: "`1`",
-        meaning: "udp: ranks that share a host exchange messages and reach each other's \
-                  segments through shared memory (the smp conduit's rings); `0` sends \
-                  everything through the network",
+        meaning: "udp and mpi: ranks that share a host exchange messages and reach each \
+                  other's segments through shared memory (the smp conduit's rings); `0` \
+                  sends everything through the network",
     };
     /// `AMNET_BARRIER`.
     pub const BARRIER: Var = Var {
