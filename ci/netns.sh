@@ -3,11 +3,11 @@
 # veth pair stand for two machines on one Ethernet segment. The launcher runs in the first,
 # ranks are spread over both ("remote" start through AMNET_SSH="ip netns exec"), and the
 # conduit test suite runs as one job; for udp then again with loss, duplication and
-# reordering, without and with authenticated datagrams, and with the host-local bypass on and
-# off (the second namespace's loopback shows whether its two ranks talked through
-# datagrams); for ofi on libfabric's tcp provider, which each rank binds to its namespace's
-# veth address (the one it reaches the launcher from). Skipped, with the reason, only where
-# namespaces or a veth pair cannot be created.
+# reordering, and without and with authenticated datagrams; for ofi on libfabric's tcp
+# provider, which each rank binds to its namespace's veth address (the one it reaches the
+# launcher from). Both run with the host-local bypass on and off (the second namespace's
+# loopback shows whether its two ranks talked through the network). Skipped, with the reason,
+# only where namespaces or a veth pair cannot be created.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONDUIT=${1:-udp}
@@ -88,11 +88,12 @@ run_lo() {
         exit 1
     fi
 }
+# The host-local bypass (default): the two ranks of the second namespace send each other
+# nothing over its loopback; without it, megabytes.
 if [ "$CONDUIT" = ofi ]; then
-    run AMNET_OFI_PROVIDER_INCLUDE=tcp
+    run_lo 0 65536 AMNET_OFI_PROVIDER_INCLUDE=tcp
+    run_lo 1000000 1000000000000 AMNET_OFI_PROVIDER_INCLUDE=tcp AMNET_HOST_BYPASS=0
 else
-    # The host-local bypass (default): the two ranks of the second namespace send each other
-    # no datagram; without it, megabytes.
     run_lo 0 65536
     run_lo 1000000 1000000000000 AMNET_HOST_BYPASS=0
     # Loss, duplication and reordering come from the conduit's own fault injection at the

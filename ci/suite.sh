@@ -83,26 +83,29 @@ AMNET_HOST_BYPASS=0 AMNET_RMA=am target/release/amrun --conduit mpi -n 2 --timeo
 # The same under MPICH, built against it in target/mpich (installs MPICH when missing).
 bash ci/mpich.sh
 # The ofi conduit (libfabric, installed by ci/install-ofi.sh) on the provider it chooses here,
-# tcp;ofi_rxm, bound to the launcher's address (loopback); also in the ofi_tag_2 layout.
+# tcp;ofi_rxm, bound to the launcher's address (loopback); also in the ofi_tag_2 layout. On one
+# host the bypass would carry every message: these runs set AMNET_HOST_BYPASS=0 (the bypass
+# runs across the namespaces, below).
 cargo build --release --features amnet/ofi --bin amrun --bin amnet-testsuite
 for n in 2 4 8; do
-    echo "== amrun --conduit ofi -n $n amnet-testsuite"
-    target/release/amrun --conduit ofi -n "$n" --timeout 900 target/release/amnet-testsuite
+    echo "== amrun --conduit ofi -n $n amnet-testsuite (AMNET_HOST_BYPASS=0)"
+    AMNET_HOST_BYPASS=0 target/release/amrun --conduit ofi -n "$n" --timeout 900 \
+        target/release/amnet-testsuite
 done
-echo "== amrun --conduit ofi -n 2 amnet-testsuite, AMNET_OFI_TAG_MODE=ofi_tag_2"
-AMNET_OFI_TAG_MODE=ofi_tag_2 target/release/amrun --conduit ofi -n 2 --timeout 900 \
-    target/release/amnet-testsuite
+echo "== amrun --conduit ofi -n 2 amnet-testsuite, AMNET_HOST_BYPASS=0, AMNET_OFI_TAG_MODE=ofi_tag_2"
+AMNET_HOST_BYPASS=0 AMNET_OFI_TAG_MODE=ofi_tag_2 target/release/amrun --conduit ofi -n 2 \
+    --timeout 900 target/release/amnet-testsuite
 # Split Longs as tagged data messages rather than writes, on tcp.
-echo "== amrun --conduit ofi -n 2 amnet-testsuite am_long, AMNET_OFI_LONG_WRITE=0"
-AMNET_OFI_LONG_WRITE=0 target/release/amrun --conduit ofi -n 2 --timeout 300 \
-    target/release/amnet-testsuite am_long
+echo "== amrun --conduit ofi -n 2 amnet-testsuite am_long, AMNET_HOST_BYPASS=0, AMNET_OFI_LONG_WRITE=0"
+AMNET_HOST_BYPASS=0 AMNET_OFI_LONG_WRITE=0 target/release/amrun --conduit ofi -n 2 \
+    --timeout 300 target/release/amnet-testsuite am_long
 # ... on libfabric's shm provider at 4 ranks and udp;ofi_rxd at 2 (udp bound to loopback);
-echo "== amrun --conduit ofi -n 4 amnet-testsuite, AMNET_OFI_PROVIDER_INCLUDE=shm"
-AMNET_OFI_PROVIDER_INCLUDE=shm target/release/amrun --conduit ofi -n 4 --timeout 900 \
-    target/release/amnet-testsuite
-echo "== amrun --conduit ofi -n 2 amnet-testsuite, AMNET_OFI_PROVIDER_INCLUDE=udp"
-AMNET_OFI_PROVIDER_INCLUDE=udp target/release/amrun --conduit ofi -n 2 --timeout 900 \
-    target/release/amnet-testsuite
+echo "== amrun --conduit ofi -n 4 amnet-testsuite, AMNET_HOST_BYPASS=0, AMNET_OFI_PROVIDER_INCLUDE=shm"
+AMNET_HOST_BYPASS=0 AMNET_OFI_PROVIDER_INCLUDE=shm target/release/amrun --conduit ofi -n 4 \
+    --timeout 900 target/release/amnet-testsuite
+echo "== amrun --conduit ofi -n 2 amnet-testsuite, AMNET_HOST_BYPASS=0, AMNET_OFI_PROVIDER_INCLUDE=udp"
+AMNET_HOST_BYPASS=0 AMNET_OFI_PROVIDER_INCLUDE=udp target/release/amrun --conduit ofi -n 2 \
+    --timeout 900 target/release/amnet-testsuite
 # ... and across two network namespaces over tcp.
 bash ci/netns.sh ofi
 echo "== amrun -n 4 demo"

@@ -278,7 +278,7 @@ pub mod vars {
         scope: Scope::Core,
         kind: Kind::Flag,
         default: "`1`",
-        meaning: "udp and mpi: ranks that share a host exchange messages and reach each \
+        meaning: "udp, mpi and ofi: ranks that share a host exchange messages and reach each \
                   other's segments through shared memory (the smp conduit's rings); `0` \
                   sends everything through the network",
     };

@@ -232,7 +232,9 @@ impl Builder {
                 amnet_bypass::wrap(Box::new(amnet_mpi::MpiConduit::new(&src)?), &src)?
             }
             #[cfg(feature = "ofi")]
-            ConduitKind::Ofi => Box::new(amnet_ofi::OfiConduit::new(&src)?),
+            ConduitKind::Ofi => {
+                amnet_bypass::wrap(Box::new(amnet_ofi::OfiConduit::new(&src)?), &src)?
+            }
             other => return Err(Error::Config(format!("conduit {other} is not built in"))),
         };
         Endpoint::with_source(conduit, src)

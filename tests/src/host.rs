@@ -84,10 +84,6 @@ const LOCAL_SENDS: u64 = 2000;
 fn host_bypass(c: &Ctx<'_>) -> Verdict {
     let ep = c.ep;
     let name = ep.conduit_name();
-    if !matches!(name, "smp" | "udp" | "mpi") {
-        // ofi does not run behind the bypass (spec/core.md §7e).
-        return Ok(());
-    }
     let me = c.rank();
     let peers: Vec<u32> = ck("host_peers", ep.host_peers())?
         .iter()

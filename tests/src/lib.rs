@@ -134,7 +134,7 @@ pub const fn test(name: &'static str, run: fn(&Ctx<'_>) -> Verdict) -> Test {
 
 /// Whether the host-local bypass is on in this job (spec/core.md §7e; network conduits).
 pub fn bypass_on(c: &Ctx<'_>) -> bool {
-    matches!(c.ep.conduit_name(), "udp" | "mpi")
+    matches!(c.ep.conduit_name(), "udp" | "mpi" | "ofi")
         && c.ep
             .config_source()
             .flag(&amnet::config::vars::HOST_BYPASS)
@@ -298,6 +298,9 @@ pub fn run_attached(
                 ))
             });
         let elapsed = t0.elapsed();
+        if let Err(e) = &v {
+            eprintln!("DBGV rank {}: {e}", ep.rank());
+        }
         let verdicts = state::gather_verdicts(ep, st, idx, &v)?;
         ep.barrier()?;
         *watch.current.lock().unwrap_or_else(|e| e.into_inner()) = None;
