@@ -12,7 +12,11 @@
 //! Where every rank shares this host (the conduit maps every rank's host scratch) the barrier
 //! sends no message: each rank stores its value and the barrier's number into a line of its
 //! own and waits until every rank's line holds the number (`shmbar`), then merges the values
-//! in rank order. `AMNET_BARRIER=am` keeps the messages there too.
+//! in rank order. In a job over several hosts where some host's ranks share memory (the
+//! host-local bypass), the barrier is hierarchical: each such host's ranks arrive on those
+//! flags, its lowest rank (the leader) runs the dissemination with the other hosts' leaders
+//! (and with the ranks of hosts that share no memory), and then releases its host through a
+//! flag of its own. `AMNET_BARRIER=am` keeps the messages everywhere.
 
 use std::sync::atomic::Ordering;
 
@@ -21,6 +25,7 @@ use crate::endpoint::{not_in_handler, Endpoint};
 use crate::handler::{HandlerTable, Token};
 use crate::shmbar::ShmBarrier;
 use crate::stats::Ctr;
+use crate::Rank;
 use crate::{Error, Result};
 
 use crate::handlers::BARRIER as LIB_BARRIER;
@@ -100,12 +105,42 @@ enum Phase {
         value: Val,
         round: usize,
         sent: bool,
+        /// Hierarchical: this rank's host has arrived and `value` merges its ranks' values
+        /// (true from the start on the other algorithms and for a rank alone on its host).
+        local: bool,
     },
+}
+
+/// How the endpoint barrier runs in this job, chosen at the first barrier (the same on every
+/// rank: it follows from the host map and `AMNET_BARRIER`).
+pub(crate) enum Mode {
+    /// Dissemination over Short AMs among all ranks.
+    Am,
+    /// Flags in the host scratch: every rank shares this host.
+    Flags(ShmBarrier),
+    /// Flags within each host whose ranks share memory, dissemination among their leaders.
+    Hier(Hier),
+}
+
+/// This rank's part in the hierarchical barrier.
+pub(crate) struct Hier {
+    /// The flags of this rank's host (`None`: a rank alone in its group).
+    local: Option<ShmBarrier>,
+    /// Whether this rank leads its group (the group's lowest rank; a rank alone leads).
+    lead: bool,
+    /// Every group's leader, ascending: the ranks of the dissemination.
+    leaders: Vec<Rank>,
+    /// This rank's index in `leaders` (leaders only).
+    index: usize,
 }
 
 /// Checks of the flags without the spin-loop hint before a wait on them starts polling (with a
 /// core per rank): a peer that arrives within a few hundred nanoseconds is seen at once.
 const FLAG_CHECKS: u32 = 256;
+
+/// Idle rounds in which the hierarchical barrier's wait on its host's flags yields its core
+/// instead of backing off to sleeps (a few milliseconds on a busy host).
+const FLAG_YIELDS: u32 = 4096;
 
 /// On an oversubscribed host a wait on the flags polls the endpoint only every
 /// `OVERSUBSCRIBED_POLL`-th round and yields the core at the others (the rank it waits for may
@@ -171,16 +206,66 @@ impl Endpoint {
     /// The barrier's flags, where every rank shares this host and `AMNET_BARRIER` is not
     /// `am` (the same answer on every rank: each maps every rank's scratch, or none does).
     fn shm_barrier(&self) -> Option<&ShmBarrier> {
-        self.inner
-            .shm_barrier
-            .get_or_init(|| {
-                if !self.inner.cfg.barrier_flags {
-                    return None;
+        match self.barrier_mode() {
+            Mode::Flags(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// The barrier's algorithm (spec/core.md §8), chosen at the first barrier.
+    fn barrier_mode(&self) -> &Mode {
+        self.inner.barrier_mode.get_or_init(|| {
+            if !self.inner.cfg.barrier_flags {
+                return Mode::Am;
+            }
+            let conduit = &self.inner.conduit;
+            if let Some(b) = ShmBarrier::new(self.size(), self.rank(), |r| conduit.host_scratch(r))
+            {
+                return Mode::Flags(b);
+            }
+            self.hier_barrier().map_or(Mode::Am, Mode::Hier)
+        })
+    }
+
+    /// The groups of the hierarchical barrier: the ranks of each host that shares memory
+    /// (`HostMap::shares_memory`, the same on every rank), every other rank alone. `None`
+    /// where every group is one rank.
+    fn hier_barrier(&self) -> Option<Hier> {
+        let map = self.host_map().ok()?;
+        let me = self.rank();
+        let mut leaders = Vec::new();
+        let mut mine = None;
+        for h in 0..map.hosts() {
+            let ranks = map.ranks_on(h).ok()?;
+            if ranks.len() > 1 && map.shares_memory(h).ok()? {
+                leaders.push(ranks[0]);
+                if let Some(i) = ranks.iter().position(|&r| r == me) {
+                    mine = Some((ranks, i));
                 }
-                let conduit = &self.inner.conduit;
-                ShmBarrier::new(self.size(), self.rank(), |r| conduit.host_scratch(r))
-            })
-            .as_ref()
+            } else {
+                leaders.extend_from_slice(ranks);
+            }
+        }
+        if leaders.len() == self.size() as usize {
+            return None;
+        }
+        leaders.sort_unstable();
+        let conduit = &self.inner.conduit;
+        let local = match mine {
+            // The host shares memory: every rank of it maps the others' scratch, so the
+            // flags exist on every rank of it or (a conduit breaking that promise) on none,
+            // and the job then keeps the messages everywhere.
+            Some((ranks, i)) => Some(ShmBarrier::of(ranks, i, |r| conduit.host_scratch(r))?),
+            None => None,
+        };
+        let lead = mine.is_none_or(|(_, i)| i == 0);
+        let index = leaders.iter().position(|&r| r == me).unwrap_or(0);
+        Some(Hier {
+            local,
+            lead,
+            leaders,
+            index,
+        })
     }
 
     /// Start a barrier. `flags` may hold [`flags::ANONYMOUS`] (id ignored) and
@@ -209,9 +294,14 @@ impl Endpoint {
             } else {
                 Val::Named { id, rank }
             };
-            let flags_bar = self.shm_barrier();
-            if let Some(b) = flags_bar {
-                b.arrive(st.count, value.encode());
+            let mut local = true;
+            match self.barrier_mode() {
+                Mode::Flags(b) => b.arrive(st.count, value.encode()),
+                Mode::Hier(Hier { local: Some(b), .. }) => {
+                    b.arrive(st.count, value.encode());
+                    local = false;
+                }
+                _ => {}
             }
             st.phase = Phase::Notified {
                 id,
@@ -219,6 +309,7 @@ impl Endpoint {
                 value,
                 round: 0,
                 sent: false,
+                local,
             };
             self.inner.barrier_busy.store(true, Ordering::Release);
         }
@@ -290,11 +381,25 @@ impl Endpoint {
     }
 
     /// Send and merge as far as arrivals allow. Returns true when all rounds are done.
+    /// Hierarchical: a leader first waits for its host's arrivals and, once the leaders'
+    /// rounds are done, releases its host; another rank of the host waits for that release.
     fn barrier_advance(&self, op: &'static str) -> Result<bool> {
-        let total = rounds(self.size());
+        let hier = match self.barrier_mode() {
+            Mode::Hier(h) => Some(h),
+            _ => None,
+        };
+        let (total, ranks) = match hier {
+            Some(h) => {
+                let n = u32::try_from(h.leaders.len()).unwrap_or(u32::MAX);
+                (rounds(n), u64::from(n))
+            }
+            None => (rounds(self.size()), u64::from(self.size())),
+        };
+        let index = hier.map_or(u64::from(self.rank()), |h| h.index as u64);
         loop {
             let mut st = self.barrier_lock();
             let epoch = st.epoch;
+            let count = st.count;
             let parity = (epoch & 1) as usize;
             let (send, done) = match &mut st.phase {
                 Phase::Idle => {
@@ -305,9 +410,42 @@ impl Endpoint {
                     }))
                 }
                 Phase::Notified {
-                    value, round, sent, ..
+                    value,
+                    round,
+                    sent,
+                    local,
+                    ..
                 } => {
+                    if let (Some(h), false) = (hier, *local) {
+                        let Some(b) = &h.local else {
+                            return Ok(false);
+                        };
+                        if !h.lead {
+                            // The host's verdict, once its leader released it.
+                            let Some(v) = b.released(count) else {
+                                return Ok(false);
+                            };
+                            *value = Val::decode(&v);
+                            *local = true;
+                            *round = total;
+                        } else {
+                            if b.first_missing(count, 0).is_some() {
+                                return Ok(false);
+                            }
+                            *value = (0..b.ranks())
+                                .fold(Val::Anon, |v, r| v.merge(Val::decode(&b.value(count, r))));
+                            *local = true;
+                        }
+                    }
                     if *round >= total {
+                        if let Some(Hier {
+                            local: Some(b),
+                            lead: true,
+                            ..
+                        }) = hier
+                        {
+                            b.release(count, value.encode());
+                        }
                         (None, true)
                     } else if !*sent {
                         *sent = true;
@@ -336,12 +474,16 @@ impl Endpoint {
                 return Ok(true);
             }
             if let Some((round, value)) = send {
-                let dest = (u64::from(self.rank()) + (1u64 << round)) % u64::from(self.size());
+                let to = (index + (1u64 << round)) % ranks;
+                let dest = match hier {
+                    Some(h) => h.leaders[usize::try_from(to).unwrap_or(0)],
+                    None => u32::try_from(to).unwrap_or(0),
+                };
                 let v = value.encode();
                 let r32 = u32::try_from(round).unwrap_or(u32::MAX);
                 let args = [epoch, r32, v[0], v[1], v[2], v[3], v[4]];
                 self.lib_request(
-                    u32::try_from(dest).unwrap_or(0),
+                    dest,
                     &OutMsg {
                         handler: LIB_BARRIER,
                         category: Category::Short,
@@ -427,6 +569,8 @@ impl Endpoint {
         }
         let mut b = self.backoff();
         let mut first = true;
+        let mut stage = self.barrier_stage();
+        let mut yields = 0u32;
         loop {
             if self.barrier_advance("barrier_wait")? {
                 return self.barrier_finish(id, flags, None);
@@ -435,11 +579,29 @@ impl Endpoint {
                 crate::npam::check_may_wait("barrier_wait")?;
                 first = false;
             }
-            if self.poll_inner(false)? > 0 {
+            let now = self.barrier_stage();
+            if self.poll_inner(false)? > 0 || now != stage {
+                // A message, or the barrier moved on (a round, or the host's flags).
                 b.reset();
+                stage = now;
+                yields = 0;
+            } else if !now.1 && yields < FLAG_YIELDS {
+                // Hierarchical, on the host's flags (a leader's arrivals, or its release, which
+                // follows the other hosts by a network round trip): yield rather than sleep.
+                yields += 1;
+                std::thread::yield_now();
             } else {
                 b.snooze(|| self.inner.conduit.keep_awake());
             }
+        }
+    }
+
+    /// Where the barrier under way stands (its round, and whether its host's flags are
+    /// done), for the wait's back-off.
+    fn barrier_stage(&self) -> (usize, bool) {
+        match self.barrier_lock().phase {
+            Phase::Notified { round, local, .. } => (round, local),
+            Phase::Idle => (0, false),
         }
     }
 

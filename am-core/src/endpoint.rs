@@ -172,9 +172,9 @@ pub(crate) struct Inner {
     pub(crate) barrier: Mutex<BarrierState>,
     /// Whether `barrier`'s phase is not idle (written under its lock, read without it).
     pub(crate) barrier_busy: AtomicBool,
-    /// The barrier's flags in the host scratch, where every rank shares this host (made at
-    /// the first barrier).
-    pub(crate) shm_barrier: OnceLock<Option<crate::shmbar::ShmBarrier>>,
+    /// The barrier's algorithm: flags in the host scratch where every rank shares this host,
+    /// hierarchical where some hosts' ranks do, else messages (chosen at the first barrier).
+    pub(crate) barrier_mode: OnceLock<crate::barrier::Mode>,
     stat_blocks: Mutex<Vec<Arc<StatBlock>>>,
     stats_printed: AtomicBool,
     pub(crate) layer: crate::layer::LayerSlots,
@@ -394,7 +394,7 @@ impl Endpoint {
             attach_started: AtomicBool::new(false),
             barrier: Mutex::new(BarrierState::new()),
             barrier_busy: AtomicBool::new(false),
-            shm_barrier: OnceLock::new(),
+            barrier_mode: OnceLock::new(),
             stat_blocks: Mutex::new(Vec::new()),
             stats_printed: AtomicBool::new(false),
             layer: crate::layer::LayerSlots::new(),

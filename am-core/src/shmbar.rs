@@ -1,5 +1,6 @@
 //! The endpoint barrier's flags in the host scratch, for a job whose ranks all share one host
-//! (every rank maps every other rank's scratch, [`Conduit::host_scratch`]).
+//! (every rank maps every other rank's scratch, [`Conduit::host_scratch`]), and for the ranks
+//! of one host in the hierarchical barrier of a job over several hosts (spec/core.md §8).
 //!
 //! Each rank owns two **slots** in the core's page of its host scratch
 //! ([`CORE_SCRATCH_BYTES`], past the layers' part). For the barrier numbered `c` (0, 1, ...:
@@ -14,6 +15,10 @@
 //! after it completed barrier `c`, that is after it read every rank's values of `c`. Epochs
 //! only grow and the scratch is zero at start-up (epoch 0: no arrival yet), so the counter is
 //! the sense.
+//!
+//! In the hierarchical barrier the host's lowest rank (its leader) waits for the host's
+//! arrivals, agrees with the other hosts' leaders over messages, and then writes the verdict
+//! into one of two **release slots** of its own, which the host's other ranks wait on.
 //!
 //! [`Conduit::host_scratch`]: crate::Conduit::host_scratch
 //! [`CORE_SCRATCH_BYTES`]: crate::conduit::CORE_SCRATCH_BYTES
@@ -34,10 +39,12 @@ pub(crate) struct Slot {
     val: [AtomicU32; VAL_WORDS],
 }
 
-/// A rank's two slots, at the start of the core's page of its host scratch.
+/// A rank's two slots, at the start of the core's page of its host scratch, and the two
+/// release slots it writes when it leads its host in the hierarchical barrier.
 #[repr(C)]
 pub(crate) struct Slots {
     slot: [Slot; 2],
+    release: [Slot; 2],
 }
 
 #[cfg(not(loom))]
@@ -56,11 +63,12 @@ impl Slots {
         };
         Box::new(Slots {
             slot: [slot(), slot()],
+            release: [slot(), slot()],
         })
     }
 }
 
-/// Every rank's slots, mapped here.
+/// Every rank's slots (or those of one host's ranks), mapped here.
 pub(crate) struct ShmBarrier {
     slots: Vec<NonNull<Slots>>,
     me: usize,
@@ -81,21 +89,31 @@ impl ShmBarrier {
         me: u32,
         scratch: impl Fn(u32) -> Option<NonNull<u8>>,
     ) -> Option<ShmBarrier> {
-        if size < 2 {
+        let all: Vec<u32> = (0..size).collect();
+        ShmBarrier::of(&all, me as usize, scratch)
+    }
+
+    /// The flags of the ranks `ranks` (one host's, ascending), this rank being `ranks[me]`,
+    /// under the conditions of [`ShmBarrier::new`]; index `i` of the other calls is
+    /// `ranks[i]`.
+    pub(crate) fn of(
+        ranks: &[u32],
+        me: usize,
+        scratch: impl Fn(u32) -> Option<NonNull<u8>>,
+    ) -> Option<ShmBarrier> {
+        if ranks.len() < 2 || me >= ranks.len() {
             return None;
         }
-        let slots = (0..size)
-            .map(|r| {
+        let slots = ranks
+            .iter()
+            .map(|&r| {
                 let p = scratch(r)?;
                 // The core's page: the last of the scratch.
                 let at = p.as_ptr().wrapping_add(crate::conduit::LAYER_SCRATCH_BYTES);
                 NonNull::new(at.cast::<Slots>())
             })
             .collect::<Option<Vec<_>>>()?;
-        Some(ShmBarrier {
-            slots,
-            me: me as usize,
-        })
+        Some(ShmBarrier { slots, me })
     }
 
     /// Over slots the caller owns (the loom models).
@@ -144,6 +162,31 @@ impl ShmBarrier {
     /// Ranks in the job.
     pub(crate) fn ranks(&self) -> usize {
         self.slots.len()
+    }
+
+    /// As the leader (index 0) of a host in the hierarchical barrier: barrier `c`'s verdict
+    /// `val`, for the host's other ranks. The leader writes it once every rank of the host
+    /// arrived at `c` (and the leaders agreed), so a rank that reads it at `c` cannot have
+    /// arrived at `c + 1` yet: release slot `c % 2` is written again, for `c + 2`, only after
+    /// every rank of the host arrived at `c + 2`, that is after each read the verdict of `c`
+    /// and of `c + 1`.
+    pub(crate) fn release(&self, c: u64, val: [u32; VAL_WORDS]) {
+        let s = &self.slots(self.me).release[(c % 2) as usize];
+        for (w, v) in s.val.iter().zip(val) {
+            w.store(v, Ordering::Relaxed);
+        }
+        s.epoch.store(c + 1, Ordering::Release);
+    }
+
+    /// The verdict of barrier `c` that the host's leader (index 0) released, once it did
+    /// (Acquire); a release past `c + 1` (this rank's other thread completed `c`) reads as
+    /// released too.
+    pub(crate) fn released(&self, c: u64) -> Option<[u32; VAL_WORDS]> {
+        let s = &self.slots(0).release[(c % 2) as usize];
+        if s.epoch.load(Ordering::Acquire) < c + 1 {
+            return None;
+        }
+        Some(std::array::from_fn(|i| s.val[i].load(Ordering::Relaxed)))
     }
 }
 
@@ -196,6 +239,44 @@ mod loom_models {
                     }
                 }
             }
+        });
+    }
+
+    /// A host's leader and one other rank through three hierarchical barriers (both release
+    /// slots, one reused): the other rank reads each barrier's verdict, never the one of the
+    /// barrier two later that reuses the slot, and the leader releases only after the other
+    /// rank arrived.
+    #[test]
+    fn loom_endpoint_barrier_release_three_barriers() {
+        loom::model(|| {
+            let slots = Arc::new(vec![Slots::boxed(), Slots::boxed()]);
+            let verdict = |c: u32| [1, 100 + c, 0, 0, 0];
+            let leader = {
+                let slots = slots.clone();
+                thread::spawn(move || {
+                    let b = ShmBarrier::over(&slots, 0);
+                    for c in 0..3u32 {
+                        b.arrive(u64::from(c), [0; VAL_WORDS]);
+                        while b.first_missing(u64::from(c), 0).is_some() {
+                            thread::yield_now();
+                        }
+                        assert_eq!(b.value(u64::from(c), 1), [1, c, 1, 0, 0]);
+                        b.release(u64::from(c), verdict(c));
+                    }
+                })
+            };
+            let b = ShmBarrier::over(&slots, 1);
+            for c in 0..3u32 {
+                b.arrive(u64::from(c), [1, c, 1, 0, 0]);
+                let v = loop {
+                    if let Some(v) = b.released(u64::from(c)) {
+                        break v;
+                    }
+                    thread::yield_now();
+                };
+                assert_eq!(v, verdict(c), "barrier {c}");
+            }
+            leader.join().unwrap();
         });
     }
 
