@@ -432,8 +432,7 @@ impl Endpoint {
                             if b.first_missing(count, 0).is_some() {
                                 return Ok(false);
                             }
-                            *value = (0..b.ranks())
-                                .fold(Val::Anon, |v, r| v.merge(Val::decode(&b.value(count, r))));
+                            *value = Self::flags_verdict(b, count);
                             *local = true;
                         }
                     }
