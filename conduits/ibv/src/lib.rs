@@ -1,0 +1,14 @@
+//! amnet ibv conduit: InfiniBand and RoCE through the verbs interface.
+//!
+//! The conduit's protocol is written against the [`verbs::Verbs`] trait, which has two
+//! implementations:
+//!
+//! - libibverbs (rdma-core), for real HCAs (cargo feature `ibv`);
+//! - [`emu::EmuDevice`], an emulated device that keeps verbs' semantics between the processes
+//!   of one host (registered regions with keys and access flags checked on every access, RC
+//!   ordering, receive completions with immediate data, receiver-not-ready, access errors,
+//!   8-byte atomics, flushes), so that the protocol runs unchanged as a real multi-process
+//!   job where no RDMA device exists. It is a test device and is documented as one.
+
+pub mod emu;
+pub mod verbs;
