@@ -32,15 +32,19 @@ pub enum ConduitKind {
     Mpi,
     /// libfabric's tagged messages and RMA, on any provider it offers (crate `amnet-ofi`).
     Ofi,
+    /// InfiniBand verbs: RC queue pairs, RDMA write and read, over libibverbs or the emulated
+    /// test device (crate `amnet-ibv`).
+    Ibv,
 }
 
 impl ConduitKind {
     /// Every kind, in the order of this enum.
-    pub const ALL: [ConduitKind; 4] = [
+    pub const ALL: [ConduitKind; 5] = [
         ConduitKind::Smp,
         ConduitKind::Udp,
         ConduitKind::Mpi,
         ConduitKind::Ofi,
+        ConduitKind::Ibv,
     ];
 
     /// The name used by `AMNET_CONDUIT`, `amrun --conduit` and in messages.
@@ -50,6 +54,7 @@ impl ConduitKind {
             ConduitKind::Udp => "udp",
             ConduitKind::Mpi => "mpi",
             ConduitKind::Ofi => "ofi",
+            ConduitKind::Ibv => "ibv",
         }
     }
 }
@@ -68,7 +73,9 @@ impl FromStr for ConduitKind {
             .into_iter()
             .find(|k| k.name() == s)
             .ok_or_else(|| {
-                Error::Config(format!("conduit {s:?}: expected one of smp, udp, mpi, ofi"))
+                Error::Config(format!(
+                    "conduit {s:?}: expected one of smp, udp, mpi, ofi, ibv"
+                ))
             })
     }
 }
@@ -236,6 +243,7 @@ pub mod vars {
     const UDP: Scope = Scope::Conduit(ConduitKind::Udp);
     const MPI: Scope = Scope::Conduit(ConduitKind::Mpi);
     const OFI: Scope = Scope::Conduit(ConduitKind::Ofi);
+    const IBV: Scope = Scope::Conduit(ConduitKind::Ibv);
     const fn count(min: u64, max: u64) -> Kind {
         Kind::Count { min, max }
     }
@@ -244,7 +252,7 @@ pub mod vars {
     pub const CONDUIT: Var = Var {
         name: "AMNET_CONDUIT",
         scope: Scope::Core,
-        kind: Kind::Choice(&["smp", "udp", "mpi", "ofi"]),
+        kind: Kind::Choice(&["smp", "udp", "mpi", "ofi", "ibv"]),
         default: "`smp`",
         meaning: "conduit used by `amnet::init` and `amrun`",
     };
@@ -402,7 +410,7 @@ pub mod vars {
         scope: UDP,
         kind: Kind::SocketAddr,
         default: "set by `amrun`",
-        meaning: "udp, ofi: where the launcher's bootstrap service listens",
+        meaning: "udp, ofi, ibv: where the launcher's bootstrap service listens",
     };
     /// `AMNET_UDP_BIND`.
     pub const UDP_BIND: Var = Var {
@@ -625,6 +633,25 @@ pub mod vars {
                   the target's segment where native RMA is on and the provider offers remote \
                   CQ data; `0`: always a tagged data message after its header",
     };
+    /// `AMNET_IBV_DEVICE`.
+    pub const IBV_DEVICE: Var = Var {
+        name: "AMNET_IBV_DEVICE",
+        scope: IBV,
+        kind: Kind::Choice(&["hca", "emu"]),
+        default: "`hca`",
+        meaning: "ibv: `hca`, an InfiniBand or RoCE device through libibverbs (cargo feature \
+                  `amnet/ibv`); `emu`, the emulated test device, which keeps verbs' semantics \
+                  between the processes of one host",
+    };
+    /// `AMNET_IBV_PORTS`.
+    pub const IBV_PORTS: Var = Var {
+        name: "AMNET_IBV_PORTS",
+        scope: IBV,
+        kind: Kind::Text,
+        default: "unset (the first active port of the first device)",
+        meaning: "ibv: the HCAs and ports to use, as GASNet's `GASNET_IBV_PORTS` (`mlx5_0`, \
+                  `mlx5_0:1`, `mlx5_0:1+mlx5_1`): the first that exists and is active",
+    };
     /// `AMNET_STORM`.
     pub const STORM: Var = Var {
         name: "AMNET_STORM",
@@ -697,6 +724,8 @@ pub const VARS: &[&Var] = &[
     &vars::OFI_PROGRESS_EVENT_CNT,
     &vars::OFI_AM_CREDITS,
     &vars::OFI_LONG_WRITE,
+    &vars::IBV_DEVICE,
+    &vars::IBV_PORTS,
     &vars::STORM,
     &vars::TESTSUITE_SUMMARY,
     &vars::TEST_SEED,

@@ -72,6 +72,7 @@ pub const CONDUITS: &[ConduitKind] = &[
     ConduitKind::Mpi,
     #[cfg(feature = "ofi")]
     ConduitKind::Ofi,
+    ConduitKind::Ibv,
 ];
 
 /// The conduit selected by `AMNET_CONDUIT` (default smp), checked against [`CONDUITS`].
@@ -235,6 +236,7 @@ impl Builder {
             ConduitKind::Ofi => {
                 amnet_bypass::wrap(Box::new(amnet_ofi::OfiConduit::new(&src)?), &src)?
             }
+            ConduitKind::Ibv => amnet_bypass::wrap(amnet_ibv::open(&src)?, &src)?,
             other => return Err(Error::Config(format!("conduit {other} is not built in"))),
         };
         Endpoint::with_source(conduit, src)

@@ -41,8 +41,9 @@ pub fn launch_job_with_log(opts: &LaunchOptions, log: &mut dyn FnMut(&str)) -> R
             let mut job = amnet_smp::SmpJob::new(opts.ranks)?;
             supervise_with_log(&mut job, opts, log)
         }
-        // The ofi conduit's ranks find each other through the udp job's bootstrap service.
-        ConduitKind::Udp | ConduitKind::Ofi => {
+        // The ofi and ibv conduits' ranks find each other through the udp job's bootstrap
+        // service.
+        ConduitKind::Udp | ConduitKind::Ofi | ConduitKind::Ibv => {
             let mut job = amnet_udp::spawn::UdpJob::new(opts.ranks, &src)?;
             let code = supervise_with_log(&mut job, opts, log);
             if opts.conduit == ConduitKind::Ofi {
@@ -51,6 +52,10 @@ pub fn launch_job_with_log(opts: &LaunchOptions, log: &mut dyn FnMut(&str)) -> R
                 // their own (amnet_ofi::raw).
                 let port = job.boot_addr().port();
                 amnet_smp::unlink_prefix(&format!("amnet-ofi-{port}-"));
+            }
+            if opts.conduit == ConduitKind::Ibv {
+                // The emulated device's objects of ranks killed before they connected.
+                amnet_smp::unlink_prefix(&format!("amnet-ibv-{}-", job.boot_addr().port()));
             }
             // The host-local bypass's group objects of this host's ranks killed while they
             // started (each is named after its creator's process, now gone).

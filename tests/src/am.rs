@@ -216,7 +216,8 @@ fn register_after_attach(c: &Ctx<'_>) -> Verdict {
 
 /// Immediate sends to the next rank while no rank polls, until the conduit has no room:
 /// every one that returned Ok arrives exactly once; a full conduit answers `WouldBlock`
-/// (smp's ring, udp's send window and ofi's credits are bounded) and sends nothing.
+/// (smp's ring, udp's send window, ofi's credits and ibv's receive buffers and send queue are
+/// bounded) and sends nothing.
 fn immediate(c: &Ctx<'_>) -> Verdict {
     const CAP: u64 = 200_000;
     let next = (c.rank() + 1) % c.size();
@@ -258,7 +259,7 @@ fn immediate(c: &Ctx<'_>) -> Verdict {
             Err(e) => verdict = verdict.and(Err(format!("try_request_long: {e}"))),
         }
     }
-    if matches!(c.ep.conduit_name(), "smp" | "udp" | "ofi") && c.size() > 1 && !blocked {
+    if matches!(c.ep.conduit_name(), "smp" | "udp" | "ofi" | "ibv") && c.size() > 1 && !blocked {
         verdict = verdict.and(Err(format!(
             "{CAP} immediate sends and none found the conduit full"
         )));
@@ -266,6 +267,17 @@ fn immediate(c: &Ctx<'_>) -> Verdict {
     // ofi's credits (AMNET_OFI_AM_CREDITS, at most 255) bound the requests on their way to
     // a rank that does not poll (through the network: the bypass's rings hold more).
     if c.ep.conduit_name() == "ofi" && c.size() > 1 && !crate::rings_to(c, next) && sent > 255 + 6 {
+        verdict = verdict.and(Err(format!(
+            "{sent} immediate requests left towards a rank that does not poll"
+        )));
+    }
+    // ibv's requests wait in the target's shared receive queue (at most 1024 buffers) and,
+    // once it is empty, in the sender's send queue (at most 64 per queue pair).
+    if c.ep.conduit_name() == "ibv"
+        && c.size() > 1
+        && !crate::rings_to(c, next)
+        && sent > 1024 + 64 + 6
+    {
         verdict = verdict.and(Err(format!(
             "{sent} immediate requests left towards a rank that does not poll"
         )));

@@ -134,7 +134,7 @@ pub const fn test(name: &'static str, run: fn(&Ctx<'_>) -> Verdict) -> Test {
 
 /// Whether the host-local bypass is on in this job (spec/core.md §7e; network conduits).
 pub fn bypass_on(c: &Ctx<'_>) -> bool {
-    matches!(c.ep.conduit_name(), "udp" | "mpi" | "ofi")
+    matches!(c.ep.conduit_name(), "udp" | "mpi" | "ofi" | "ibv")
         && c.ep
             .config_source()
             .flag(&amnet::config::vars::HOST_BYPASS)

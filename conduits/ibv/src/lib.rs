@@ -10,5 +10,10 @@
 //!   8-byte atomics, flushes), so that the protocol runs unchanged as a real multi-process
 //!   job where no RDMA device exists. It is a test device and is documented as one.
 
+mod conduit;
 pub mod emu;
+mod rma;
 pub mod verbs;
+mod wire;
+
+pub use conduit::{emu_prefix, open, IbvConduit, EAGER_MAX, MAX_MEDIUM};

@@ -457,6 +457,13 @@ impl EmuDevice {
         &self.dev.shm.name
     }
 
+    /// Remove the device's shared-memory object now (its owner and the peers that mapped it
+    /// keep their mappings): once every peer has connected, nothing needs the name, and a
+    /// process that dies then leaves nothing behind.
+    pub fn unlink(&self) {
+        amnet_smp::unlink_shared(&self.dev.shm.name);
+    }
+
     /// Make the next send request that runs on `qp` complete with `status` (an error), as if
     /// the device had found that error: the queue pair enters ERR and what follows flushes.
     /// For tests of a protocol's error handling.

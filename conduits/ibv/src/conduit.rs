@@ -1,0 +1,1162 @@
+//! The `Conduit` implementation over any [`Verbs`] device.
+//!
+//! One RC queue pair connects each pair of ranks; every queue pair takes its receives from
+//! one shared receive queue, and every completion comes to one completion queue, which a poll
+//! drains up to [`BATCH`] entries at a time. An active message is one SEND
+//! ([`crate::wire`]): inline when it fits the device's inline limit, otherwise from a
+//! registered send buffer. A Long of more than [`EAGER_MAX`] bytes is RDMA-written into the
+//! target's segment first (from registered bounce buffers), then announced by a SEND that
+//! carries no payload: RC order places the data before the announcement. The segment is
+//! registered once, whole, and every rank learns every other's base, length and key at attach;
+//! put and get are RDMA writes and reads into it (`crate::rma`).
+//!
+//! Flow control is the hardware's: a sender whose peer has no receive posted retries
+//! (receiver-not-ready, `rnr_retry` 7: without limit), and a rank's waits of its own (send
+//! queue or buffers full, an RMA in flight) drain the completion queue, copying arrived
+//! messages out of their receive buffers and posting the buffers again, so that two ranks
+//! that wait on each other never both hold their receive queues empty.
+//!
+//! Every error completion ends the conduit: the operation, the peer and the status are
+//! named, and every later call returns that error.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use amnet_core::config::{vars, Source};
+use amnet_core::mem::HeapSegment;
+use amnet_core::{
+    Backoff, Category, Conduit, Error, InMsg, LocalSegment, NativeRma, OutMsg, Rank, Result,
+    MAX_ARGS,
+};
+use amnet_udp::auth::Secret;
+use amnet_udp::boot::{BootClient, JobLink};
+
+use crate::rma::{IbvRma, Ops};
+use crate::verbs::{
+    Access, ConnectAttr, MemoryRegion, QpInit, QueuePair, RecvWr, SendOp, SendWr, Sge, Verbs, Wc,
+    WcOpcode, WcStatus,
+};
+use crate::wire::{self, HDR};
+
+/// Largest Medium payload.
+pub const MAX_MEDIUM: usize = 65_536;
+/// Largest Long payload that travels inside its message (copied into the segment on
+/// arrival); larger ones are RDMA-written ahead of it.
+pub const EAGER_MAX: usize = 8192;
+/// Bytes of one receive or send buffer: a header, every argument and a Medium.
+pub(crate) const BUF: usize = HDR + 4 * MAX_ARGS + MAX_MEDIUM;
+/// Registered send (and bounce) buffers.
+const SENDS: usize = 32;
+/// Send queue depth per queue pair, at most.
+const SQ_DEPTH: u32 = 64;
+/// Completions read per poll of the completion queue.
+pub(crate) const BATCH: usize = 32;
+/// Messages built on the stack and sent inline when the device takes that many bytes.
+const INLINE_STACK: usize = 512;
+
+/// Kinds of work request, in the top four bits of a `wr_id`.
+pub(crate) const K_RECV: u64 = 1;
+pub(crate) const K_SEND: u64 = 2;
+pub(crate) const K_RMA: u64 = 3;
+/// No send buffer (an inline send, a write from the segment).
+pub(crate) const NO_BUF: u32 = u32::MAX;
+
+/// A `wr_id`: kind, peer rank (24 bits), index (a buffer or an RMA chunk).
+pub(crate) fn wr_id(kind: u64, peer: Rank, index: u32) -> u64 {
+    kind << 60 | (u64::from(peer) & 0xff_ffff) << 32 | u64::from(index)
+}
+
+fn wr_kind(w: u64) -> u64 {
+    w >> 60
+}
+
+fn wr_peer(w: u64) -> Rank {
+    ((w >> 32) & 0xff_ffff) as u32
+}
+
+fn wr_index(w: u64) -> u32 {
+    (w & 0xffff_ffff) as u32
+}
+
+/// A length that fits 32 bits (buffers, messages), as a work request's.
+pub(crate) fn len32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+pub(crate) fn cerr(msg: impl Into<String>) -> Error {
+    Error::conduit("ibv", msg.into())
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+const NO_WC: Wc = Wc {
+    wr_id: 0,
+    status: WcStatus::Success,
+    opcode: WcOpcode::Send,
+    byte_len: 0,
+    imm: None,
+    qp_num: 0,
+};
+
+/// A peer's registered segment.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RemoteSeg {
+    pub(crate) base: u64,
+    pub(crate) rkey: u32,
+    pub(crate) len: u64,
+}
+
+/// The registered local segment.
+pub(crate) struct Seg<V: Verbs> {
+    /// Dropped before the memory.
+    pub(crate) mr: Option<V::Mr>,
+    pub(crate) mem: HeapSegment,
+}
+
+/// A message copied out of its receive buffer, to deliver later.
+struct Ready {
+    src: Rank,
+    body: Vec<u8>,
+}
+
+/// Registered memory cut into buffers of [`BUF`] bytes.
+pub(crate) struct Buffers<V: Verbs> {
+    /// Dropped before the memory.
+    pub(crate) mr: V::Mr,
+    pub(crate) mem: HeapSegment,
+}
+
+impl<V: Verbs> Buffers<V> {
+    fn new(dev: &V, count: usize, access: Access) -> Result<Buffers<V>> {
+        let mem = HeapSegment::new("ibv", count * BUF)?;
+        // SAFETY: the memory lives as long as the registration (the field order drops the
+        // region first), and the device writes it only where `access` allows.
+        let mr = unsafe { dev.reg_mr(mem.ptr(), mem.len(), access)? };
+        Ok(Buffers { mr, mem })
+    }
+
+    pub(crate) fn ptr(&self, i: u32) -> *mut u8 {
+        // SAFETY: callers pass indices below the buffer count; the offset stays inside the
+        // allocation.
+        unsafe { self.mem.ptr().add(i as usize * BUF) }
+    }
+}
+
+/// The state of one rank's conduit, shared with its native RMA (`crate::rma`).
+pub(crate) struct Engine<V: Verbs> {
+    pub(crate) rank: Rank,
+    pub(crate) size: u32,
+    /// One queue pair per peer (none towards this rank: its messages stay in the process).
+    qps: Vec<Option<V::Qp>>,
+    /// The peer of each queue pair number.
+    qp_peer: HashMap<u32, Rank>,
+    recv: Buffers<V>,
+    pub(crate) send: Buffers<V>,
+    pub(crate) seg: OnceLock<Seg<V>>,
+    pub(crate) remote: OnceLock<Vec<RemoteSeg>>,
+    srq: V::Srq,
+    cq: V::Cq,
+    pub(crate) dev: V,
+    job: JobLink,
+    /// Send buffers not in use.
+    send_free: Mutex<Vec<u32>>,
+    /// Requests in each queue pair's send queue whose completion has not been read.
+    sq_used: Vec<AtomicU32>,
+    sq_depth: u32,
+    max_inline: usize,
+    /// Held while a thread reads the completion queue (never while a handler runs).
+    cq_lock: Mutex<()>,
+    /// Messages copied out of their receive buffers, in arrival order.
+    ready: Mutex<VecDeque<Ready>>,
+    ready_len: AtomicUsize,
+    /// Vectors for copied messages.
+    spare_vecs: Mutex<Vec<Vec<u8>>>,
+    /// RMA operations and their chunks in flight.
+    pub(crate) ops: Mutex<Ops>,
+    /// The first error completion, as the error every later call returns.
+    failed: OnceLock<String>,
+    pub(crate) oversubscribed: bool,
+    pub(crate) spin: u32,
+}
+
+impl<V: Verbs> std::fmt::Debug for Engine<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "IbvConduit(rank {} of {}, device {})",
+            self.rank,
+            self.size,
+            self.dev.name()
+        )
+    }
+}
+
+/// Parse one rank's blob of queue pair addresses: for each rank, a 2-byte length and the
+/// address of its queue pair towards that rank.
+fn address_for(blob: &[u8], me: Rank) -> Option<&[u8]> {
+    let mut at = 0usize;
+    let mut r = 0u32;
+    loop {
+        let len = usize::from(u16::from_le_bytes([*blob.get(at)?, *blob.get(at + 1)?]));
+        let a = blob.get(at + 2..at + 2 + len)?;
+        if r == me {
+            return Some(a);
+        }
+        at += 2 + len;
+        r += 1;
+    }
+}
+
+impl<V: Verbs> Engine<V> {
+    /// Connect a queue pair to every other rank of the job `job` links to, on `dev`.
+    fn new(dev: V, rank: Rank, size: u32, job: JobLink, src: &Source) -> Result<Engine<V>> {
+        let caps = dev.caps();
+        let peers = size.saturating_sub(1);
+        let recvs = (32 + 16 * peers as usize).clamp(64, caps.max_srq_wr.min(1024) as usize);
+        let mut sq_depth = SQ_DEPTH.min(caps.max_qp_wr);
+        let need = |sq: u32| recvs as u64 + u64::from(peers) * u64::from(sq) + BATCH as u64;
+        if need(sq_depth) > u64::from(caps.max_cqe) && peers > 0 {
+            let room = u64::from(caps.max_cqe).saturating_sub(recvs as u64 + BATCH as u64);
+            sq_depth = u32::try_from(room / u64::from(peers))
+                .unwrap_or(0)
+                .min(sq_depth);
+        }
+        if sq_depth < 4 {
+            return Err(cerr(format!(
+                "device {}: a completion queue of at most {} entries cannot serve {size} ranks",
+                dev.name(),
+                caps.max_cqe
+            )));
+        }
+        let cq_depth = u32::try_from(need(sq_depth)).unwrap_or(u32::MAX);
+        let cq = dev.create_cq(cq_depth)?;
+        let srq = dev.create_srq(u32::try_from(recvs).unwrap_or(u32::MAX))?;
+        let max_inline = (caps.max_inline as usize).min(INLINE_STACK);
+        let init = QpInit {
+            max_send_wr: sq_depth,
+            max_recv_wr: 0,
+            max_inline: u32::try_from(max_inline).unwrap_or(0),
+        };
+        let mut qps = Vec::with_capacity(size as usize);
+        let mut blob = Vec::new();
+        for p in 0..size {
+            if p == rank {
+                qps.push(None);
+                blob.extend_from_slice(&0u16.to_le_bytes());
+                continue;
+            }
+            let qp = dev.create_qp(&cq, &cq, Some(&srq), &init)?;
+            dev.to_init(&qp)?;
+            let a = dev.address(&qp);
+            blob.extend_from_slice(&u16::try_from(a.len()).unwrap_or(0).to_le_bytes());
+            blob.extend_from_slice(&a);
+            qps.push(Some(qp));
+        }
+        let recv = Buffers::new(&dev, recvs, Access::LOCAL_WRITE)?;
+        let send = Buffers::new(&dev, SENDS, Access::LOCAL_WRITE)?;
+        for i in 0..recvs {
+            let i = u32::try_from(i).unwrap_or(0);
+            let wr = RecvWr {
+                wr_id: wr_id(K_RECV, 0, i),
+                sge: Sge {
+                    addr: recv.ptr(i) as u64,
+                    len: len32(BUF),
+                    lkey: recv.mr.lkey(),
+                },
+            };
+            // SAFETY: the buffer is the conduit's, registered, and not posted elsewhere; it
+            // lives as long as the conduit.
+            unsafe { dev.post_srq_recv(&srq, &[wr])? };
+        }
+        let all = job.exchange(&blob, &|c| std::process::exit(c))?;
+        let attr = ConnectAttr::default();
+        let mut qp_peer = HashMap::new();
+        for (p, qp) in qps.iter().enumerate() {
+            let Some(qp) = qp else { continue };
+            let p = u32::try_from(p).unwrap_or(u32::MAX);
+            let theirs = all
+                .get(p as usize)
+                .and_then(|b| address_for(b, rank))
+                .ok_or_else(|| {
+                    cerr(format!(
+                        "rank {p} sent no queue pair address for rank {rank}"
+                    ))
+                })?;
+            dev.to_rtr(qp, theirs, &attr)
+                .map_err(|e| cerr(format!("connecting to rank {p}: {e}")))?;
+            dev.to_rts(qp, &attr)
+                .map_err(|e| cerr(format!("connecting to rank {p}: {e}")))?;
+            qp_peer.insert(qp.num(), p);
+        }
+        // Every queue pair is ready to send before any rank sends.
+        job.exchange(&[], &|c| std::process::exit(c))?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let oversubscribed = size as usize > cores;
+        let spin = amnet_core::EndpointConfig::resolve(src, oversubscribed)?.spin;
+        Ok(Engine {
+            rank,
+            size,
+            qps,
+            qp_peer,
+            recv,
+            send,
+            seg: OnceLock::new(),
+            remote: OnceLock::new(),
+            srq,
+            cq,
+            dev,
+            job,
+            send_free: Mutex::new((0..len32(SENDS)).rev().collect()),
+            sq_used: (0..size).map(|_| AtomicU32::new(0)).collect(),
+            sq_depth,
+            max_inline,
+            cq_lock: Mutex::new(()),
+            ready: Mutex::new(VecDeque::new()),
+            ready_len: AtomicUsize::new(0),
+            spare_vecs: Mutex::new(Vec::new()),
+            ops: Mutex::new(Ops::default()),
+            failed: OnceLock::new(),
+            oversubscribed,
+            spin,
+        })
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        match self.failed.get() {
+            Some(e) => Err(cerr(e.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn fail(&self, msg: String) -> Error {
+        let _ = self.failed.set(msg);
+        cerr(self.failed.get().cloned().unwrap_or_default())
+    }
+
+    pub(crate) fn qp(&self, peer: Rank) -> Result<&V::Qp> {
+        self.qps
+            .get(peer as usize)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| {
+                cerr(format!(
+                    "no queue pair towards rank {peer} (job of {})",
+                    self.size
+                ))
+            })
+    }
+
+    /// Take a slot of `peer`'s send queue.
+    pub(crate) fn take_sq(&self, peer: Rank) -> bool {
+        let c = &self.sq_used[peer as usize];
+        if c.fetch_add(1, Ordering::AcqRel) >= self.sq_depth {
+            c.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    pub(crate) fn give_sq(&self, peer: Rank) {
+        if let Some(c) = self.sq_used.get(peer as usize) {
+            c.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    pub(crate) fn take_buf(&self) -> Option<u32> {
+        lock(&self.send_free).pop()
+    }
+
+    pub(crate) fn give_buf(&self, b: u32) {
+        if b != NO_BUF {
+            lock(&self.send_free).push(b);
+        }
+    }
+
+    /// Wait for a send queue slot towards `peer` (completions come without the peer's help).
+    pub(crate) fn wait_sq(&self, peer: Rank) -> Result<()> {
+        let mut bo = Backoff::new(self.spin, !self.oversubscribed);
+        while !self.take_sq(peer) {
+            self.waiting(&mut bo)?;
+        }
+        Ok(())
+    }
+
+    /// Wait for a send buffer.
+    pub(crate) fn wait_buf(&self) -> Result<u32> {
+        let mut bo = Backoff::new(self.spin, !self.oversubscribed);
+        loop {
+            if let Some(b) = self.take_buf() {
+                return Ok(b);
+            }
+            self.waiting(&mut bo)?;
+        }
+    }
+
+    /// One round of a wait of the conduit's own: drain the completion queue, and end the
+    /// process if the job is ending.
+    pub(crate) fn waiting(&self, bo: &mut Backoff) -> Result<()> {
+        if self.progress()? > 0 {
+            bo.reset();
+        } else {
+            if let Some(code) = self.job.exit_requested() {
+                self.terminate(code);
+            }
+            bo.snooze(|| false);
+        }
+        Ok(())
+    }
+
+    /// Read up to [`BATCH`] completions and handle each, copying arrived messages out of
+    /// their buffers. Returns how many were read (0 when another thread reads).
+    pub(crate) fn progress(&self) -> Result<usize> {
+        self.check()?;
+        let mut wcs = [NO_WC; BATCH];
+        let n = {
+            let Ok(_g) = self.cq_lock.try_lock() else {
+                return Ok(0);
+            };
+            self.dev.poll_cq(&self.cq, &mut wcs).map_err(|e| {
+                self.fail(format!(
+                    "rank {}: reading the completion queue: {e}",
+                    self.rank
+                ))
+            })?
+        };
+        let mut res = Ok(());
+        for wc in &wcs[..n] {
+            if let Err(e) = self.on_completion(wc) {
+                if res.is_ok() {
+                    res = Err(e);
+                }
+            }
+        }
+        res.map(|()| n)
+    }
+
+    /// What a failed work request was, for its error.
+    fn describe(&self, wc: &Wc) -> String {
+        let peer = wr_peer(wc.wr_id);
+        let what = match wr_kind(wc.wr_id) {
+            K_RECV => format!(
+                "a receive on the queue pair from rank {}",
+                self.qp_peer
+                    .get(&wc.qp_num)
+                    .map_or_else(|| "?".to_string(), |p| p.to_string())
+            ),
+            K_SEND => format!("an active message (or a Long's data) to rank {peer}"),
+            K_RMA => format!("a put or get with rank {peer}"),
+            _ => format!("work request {:#x}", wc.wr_id),
+        };
+        format!(
+            "rank {}: {what} failed: {} ({:?}, status {})",
+            self.rank,
+            wc.status.describe(),
+            wc.status,
+            wc.status.raw()
+        )
+    }
+
+    /// Handle one completion outside a poll's delivery: sends and RMA chunks retire, an
+    /// arrived message is copied out and its buffer posted again.
+    fn on_completion(&self, wc: &Wc) -> Result<()> {
+        if wc.status != WcStatus::Success {
+            return Err(self.fail(self.describe(wc)));
+        }
+        match wr_kind(wc.wr_id) {
+            K_RECV => {
+                let src = self.source(wc)?;
+                let body = self.recv_body(wc);
+                let mut v = lock(&self.spare_vecs).pop().unwrap_or_default();
+                v.clear();
+                v.extend_from_slice(body);
+                self.repost(wr_index(wc.wr_id))?;
+                let mut r = lock(&self.ready);
+                r.push_back(Ready { src, body: v });
+                self.ready_len.store(r.len(), Ordering::Release);
+            }
+            K_SEND => {
+                self.give_sq(wr_peer(wc.wr_id));
+                self.give_buf(wr_index(wc.wr_id));
+            }
+            K_RMA => {
+                self.give_sq(wr_peer(wc.wr_id));
+                crate::rma::chunk_done(self, wr_index(wc.wr_id));
+            }
+            k => {
+                return Err(self.fail(format!(
+                    "rank {}: a completion of unknown kind {k}",
+                    self.rank
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    fn source(&self, wc: &Wc) -> Result<Rank> {
+        self.qp_peer.get(&wc.qp_num).copied().ok_or_else(|| {
+            self.fail(format!(
+                "rank {}: a message on queue pair {:#x}, which connects no rank",
+                self.rank, wc.qp_num
+            ))
+        })
+    }
+
+    /// The bytes a receive completion delivered.
+    fn recv_body(&self, wc: &Wc) -> &[u8] {
+        let len = (wc.byte_len as usize).min(BUF);
+        // SAFETY: the buffer was filled by the device and is this conduit's until posted
+        // again; `len` is within it.
+        unsafe { std::slice::from_raw_parts(self.recv.ptr(wr_index(wc.wr_id)), len) }
+    }
+
+    fn repost(&self, i: u32) -> Result<()> {
+        let wr = RecvWr {
+            wr_id: wr_id(K_RECV, 0, i),
+            sge: Sge {
+                addr: self.recv.ptr(i) as u64,
+                len: len32(BUF),
+                lkey: self.recv.mr.lkey(),
+            },
+        };
+        // SAFETY: as when first posted: a registered buffer of the conduit, not posted now.
+        unsafe { self.dev.post_srq_recv(&self.srq, &[wr]) }
+            .map_err(|e| self.fail(format!("rank {}: posting a receive again: {e}", self.rank)))
+    }
+
+    /// Post one send work request towards `peer`, which holds a send queue slot for it.
+    ///
+    /// # Safety
+    /// - Non-inline elements of `sg` stay valid until the request's completion.
+    pub(crate) unsafe fn post(&self, peer: Rank, wr: &SendWr<'_>) -> Result<()> {
+        let qp = self.qp(peer)?;
+        // SAFETY: the caller's contract.
+        unsafe { self.dev.post_send(qp, std::slice::from_ref(wr)) }
+            .map_err(|e| self.fail(format!("rank {}: posting to rank {peer}: {e}", self.rank)))
+    }
+
+    /// Send `total` bytes that `fill` writes, as one SEND to `peer`. `Ok(false)`: no send
+    /// queue slot or buffer now.
+    fn send_bytes(&self, peer: Rank, total: usize, fill: impl FnOnce(&mut [u8])) -> Result<bool> {
+        if !self.take_sq(peer) {
+            self.progress()?;
+            if !self.take_sq(peer) {
+                return Ok(false);
+            }
+        }
+        if total <= self.max_inline {
+            let mut stack = [0u8; INLINE_STACK];
+            fill(&mut stack[..total]);
+            let sg = [Sge {
+                addr: stack.as_ptr() as u64,
+                len: len32(total),
+                lkey: 0,
+            }];
+            let wr = SendWr {
+                wr_id: wr_id(K_SEND, peer, NO_BUF),
+                op: SendOp::Send,
+                sg: &sg,
+                signaled: true,
+                inline: true,
+                fence: false,
+            };
+            // SAFETY: an inline payload is copied by the post.
+            return unsafe { self.post(peer, &wr) }.map(|()| true);
+        }
+        let b = match self.take_buf() {
+            Some(b) => b,
+            None => {
+                self.progress()?;
+                match self.take_buf() {
+                    Some(b) => b,
+                    None => {
+                        self.give_sq(peer);
+                        return Ok(false);
+                    }
+                }
+            }
+        };
+        // SAFETY: buffer `b` is this sender's until its completion; `total <= BUF`.
+        fill(unsafe { std::slice::from_raw_parts_mut(self.send.ptr(b), total) });
+        let sg = [Sge {
+            addr: self.send.ptr(b) as u64,
+            len: len32(total),
+            lkey: self.send.mr.lkey(),
+        }];
+        let wr = SendWr {
+            wr_id: wr_id(K_SEND, peer, b),
+            op: SendOp::Send,
+            sg: &sg,
+            signaled: true,
+            inline: false,
+            fence: false,
+        };
+        // SAFETY: the buffer stays the request's until its completion returns it.
+        unsafe { self.post(peer, &wr) }.map(|()| true)
+    }
+
+    /// A Long of more than [`EAGER_MAX`] bytes: its payload RDMA-written into `peer`'s
+    /// segment through send buffers, then the header.
+    fn send_long_written(&self, peer: Rank, msg: &OutMsg<'_>) -> Result<bool> {
+        let r = *self
+            .remote
+            .get()
+            .and_then(|r| r.get(peer as usize))
+            .ok_or_else(|| cerr("a Long before attach"))?;
+        let len = msg.payload.len();
+        if msg
+            .long_offset
+            .checked_add(len as u64)
+            .is_none_or(|end| end > r.len)
+        {
+            return Err(cerr(format!(
+                "a Long of {len} bytes at offset {} to rank {peer} lies beyond its segment \
+                 ({} bytes)",
+                msg.long_offset, r.len
+            )));
+        }
+        for (k, chunk) in msg.payload.chunks(BUF).enumerate() {
+            let b = self.wait_buf()?;
+            if let Err(e) = self.wait_sq(peer) {
+                self.give_buf(b);
+                return Err(e);
+            }
+            // SAFETY: buffer `b` is ours until its completion; the chunk fits it.
+            unsafe { amnet_core::mem::copy(chunk.as_ptr(), self.send.ptr(b), chunk.len()) };
+            let sg = [Sge {
+                addr: self.send.ptr(b) as u64,
+                len: len32(chunk.len()),
+                lkey: self.send.mr.lkey(),
+            }];
+            let wr = SendWr {
+                wr_id: wr_id(K_SEND, peer, b),
+                op: SendOp::RdmaWrite {
+                    remote_addr: r.base + msg.long_offset + (k * BUF) as u64,
+                    rkey: r.rkey,
+                },
+                sg: &sg,
+                signaled: true,
+                inline: false,
+                fence: false,
+            };
+            // SAFETY: as in `send_bytes`.
+            unsafe { self.post(peer, &wr)? };
+        }
+        let total = HDR + 4 * msg.args.len();
+        let mut bo = Backoff::new(self.spin, !self.oversubscribed);
+        loop {
+            let sent = self.send_bytes(peer, total, |b| {
+                wire::put_header(b, msg, self.rank, true, len);
+            })?;
+            if sent {
+                return Ok(true);
+            }
+            self.waiting(&mut bo)?;
+        }
+    }
+
+    /// A message to this rank: copied, to be delivered by a poll.
+    fn send_self(&self, msg: &OutMsg<'_>) -> Result<bool> {
+        let plen = if msg.category == Category::Short {
+            0
+        } else {
+            msg.payload.len()
+        };
+        let mut v = lock(&self.spare_vecs).pop().unwrap_or_default();
+        v.clear();
+        v.resize(HDR + 4 * msg.args.len(), 0);
+        wire::put_header(&mut v, msg, self.rank, false, plen);
+        v.extend_from_slice(&msg.payload[..plen]);
+        let mut r = lock(&self.ready);
+        r.push_back(Ready {
+            src: self.rank,
+            body: v,
+        });
+        self.ready_len.store(r.len(), Ordering::Release);
+        Ok(true)
+    }
+
+    /// Run the handler of the message `body` from `src`. Returns (delivered, go on).
+    fn deliver(
+        &self,
+        src: Rank,
+        body: &[u8],
+        sink: &mut dyn FnMut(&InMsg<'_>) -> bool,
+    ) -> Result<(bool, bool)> {
+        let h = wire::parse_header(body).map_err(|e| {
+            self.fail(format!(
+                "rank {}: a message from rank {src}: {e}",
+                self.rank
+            ))
+        })?;
+        if h.src != src {
+            return Err(self.fail(format!(
+                "rank {}: a message on the queue pair from rank {src} names rank {} as its \
+                 sender",
+                self.rank, h.src
+            )));
+        }
+        let args_end = HDR + 4 * h.nargs;
+        let Some(arg_bytes) = body.get(HDR..args_end) else {
+            return Err(self.fail(format!(
+                "rank {}: rank {src} sent a truncated message",
+                self.rank
+            )));
+        };
+        let mut args = [0u32; MAX_ARGS];
+        for (a, w) in args.iter_mut().zip(arg_bytes.chunks_exact(4)) {
+            *a = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+        }
+        let payload: &[u8] = match h.category {
+            Category::Short => &[],
+            Category::Medium => body.get(args_end..args_end + h.len).ok_or_else(|| {
+                self.fail(format!(
+                    "rank {}: rank {src} sent a Medium shorter than its payload",
+                    self.rank
+                ))
+            })?,
+            Category::Long => {
+                let seg = &self
+                    .seg
+                    .get()
+                    .ok_or_else(|| self.fail(format!("rank {}: a Long before attach", self.rank)))?
+                    .mem;
+                if !seg.fits(h.long_offset, h.len) {
+                    return Err(self.fail(format!(
+                        "rank {}: rank {src} sent a Long of {} bytes at offset {} beyond the \
+                         segment ({} bytes)",
+                        self.rank,
+                        h.len,
+                        h.long_offset,
+                        seg.len()
+                    )));
+                }
+                let off = usize::try_from(h.long_offset).unwrap_or(usize::MAX);
+                if !h.written {
+                    let data = body.get(args_end..args_end + h.len).ok_or_else(|| {
+                        self.fail(format!(
+                            "rank {}: rank {src} sent a Long shorter than its payload",
+                            self.rank
+                        ))
+                    })?;
+                    // SAFETY: the range lies inside the segment (checked); the core's
+                    // contract gives it to this Long, and the message is elsewhere.
+                    unsafe { amnet_core::mem::copy(data.as_ptr(), seg.ptr().add(off), h.len) };
+                }
+                // SAFETY: as above; the bytes are in place (copied now, or written before
+                // this message by RC order).
+                unsafe { std::slice::from_raw_parts(seg.ptr().add(off), h.len) }
+            }
+        };
+        let m = InMsg {
+            src,
+            handler: h.handler,
+            category: h.category,
+            is_reply: h.is_reply,
+            args: &args[..h.nargs],
+            payload,
+            long_offset: if h.category == Category::Long {
+                h.long_offset
+            } else {
+                0
+            },
+        };
+        Ok((true, sink(&m)))
+    }
+
+    /// Deliver copied messages (replies only, when asked). Returns (delivered, go on).
+    fn deliver_ready(
+        &self,
+        replies_only: bool,
+        sink: &mut dyn FnMut(&InMsg<'_>) -> bool,
+    ) -> Result<(usize, bool)> {
+        let mut delivered = 0;
+        while self.ready_len.load(Ordering::Acquire) > 0 {
+            let next = {
+                let mut r = lock(&self.ready);
+                let i = if replies_only {
+                    r.iter().position(|m| wire::is_reply(&m.body))
+                } else if r.is_empty() {
+                    None
+                } else {
+                    Some(0)
+                };
+                let next = i.and_then(|i| r.remove(i));
+                self.ready_len.store(r.len(), Ordering::Release);
+                next
+            };
+            let Some(m) = next else { break };
+            let res = self.deliver(m.src, &m.body, sink);
+            lock(&self.spare_vecs).push(m.body);
+            let (d, more) = res?;
+            delivered += usize::from(d);
+            if !more {
+                return Ok((delivered, false));
+            }
+        }
+        Ok((delivered, true))
+    }
+
+    /// `Conduit::poll`: copied messages first, then a batch of completions, whose messages
+    /// are delivered from their receive buffers while nothing older waits.
+    fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {
+        self.check()?;
+        let (mut delivered, more) = self.deliver_ready(replies_only, sink)?;
+        if !more {
+            return Ok(delivered);
+        }
+        let mut wcs = [NO_WC; BATCH];
+        let n = {
+            let Ok(_g) = self.cq_lock.try_lock() else {
+                return Ok(delivered);
+            };
+            self.dev.poll_cq(&self.cq, &mut wcs).map_err(|e| {
+                self.fail(format!(
+                    "rank {}: reading the completion queue: {e}",
+                    self.rank
+                ))
+            })?
+        };
+        let mut more = true;
+        let mut res = Ok(());
+        for wc in &wcs[..n] {
+            let direct = more
+                && res.is_ok()
+                && wc.status == WcStatus::Success
+                && wr_kind(wc.wr_id) == K_RECV
+                && self.ready_len.load(Ordering::Acquire) == 0
+                && (!replies_only || wire::is_reply(self.recv_body(wc)));
+            if !direct {
+                if let Err(e) = self.on_completion(wc) {
+                    if res.is_ok() {
+                        res = Err(e);
+                    }
+                }
+                continue;
+            }
+            let r = self
+                .source(wc)
+                .and_then(|src| self.deliver(src, self.recv_body(wc), sink));
+            let again = self.repost(wr_index(wc.wr_id));
+            match r.and_then(|x| again.map(|()| x)) {
+                Ok((d, m)) => {
+                    delivered += usize::from(d);
+                    more = m;
+                }
+                Err(e) => {
+                    res = Err(e);
+                }
+            }
+        }
+        res?;
+        if more && n > 0 {
+            // Messages that a handler's own progress copied meanwhile.
+            let (d, _) = self.deliver_ready(replies_only, sink)?;
+            delivered += d;
+        }
+        Ok(delivered)
+    }
+
+    /// End this process with `code` (`Conduit::terminate`).
+    pub(crate) fn terminate(&self, code: i32) -> ! {
+        // Best effort: drive the queue briefly so that sends just made leave.
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < Duration::from_millis(20) {
+            if self.progress().unwrap_or(0) == 0 {
+                break;
+            }
+        }
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        std::process::exit(code)
+    }
+
+    /// Take `seg` as the segment, register it for RDMA, and learn every rank's.
+    fn attach_with(&self, seg: HeapSegment) -> Result<LocalSegment> {
+        let mr = if seg.is_empty() {
+            None
+        } else {
+            let access = Access::LOCAL_WRITE
+                | Access::REMOTE_WRITE
+                | Access::REMOTE_READ
+                | Access::REMOTE_ATOMIC;
+            // SAFETY: the segment lives as long as the conduit (kept in `seg` below, whose
+            // field order drops the registration first).
+            Some(unsafe { self.dev.reg_mr(seg.ptr(), seg.len(), access)? })
+        };
+        let (base, rkey, len) = mr.as_ref().map_or((0, 0, 0), |m| {
+            (m.addr(), u64::from(m.rkey()), m.len() as u64)
+        });
+        let blob: Vec<u8> = [base, rkey, len]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        let local = LocalSegment {
+            base: seg.ptr(),
+            len: seg.len(),
+        };
+        self.seg
+            .set(Seg { mr, mem: seg })
+            .map_err(|_| Error::AlreadyAttached)?;
+        let all = self.job.exchange(&blob, &|c| self.terminate(c))?;
+        let remote = all
+            .iter()
+            .enumerate()
+            .map(|(r, b)| {
+                if b.len() != 24 {
+                    return Err(cerr(format!(
+                        "rank {r} sent a segment description of {} bytes",
+                        b.len()
+                    )));
+                }
+                let w = |i: usize| {
+                    let mut x = [0u8; 8];
+                    x.copy_from_slice(&b[8 * i..8 * i + 8]);
+                    u64::from_le_bytes(x)
+                };
+                Ok(RemoteSeg {
+                    base: w(0),
+                    rkey: u32::try_from(w(1)).unwrap_or(0),
+                    len: w(2),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let _ = self.remote.set(remote);
+        Ok(local)
+    }
+}
+
+/// The ibv conduit over the verbs device `V`.
+pub struct IbvConduit<V: Verbs> {
+    eng: Arc<Engine<V>>,
+    rma: OnceLock<Arc<IbvRma<V>>>,
+}
+
+impl<V: Verbs> std::fmt::Debug for IbvConduit<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.eng.fmt(f)
+    }
+}
+
+/// How a rank joins its job: rank, size, the bootstrap link and its service's port.
+fn join(src: &Source) -> Result<(Rank, u32, JobLink, Option<u16>)> {
+    static JOINED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if JOINED.swap(true, Ordering::AcqRel) {
+        return Err(Error::Config(
+            "amnet::init called twice in one process: a process is one rank; clone the \
+             Endpoint to use it from several threads"
+                .into(),
+        ));
+    }
+    let rank = src.count_u32(&vars::RANK)?;
+    let size = src.count_u32(&vars::SIZE)?;
+    let server = src.socket_addr(&vars::UDP_BOOT)?;
+    let secret = src.secret(&vars::UDP_SECRET)?.map(Secret);
+    match (rank, size, server) {
+        (None, None, None) => Ok((0, 1, JobLink::new(None), None)),
+        (Some(rank), Some(size), Some(server)) => {
+            if rank >= size {
+                return Err(Error::Config(format!(
+                    "AMNET_RANK={rank} is not below AMNET_SIZE={size}"
+                )));
+            }
+            let c = BootClient::join(server, rank, 0, src.boot_timeout()?, secret.as_ref(), false)?;
+            if c.table.len() != size as usize {
+                return Err(cerr(format!(
+                    "the launcher knows {} ranks but AMNET_SIZE is {size}",
+                    c.table.len()
+                )));
+            }
+            Ok((rank, size, JobLink::new(Some(c)), Some(server.port())))
+        }
+        _ => Err(Error::Config(
+            "AMNET_RANK, AMNET_SIZE and AMNET_UDP_BOOT must be set together (start the job \
+             with amrun --conduit ibv)"
+                .into(),
+        )),
+    }
+}
+
+/// The prefix of the emulated device's shared-memory objects in a job whose bootstrap
+/// service listens on `port` (the launcher removes what is left under it).
+pub fn emu_prefix(port: u16) -> String {
+    format!("amnet-ibv-{port}-")
+}
+
+/// Join the job `src` describes (`AMNET_RANK`, `AMNET_SIZE` and the launcher's bootstrap
+/// service `AMNET_UDP_BOOT`, as `amrun --conduit ibv` sets them; none of them: a job of one
+/// rank) on the device `AMNET_IBV_DEVICE` selects: `emu`, the emulated device, or `hca`
+/// (the default), the first active port of `AMNET_IBV_PORTS` through libibverbs, which needs
+/// the cargo feature `ibv`.
+pub fn open(src: &Source) -> Result<Box<dyn Conduit>> {
+    let device = src.text(&vars::IBV_DEVICE).unwrap_or_default();
+    let emu = match device.as_str() {
+        "emu" => true,
+        "" | "hca" => false,
+        other => {
+            return Err(amnet_core::config::invalid(&vars::IBV_DEVICE, other));
+        }
+    };
+    let (rank, size, job, port) = join(src)?;
+    if emu {
+        let prefix = match port {
+            Some(port) => emu_prefix(port),
+            None => format!("amnet-ibv-solo-{}-", std::process::id()),
+        };
+        let dev = crate::emu::EmuDevice::open(&prefix)?;
+        let c = IbvConduit::with_device(dev, rank, size, job, src)?;
+        // Every peer mapped the device's memory while connecting: its name can go.
+        c.eng.dev.unlink();
+        return Ok(Box::new(c));
+    }
+    #[cfg(feature = "ibv")]
+    {
+        let ports = src.text(&vars::IBV_PORTS);
+        let dev = crate::rdma::RdmaDevice::open(ports.as_deref().filter(|p| !p.is_empty()))?;
+        Ok(Box::new(IbvConduit::with_device(
+            dev, rank, size, job, src,
+        )?))
+    }
+    #[cfg(not(feature = "ibv"))]
+    {
+        let _ = (rank, size, job, port);
+        Err(Error::Config(
+            "the ibv conduit of this build has no libibverbs support (cargo feature \
+             amnet/ibv): AMNET_IBV_DEVICE=emu selects the emulated test device"
+                .into(),
+        ))
+    }
+}
+
+impl<V: Verbs> IbvConduit<V> {
+    /// The conduit of rank `rank` of `size` on `dev`, connected through `job`.
+    fn with_device(dev: V, rank: Rank, size: u32, job: JobLink, src: &Source) -> Result<Self> {
+        Ok(IbvConduit {
+            eng: Arc::new(Engine::new(dev, rank, size, job, src)?),
+            rma: OnceLock::new(),
+        })
+    }
+
+    fn attach(&self, seg: HeapSegment) -> Result<LocalSegment> {
+        let l = self.eng.attach_with(seg)?;
+        let _ = self.rma.set(Arc::new(IbvRma::new(self.eng.clone())));
+        Ok(l)
+    }
+}
+
+impl<V: Verbs> Conduit for IbvConduit<V> {
+    fn name(&self) -> &'static str {
+        "ibv"
+    }
+    fn rank(&self) -> Rank {
+        self.eng.rank
+    }
+    fn size(&self) -> u32 {
+        self.eng.size
+    }
+    fn max_medium(&self) -> usize {
+        MAX_MEDIUM
+    }
+    fn oversubscribed(&self) -> bool {
+        self.eng.oversubscribed
+    }
+
+    fn exchange(&self, blob: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.eng.job.exchange(blob, &|c| self.terminate(c))
+    }
+
+    fn attach_segment(&self, len: usize, _lens: &[usize]) -> Result<LocalSegment> {
+        self.attach(HeapSegment::new("ibv", len)?)
+    }
+
+    unsafe fn attach_segment_in(&self, seg: LocalSegment, _lens: &[usize]) -> Result<()> {
+        // SAFETY: forwarded contract: the memory outlives the conduit.
+        self.attach(unsafe { HeapSegment::borrowed(seg) })
+            .map(|_| ())
+    }
+
+    fn native_rma(&self) -> Option<Arc<dyn NativeRma>> {
+        let r: Arc<dyn NativeRma> = self.rma.get()?.clone();
+        Some(r)
+    }
+
+    fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
+        let e = &self.eng;
+        e.check()?;
+        if dest >= e.size {
+            return Err(cerr(format!("no rank {dest} in a job of {}", e.size)));
+        }
+        if dest == e.rank {
+            return e.send_self(msg);
+        }
+        let plen = if msg.category == Category::Short {
+            0
+        } else {
+            msg.payload.len()
+        };
+        if msg.category == Category::Long && plen > EAGER_MAX {
+            return e.send_long_written(dest, msg);
+        }
+        let total = HDR + 4 * msg.args.len() + plen;
+        e.send_bytes(dest, total, |b: &mut [u8]| {
+            let n = wire::put_header(b, msg, e.rank, false, plen);
+            b[n..n + plen].copy_from_slice(&msg.payload[..plen]);
+        })
+    }
+
+    fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {
+        self.eng.poll(replies_only, sink)
+    }
+
+    fn exit_word(&self) -> Option<&std::sync::atomic::AtomicU64> {
+        Some(self.eng.job.exit_word())
+    }
+
+    fn exit_requested(&self) -> Option<i32> {
+        self.eng.job.exit_requested()
+    }
+
+    fn request_exit(&self, code: i32) -> i32 {
+        self.eng.job.request_exit(code)
+    }
+
+    fn terminate(&self, code: i32) -> ! {
+        self.eng.terminate(code)
+    }
+
+    fn is_process_mode(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_request_ids_carry_kind_peer_and_index() {
+        let w = wr_id(K_RMA, 0x12_3456, 0xdead_beef);
+        assert_eq!(
+            (wr_kind(w), wr_peer(w), wr_index(w)),
+            (K_RMA, 0x12_3456, 0xdead_beef)
+        );
+        let w = wr_id(K_SEND, 3, NO_BUF);
+        assert_eq!((wr_kind(w), wr_peer(w), wr_index(w)), (K_SEND, 3, NO_BUF));
+    }
+
+    #[test]
+    fn each_rank_finds_its_address_in_a_peers_blob() {
+        let mut blob = Vec::new();
+        for a in [&b"zero"[..], b"", b"two!!"] {
+            blob.extend_from_slice(&u16::try_from(a.len()).unwrap().to_le_bytes());
+            blob.extend_from_slice(a);
+        }
+        assert_eq!(address_for(&blob, 0), Some(&b"zero"[..]));
+        assert_eq!(address_for(&blob, 1), Some(&b""[..]));
+        assert_eq!(address_for(&blob, 2), Some(&b"two!!"[..]));
+        assert_eq!(address_for(&blob, 3), None);
+        assert_eq!(address_for(&blob[..5], 1), None);
+    }
+}

@@ -1,0 +1,332 @@
+//! Native put and get: RDMA writes and reads into the peers' registered segments.
+//!
+//! An operation is cut into chunks of at most one buffer ([`BUF`] bytes). A chunk moves
+//! straight between the peer's segment and the local one when its local bytes lie in the
+//! segment (registered) and the operation may keep using them until it completes (every get,
+//! a blocking put); otherwise through a registered send buffer: a put's bytes are copied in
+//! before the write is posted, a get's copied out when the read completes. An operation is
+//! complete when all its chunks' completions were read. Tickets name operations by slot and
+//! generation, so a stale ticket is an error, never another operation.
+
+use std::sync::Arc;
+
+use amnet_core::{Backoff, NativeRma, Rank, Result, RmaTicket};
+
+use crate::conduit::{cerr, len32, lock, wr_id, Engine, BUF, K_RMA, NO_BUF};
+use crate::verbs::{MemoryRegion, SendOp, SendWr, Sge, Verbs};
+
+/// One operation's state.
+#[derive(Default)]
+struct OpSlot {
+    generation: u32,
+    /// Chunks posted and not completed.
+    pending: u32,
+    live: bool,
+}
+
+/// One chunk in flight.
+#[derive(Clone, Copy)]
+struct Chunk {
+    op: u32,
+    /// The send buffer it goes through, or `NO_BUF`.
+    buf: u32,
+    /// A get through a buffer: where its bytes go when it completes (0: nowhere).
+    copy_to: usize,
+    len: usize,
+}
+
+/// The operations and chunks in flight.
+#[derive(Default)]
+pub(crate) struct Ops {
+    slots: Vec<OpSlot>,
+    free: Vec<u32>,
+    chunks: Vec<Chunk>,
+    free_chunks: Vec<u32>,
+}
+
+impl Ops {
+    fn start(&mut self) -> (u32, u32) {
+        let i = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(OpSlot::default());
+            u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
+        });
+        let s = &mut self.slots[i as usize];
+        s.generation = s.generation.wrapping_add(1);
+        s.pending = 0;
+        s.live = true;
+        (i, s.generation)
+    }
+
+    fn add_chunk(&mut self, c: Chunk) -> u32 {
+        self.slots[c.op as usize].pending += 1;
+        match self.free_chunks.pop() {
+            Some(i) => {
+                self.chunks[i as usize] = c;
+                i
+            }
+            None => {
+                self.chunks.push(c);
+                u32::try_from(self.chunks.len() - 1).unwrap_or(u32::MAX)
+            }
+        }
+    }
+}
+
+/// A chunk's completion was read: copy a get's bytes out of its buffer, free the buffer.
+pub(crate) fn chunk_done<V: Verbs>(eng: &Engine<V>, index: u32) {
+    let mut ops = lock(&eng.ops);
+    let Some(c) = ops.chunks.get(index as usize).copied() else {
+        return;
+    };
+    if c.copy_to != 0 {
+        // SAFETY: the read filled `len` bytes of buffer `c.buf`; `copy_to` is the get's
+        // destination, valid until its ticket completes (`NativeRma::get_nb`'s contract),
+        // which happens only after this.
+        unsafe { amnet_core::mem::copy(eng.send.ptr(c.buf), c.copy_to as *mut u8, c.len) };
+    }
+    eng.give_buf(c.buf);
+    ops.free_chunks.push(index);
+    if let Some(s) = ops.slots.get_mut(c.op as usize) {
+        s.pending = s.pending.saturating_sub(1);
+    }
+}
+
+/// What an operation moves.
+enum Dir<'a> {
+    Put(&'a [u8]),
+    Get(*mut u8, usize),
+}
+
+/// The conduit's [`NativeRma`].
+pub(crate) struct IbvRma<V: Verbs> {
+    eng: Arc<Engine<V>>,
+}
+
+impl<V: Verbs> IbvRma<V> {
+    pub(crate) fn new(eng: Arc<Engine<V>>) -> Self {
+        IbvRma { eng }
+    }
+
+    /// Post every chunk of one operation; returns its ticket, or `None` when it is done
+    /// already (this rank's own segment).
+    ///
+    /// # Safety
+    /// - For a get, the destination is valid for writes until the ticket completes.
+    unsafe fn start(
+        &self,
+        peer: Rank,
+        offset: u64,
+        dir: Dir<'_>,
+        direct: bool,
+    ) -> Result<Option<RmaTicket>> {
+        let e = &self.eng;
+        e.check()?;
+        let seg = &e
+            .seg
+            .get()
+            .ok_or_else(|| cerr("put or get before attach"))?
+            .mem;
+        let len = match dir {
+            Dir::Put(s) => s.len(),
+            Dir::Get(_, n) => n,
+        };
+        if peer == e.rank {
+            if !seg.fits(offset, len) {
+                return Err(cerr(format!(
+                    "{len} bytes at offset {offset} lie beyond this rank's segment ({} bytes)",
+                    seg.len()
+                )));
+            }
+            let at = usize::try_from(offset).unwrap_or(usize::MAX);
+            // SAFETY: the range is inside the segment (checked); the other side is the
+            // caller's buffer (a get's valid for `len` writes by the contract).
+            unsafe {
+                match dir {
+                    Dir::Put(s) => amnet_core::mem::copy(s.as_ptr(), seg.ptr().add(at), len),
+                    Dir::Get(d, _) => amnet_core::mem::copy(seg.ptr().add(at), d, len),
+                }
+            }
+            return Ok(None);
+        }
+        let r = *e
+            .remote
+            .get()
+            .and_then(|r| r.get(peer as usize))
+            .ok_or_else(|| cerr(format!("no segment of rank {peer}")))?;
+        if offset.checked_add(len as u64).is_none_or(|end| end > r.len) {
+            return Err(cerr(format!(
+                "{len} bytes at offset {offset} lie beyond rank {peer}'s segment ({} bytes)",
+                r.len
+            )));
+        }
+        let seg_lkey = e.seg.get().and_then(|s| s.mr.as_ref()).map(|m| m.lkey());
+        let in_seg = |p: usize, n: usize| {
+            let base = seg.ptr() as usize;
+            p >= base && p.checked_add(n).is_some_and(|end| end <= base + seg.len())
+        };
+        let (op, generation) = lock(&e.ops).start();
+        let local = match dir {
+            Dir::Put(s) => s.as_ptr() as usize,
+            Dir::Get(d, _) => d as usize,
+        };
+        let mut at = 0usize;
+        while at < len {
+            let n = (len - at).min(BUF);
+            let p = local + at;
+            let straight = match seg_lkey {
+                Some(k) if direct && in_seg(p, n) => Some(k),
+                _ => None,
+            };
+            let (buf, addr, lkey) = match straight {
+                Some(k) => (NO_BUF, p, k),
+                None => {
+                    let b = e.wait_buf()?;
+                    if let Dir::Put(_) = dir {
+                        // SAFETY: `p..p + n` is inside the caller's source; the buffer is ours.
+                        unsafe { amnet_core::mem::copy(p as *const u8, e.send.ptr(b), n) };
+                    }
+                    (b, e.send.ptr(b) as usize, e.send.mr.lkey())
+                }
+            };
+            if let Err(err) = e.wait_sq(peer) {
+                e.give_buf(buf);
+                return Err(err);
+            }
+            let copy_to = match (dir_is_get(&dir), buf) {
+                (true, b) if b != NO_BUF => p,
+                _ => 0,
+            };
+            let chunk = lock(&e.ops).add_chunk(Chunk {
+                op,
+                buf,
+                copy_to,
+                len: n,
+            });
+            let remote_addr = r.base + offset + at as u64;
+            let sg = [Sge {
+                addr: addr as u64,
+                len: len32(n),
+                lkey,
+            }];
+            let wr = SendWr {
+                wr_id: wr_id(K_RMA, peer, chunk),
+                op: match dir {
+                    Dir::Put(_) => SendOp::RdmaWrite {
+                        remote_addr,
+                        rkey: r.rkey,
+                    },
+                    Dir::Get(..) => SendOp::RdmaRead {
+                        remote_addr,
+                        rkey: r.rkey,
+                    },
+                },
+                sg: &sg,
+                signaled: true,
+                inline: false,
+                fence: false,
+            };
+            // SAFETY: the local bytes are a send buffer held until the chunk completes, or
+            // the segment, which the operation's caller keeps for it (`direct`).
+            unsafe { e.post(peer, &wr)? };
+            at += n;
+        }
+        Ok(Some(RmaTicket {
+            rank: peer,
+            id: u64::from(generation) << 32 | u64::from(op),
+        }))
+    }
+
+    /// True once the operation behind `t` completed (its slot is freed then).
+    fn done(&self, t: RmaTicket) -> Result<bool> {
+        let op = (t.id & 0xffff_ffff) as usize;
+        let generation = (t.id >> 32) as u32;
+        let mut ops = lock(&self.eng.ops);
+        let ok = match ops.slots.get_mut(op) {
+            Some(s) if s.live && s.generation == generation => {
+                if s.pending > 0 {
+                    return Ok(false);
+                }
+                s.live = false;
+                true
+            }
+            _ => false,
+        };
+        if !ok {
+            return Err(cerr(format!(
+                "RMA ticket {:#x} towards rank {} names no operation in flight",
+                t.id, t.rank
+            )));
+        }
+        ops.free.push(u32::try_from(op).unwrap_or(u32::MAX));
+        Ok(true)
+    }
+
+    fn finish(&self, t: Option<RmaTicket>) -> Result<()> {
+        let Some(t) = t else { return Ok(()) };
+        let mut bo = Backoff::new(self.eng.spin, !self.eng.oversubscribed);
+        loop {
+            if self.done(t)? {
+                return Ok(());
+            }
+            self.eng.waiting(&mut bo)?;
+        }
+    }
+}
+
+fn dir_is_get(d: &Dir<'_>) -> bool {
+    matches!(d, Dir::Get(..))
+}
+
+impl<V: Verbs> NativeRma for IbvRma<V> {
+    fn describe(&self) -> String {
+        format!(
+            "RDMA write and read into registered segments on device {}",
+            self.eng.dev.name()
+        )
+    }
+
+    fn put(&self, dest: Rank, offset: u64, src: &[u8]) -> Result<()> {
+        // SAFETY: a put has no destination of ours; the source outlives this blocking call.
+        let t = unsafe { self.start(dest, offset, Dir::Put(src), true)? };
+        self.finish(t)
+    }
+
+    unsafe fn get(&self, src_rank: Rank, offset: u64, dst: *mut u8, len: usize) -> Result<()> {
+        // SAFETY: `dst` is valid for `len` writes for this blocking call (the caller's
+        // contract).
+        let t = unsafe { self.start(src_rank, offset, Dir::Get(dst, len), true)? };
+        self.finish(t)
+    }
+
+    fn put_nb(&self, dest: Rank, offset: u64, src: &[u8]) -> Result<Option<RmaTicket>> {
+        // SAFETY: no destination of ours; `direct: false` copies the source before return.
+        let t = unsafe { self.start(dest, offset, Dir::Put(src), false)? };
+        if t.is_some() {
+            self.eng.progress()?;
+        }
+        match t {
+            Some(t) if self.done(t)? => Ok(None),
+            other => Ok(other),
+        }
+    }
+
+    unsafe fn get_nb(
+        &self,
+        src_rank: Rank,
+        offset: u64,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<Option<RmaTicket>> {
+        // SAFETY: `dst` stays valid until the ticket completes (the caller's contract).
+        unsafe { self.start(src_rank, offset, Dir::Get(dst, len), true) }
+    }
+
+    fn test(&self, t: RmaTicket) -> Result<bool> {
+        self.eng.progress()?;
+        self.done(t)
+    }
+
+    fn wait(&self, t: RmaTicket) -> Result<()> {
+        self.finish(Some(t))
+    }
+}
