@@ -28,6 +28,7 @@ mod images;
 mod latency;
 mod measure;
 mod progress;
+mod rawibv;
 #[cfg(feature = "mpi")]
 mod rawmpi;
 #[cfg(feature = "ofi")]
@@ -470,7 +471,7 @@ fn run(opts: &Opts) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// The conduit's name in reports: `udp+bypass`, `mpi+bypass` or `ofi+bypass` for a job on one
+/// The conduit's name in reports: `udp+bypass`, `mpi+bypass`, `ofi+bypass` or `ibv+bypass` for a job on one
 /// host whose ranks talk through the host-local bypass (spec/core.md §7e): they talk through
 /// the smp rings and map each other's segments, so the shared-memory floors apply, not the
 /// network's.
@@ -483,6 +484,7 @@ fn report_conduit(ep: &Endpoint) -> &'static str {
         ("udp", true) => "udp+bypass",
         ("mpi", true) => "mpi+bypass",
         ("ofi", true) => "ofi+bypass",
+        ("ibv", true) => "ibv+bypass",
         _ => name,
     }
 }
@@ -578,6 +580,10 @@ fn measure(
     #[cfg(feature = "ofi")]
     if conduit == "ofi" && ep.size() >= 2 && opts.suite != Suite::Coll && sweeps {
         report.extend(rawofi::run(ep, plan)?);
+    }
+
+    if conduit == "ibv" && ep.size() >= 2 && opts.suite != Suite::Coll && sweeps {
+        report.extend(rawibv::run(ep, plan)?);
     }
 
     if matches!(opts.suite, Suite::Am | Suite::All) {

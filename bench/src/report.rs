@@ -327,6 +327,11 @@ impl Report {
         self.conduit == "ofi"
     }
 
+    /// True when the raw verbs floor and the ibv targets apply.
+    fn ibv(&self) -> bool {
+        self.conduit == "ibv"
+    }
+
     /// Fill in each row's ratio: Short RTT against the cache-line floor, Medium and Long RTT
     /// against Short, bandwidths against memcpy at the same size. On udp: Short RTT and the
     /// 8-byte put/get latencies against the raw UDP ping-pong, bandwidths against raw UDP
@@ -379,6 +384,11 @@ impl Report {
                     r.ratio = r.mb_s.zip(r.floor_mb_s).map(|(v, f)| v / f);
                 }
             }
+            return;
+        }
+        if self.ibv() {
+            // Short RTT and 8-byte put/get against the raw verbs ping-pong.
+            self.compute_network_ratios("raw_ibv_rtt", None, None, "raw_ibv_write");
             return;
         }
         let floor = self.p50("cacheline_rtt", None);
@@ -698,6 +708,16 @@ impl Report {
                     0.8,
                 ),
             ];
+        }
+        if self.ibv() {
+            return vec![self.ratio_target(
+                "Short RTT / raw verbs ping-pong RTT",
+                "short_rtt_vs_raw_ibv",
+                "short_rtt",
+                0,
+                Cmp::AtMost,
+                1.3,
+            )];
         }
         let tb = Some(TARGET_BYTES);
         let t = |name, key, bytes, value, unit, cmp, limit| Target {
