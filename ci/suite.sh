@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The conduit test suite the way users run it: through amrun, as real multi-process jobs, on
-# every conduit (smp, udp, mpi, ofi), udp also on a lossy network, udp and ofi across two
+# every conduit (smp, udp, mpi, ofi, ibv), udp also on a lossy network, udp and ofi across two
 # network namespaces, mpi under Open MPI and MPICH, ofi on libfabric's tcp, shm and udp
-# providers.
+# providers, ibv on its emulated device.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 trap 'echo "suite: FAILED at line $LINENO: $BASH_COMMAND (exit code $?)" >&2' ERR
@@ -108,5 +108,16 @@ AMNET_HOST_BYPASS=0 AMNET_OFI_PROVIDER_INCLUDE=udp target/release/amrun --condui
     --timeout 900 target/release/amnet-testsuite
 # ... and across two network namespaces over tcp.
 bash ci/netns.sh ofi
+# The ibv conduit on its emulated device (no RDMA device exists here), with the host-local
+# bypass off (every message through the device's queue pairs) and on (at 4 ranks, where it
+# carries the messages and the device registers the shared segment).
+for n in 2 4 8; do
+    echo "== amrun --conduit ibv -n $n amnet-testsuite (AMNET_IBV_DEVICE=emu, AMNET_HOST_BYPASS=0)"
+    AMNET_IBV_DEVICE=emu AMNET_HOST_BYPASS=0 target/release/amrun --conduit ibv -n "$n" \
+        --timeout 900 target/release/amnet-testsuite
+done
+echo "== amrun --conduit ibv -n 4 amnet-testsuite (AMNET_IBV_DEVICE=emu)"
+AMNET_IBV_DEVICE=emu target/release/amrun --conduit ibv -n 4 --timeout 900 \
+    target/release/amnet-testsuite
 echo "== amrun -n 4 demo"
 target/release/amrun -n 4 --timeout 120 target/release/examples/demo

@@ -286,7 +286,7 @@ pub mod vars {
         scope: Scope::Core,
         kind: Kind::Flag,
         default: "`1`",
-        meaning: "udp, mpi and ofi: ranks that share a host exchange messages and reach each \
+        meaning: "udp, mpi, ofi and ibv: ranks that share a host exchange messages and reach each \
                   other's segments through shared memory (the smp conduit's rings); `0` \
                   sends everything through the network",
     };
@@ -453,7 +453,8 @@ pub mod vars {
         scope: UDP,
         kind: Kind::Secret,
         default: "set by `amrun`",
-        meaning: "udp, ofi: the job's secret, fresh per job, which keys the datagram tags and \
+        meaning:
+            "udp, ofi, ibv: the job's secret, fresh per job, which keys the datagram tags and \
                   the bootstrap connection; reaches local ranks in their environment and remote \
                   ones on the standard input of the remote-start command, never on a command \
                   line",

@@ -8,7 +8,7 @@ use amnet_core::ConduitKind;
 use amnet_launch::LaunchOptions;
 
 const USAGE: &str =
-    "usage: amrun -n N [--conduit smp|udp|mpi|ofi] [--hosts H1,H2,...] [--timeout SECS] PROGRAM [ARGS...]
+    "usage: amrun -n N [--conduit smp|udp|mpi|ofi|ibv] [--hosts H1,H2,...] [--timeout SECS] PROGRAM [ARGS...]
 
 Starts an N-rank amnet job and exits with the job's code: the code a rank passed to exit
 (returning from main counts as exit with main's status), else the first non-zero code of a
@@ -17,9 +17,9 @@ running are named, and the code is 124.
 
   -n, --ranks N       number of ranks (processes)
   --conduit NAME      conduit (default: $AMNET_CONDUIT or smp)
-  --hosts H1,H2,...   udp, ofi: spread the ranks over these hosts in contiguous blocks, started
-                      through $AMNET_SSH (default \"ssh -o BatchMode=yes\"); same as
-                      $AMNET_UDP_HOSTS
+  --hosts H1,H2,...   udp, ofi, ibv (on an HCA): spread the ranks over these hosts in contiguous
+                      blocks, started through $AMNET_SSH (default \"ssh -o BatchMode=yes\");
+                      same as $AMNET_UDP_HOSTS
   --timeout SECS      kill the job after SECS seconds (fractions allowed)
   --grace SECS        time ranks get to leave after a job-wide exit (default 2)
   -h, --help          this text";
@@ -88,7 +88,7 @@ fn main() {
                     .unwrap_or_else(|| fail("--conduit needs a name"));
                 conduit = name.parse::<ConduitKind>().unwrap_or_else(|_| {
                     fail(&format!(
-                        "--conduit {name:?}: expected smp, udp, mpi or ofi"
+                        "--conduit {name:?}: expected smp, udp, mpi, ofi or ibv"
                     ))
                 });
             }
