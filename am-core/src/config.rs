@@ -653,6 +653,17 @@ pub mod vars {
         meaning: "ibv: the HCAs and ports to use, as GASNet's `GASNET_IBV_PORTS` (`mlx5_0`, \
                   `mlx5_0:1`, `mlx5_0:1+mlx5_1`): the first that exists and is active",
     };
+    /// `AMNET_IBV_EMU_FAULT`.
+    pub const IBV_EMU_FAULT: Var = Var {
+        name: "AMNET_IBV_EMU_FAULT",
+        scope: IBV,
+        kind: Kind::Text,
+        default: "unset",
+        meaning: "ibv on the emulated device, for tests: `RANK:N:STATUS` makes the work request \
+                  that rank RANK's device runs after N others complete with the error STATUS \
+                  (`loc_len`, `loc_qp_op`, `loc_prot`, `flush`, `rem_inv_req`, `rem_access`, \
+                  `rem_op`, `retry`, `rnr_retry`)",
+    };
     /// `AMNET_STORM`.
     pub const STORM: Var = Var {
         name: "AMNET_STORM",
@@ -727,6 +738,7 @@ pub const VARS: &[&Var] = &[
     &vars::OFI_LONG_WRITE,
     &vars::IBV_DEVICE,
     &vars::IBV_PORTS,
+    &vars::IBV_EMU_FAULT,
     &vars::STORM,
     &vars::TESTSUITE_SUMMARY,
     &vars::TEST_SEED,

@@ -336,6 +336,54 @@ pub fn scenarios() -> Vec<Scenario> {
             only_conduit: Some("udp"),
             planned: Duration::ZERO,
         },
+        // The ibv conduit's emulated device completes one of rank 1's work requests with an
+        // error (AMNET_IBV_EMU_FAULT): rank 1's next call fails with an error that names the
+        // operation, the peer and the status, and the job ends in bounded time.
+        Scenario {
+            name: "ibv-error-on-active-message",
+            ranks: 2,
+            codes: &[31],
+            log: None,
+            timeout: T,
+            env: &[
+                ("AMNET_IBV_DEVICE", "emu"),
+                ("AMNET_HOST_BYPASS", "0"),
+                ("AMNET_IBV_EMU_FAULT", "1:40:rem_access"),
+            ],
+            body: ibv_error_on_am,
+            only_conduit: Some("ibv"),
+            planned: Duration::ZERO,
+        },
+        Scenario {
+            name: "ibv-error-on-put",
+            ranks: 3,
+            codes: &[31],
+            log: None,
+            timeout: T,
+            env: &[
+                ("AMNET_IBV_DEVICE", "emu"),
+                ("AMNET_HOST_BYPASS", "0"),
+                ("AMNET_IBV_EMU_FAULT", "1:30:retry"),
+            ],
+            body: ibv_error_on_put,
+            only_conduit: Some("ibv"),
+            planned: Duration::ZERO,
+        },
+        Scenario {
+            name: "ibv-error-on-get",
+            ranks: 2,
+            codes: &[31],
+            log: None,
+            timeout: T,
+            env: &[
+                ("AMNET_IBV_DEVICE", "emu"),
+                ("AMNET_HOST_BYPASS", "0"),
+                ("AMNET_IBV_EMU_FAULT", "1:30:loc_prot"),
+            ],
+            body: ibv_error_on_get,
+            only_conduit: Some("ibv"),
+            planned: Duration::ZERO,
+        },
     ]
 }
 
@@ -785,4 +833,71 @@ fn tables_differ(ep: &Endpoint) -> Result<(), String> {
             ep.exit(1)
         }
     }
+}
+
+/// Rank 1: the failed call's error must contain every one of `want`; then the job ends with
+/// 31 (anything else is the scenario's failure).
+fn ibv_error_named(ep: &Endpoint, e: &Error, want: &[&str]) -> Result<(), String> {
+    let msg = e.to_string();
+    if let Some(w) = want.iter().find(|w| !msg.contains(**w)) {
+        return Err(format!("the error does not say {w:?}: {msg}"));
+    }
+    ep.exit(31)
+}
+
+fn ibv_error_on_am(ep: &Endpoint) -> Result<(), String> {
+    attach(ep)?;
+    if ep.rank() == 1 {
+        for i in 0..10_000u32 {
+            if let Err(e) = ep.request_short(0, H_COUNT, &[i]) {
+                return ibv_error_named(ep, &e, &["rank 1:", "to rank 0", "remote access error"]);
+            }
+        }
+        return Err("10000 requests and no error".into());
+    }
+    park(ep)
+}
+
+fn ibv_error_on_put(ep: &Endpoint) -> Result<(), String> {
+    attach(ep)?;
+    if ep.rank() == 1 {
+        let data = vec![5u8; 1000];
+        for i in 0..10_000u64 {
+            if let Err(e) = ep.put(2, (i % 64) * 1000, &data) {
+                return ibv_error_named(
+                    ep,
+                    &e,
+                    &[
+                        "rank 1:",
+                        "put or get with rank 2",
+                        "transport retries exceeded",
+                    ],
+                );
+            }
+        }
+        return Err("10000 puts and no error".into());
+    }
+    park(ep)
+}
+
+fn ibv_error_on_get(ep: &Endpoint) -> Result<(), String> {
+    attach(ep)?;
+    if ep.rank() == 1 {
+        let mut data = vec![0u8; 1000];
+        for i in 0..10_000u64 {
+            if let Err(e) = ep.get(0, (i % 64) * 1000, &mut data) {
+                return ibv_error_named(
+                    ep,
+                    &e,
+                    &[
+                        "rank 1:",
+                        "put or get with rank 0",
+                        "local protection error",
+                    ],
+                );
+            }
+        }
+        return Err("10000 gets and no error".into());
+    }
+    park(ep)
 }

@@ -979,6 +979,27 @@ fn join(src: &Source) -> Result<(Rank, u32, JobLink, Option<u16>)> {
     }
 }
 
+/// `AMNET_IBV_EMU_FAULT` (`RANK:N:STATUS`), checked.
+fn emu_fault(src: &Source) -> Result<Option<(Rank, u64, WcStatus)>> {
+    let Some(v) = src.text(&vars::IBV_EMU_FAULT).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let bad = || {
+        Error::Config(format!(
+            "AMNET_IBV_EMU_FAULT={v:?}: expected RANK:N:STATUS, STATUS one of loc_len, \
+             loc_qp_op, loc_prot, flush, rem_inv_req, rem_access, rem_op, retry, rnr_retry"
+        ))
+    };
+    let mut it = v.split(':');
+    let (Some(r), Some(n), Some(st), None) = (it.next(), it.next(), it.next(), it.next()) else {
+        return Err(bad());
+    };
+    let r = r.parse::<Rank>().map_err(|_| bad())?;
+    let n = n.parse::<u64>().map_err(|_| bad())?;
+    let st = WcStatus::from_name(st).ok_or_else(bad)?;
+    Ok(Some((r, n, st)))
+}
+
 /// The prefix of the emulated device's shared-memory objects in a job whose bootstrap
 /// service listens on `port` (the launcher removes what is left under it).
 pub fn emu_prefix(port: u16) -> String {
@@ -1006,6 +1027,11 @@ pub fn open(src: &Source) -> Result<Box<dyn Conduit>> {
             None => format!("amnet-ibv-solo-{}-", std::process::id()),
         };
         let dev = crate::emu::EmuDevice::open(&prefix)?;
+        if let Some((r, skip, status)) = emu_fault(src)? {
+            if r == rank {
+                dev.fail_after(skip, status);
+            }
+        }
         let c = IbvConduit::with_device(dev, rank, size, job, src)?;
         // Every peer mapped the device's memory while connecting: its name can go.
         c.eng.dev.unlink();

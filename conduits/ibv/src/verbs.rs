@@ -257,6 +257,23 @@ impl WcStatus {
         }
     }
 
+    /// The error status named `name` as `AMNET_IBV_EMU_FAULT` writes it (`rem_access`,
+    /// `rnr_retry`, ...).
+    pub fn from_name(name: &str) -> Option<WcStatus> {
+        Some(match name {
+            "loc_len" => WcStatus::LocLenErr,
+            "loc_qp_op" => WcStatus::LocQpOpErr,
+            "loc_prot" => WcStatus::LocProtErr,
+            "flush" => WcStatus::WrFlushErr,
+            "rem_inv_req" => WcStatus::RemInvReqErr,
+            "rem_access" => WcStatus::RemAccessErr,
+            "rem_op" => WcStatus::RemOpErr,
+            "retry" => WcStatus::RetryExcErr,
+            "rnr_retry" => WcStatus::RnrRetryExcErr,
+            _ => return None,
+        })
+    }
+
     /// What the status means, for error messages.
     pub fn describe(self) -> &'static str {
         match self {

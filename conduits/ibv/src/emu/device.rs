@@ -382,6 +382,11 @@ struct Dev {
     /// Queue pairs with requests waiting (RNR, remote not ready).
     waiting: AtomicUsize,
     free: Mutex<Free>,
+    /// An armed fault ([`EmuDevice::fail_after`]): requests still to run before it, and its
+    /// status.
+    fault: Mutex<Option<(u64, WcStatus)>>,
+    /// True while a fault is armed (read without the lock on every request).
+    armed: std::sync::atomic::AtomicBool,
 }
 
 struct Free {
@@ -448,6 +453,8 @@ impl EmuDevice {
                 qps: Mutex::new(Vec::new()),
                 waiting: AtomicUsize::new(0),
                 free: Mutex::new(free),
+                fault: Mutex::new(None),
+                armed: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
@@ -462,6 +469,14 @@ impl EmuDevice {
     /// process that dies then leaves nothing behind.
     pub fn unlink(&self) {
         amnet_smp::unlink_shared(&self.dev.shm.name);
+    }
+
+    /// Make the send request that runs after `skip` others on this device (on any queue
+    /// pair) complete with `status`, as [`fail_next`](EmuDevice::fail_next) does for one
+    /// queue pair. For tests of a protocol's error handling (`AMNET_IBV_EMU_FAULT`).
+    pub fn fail_after(&self, skip: u64, status: WcStatus) {
+        *lock(&self.dev.fault) = Some((skip, status));
+        self.dev.armed.store(true, Ordering::Release);
     }
 
     /// Make the next send request that runs on `qp` complete with `status` (an error), as if
@@ -479,6 +494,27 @@ impl Drop for Dev {
 }
 
 impl Dev {
+    /// The armed fault's status when the request about to run is the one it is for.
+    fn take_fault(&self) -> Option<WcStatus> {
+        if !self.armed.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut f = lock(&self.fault);
+        match f.as_mut() {
+            Some((0, status)) => {
+                let s = *status;
+                *f = None;
+                self.armed.store(false, Ordering::Release);
+                Some(s)
+            }
+            Some((n, _)) => {
+                *n -= 1;
+                None
+            }
+            None => None,
+        }
+    }
+
     /// The peer device named `name`, mapped once.
     fn peer(&self, name: &str) -> Result<Arc<Shm>> {
         let mut peers = lock(&self.peers);
@@ -784,7 +820,7 @@ impl QpInner {
         since: Instant,
     ) -> Step {
         let dev = &self.dev;
-        if let Some(status) = st.inject.take() {
+        if let Some(status) = st.inject.take().or_else(|| dev.take_fault()) {
             self.fail(st, wr_id, op, status, pos);
             return Step::Done;
         }

@@ -622,3 +622,39 @@ fn registration_rules_and_the_shm_object_goes_away() {
     drop(dev);
     assert!(!std::path::Path::new(&format!("/dev/shm{name}")).exists());
 }
+
+#[test]
+fn a_device_wide_fault_fails_the_request_it_was_armed_for() {
+    let (a, b) = pair(&ConnectAttr::default());
+    let mut rb = [[0u8; 1]; 4];
+    let rms: Vec<EmuMr> = rb
+        .iter_mut()
+        .map(|x| reg(&b, x, Access::LOCAL_WRITE))
+        .collect();
+    for (i, (x, m)) in rb.iter_mut().zip(&rms).enumerate() {
+        post_recv(&b, i as u64, x, m);
+    }
+    a.dev.fail_after(2, WcStatus::RnrRetryExcErr);
+    let one = [1u8];
+    let sg = [Sge {
+        addr: one.as_ptr() as u64,
+        len: 1,
+        lkey: 0,
+    }];
+    for i in 0..4 {
+        let mut wr = send_wr(i, SendOp::Send, &sg);
+        wr.inline = true;
+        post(&a, wr);
+    }
+    let got: Vec<(u64, WcStatus)> = wait(&a, 4).iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (0, WcStatus::Success),
+            (1, WcStatus::Success),
+            (2, WcStatus::RnrRetryExcErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+    assert_eq!(wait(&b, 2).len(), 2, "two sends arrived before the fault");
+}
