@@ -4,8 +4,8 @@
 # (where a nightly toolchain offers it), the suite through amrun, the C ABI's tests through
 # amrun (ci/capi.sh), and a check that nothing was left in /dev/shm. Installs what it needs
 # when missing (Open MPI, MPICH and libclang for the mpi conduit, libfabric for the ofi
-# conduit, iproute2 for the two-namespace udp test, a C and C++ compiler and pkg-config for
-# the C ABI).
+# conduit, libibverbs for the ibv conduit's libibverbs device, iproute2 for the two-namespace
+# udp test, a C and C++ compiler and pkg-config for the C ABI).
 # Ends with one line totalling every test runner's counts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,10 +20,12 @@ if [ -n "$stale" ]; then
 fi
 bash ci/install-mpi.sh
 bash ci/install-ofi.sh
+bash ci/install-ibv.sh
 log=$(mktemp)
 step=""
 trap 'rc=$?; rm -f "$log"; [ $rc -eq 0 ] || echo "test-all: FAILED in \"$step\" (exit code $rc)" >&2' EXIT
 step="cargo test --workspace"; cargo test --workspace 2>&1 | tee -a "$log"
+step="cargo test -p amnet-ibv --features ibv"; cargo test -p amnet-ibv --features ibv 2>&1 | tee -a "$log"
 step="ci/loom.sh"; bash ci/loom.sh 2>&1 | tee -a "$log"
 step="ci/miri.sh"; bash ci/miri.sh 2>&1 | tee -a "$log"
 step="ci/suite.sh"; bash ci/suite.sh 2>&1 | tee -a "$log"

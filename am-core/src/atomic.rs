@@ -478,6 +478,9 @@ fn atomic_reply_handler(tok: &mut Token<'_>, args: &[u32], _payload: &[u8]) {
 pub struct AtomicDomain<T: AtomicElem> {
     ep: Endpoint,
     ops: AtomicOps,
+    /// The conduit's native atomics when it offloads this domain: then every operation,
+    /// this rank's own included, goes through them.
+    native: Option<Arc<dyn crate::NativeAtomics>>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -486,6 +489,7 @@ impl<T: AtomicElem> fmt::Debug for AtomicDomain<T> {
         f.debug_struct("AtomicDomain")
             .field("type", &T::TYPE.name())
             .field("ops", &self.ops)
+            .field("offloaded", &self.native.is_some())
             .finish()
     }
 }
@@ -555,9 +559,19 @@ impl Endpoint {
         } else {
             None
         };
-        // The barrier's name carries the type and the operations: ranks that disagree
-        // mismatch.
-        let sig = T::TYPE.code() << 16 | ops.0 | u32::from(refused.is_some()) << 31;
+        // A domain the conduit's native atomics run whole goes through them (spec/core.md
+        // §7a).
+        let native = self
+            .attached_for("atomic_domain")?
+            .native_atomics
+            .clone()
+            .filter(|n| refused.is_none() && n.offloads(T::TYPE, ops));
+        // The barrier's name carries the type, the operations and whether the conduit
+        // offloads them: ranks that disagree mismatch.
+        let sig = T::TYPE.code() << 16
+            | ops.0
+            | u32::from(native.is_some()) << 30
+            | u32::from(refused.is_some()) << 31;
         let agreed = self.barrier_agree(sig);
         if let (Some(op), Ok(())) = (refused, &agreed) {
             return Err(Error::Usage {
@@ -575,14 +589,20 @@ impl Endpoint {
             Ok(()) => Ok(AtomicDomain {
                 ep: self.clone(),
                 ops,
+                native,
                 _t: PhantomData,
             }),
             Err(Error::BarrierMismatch { detail }) => Err(Error::Mismatch {
                 what: "atomic_domain (element type and operations)",
                 detail: format!(
-                    "this rank asked for {} {:?}; the ranks' barrier names differ ({detail})",
+                    "this rank asked for {} {:?}{}; the ranks' barrier names differ ({detail})",
                     T::TYPE.name(),
-                    ops
+                    ops,
+                    if native.is_some() {
+                        ", which its conduit offloads"
+                    } else {
+                        ""
+                    }
                 ),
             }),
             Err(e) => Err(e),
@@ -594,6 +614,13 @@ impl<T: AtomicElem> AtomicDomain<T> {
     /// The operations this domain allows.
     pub fn ops(&self) -> AtomicOps {
         self.ops
+    }
+
+    /// True when the conduit's transport runs this domain's operations (spec/core.md §7a:
+    /// ibv's HCA atomics for 64-bit integer domains of fetch-and-add and compare-and-swap
+    /// kinds).
+    pub fn offloaded(&self) -> bool {
+        self.native.is_some()
     }
 
     /// The endpoint the domain belongs to.
@@ -650,6 +677,9 @@ impl<T: AtomicElem> AtomicDomain<T> {
         let att = self.check(call, rank, offset, op, fetching)?;
         let ty = T::TYPE;
         let (a, b) = (operands.0.to_bits(), operands.1.to_bits());
+        if let Some(n) = &self.native {
+            return Ok(Started::Done(n.fetch(rank, offset, ty, op, a, b)?));
+        }
         let me = self.ep.rank();
         let base = match att.peers[rank as usize] {
             Some(p) => Some(p.0),

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use crate::{Rank, Result};
+use crate::{AtomicOp, AtomicOps, AtomicType, Rank, Result};
 
 /// The most arguments an active message carries.
 pub const MAX_ARGS: usize = 16;
@@ -158,6 +158,33 @@ pub trait NativeRma: Send + Sync + 'static {
     /// Wait until the operation behind `t` is complete. Must not depend on this rank running
     /// handlers (the core does not poll meanwhile).
     fn wait(&self, t: RmaTicket) -> Result<()>;
+}
+
+/// A conduit's native remote atomics: operations on segment elements that its transport runs
+/// itself (ibv: the HCA's fetch-and-add and compare-and-swap), used for the atomic domains
+/// whose every operation it runs (spec/core.md §7a).
+///
+/// Such operations are atomic with respect to one another only, not to the processor's atomic
+/// instructions on the same element, so a domain the conduit offloads sends every operation
+/// through it, those on this rank's own segment included. Every method may be called from
+/// several threads at once; the core has checked the rank, the offset's range and alignment,
+/// and the operation against the domain.
+pub trait NativeAtomics: Send + Sync + 'static {
+    /// True when the transport runs every operation of `ops` on elements of type `ty`; the
+    /// answer must be the same on every rank for the same arguments.
+    fn offloads(&self, ty: AtomicType, ops: AtomicOps) -> bool;
+    /// Blocking: perform `op` with operands `a` and `b` (as [`AtomicOp`] says, as bit
+    /// patterns) on the element of type `ty` at `offset` in `rank`'s segment, and return its
+    /// value before the operation.
+    fn fetch(
+        &self,
+        rank: Rank,
+        offset: u64,
+        ty: AtomicType,
+        op: AtomicOp,
+        a: u64,
+        b: u64,
+    ) -> Result<u64>;
 }
 
 /// Room in a conduit's own send memory for a negotiated-payload Medium (spec/core.md §3a),
@@ -331,6 +358,14 @@ pub trait Conduit: Send + Sync + 'static {
     /// same answer (present or not) on every rank. `None` (the default) selects the AM-based
     /// reference path.
     fn native_rma(&self) -> Option<Arc<dyn NativeRma>> {
+        None
+    }
+    /// Native remote atomics through the transport ([`NativeAtomics`]), for the atomic
+    /// domains it offloads, where some rank is reached through [`native_rma`]
+    /// (Conduit::native_rma). Called once by attach under the same conditions as
+    /// `native_rma`; it must give the same answer on every rank. `None` (the default): every
+    /// atomic operation is the processor's, on a mapped element or by an active message.
+    fn native_atomics(&self) -> Option<Arc<dyn NativeAtomics>> {
         None
     }
     /// This conduit's own counters as (name, value) pairs, in a fixed order (for udp:

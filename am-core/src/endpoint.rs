@@ -75,6 +75,8 @@ pub(crate) struct Attached {
     pub(crate) peers: Vec<Option<SendPtr>>,
     /// The conduit's native put/get, for the ranks `peers` does not map.
     pub(crate) native: Option<Arc<dyn NativeRma>>,
+    /// The conduit's native atomics, under the same conditions as `native`.
+    pub(crate) native_atomics: Option<Arc<dyn crate::NativeAtomics>>,
     pub(crate) max_medium: usize,
     /// Bytes per Long request of an AM-path put ([`Conduit::put_chunk`]).
     pub(crate) put_chunk: usize,
@@ -585,6 +587,11 @@ impl Endpoint {
         } else {
             None
         };
+        let native_atomics = if native_rma.is_some() {
+            self.inner.conduit.native_atomics()
+        } else {
+            None
+        };
         // This rank's own segment is always reachable by a copy: where the conduit neither
         // maps it as a peer nor brings native operations (udp), put/get/atomics to oneself
         // become copies instead of active messages to oneself. (With native operations the
@@ -622,6 +629,7 @@ impl Endpoint {
             seg_lens: lens,
             peers,
             native: native_rma,
+            native_atomics,
             max_medium: self.inner.conduit.max_medium(),
             put_chunk: self.inner.conduit.put_chunk().max(1),
             pending: crate::rma::Pending::default(),

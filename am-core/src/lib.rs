@@ -38,8 +38,8 @@ pub use atomic::{
 pub use backoff::{now_ns, AwakeWindow, Backoff};
 pub use barrier::flags as barrier_flags;
 pub use conduit::{
-    Category, Conduit, InMsg, LocalSegment, NativeRma, OutMsg, PreparedSlot, RmaTicket,
-    HOST_SCRATCH_BYTES, LAYER_SCRATCH_BYTES, MAX_ARGS,
+    Category, Conduit, InMsg, LocalSegment, NativeAtomics, NativeRma, OutMsg, PreparedSlot,
+    RmaTicket, HOST_SCRATCH_BYTES, LAYER_SCRATCH_BYTES, MAX_ARGS,
 };
 pub use config::{ConduitKind, Source};
 pub use endpoint::{Endpoint, EndpointConfig};

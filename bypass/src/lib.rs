@@ -326,6 +326,9 @@ impl Conduit for Bypass {
     fn native_rma(&self) -> Option<Arc<dyn NativeRma>> {
         self.net.native_rma()
     }
+    fn native_atomics(&self) -> Option<Arc<dyn amnet_core::NativeAtomics>> {
+        self.net.native_atomics()
+    }
     fn counters(&self) -> Vec<(&'static str, u64)> {
         self.net.counters()
     }

@@ -37,6 +37,7 @@ pub fn tests() -> Vec<Test> {
     vec![
         test("atomic_hammer", hammer),
         test("atomic_operations", operations),
+        test("atomic_offloaded", offloaded),
         test("atomic_errors", errors),
         test("segment_atomic_view", segment_view),
     ]
@@ -376,6 +377,120 @@ pub fn expect_usage<T: std::fmt::Debug>(what: &str, r: amnet::Result<T>, words: 
             "{what}: expected a usage error naming `{words}`, got {other:?}"
         )),
     }
+}
+
+/// Counters of the offload test (u64 each): fetch-adds on rank 0, compare-swap increments on
+/// every rank, and an i64 decremented on every rank.
+const O_ADD: u64 = ATOM_OFF + 128;
+const O_CAS: u64 = ATOM_OFF + 136;
+const O_DEC: u64 = ATOM_OFF + 144;
+
+/// Domains of the operations a conduit's transport may run itself (ibv: the HCA's fetch-add
+/// and compare-swap on 64-bit integers): offloaded exactly where the conduit offers native
+/// atomics and reaches some rank natively (every operation then goes through the transport,
+/// this rank's own included), and right on every conduit: exact totals under fetch-add,
+/// compare-swap and decrement from every rank and two threads each, and every fetched value
+/// handed out once.
+fn offloaded(c: &Ctx<'_>) -> Verdict {
+    const PER: u64 = 200;
+    const T: u64 = 2;
+    zero(c, O_ADD, 24)?;
+    let ops = AtomicOps::of(&[
+        AtomicOp::Get,
+        AtomicOp::Add,
+        AtomicOp::Inc,
+        AtomicOp::CompareSwap,
+    ]);
+    let ud = ck("atomic_domain u64", c.ep.atomic_domain::<u64>(ops))?;
+    let id = ck(
+        "atomic_domain i64",
+        c.ep.atomic_domain::<i64>(AtomicOps::of(&[
+            AtomicOp::Sub,
+            AtomicOp::Dec,
+            AtomicOp::Get,
+        ])),
+    )?;
+    // A domain with an operation the device lacks stays on the processor's atomics.
+    let md = ck(
+        "atomic_domain u64 with max",
+        c.ep.atomic_domain::<u64>(ops | AtomicOp::Max),
+    )?;
+    let next = (c.rank() + 1) % c.size();
+    let native = c.size() > 1
+        && ck("rma_path", c.ep.rma_path(next))? == RmaPath::Native
+        && c.ep.conduit_name() == "ibv";
+    ensure(ud.offloaded() == native && id.offloaded() == native, || {
+        format!(
+            "u64 and i64 domains offloaded: {}, {}; expected {native} on {}",
+            ud.offloaded(),
+            id.offloaded(),
+            c.ep.conduit_name()
+        )
+    })?;
+    ensure(!md.offloaded(), || "a domain with max offloaded".into())?;
+    ck("barrier", c.ep.barrier())?;
+    let r: Result<Vec<Vec<u64>>, String> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..T)
+            .map(|_| {
+                let (ud, id) = (ud.clone(), id.clone());
+                s.spawn(move || -> Result<Vec<u64>, String> {
+                    let mut got = Vec::new();
+                    for i in 0..PER {
+                        let v = if i % 2 == 0 {
+                            ck("fetch_add", ud.fetch_add(0, O_ADD, 1))?
+                        } else {
+                            ck("fetch inc", ud.fetch(0, O_ADD, AtomicOp::Inc, 0, 0))?
+                        };
+                        got.push(v);
+                        let mut seen = ck("get", ud.fetch(next, O_CAS, AtomicOp::Get, 0, 0))?;
+                        loop {
+                            let old =
+                                ck("compare_swap", ud.compare_swap(next, O_CAS, seen, seen + 1))?;
+                            if old == seen {
+                                break;
+                            }
+                            seen = old;
+                        }
+                        if i % 2 == 0 {
+                            ck("dec", id.apply(next, O_DEC, AtomicOp::Dec, 0, 0))?;
+                        } else {
+                            ck("sub", id.apply(next, O_DEC, AtomicOp::Sub, 1, 0))?;
+                        }
+                    }
+                    Ok(got)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("offload thread panicked".into()))
+            })
+            .collect()
+    });
+    let mut got = r?.concat();
+    got.sort_unstable();
+    let total = u64::from(c.size()) * T * PER;
+    ensure(
+        got.windows(2).all(|w| w[0] != w[1]) && got.iter().all(|&v| v < total),
+        || "fetch-add handed a value out twice or beyond the increments made".into(),
+    )?;
+    ck("barrier", c.ep.barrier())?;
+    let cas = ck("get", ud.fetch(c.rank(), O_CAS, AtomicOp::Get, 0, 0))?;
+    let dec = ck("get", id.fetch(c.rank(), O_DEC, AtomicOp::Get, 0, 0))?;
+    ensure(cas == T * PER, || {
+        format!("compare-swap counter {cas}, expected {}", T * PER)
+    })?;
+    ensure(dec == -i64::try_from(T * PER).unwrap_or(0), || {
+        format!("decremented counter {dec}, expected -{}", T * PER)
+    })?;
+    if c.rank() == 0 {
+        let add = ck("get", ud.fetch(0, O_ADD, AtomicOp::Get, 0, 0))?;
+        ensure(add == total, || {
+            format!("fetch-add counter {add}, expected {total}")
+        })?;
+    }
+    ck("barrier", c.ep.barrier())
 }
 
 fn errors(c: &Ctx<'_>) -> Verdict {

@@ -869,7 +869,7 @@ fn ibv_error_on_put(ep: &Endpoint) -> Result<(), String> {
                     &e,
                     &[
                         "rank 1:",
-                        "put or get with rank 2",
+                        "put, get or atomic with rank 2",
                         "transport retries exceeded",
                     ],
                 );
@@ -891,7 +891,7 @@ fn ibv_error_on_get(ep: &Endpoint) -> Result<(), String> {
                     &e,
                     &[
                         "rank 1:",
-                        "put or get with rank 0",
+                        "put, get or atomic with rank 0",
                         "local protection error",
                     ],
                 );

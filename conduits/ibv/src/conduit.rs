@@ -117,10 +117,30 @@ pub(crate) struct Seg<V: Verbs> {
     pub(crate) mem: HeapSegment,
 }
 
-/// A message copied out of its receive buffer, to deliver later.
+/// A message to deliver later: copied out of its receive buffer, or still in it.
 struct Ready {
     src: Rank,
-    body: Vec<u8>,
+    body: Body,
+}
+
+enum Body {
+    Copied(Vec<u8>),
+    /// `len` bytes in receive buffer `buf`, posted again once delivered (or copied out).
+    Held {
+        buf: u32,
+        len: usize,
+    },
+}
+
+/// What [`Engine::progress`] does with an arrived message.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Arrived {
+    /// Copy it out and post its buffer again: in the conduit's own blocking waits, so that
+    /// two ranks that wait on each other never both hold their receive queues empty.
+    Copy,
+    /// Keep it in its buffer until a poll delivers it: in a try-send, so that a rank that
+    /// sends without polling lets its receive queue run dry and its senders feel it.
+    Hold,
 }
 
 /// Registered memory cut into buffers of [`BUF`] bytes.
@@ -150,7 +170,8 @@ impl<V: Verbs> Buffers<V> {
 pub(crate) struct Engine<V: Verbs> {
     pub(crate) rank: Rank,
     pub(crate) size: u32,
-    /// One queue pair per peer (none towards this rank: its messages stay in the process).
+    /// One queue pair per rank; this rank's own is connected to itself and carries only
+    /// atomics (its messages stay in the process).
     qps: Vec<Option<V::Qp>>,
     /// The peer of each queue pair number.
     qp_peer: HashMap<u32, Rank>,
@@ -173,6 +194,8 @@ pub(crate) struct Engine<V: Verbs> {
     /// Messages copied out of their receive buffers, in arrival order.
     ready: Mutex<VecDeque<Ready>>,
     ready_len: AtomicUsize,
+    /// How many of them are held in their receive buffers.
+    held: AtomicUsize,
     /// Vectors for copied messages.
     spare_vecs: Mutex<Vec<Vec<u8>>>,
     /// RMA operations and their chunks in flight.
@@ -244,12 +267,20 @@ impl<V: Verbs> Engine<V> {
         let mut qps = Vec::with_capacity(size as usize);
         let mut blob = Vec::new();
         for p in 0..size {
+            let qp = dev.create_qp(&cq, &cq, Some(&srq), &init)?;
             if p == rank {
-                qps.push(None);
+                // Connected to itself, for the atomics this rank runs on its own segment
+                // through the device (`crate::rma`); messages to this rank never use it.
+                dev.to_init(&qp)?;
+                let a = dev.address(&qp);
+                let attr = ConnectAttr::default();
+                dev.to_rtr(&qp, &a, &attr)
+                    .and_then(|()| dev.to_rts(&qp, &attr))
+                    .map_err(|e| cerr(format!("connecting rank {rank}'s own queue pair: {e}")))?;
+                qps.push(Some(qp));
                 blob.extend_from_slice(&0u16.to_le_bytes());
                 continue;
             }
-            let qp = dev.create_qp(&cq, &cq, Some(&srq), &init)?;
             dev.to_init(&qp)?;
             let a = dev.address(&qp);
             blob.extend_from_slice(&u16::try_from(a.len()).unwrap_or(0).to_le_bytes());
@@ -278,6 +309,9 @@ impl<V: Verbs> Engine<V> {
         for (p, qp) in qps.iter().enumerate() {
             let Some(qp) = qp else { continue };
             let p = u32::try_from(p).unwrap_or(u32::MAX);
+            if p == rank {
+                continue;
+            }
             let theirs = all
                 .get(p as usize)
                 .and_then(|b| address_for(b, rank))
@@ -317,6 +351,7 @@ impl<V: Verbs> Engine<V> {
             cq_lock: Mutex::new(()),
             ready: Mutex::new(VecDeque::new()),
             ready_len: AtomicUsize::new(0),
+            held: AtomicUsize::new(0),
             spare_vecs: Mutex::new(Vec::new()),
             ops: Mutex::new(Ops::default()),
             failed: OnceLock::new(),
@@ -395,10 +430,11 @@ impl<V: Verbs> Engine<V> {
         }
     }
 
-    /// One round of a wait of the conduit's own: drain the completion queue, and end the
-    /// process if the job is ending.
+    /// One round of a wait of the conduit's own: drain the completion queue (copying
+    /// messages out, held ones too), and end the process if the job is ending.
     pub(crate) fn waiting(&self, bo: &mut Backoff) -> Result<()> {
-        if self.progress()? > 0 {
+        self.release_held()?;
+        if self.progress(Arrived::Copy)? > 0 {
             bo.reset();
         } else {
             if let Some(code) = self.job.exit_requested() {
@@ -409,9 +445,9 @@ impl<V: Verbs> Engine<V> {
         Ok(())
     }
 
-    /// Read up to [`BATCH`] completions and handle each, copying arrived messages out of
-    /// their buffers. Returns how many were read (0 when another thread reads).
-    pub(crate) fn progress(&self) -> Result<usize> {
+    /// Read up to [`BATCH`] completions and handle each, keeping arrived messages for a poll
+    /// as `arrived` says. Returns how many were read (0 when another thread reads).
+    pub(crate) fn progress(&self, arrived: Arrived) -> Result<usize> {
         self.check()?;
         let mut wcs = [NO_WC; BATCH];
         let n = {
@@ -427,7 +463,7 @@ impl<V: Verbs> Engine<V> {
         };
         let mut res = Ok(());
         for wc in &wcs[..n] {
-            if let Err(e) = self.on_completion(wc) {
+            if let Err(e) = self.on_completion(wc, arrived) {
                 if res.is_ok() {
                     res = Err(e);
                 }
@@ -447,7 +483,7 @@ impl<V: Verbs> Engine<V> {
                     .map_or_else(|| "?".to_string(), |p| p.to_string())
             ),
             K_SEND => format!("an active message (or a Long's data) to rank {peer}"),
-            K_RMA => format!("a put or get with rank {peer}"),
+            K_RMA => format!("a put, get or atomic with rank {peer}"),
             _ => format!("work request {:#x}", wc.wr_id),
         };
         format!(
@@ -460,21 +496,28 @@ impl<V: Verbs> Engine<V> {
     }
 
     /// Handle one completion outside a poll's delivery: sends and RMA chunks retire, an
-    /// arrived message is copied out and its buffer posted again.
-    fn on_completion(&self, wc: &Wc) -> Result<()> {
+    /// arrived message waits for a poll (copied out, its buffer posted again, or held, as
+    /// `arrived` says).
+    fn on_completion(&self, wc: &Wc, arrived: Arrived) -> Result<()> {
         if wc.status != WcStatus::Success {
             return Err(self.fail(self.describe(wc)));
         }
         match wr_kind(wc.wr_id) {
             K_RECV => {
                 let src = self.source(wc)?;
-                let body = self.recv_body(wc);
-                let mut v = lock(&self.spare_vecs).pop().unwrap_or_default();
-                v.clear();
-                v.extend_from_slice(body);
-                self.repost(wr_index(wc.wr_id))?;
+                let body = if arrived == Arrived::Hold {
+                    self.held.fetch_add(1, Ordering::AcqRel);
+                    Body::Held {
+                        buf: wr_index(wc.wr_id),
+                        len: self.recv_body(wc).len(),
+                    }
+                } else {
+                    let v = self.copy_out(self.recv_body(wc));
+                    self.repost(wr_index(wc.wr_id))?;
+                    Body::Copied(v)
+                };
                 let mut r = lock(&self.ready);
-                r.push_back(Ready { src, body: v });
+                r.push_back(Ready { src, body });
                 self.ready_len.store(r.len(), Ordering::Release);
             }
             K_SEND => {
@@ -490,6 +533,46 @@ impl<V: Verbs> Engine<V> {
                     "rank {}: a completion of unknown kind {k}",
                     self.rank
                 )))
+            }
+        }
+        Ok(())
+    }
+
+    /// The bytes of a message waiting for delivery.
+    fn bytes<'a>(&'a self, b: &'a Body) -> &'a [u8] {
+        match b {
+            Body::Copied(v) => v,
+            // SAFETY: a held buffer is the conduit's until posted again, which happens only
+            // once its message left the ready queue; `len` is what its completion delivered.
+            Body::Held { buf, len } => unsafe {
+                std::slice::from_raw_parts(self.recv.ptr(*buf), *len)
+            },
+        }
+    }
+
+    /// `body` in a vector of the pool.
+    fn copy_out(&self, body: &[u8]) -> Vec<u8> {
+        let mut v = lock(&self.spare_vecs).pop().unwrap_or_default();
+        v.clear();
+        v.extend_from_slice(body);
+        v
+    }
+
+    /// Copy every held message out of its receive buffer and post the buffers again.
+    fn release_held(&self) -> Result<()> {
+        if self.held.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        let mut r = lock(&self.ready);
+        for m in r.iter_mut() {
+            if let Body::Held { buf, len } = m.body {
+                // SAFETY: a held buffer is the conduit's until posted again; `len` is what
+                // its completion delivered.
+                let v =
+                    self.copy_out(unsafe { std::slice::from_raw_parts(self.recv.ptr(buf), len) });
+                m.body = Body::Copied(v);
+                self.held.fetch_sub(1, Ordering::AcqRel);
+                self.repost(buf)?;
             }
         }
         Ok(())
@@ -539,9 +622,26 @@ impl<V: Verbs> Engine<V> {
 
     /// Send `total` bytes that `fill` writes, as one SEND to `peer`. `Ok(false)`: no send
     /// queue slot or buffer now.
-    fn send_bytes(&self, peer: Rank, total: usize, fill: impl FnOnce(&mut [u8])) -> Result<bool> {
+    fn send_bytes(
+        &self,
+        peer: Rank,
+        is_reply: bool,
+        total: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<bool> {
+        // A request that finds no room leaves what arrived in its buffers (the peers then
+        // find this rank's receive queue empty: backpressure); a reply, which a handler sends
+        // and which must not wait on this rank's own polls, frees them.
+        let arrived = if is_reply {
+            Arrived::Copy
+        } else {
+            Arrived::Hold
+        };
         if !self.take_sq(peer) {
-            self.progress()?;
+            if is_reply {
+                self.release_held()?;
+            }
+            self.progress(arrived)?;
             if !self.take_sq(peer) {
                 return Ok(false);
             }
@@ -568,7 +668,7 @@ impl<V: Verbs> Engine<V> {
         let b = match self.take_buf() {
             Some(b) => b,
             None => {
-                self.progress()?;
+                self.progress(arrived)?;
                 match self.take_buf() {
                     Some(b) => b,
                     None => {
@@ -647,7 +747,7 @@ impl<V: Verbs> Engine<V> {
         let total = HDR + 4 * msg.args.len();
         let mut bo = Backoff::new(self.spin, !self.oversubscribed);
         loop {
-            let sent = self.send_bytes(peer, total, |b| {
+            let sent = self.send_bytes(peer, msg.is_reply, total, |b| {
                 wire::put_header(b, msg, self.rank, true, len);
             })?;
             if sent {
@@ -672,7 +772,7 @@ impl<V: Verbs> Engine<V> {
         let mut r = lock(&self.ready);
         r.push_back(Ready {
             src: self.rank,
-            body: v,
+            body: Body::Copied(v),
         });
         self.ready_len.store(r.len(), Ordering::Release);
         Ok(true)
@@ -777,7 +877,7 @@ impl<V: Verbs> Engine<V> {
             let next = {
                 let mut r = lock(&self.ready);
                 let i = if replies_only {
-                    r.iter().position(|m| wire::is_reply(&m.body))
+                    r.iter().position(|m| wire::is_reply(self.bytes(&m.body)))
                 } else if r.is_empty() {
                     None
                 } else {
@@ -788,8 +888,14 @@ impl<V: Verbs> Engine<V> {
                 next
             };
             let Some(m) = next else { break };
-            let res = self.deliver(m.src, &m.body, sink);
-            lock(&self.spare_vecs).push(m.body);
+            let res = self.deliver(m.src, self.bytes(&m.body), sink);
+            match m.body {
+                Body::Copied(v) => lock(&self.spare_vecs).push(v),
+                Body::Held { buf, .. } => {
+                    self.held.fetch_sub(1, Ordering::AcqRel);
+                    self.repost(buf)?;
+                }
+            }
             let (d, more) = res?;
             delivered += usize::from(d);
             if !more {
@@ -829,7 +935,7 @@ impl<V: Verbs> Engine<V> {
                 && self.ready_len.load(Ordering::Acquire) == 0
                 && (!replies_only || wire::is_reply(self.recv_body(wc)));
             if !direct {
-                if let Err(e) = self.on_completion(wc) {
+                if let Err(e) = self.on_completion(wc, Arrived::Copy) {
                     if res.is_ok() {
                         res = Err(e);
                     }
@@ -864,7 +970,7 @@ impl<V: Verbs> Engine<V> {
         // Best effort: drive the queue briefly so that sends just made leave.
         let t0 = std::time::Instant::now();
         while t0.elapsed() < Duration::from_millis(20) {
-            if self.progress().unwrap_or(0) == 0 {
+            if self.progress(Arrived::Copy).unwrap_or(0) == 0 {
                 break;
             }
         }
@@ -1108,6 +1214,14 @@ impl<V: Verbs> Conduit for IbvConduit<V> {
         Some(r)
     }
 
+    fn native_atomics(&self) -> Option<Arc<dyn amnet_core::NativeAtomics>> {
+        if !self.eng.dev.caps().atomics {
+            return None;
+        }
+        let r: Arc<dyn amnet_core::NativeAtomics> = self.rma.get()?.clone();
+        Some(r)
+    }
+
     fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
         let e = &self.eng;
         e.check()?;
@@ -1126,7 +1240,7 @@ impl<V: Verbs> Conduit for IbvConduit<V> {
             return e.send_long_written(dest, msg);
         }
         let total = HDR + 4 * msg.args.len() + plen;
-        e.send_bytes(dest, total, |b: &mut [u8]| {
+        e.send_bytes(dest, msg.is_reply, total, |b: &mut [u8]| {
             let n = wire::put_header(b, msg, e.rank, false, plen);
             b[n..n + plen].copy_from_slice(&msg.payload[..plen]);
         })

@@ -3,7 +3,8 @@
 //! The conduit's protocol is written against the [`verbs::Verbs`] trait, which has two
 //! implementations:
 //!
-//! - libibverbs (rdma-core), for real HCAs (cargo feature `ibv`);
+//! - `rdma::RdmaDevice`, over libibverbs (rdma-core), for real InfiniBand and RoCE HCAs
+//!   (cargo feature `ibv`; build.rs then compiles a small C shim and links libibverbs);
 //! - [`emu::EmuDevice`], an emulated device that keeps verbs' semantics between the processes
 //!   of one host (registered regions with keys and access flags checked on every access, RC
 //!   ordering, receive completions with immediate data, receiver-not-ready, access errors,
@@ -12,6 +13,8 @@
 
 mod conduit;
 pub mod emu;
+#[cfg(feature = "ibv")]
+pub mod rdma;
 mod rma;
 pub mod verbs;
 mod wire;

@@ -7,10 +7,19 @@
 //! before the write is posted, a get's copied out when the read completes. An operation is
 //! complete when all its chunks' completions were read. Tickets name operations by slot and
 //! generation, so a stale ticket is an error, never another operation.
+//!
+//! Atomics ([`NativeAtomics`]) are the device's 8-byte fetch-and-add and compare-and-swap,
+//! for domains of `u64` or `i64` whose operations are among get, add, sub, inc, dec and
+//! compare-swap; every operation of such a domain goes through the device, this rank's own
+//! through its queue pair connected to itself, since the device's atomics are atomic only
+//! with respect to one another. The old value lands in a send buffer and is read out when the
+//! completion is.
 
 use std::sync::Arc;
 
-use amnet_core::{Backoff, NativeRma, Rank, Result, RmaTicket};
+use amnet_core::{
+    AtomicOp, AtomicOps, AtomicType, Backoff, NativeAtomics, NativeRma, Rank, Result, RmaTicket,
+};
 
 use crate::conduit::{cerr, len32, lock, wr_id, Engine, BUF, K_RMA, NO_BUF};
 use crate::verbs::{MemoryRegion, SendOp, SendWr, Sge, Verbs};
@@ -302,7 +311,7 @@ impl<V: Verbs> NativeRma for IbvRma<V> {
         // SAFETY: no destination of ours; `direct: false` copies the source before return.
         let t = unsafe { self.start(dest, offset, Dir::Put(src), false)? };
         if t.is_some() {
-            self.eng.progress()?;
+            self.eng.progress(crate::conduit::Arrived::Copy)?;
         }
         match t {
             Some(t) if self.done(t)? => Ok(None),
@@ -322,11 +331,134 @@ impl<V: Verbs> NativeRma for IbvRma<V> {
     }
 
     fn test(&self, t: RmaTicket) -> Result<bool> {
-        self.eng.progress()?;
+        self.eng.progress(crate::conduit::Arrived::Copy)?;
         self.done(t)
     }
 
     fn wait(&self, t: RmaTicket) -> Result<()> {
         self.finish(Some(t))
+    }
+}
+
+/// The operations the device's atomics run.
+const OFFLOADED: [AtomicOp; 6] = [
+    AtomicOp::Get,
+    AtomicOp::Add,
+    AtomicOp::Sub,
+    AtomicOp::Inc,
+    AtomicOp::Dec,
+    AtomicOp::CompareSwap,
+];
+
+impl<V: Verbs> NativeAtomics for IbvRma<V> {
+    fn offloads(&self, ty: AtomicType, ops: AtomicOps) -> bool {
+        matches!(ty, AtomicType::U64 | AtomicType::I64)
+            && ops.iter().all(|o| OFFLOADED.contains(&o))
+            && self.eng.dev.caps().atomics
+    }
+
+    fn fetch(
+        &self,
+        rank: Rank,
+        offset: u64,
+        ty: AtomicType,
+        op: AtomicOp,
+        a: u64,
+        b: u64,
+    ) -> Result<u64> {
+        let e = &self.eng;
+        e.check()?;
+        if ty.size() != 8 || offset % 8 != 0 {
+            return Err(cerr(format!(
+                "a device atomic on a {} element at offset {offset}: only aligned 8-byte \
+                 elements",
+                ty.name()
+            )));
+        }
+        let r = *e
+            .remote
+            .get()
+            .and_then(|r| r.get(rank as usize))
+            .ok_or_else(|| cerr(format!("no segment of rank {rank}")))?;
+        if offset.checked_add(8).is_none_or(|end| end > r.len) {
+            return Err(cerr(format!(
+                "an atomic at offset {offset} lies beyond rank {rank}'s segment ({} bytes)",
+                r.len
+            )));
+        }
+        let remote_addr = r.base + offset;
+        let sop = match op {
+            AtomicOp::Get => SendOp::FetchAdd {
+                remote_addr,
+                rkey: r.rkey,
+                add: 0,
+            },
+            AtomicOp::Add => SendOp::FetchAdd {
+                remote_addr,
+                rkey: r.rkey,
+                add: a,
+            },
+            AtomicOp::Sub => SendOp::FetchAdd {
+                remote_addr,
+                rkey: r.rkey,
+                add: a.wrapping_neg(),
+            },
+            AtomicOp::Inc => SendOp::FetchAdd {
+                remote_addr,
+                rkey: r.rkey,
+                add: 1,
+            },
+            AtomicOp::Dec => SendOp::FetchAdd {
+                remote_addr,
+                rkey: r.rkey,
+                add: u64::MAX,
+            },
+            AtomicOp::CompareSwap => SendOp::CompareSwap {
+                remote_addr,
+                rkey: r.rkey,
+                compare: a,
+                swap: b,
+            },
+            other => {
+                return Err(cerr(format!(
+                    "`{}` is not an operation the device's atomics run",
+                    other.name()
+                )))
+            }
+        };
+        let mut old = 0u64;
+        let (op_slot, generation) = lock(&e.ops).start();
+        let b = e.wait_buf()?;
+        if let Err(err) = e.wait_sq(rank) {
+            e.give_buf(b);
+            return Err(err);
+        }
+        let chunk = lock(&e.ops).add_chunk(Chunk {
+            op: op_slot,
+            buf: b,
+            copy_to: std::ptr::addr_of_mut!(old) as usize,
+            len: 8,
+        });
+        let sg = [Sge {
+            addr: e.send.ptr(b) as u64,
+            len: 8,
+            lkey: e.send.mr.lkey(),
+        }];
+        let wr = SendWr {
+            wr_id: wr_id(K_RMA, rank, chunk),
+            op: sop,
+            sg: &sg,
+            signaled: true,
+            inline: false,
+            fence: false,
+        };
+        // SAFETY: the result goes to send buffer `b`, held until the completion; `old`
+        // outlives the wait below, which returns only once the completion copied into it.
+        unsafe { e.post(rank, &wr)? };
+        self.finish(Some(RmaTicket {
+            rank,
+            id: u64::from(generation) << 32 | u64::from(op_slot),
+        }))?;
+        Ok(old)
     }
 }

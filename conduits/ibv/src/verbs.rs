@@ -307,7 +307,8 @@ pub struct Wc {
     pub wr_id: u64,
     /// How it ended.
     pub status: WcStatus,
-    /// What it was (meaningful on success; receives always report a receive opcode).
+    /// What it was: meaningful on success only (libibverbs leaves it undefined in error
+    /// completions; tell them apart by `wr_id`).
     pub opcode: WcOpcode,
     /// Bytes received (receives) or read (RDMA reads).
     pub byte_len: u32,
