@@ -40,6 +40,28 @@ pub enum Category {
 }
 
 impl Category {
+    /// The category's code in the conduits' message headers: 0 Short, 1 Medium, 2 Long.
+    #[inline(always)]
+    pub const fn code(self) -> u8 {
+        match self {
+            Category::Short => 0,
+            Category::Medium => 1,
+            Category::Long => 2,
+        }
+    }
+
+    /// The category whose [`code`](Category::code) is the low two bits of `bits`; `None`
+    /// for 3.
+    #[inline(always)]
+    pub const fn from_code(bits: u8) -> Option<Category> {
+        match bits & 3 {
+            0 => Some(Category::Short),
+            1 => Some(Category::Medium),
+            2 => Some(Category::Long),
+            _ => None,
+        }
+    }
+
     /// The name used in errors and statistics.
     pub fn name(self) -> &'static str {
         match self {

@@ -1233,11 +1233,7 @@ impl Endpoint {
 /// bytes, long bytes; see `Ctr`).
 #[inline(always)]
 fn count(b: &StatBlock, base: usize, category: Category, len: usize) {
-    let c = match category {
-        Category::Short => 0,
-        Category::Medium => 1,
-        Category::Long => 2,
-    };
+    let c = usize::from(category.code());
     b.add_at(base + c, 1);
     if c != 0 {
         b.add_at(base + 2 + c, len as u64);

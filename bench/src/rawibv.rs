@@ -17,8 +17,7 @@ use std::time::Instant;
 use amnet::Endpoint;
 use amnet_ibv::emu::{EmuDevice, EmuQp};
 use amnet_ibv::verbs::{
-    Access, ConnectAttr, MemoryRegion, QpInit, RecvWr, SendOp, SendWr, Sge, Verbs, Wc, WcOpcode,
-    WcStatus,
+    Access, ConnectAttr, MemoryRegion, QpInit, RecvWr, SendOp, SendWr, Sge, Verbs, Wc, WcStatus,
 };
 
 use crate::measure::Samples;
@@ -29,15 +28,6 @@ use crate::{BenchError, Plan};
 const ADDR_OFF: u64 = 0;
 /// Room for it.
 const ADDR_ROOM: usize = 1024;
-
-const NO_WC: Wc = Wc {
-    wr_id: 0,
-    status: WcStatus::Success,
-    opcode: WcOpcode::Send,
-    byte_len: 0,
-    imm: None,
-    qp_num: 0,
-};
 
 fn ibv(e: amnet::Error) -> BenchError {
     BenchError::Amnet(e)
@@ -87,7 +77,7 @@ fn round(s: &mut Side, first: bool) -> Result<(), BenchError> {
         send(s)?;
     }
     let (mut got_recv, mut got_send) = (false, !first);
-    let mut wcs = [NO_WC; 4];
+    let mut wcs = [Wc::EMPTY; 4];
     let t0 = Instant::now();
     while !(got_recv && got_send) {
         let n = s.dev.poll_cq(&s.cq, &mut wcs).map_err(ibv)?;

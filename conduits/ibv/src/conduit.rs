@@ -30,13 +30,12 @@ use amnet_core::{
     Backoff, Category, Conduit, Error, InMsg, LocalSegment, NativeRma, OutMsg, Rank, Result,
     MAX_ARGS,
 };
-use amnet_udp::auth::Secret;
-use amnet_udp::boot::{BootClient, JobLink};
+use amnet_udp::boot::JobLink;
 
 use crate::rma::{IbvRma, Ops};
 use crate::verbs::{
     Access, ConnectAttr, MemoryRegion, QpInit, QueuePair, RecvWr, SendOp, SendWr, Sge, Verbs, Wc,
-    WcOpcode, WcStatus,
+    WcStatus,
 };
 use crate::wire::{self, HDR};
 
@@ -92,15 +91,6 @@ pub(crate) fn cerr(msg: impl Into<String>) -> Error {
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
-
-const NO_WC: Wc = Wc {
-    wr_id: 0,
-    status: WcStatus::Success,
-    opcode: WcOpcode::Send,
-    byte_len: 0,
-    imm: None,
-    qp_num: 0,
-};
 
 /// A peer's registered segment.
 #[derive(Clone, Copy, Debug)]
@@ -449,7 +439,7 @@ impl<V: Verbs> Engine<V> {
     /// as `arrived` says. Returns how many were read (0 when another thread reads).
     pub(crate) fn progress(&self, arrived: Arrived) -> Result<usize> {
         self.check()?;
-        let mut wcs = [NO_WC; BATCH];
+        let mut wcs = [Wc::EMPTY; BATCH];
         let n = {
             let Ok(_g) = self.cq_lock.try_lock() else {
                 return Ok(0);
@@ -913,7 +903,7 @@ impl<V: Verbs> Engine<V> {
         if !more {
             return Ok(delivered);
         }
-        let mut wcs = [NO_WC; BATCH];
+        let mut wcs = [Wc::EMPTY; BATCH];
         let n = {
             let Ok(_g) = self.cq_lock.try_lock() else {
                 return Ok(delivered);
@@ -1046,45 +1036,6 @@ impl<V: Verbs> std::fmt::Debug for IbvConduit<V> {
     }
 }
 
-/// How a rank joins its job: rank, size, the bootstrap link and its service's port.
-fn join(src: &Source) -> Result<(Rank, u32, JobLink, Option<u16>)> {
-    static JOINED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if JOINED.swap(true, Ordering::AcqRel) {
-        return Err(Error::Config(
-            "amnet::init called twice in one process: a process is one rank; clone the \
-             Endpoint to use it from several threads"
-                .into(),
-        ));
-    }
-    let rank = src.count_u32(&vars::RANK)?;
-    let size = src.count_u32(&vars::SIZE)?;
-    let server = src.socket_addr(&vars::UDP_BOOT)?;
-    let secret = src.secret(&vars::UDP_SECRET)?.map(Secret);
-    match (rank, size, server) {
-        (None, None, None) => Ok((0, 1, JobLink::new(None), None)),
-        (Some(rank), Some(size), Some(server)) => {
-            if rank >= size {
-                return Err(Error::Config(format!(
-                    "AMNET_RANK={rank} is not below AMNET_SIZE={size}"
-                )));
-            }
-            let c = BootClient::join(server, rank, 0, src.boot_timeout()?, secret.as_ref(), false)?;
-            if c.table.len() != size as usize {
-                return Err(cerr(format!(
-                    "the launcher knows {} ranks but AMNET_SIZE is {size}",
-                    c.table.len()
-                )));
-            }
-            Ok((rank, size, JobLink::new(Some(c)), Some(server.port())))
-        }
-        _ => Err(Error::Config(
-            "AMNET_RANK, AMNET_SIZE and AMNET_UDP_BOOT must be set together (start the job \
-             with amrun --conduit ibv)"
-                .into(),
-        )),
-    }
-}
-
 /// `AMNET_IBV_EMU_FAULT` (`RANK:N:STATUS`), checked.
 fn emu_fault(src: &Source) -> Result<Option<(Rank, u64, WcStatus)>> {
     let Some(v) = src.text(&vars::IBV_EMU_FAULT).filter(|v| !v.is_empty()) else {
@@ -1126,7 +1077,13 @@ pub fn open(src: &Source) -> Result<Box<dyn Conduit>> {
             return Err(amnet_core::config::invalid(&vars::IBV_DEVICE, other));
         }
     };
-    let (rank, size, job, port) = join(src)?;
+    let j = amnet_udp::boot::join_job(src, "ibv")?;
+    let (rank, size, job, port) = (
+        j.rank,
+        j.size,
+        JobLink::new(j.boot),
+        j.server.map(|s| s.port()),
+    );
     if emu {
         let prefix = match port {
             Some(port) => emu_prefix(port),

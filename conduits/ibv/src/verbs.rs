@@ -318,6 +318,18 @@ pub struct Wc {
     pub qp_num: u32,
 }
 
+impl Wc {
+    /// A blank completion, to fill arrays that [`Verbs::poll_cq`] writes into.
+    pub const EMPTY: Wc = Wc {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        imm: None,
+        qp_num: 0,
+    };
+}
+
 /// What a device offers, as the conduit sizes its queues from it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceCaps {

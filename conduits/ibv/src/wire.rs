@@ -24,23 +24,6 @@ pub(crate) const F_REPLY: u8 = 0x04;
 /// order places it first); the message carries no payload.
 pub(crate) const F_WRITTEN: u8 = 0x08;
 
-fn cat_bits(c: Category) -> u8 {
-    match c {
-        Category::Short => 0,
-        Category::Medium => 1,
-        Category::Long => 2,
-    }
-}
-
-fn bits_cat(b: u8) -> Option<Category> {
-    match b & 3 {
-        0 => Some(Category::Short),
-        1 => Some(Category::Medium),
-        2 => Some(Category::Long),
-        _ => None,
-    }
-}
-
 /// A decoded header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Header {
@@ -66,7 +49,7 @@ pub(crate) fn put_header(
 ) -> usize {
     let nargs = m.args.len();
     out[0] = m.handler;
-    out[1] = cat_bits(m.category)
+    out[1] = m.category.code()
         | if m.is_reply { F_REPLY } else { 0 }
         | if written { F_WRITTEN } else { 0 };
     out[2] = u8::try_from(nargs).unwrap_or(u8::MAX);
@@ -89,7 +72,7 @@ pub(crate) fn parse_header(b: &[u8]) -> Result<Header, String> {
             b.len()
         ));
     }
-    let Some(category) = bits_cat(b[1]) else {
+    let Some(category) = Category::from_code(b[1]) else {
         return Err(format!("category bits {:#x}", b[1]));
     };
     let nargs = usize::from(b[2]);

@@ -88,11 +88,7 @@ pub(crate) fn encode(
     sync: bool,
 ) {
     debug_assert!(msg.args.len() <= MAX_ARGS);
-    let category = match msg.category {
-        Category::Short => 0u8,
-        Category::Medium => 1,
-        Category::Long => 2,
-    };
+    let category = msg.category.code();
     let (kind, tag) = match data {
         Data::Inline => (0, 0),
         Data::Separate(t) => (FLAG_SEPARATE, t),
@@ -264,11 +260,8 @@ pub(crate) fn decode(msg: &[u8]) -> Result<Header, WireError> {
     if flags & !(3 | FLAG_REPLY | FLAG_SEPARATE | FLAG_PLACED | FLAG_SYNC) != 0 {
         return Err(WireError::Flags(flags));
     }
-    let category = match flags & 3 {
-        0 => Category::Short,
-        1 => Category::Medium,
-        2 => Category::Long,
-        _ => return Err(WireError::Flags(flags)),
+    let Some(category) = Category::from_code(flags) else {
+        return Err(WireError::Flags(flags));
     };
     let separate = flags & FLAG_SEPARATE != 0;
     let placed = flags & FLAG_PLACED != 0;

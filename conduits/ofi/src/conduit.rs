@@ -40,8 +40,7 @@ use amnet_core::{
     AwakeWindow, Category, Conduit, Error, InMsg, LocalSegment, NativeRma, OutMsg, Rank, Result,
     MAX_ARGS,
 };
-use amnet_udp::auth::Secret;
-use amnet_udp::boot::{BootClient, JobLink};
+use amnet_udp::boot::JobLink;
 
 use crate::raw::{Choice, Completion, FiContext, OfiEndpoint};
 use crate::rma::{OfiRma, Remote, Slots};
@@ -90,23 +89,6 @@ fn cerr(msg: impl Into<String>) -> Error {
     Error::conduit("ofi", msg.into())
 }
 
-fn cat_bits(c: Category) -> u8 {
-    match c {
-        Category::Short => 0,
-        Category::Medium => 1,
-        Category::Long => 2,
-    }
-}
-
-fn bits_cat(b: u8) -> Option<Category> {
-    match b & 3 {
-        0 => Some(Category::Short),
-        1 => Some(Category::Medium),
-        2 => Some(Category::Long),
-        _ => None,
-    }
-}
-
 /// A decoded header.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Header {
@@ -131,9 +113,8 @@ pub(crate) struct Header {
 fn put_header(out: &mut [u8], m: &OutMsg<'_>, src: Rank, split: bool, len: usize) -> usize {
     let nargs = m.args.len();
     out[0] = m.handler;
-    out[1] = cat_bits(m.category)
-        | if m.is_reply { F_REPLY } else { 0 }
-        | if split { F_SPLIT } else { 0 };
+    out[1] =
+        m.category.code() | if m.is_reply { F_REPLY } else { 0 } | if split { F_SPLIT } else { 0 };
     out[2] = u8::try_from(nargs).unwrap_or(u8::MAX);
     out[3] = 0;
     out[4..8].copy_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_le_bytes());
@@ -150,7 +131,7 @@ fn parse_header(b: &[u8]) -> std::result::Result<Header, String> {
     if b.len() < HDR || usize::from(b[2]) > MAX_ARGS {
         return Err(header_error(b));
     }
-    let Some(category) = bits_cat(b[1]) else {
+    let Some(category) = Category::from_code(b[1]) else {
         return Err(header_error(b));
     };
     let nargs = usize::from(b[2]);
@@ -184,7 +165,7 @@ fn is_reply_body(body: &[u8]) -> bool {
 fn header_error(b: &[u8]) -> String {
     if b.len() < HDR {
         format!("a message of {} bytes is shorter than a header", b.len())
-    } else if bits_cat(b[1]).is_none() {
+    } else if Category::from_code(b[1]).is_none() {
         format!("category bits {:#x}", b[1])
     } else {
         format!("{} arguments", b[2])
@@ -454,18 +435,6 @@ impl std::fmt::Debug for Engine {
 
 impl Engine {
     fn new(src: &Source) -> Result<Engine> {
-        static JOINED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if JOINED.swap(true, Ordering::AcqRel) {
-            return Err(Error::Config(
-                "amnet::init called twice in one process: a process is one rank; clone the \
-                 Endpoint to use it from several threads"
-                    .into(),
-            ));
-        }
-        let rank = src.count_u32(&vars::RANK)?;
-        let size = src.count_u32(&vars::SIZE)?;
-        let server = src.socket_addr(&vars::UDP_BOOT)?;
-        let secret = src.secret(&vars::UDP_SECRET)?.map(Secret);
         let include = src.text(&vars::OFI_PROVIDER_INCLUDE).unwrap_or_default();
         let exclude = src.text(&vars::OFI_PROVIDER_EXCLUDE).unwrap_or_default();
         let mode = match src.text(&vars::OFI_TAG_MODE) {
@@ -476,32 +445,9 @@ impl Engine {
             .count_usize(&vars::OFI_PROGRESS_EVENT_CNT)?
             .unwrap_or(100);
         let credits = src.count_u32(&vars::OFI_AM_CREDITS)?;
-        let (rank, size, boot) = match (rank, size, server) {
-            (None, None, None) => (0, 1, None),
-            (Some(rank), Some(size), Some(server)) => {
-                if rank >= size {
-                    return Err(Error::Config(format!(
-                        "AMNET_RANK={rank} is not below AMNET_SIZE={size}"
-                    )));
-                }
-                let c =
-                    BootClient::join(server, rank, 0, src.boot_timeout()?, secret.as_ref(), false)?;
-                if c.table.len() != size as usize {
-                    return Err(cerr(format!(
-                        "the launcher knows {} ranks but AMNET_SIZE is {size}",
-                        c.table.len()
-                    )));
-                }
-                (rank, size, Some(c))
-            }
-            _ => {
-                return Err(Error::Config(
-                    "AMNET_RANK, AMNET_SIZE and AMNET_UDP_BOOT must be set together (start the \
-                     job with amrun --conduit ofi)"
-                        .into(),
-                ))
-            }
-        };
+        let amnet_udp::boot::Joined {
+            rank, size, boot, ..
+        } = amnet_udp::boot::join_job(src, "ofi")?;
         // tcp and udp bind where the launcher is reached from (loopback for a job on one
         // host).
         let node = boot.as_ref().map(|b| b.local_ip.to_string());

@@ -97,11 +97,8 @@ fn pack_header(handler: u8, kind: u8, nargs: u8, plen: u32) -> u64 {
 /// - `inline` is true for Medium and false for Short.
 #[inline(always)]
 pub(crate) unsafe fn encode(p: *mut u8, msg: &OutMsg<'_>, inline: bool) {
-    let kind = match msg.category {
-        Category::Short => 0u8,
-        Category::Medium => 1,
-        Category::Long => 2,
-    } | if msg.is_reply { 4 } else { 0 }
+    let kind = msg.category.code()
+        | if msg.is_reply { 4 } else { 0 }
         | if inline && msg.category == Category::Long {
             8
         } else {
@@ -225,11 +222,8 @@ pub(crate) unsafe fn decode<'a>(p: *const u8, cap: usize) -> Result<Decoded<'a>,
     } else {
         rare_kind(kind)?
     };
-    let category = match kind & 3 {
-        0 => Category::Short,
-        1 => Category::Medium,
-        2 => Category::Long,
-        _ => return Err(DecodeError::BadKind(kind)),
+    let Some(category) = Category::from_code(kind) else {
+        return Err(DecodeError::BadKind(kind));
     };
     if usize::from(nargs) > MAX_ARGS {
         return Err(DecodeError::TooManyArgs(nargs));

@@ -546,6 +546,76 @@ pub fn route_ip(server: SocketAddr) -> Result<std::net::IpAddr> {
         .ip())
 }
 
+/// How a rank of a conduit that starts its jobs through this bootstrap service without udp's
+/// datagrams (ofi, ibv) joined its job: [`join_job`].
+#[derive(Debug)]
+pub struct Joined {
+    /// This rank.
+    pub rank: u32,
+    /// Ranks in the job.
+    pub size: u32,
+    /// The connection to the launcher's service; `None` in a job of one rank started
+    /// without `amrun`.
+    pub boot: Option<BootClient>,
+    /// Where the service listens (`AMNET_UDP_BOOT`).
+    pub server: Option<SocketAddr>,
+}
+
+/// Join the job `src` describes, for `conduit` (named in errors): `AMNET_RANK`, `AMNET_SIZE`
+/// and the launcher's service `AMNET_UDP_BOOT` (with the job's secret `AMNET_UDP_SECRET`), as
+/// `amrun --conduit CONDUIT` sets them, or none of them: a job of one rank. A second join in
+/// one process is a configuration error (a process is one rank).
+pub fn join_job(src: &amnet_core::Source, conduit: &'static str) -> Result<Joined> {
+    use amnet_core::config::vars;
+    static JOINED: AtomicBool = AtomicBool::new(false);
+    if JOINED.swap(true, Ordering::AcqRel) {
+        return Err(Error::Config(
+            "amnet::init called twice in one process: a process is one rank; clone the \
+             Endpoint to use it from several threads"
+                .into(),
+        ));
+    }
+    let rank = src.count_u32(&vars::RANK)?;
+    let size = src.count_u32(&vars::SIZE)?;
+    let server = src.socket_addr(&vars::UDP_BOOT)?;
+    let secret = src.secret(&vars::UDP_SECRET)?.map(crate::auth::Secret);
+    match (rank, size, server) {
+        (None, None, None) => Ok(Joined {
+            rank: 0,
+            size: 1,
+            boot: None,
+            server: None,
+        }),
+        (Some(rank), Some(size), Some(server)) => {
+            if rank >= size {
+                return Err(Error::Config(format!(
+                    "AMNET_RANK={rank} is not below AMNET_SIZE={size}"
+                )));
+            }
+            let c = BootClient::join(server, rank, 0, src.boot_timeout()?, secret.as_ref(), false)?;
+            if c.table.len() != size as usize {
+                return Err(Error::conduit(
+                    conduit,
+                    format!(
+                        "the launcher knows {} ranks but AMNET_SIZE is {size}",
+                        c.table.len()
+                    ),
+                ));
+            }
+            Ok(Joined {
+                rank,
+                size,
+                boot: Some(c),
+                server: Some(server),
+            })
+        }
+        _ => Err(Error::Config(format!(
+            "AMNET_RANK, AMNET_SIZE and AMNET_UDP_BOOT must be set together (start the job \
+             with amrun --conduit {conduit})"
+        ))),
+    }
+}
+
 impl BootClient {
     /// Connect to `server` as `rank`, announce `udp_port` (this rank's UDP port, at the
     /// connection's local IP) and whether it tags datagrams (`auth`), and wait up to

@@ -278,12 +278,7 @@ impl AmHeader {
     }
 
     fn flags(&self) -> u8 {
-        let cat = match self.category {
-            Category::Short => 0,
-            Category::Medium => 1,
-            Category::Long => 2,
-        };
-        cat | if self.is_reply { FLAG_REPLY } else { 0 }
+        self.category.code() | if self.is_reply { FLAG_REPLY } else { 0 }
     }
 }
 
@@ -602,11 +597,8 @@ pub fn decode(buf: &[u8]) -> Result<Packet<'_>, WireError> {
         if handler == 0 {
             return Err(WireError::HandlerZero);
         }
-        let category = match flags & FLAG_CATEGORY {
-            0 => Category::Short,
-            1 => Category::Medium,
-            2 => Category::Long,
-            _ => return Err(WireError::BadFlags(flags)),
+        let Some(category) = Category::from_code(flags & FLAG_CATEGORY) else {
+            return Err(WireError::BadFlags(flags));
         };
         if flags & !(FLAG_CATEGORY | FLAG_REPLY) != 0 {
             return Err(WireError::BadFlags(flags));
@@ -773,11 +765,8 @@ mod tests {
             if handler == 0 {
                 return Err(WireError::HandlerZero);
             }
-            let category = match flags & FLAG_CATEGORY {
-                0 => Category::Short,
-                1 => Category::Medium,
-                2 => Category::Long,
-                _ => return Err(WireError::BadFlags(flags)),
+            let Some(category) = Category::from_code(flags & FLAG_CATEGORY) else {
+                return Err(WireError::BadFlags(flags));
             };
             if flags & !(FLAG_CATEGORY | FLAG_REPLY) != 0 {
                 return Err(WireError::BadFlags(flags));

@@ -386,14 +386,7 @@ fn pair(dev: &RdmaDevice, srq: bool) -> Pair {
 fn wait(dev: &RdmaDevice, cq: &RdmaCq, n: usize) -> Vec<Wc> {
     let mut got = Vec::new();
     let until = Instant::now() + Duration::from_secs(5);
-    let mut buf = [Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm: None,
-        qp_num: 0,
-    }; 8];
+    let mut buf = [Wc::EMPTY; 8];
     while got.len() < n {
         let k = dev.poll_cq(cq, &mut buf).unwrap();
         got.extend_from_slice(&buf[..k]);

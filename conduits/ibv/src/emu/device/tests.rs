@@ -5,15 +5,6 @@ use super::*;
 
 const PREFIX: &str = "amnet-ibvemu-test-";
 
-const EMPTY: Wc = Wc {
-    wr_id: 0,
-    status: WcStatus::Success,
-    opcode: WcOpcode::Send,
-    byte_len: 0,
-    imm: None,
-    qp_num: 0,
-};
-
 struct Side {
     dev: EmuDevice,
     cq: EmuCq,
@@ -97,7 +88,7 @@ fn post_recv(s: &Side, wr_id: u64, buf: &mut [u8], mr: &EmuMr) {
 fn wait(s: &Side, n: usize) -> Vec<Wc> {
     let mut got = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut buf = [EMPTY; 8];
+    let mut buf = [Wc::EMPTY; 8];
     while got.len() < n {
         let k = s.dev.poll_cq(&s.cq, &mut buf).unwrap();
         got.extend_from_slice(&buf[..k]);
@@ -111,7 +102,7 @@ fn wait(s: &Side, n: usize) -> Vec<Wc> {
 
 fn quiet(s: &Side) {
     std::thread::sleep(Duration::from_millis(2));
-    let mut buf = [EMPTY; 4];
+    let mut buf = [Wc::EMPTY; 4];
     assert_eq!(
         s.dev.poll_cq(&s.cq, &mut buf).unwrap(),
         0,
