@@ -45,6 +45,7 @@ pub mod coll_prop;
 pub mod coll_teams;
 pub mod coll_typed;
 pub mod host;
+pub mod ibv;
 pub mod pattern;
 pub mod progress;
 pub mod rma;
@@ -117,6 +118,7 @@ pub fn all_tests() -> Vec<Test> {
     v.extend(coll::tests());
     v.extend(coll_typed::tests());
     v.extend(scenarios::tests());
+    v.extend(ibv::tests());
     v
 }
 

@@ -1,6 +1,7 @@
 //! `amrun -n N amnet-testsuite [FILTER]`: run the conduit test suite as a job.
 //! `amnet-testsuite --scenario NAME`: one rank of a nested exit scenario (used by the suite).
 //! `amnet-testsuite --coll-images SEED`: one rank of the multi-image collectives job.
+//! `amnet-testsuite --ibv-fault SEED`: one rank of a nested ibv job with an injected error.
 //! `amnet-testsuite --list`: print the test names.
 //! `--summary PATH` (before FILTER): rank 0 also writes `passed failed skipped` to PATH.
 
@@ -12,6 +13,10 @@ fn main() {
         Some("--scenario") => {
             let name = args.get(1).map(String::as_str).unwrap_or("");
             std::process::exit(amnet_testsuite::scenarios::main_scenario(name));
+        }
+        Some("--ibv-fault") => {
+            let seed = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1);
+            std::process::exit(amnet_testsuite::ibv::main_fault(seed));
         }
         Some("--coll-images") => {
             let seed = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1);

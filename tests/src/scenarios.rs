@@ -415,12 +415,33 @@ fn run_from_suite(c: &crate::Ctx<'_>) -> Verdict {
 
 /// Start `s` as a nested job and check how it ended.
 pub fn run_nested(s: &Scenario, conduit: &str) -> Verdict {
+    let args = vec!["--scenario".into(), s.name.into()];
+    launch_nested(
+        s.name, s.ranks, args, s.timeout, conduit, s.codes, s.planned, s.log,
+    )
+}
+
+/// Start a nested job of this program with `args` on `ranks` ranks of `conduit`, and check
+/// that it ended with one of `codes` within its bound (the launcher's timeout, at most 10 s,
+/// plus 3 s and the `planned` waits), that the launcher's report holds `log`, and that it
+/// left nothing in /dev/shm. `name` names the job in failures.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_nested(
+    name: &str,
+    ranks: u32,
+    args: Vec<String>,
+    timeout: Duration,
+    conduit: &str,
+    codes: &[i32],
+    planned: Duration,
+    want_log: Option<&str>,
+) -> Verdict {
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let opts = LaunchOptions {
-        ranks: s.ranks,
+        ranks,
         program: exe.to_string_lossy().into_owned(),
-        args: vec!["--scenario".into(), s.name.into()],
-        timeout: Some(s.timeout),
+        args,
+        timeout: Some(timeout),
         conduit: conduit.parse().map_err(|e| format!("{e}"))?,
         grace: Duration::from_secs(2),
     };
@@ -430,22 +451,18 @@ pub fn run_nested(s: &Scenario, conduit: &str) -> Verdict {
         .map_err(|e| format!("launch: {e}"))?;
     let took = t0.elapsed();
     let log = log.join("\n");
-    if !s.codes.contains(&code) {
+    if !codes.contains(&code) {
         return Err(format!(
-            "{}: job exited with {code}, expected one of {:?}; launcher said: {log}",
-            s.name, s.codes
+            "{name}: job exited with {code}, expected one of {codes:?}; launcher said: {log}"
         ));
     }
-    let bound = s.timeout.min(Duration::from_secs(10)) + Duration::from_secs(3) + s.planned;
+    let bound = timeout.min(Duration::from_secs(10)) + Duration::from_secs(3) + planned;
     if took > bound {
-        return Err(format!("{}: took {took:?}, more than {bound:?}", s.name));
+        return Err(format!("{name}: took {took:?}, more than {bound:?}"));
     }
-    if let Some(want) = s.log {
+    if let Some(want) = want_log {
         if !log.contains(want) {
-            return Err(format!(
-                "{}: launcher report lacks {want:?}: {log:?}",
-                s.name
-            ));
+            return Err(format!("{name}: launcher report lacks {want:?}: {log:?}"));
         }
     }
     let prefix = format!("amnet-{}-", std::process::id());
@@ -458,7 +475,7 @@ pub fn run_nested(s: &Scenario, conduit: &str) -> Verdict {
         })
         .unwrap_or_default();
     if !left.is_empty() {
-        return Err(format!("{}: left shared memory behind: {left:?}", s.name));
+        return Err(format!("{name}: left shared memory behind: {left:?}"));
     }
     Ok(())
 }
@@ -489,7 +506,8 @@ pub fn main_scenario(name: &str) -> i32 {
     }
 }
 
-fn attach(ep: &Endpoint) -> Result<Arc<State>, String> {
+/// Attach with the suite's handler table and a 1 MiB segment.
+pub(crate) fn attach(ep: &Endpoint) -> Result<Arc<State>, String> {
     let st = Arc::new(State::new(ep.size()));
     let t = handler_table(&st).map_err(|e| e.to_string())?;
     ep.attach(t, 1 << 20).map_err(|e| e.to_string())?;

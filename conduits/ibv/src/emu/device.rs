@@ -932,6 +932,10 @@ impl QpInner {
                 };
                 match result {
                     Ok(opcode) => peer.push_cqe(rcq, cqe(&recv_wc(WcStatus::Success, opcode), 0)),
+                    Err(e) if gone(&e) => {
+                        self.fail(st, wr_id, op, WcStatus::RetryExcErr, pos);
+                        return Step::Done;
+                    }
                     Err(_) => {
                         peer.push_cqe(rcq, cqe(&recv_wc(WcStatus::LocProtErr, WcOpcode::Recv), 0));
                         peer.set_err(rindex);
@@ -940,22 +944,31 @@ impl QpInner {
                     }
                 }
             }
-            SendOp::RdmaWrite { remote_addr, rkey } => {
-                if !peer.check_key(rkey, remote_addr, total, Access::REMOTE_WRITE)
-                    || vm_write(peer.pid, &local, remote_addr, total).is_err()
-                {
-                    peer.set_err(rindex);
-                    self.fail(st, wr_id, op, WcStatus::RemAccessErr, pos);
-                    return Step::Done;
-                }
-            }
-            SendOp::RdmaRead { remote_addr, rkey } => {
-                if !peer.check_key(rkey, remote_addr, total, Access::REMOTE_READ)
-                    || vm_read(peer.pid, &local, remote_addr, total).is_err()
-                {
-                    peer.set_err(rindex);
-                    self.fail(st, wr_id, op, WcStatus::RemAccessErr, pos);
-                    return Step::Done;
+            SendOp::RdmaWrite { remote_addr, rkey } | SendOp::RdmaRead { remote_addr, rkey } => {
+                let write = matches!(op, SendOp::RdmaWrite { .. });
+                let need = if write {
+                    Access::REMOTE_WRITE
+                } else {
+                    Access::REMOTE_READ
+                };
+                let moved = if !peer.check_key(rkey, remote_addr, total, need) {
+                    Err(None)
+                } else if write {
+                    vm_write(peer.pid, &local, remote_addr, total).map_err(Some)
+                } else {
+                    vm_read(peer.pid, &local, remote_addr, total).map_err(Some)
+                };
+                match moved {
+                    Ok(()) => {}
+                    Err(Some(e)) if gone(&e) => {
+                        self.fail(st, wr_id, op, WcStatus::RetryExcErr, pos);
+                        return Step::Done;
+                    }
+                    Err(_) => {
+                        peer.set_err(rindex);
+                        self.fail(st, wr_id, op, WcStatus::RemAccessErr, pos);
+                        return Step::Done;
+                    }
                 }
             }
             SendOp::FetchAdd {
@@ -997,10 +1010,17 @@ impl QpInner {
                     }];
                     vm_write(peer.pid, &src, remote_addr, 8)
                 });
-                if done.is_err() {
-                    peer.set_err(rindex);
-                    self.fail(st, wr_id, op, WcStatus::RemAccessErr, pos);
-                    return Step::Done;
+                match done {
+                    Ok(()) => {}
+                    Err(e) if gone(&e) => {
+                        self.fail(st, wr_id, op, WcStatus::RetryExcErr, pos);
+                        return Step::Done;
+                    }
+                    Err(_) => {
+                        peer.set_err(rindex);
+                        self.fail(st, wr_id, op, WcStatus::RemAccessErr, pos);
+                        return Step::Done;
+                    }
                 }
                 // SAFETY: the scatter element is 8 bytes of this process registered with
                 // LOCAL_WRITE (checked above), valid until this request completes (post_send's
@@ -1055,6 +1075,12 @@ fn vm_io(
         return Err(std::io::Error::from_raw_os_error(libc::EFAULT));
     }
     Ok(())
+}
+
+/// True when a transfer failed because the peer's process is gone: on a fabric, a peer that
+/// no longer answers (`RETRY_EXC_ERR`).
+fn gone(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ESRCH)
 }
 
 fn vm_write(pid: i32, local: &[libc::iovec], remote: u64, len: u64) -> std::io::Result<()> {
