@@ -653,6 +653,17 @@ pub mod vars {
         meaning: "ibv: the HCAs and ports to use, as GASNet's `GASNET_IBV_PORTS` (`mlx5_0`, \
                   `mlx5_0:1`, `mlx5_0:1+mlx5_1`): the first that exists and is active",
     };
+    /// `AMNET_IBV_AM_CREDITS`.
+    pub const IBV_AM_CREDITS: Var = Var {
+        name: "AMNET_IBV_AM_CREDITS",
+        scope: IBV,
+        kind: count(2, 255),
+        default: "32 (fewer where the device's shared receive queue cannot hold them)",
+        meaning: "ibv: requests a rank may have on their way to one peer before that peer has \
+                  run their handlers; the peer returns them in its messages, or in a credit \
+                  message once half are due. Each rank posts 2 · credits + 2 receive buffers \
+                  per peer",
+    };
     /// `AMNET_IBV_EMU_FAULT`.
     pub const IBV_EMU_FAULT: Var = Var {
         name: "AMNET_IBV_EMU_FAULT",
@@ -738,6 +749,7 @@ pub const VARS: &[&Var] = &[
     &vars::OFI_LONG_WRITE,
     &vars::IBV_DEVICE,
     &vars::IBV_PORTS,
+    &vars::IBV_AM_CREDITS,
     &vars::IBV_EMU_FAULT,
     &vars::STORM,
     &vars::TESTSUITE_SUMMARY,

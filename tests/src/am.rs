@@ -265,7 +265,9 @@ fn immediate(c: &Ctx<'_>) -> Verdict {
         )));
     }
     // ofi's credits (AMNET_OFI_AM_CREDITS, at most 255) bound the requests on their way to
-    // a rank that does not poll (through the network: the bypass's rings hold more).
+    // a rank that does not poll (through the network: the bypass's rings hold more). (ibv's
+    // credits bound them as well, but its messages are fast enough that the next rank, still
+    // polling on its way out of the barrier above, returns credits for many of them.)
     if c.ep.conduit_name() == "ofi" && c.size() > 1 && !crate::rings_to(c, next) && sent > 255 + 6 {
         verdict = verdict.and(Err(format!(
             "{sent} immediate requests left towards a rank that does not poll"

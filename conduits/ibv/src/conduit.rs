@@ -40,14 +40,19 @@ use crate::verbs::{
 use crate::wire::{self, HDR};
 
 /// Largest Medium payload.
-pub const MAX_MEDIUM: usize = 65_536;
+pub const MAX_MEDIUM: usize = 16_384;
 /// Largest Long payload that travels inside its message (copied into the segment on
 /// arrival); larger ones are RDMA-written ahead of it.
 pub const EAGER_MAX: usize = 8192;
-/// Bytes of one receive or send buffer: a header, every argument and a Medium.
-pub(crate) const BUF: usize = HDR + 4 * MAX_ARGS + MAX_MEDIUM;
+/// Bytes of one receive buffer: a header, every argument and a Medium.
+pub(crate) const RECV_BUF: usize = HDR + 4 * MAX_ARGS + MAX_MEDIUM;
+/// Bytes of one send buffer: a message, or a chunk of a written Long, a put or a get.
+pub(crate) const BUF: usize = 65_536;
 /// Registered send (and bounce) buffers.
 const SENDS: usize = 32;
+/// Requests a rank may have on their way to one peer before that peer returns credits, unless
+/// `AMNET_IBV_AM_CREDITS` says otherwise or the device's shared receive queue is too short.
+const CREDITS: u32 = 32;
 /// Send queue depth per queue pair, at most.
 const SQ_DEPTH: u32 = 64;
 /// Completions read per poll of the completion queue.
@@ -133,26 +138,27 @@ pub(crate) enum Arrived {
     Hold,
 }
 
-/// Registered memory cut into buffers of [`BUF`] bytes.
+/// Registered memory cut into buffers of `size` bytes.
 pub(crate) struct Buffers<V: Verbs> {
     /// Dropped before the memory.
     pub(crate) mr: V::Mr,
     pub(crate) mem: HeapSegment,
+    size: usize,
 }
 
 impl<V: Verbs> Buffers<V> {
-    fn new(dev: &V, count: usize, access: Access) -> Result<Buffers<V>> {
-        let mem = HeapSegment::new("ibv", count * BUF)?;
+    fn new(dev: &V, count: usize, size: usize, access: Access) -> Result<Buffers<V>> {
+        let mem = HeapSegment::new("ibv", count * size)?;
         // SAFETY: the memory lives as long as the registration (the field order drops the
         // region first), and the device writes it only where `access` allows.
         let mr = unsafe { dev.reg_mr(mem.ptr(), mem.len(), access)? };
-        Ok(Buffers { mr, mem })
+        Ok(Buffers { mr, mem, size })
     }
 
     pub(crate) fn ptr(&self, i: u32) -> *mut u8 {
         // SAFETY: callers pass indices below the buffer count; the offset stays inside the
         // allocation.
-        unsafe { self.mem.ptr().add(i as usize * BUF) }
+        unsafe { self.mem.ptr().add(i as usize * self.size) }
     }
 }
 
@@ -186,6 +192,13 @@ pub(crate) struct Engine<V: Verbs> {
     ready_len: AtomicUsize,
     /// How many of them are held in their receive buffers.
     held: AtomicUsize,
+    /// Requests this rank may still send to each rank before that rank returns credits.
+    credits: Vec<AtomicU32>,
+    /// Credits this rank owes each rank: its requests delivered here and not returned yet.
+    owed: Vec<AtomicU32>,
+    /// Set when some rank is owed at least half its credits: the next poll returns them.
+    owed_due: std::sync::atomic::AtomicBool,
+    credit_max: u32,
     /// Vectors for copied messages.
     spare_vecs: Mutex<Vec<Vec<u8>>>,
     /// RMA operations and their chunks in flight.
@@ -229,12 +242,29 @@ impl<V: Verbs> Engine<V> {
     fn new(dev: V, rank: Rank, size: u32, job: JobLink, src: &Source) -> Result<Engine<V>> {
         let caps = dev.caps();
         let peers = size.saturating_sub(1);
-        let recvs = (32 + 16 * peers as usize).clamp(64, caps.max_srq_wr.min(1024) as usize);
+        // Every peer may have `credits` requests and as many replies on their way here, and
+        // two credit messages: the shared receive queue holds a buffer for each.
+        let srq_max = caps.max_srq_wr.min(8192);
+        let fit = (srq_max / peers.max(1)).saturating_sub(2) / 2;
+        let credits = src
+            .count_u32(&vars::IBV_AM_CREDITS)?
+            .unwrap_or(CREDITS)
+            .min(fit);
+        if credits < 2 && peers > 0 {
+            return Err(cerr(format!(
+                "device {}: a shared receive queue of at most {} entries cannot hold two \
+                 requests and their replies from each of {peers} peers",
+                dev.name(),
+                caps.max_srq_wr
+            )));
+        }
+        let recvs = ((2 * credits as usize + 2) * peers as usize).max(16);
         let mut sq_depth = SQ_DEPTH.min(caps.max_qp_wr);
-        let need = |sq: u32| recvs as u64 + u64::from(peers) * u64::from(sq) + BATCH as u64;
-        if need(sq_depth) > u64::from(caps.max_cqe) && peers > 0 {
+        // Every queue pair's send queue (this rank's own too) and every receive buffer.
+        let need = |sq: u32| recvs as u64 + u64::from(size) * u64::from(sq) + BATCH as u64;
+        if need(sq_depth) > u64::from(caps.max_cqe) {
             let room = u64::from(caps.max_cqe).saturating_sub(recvs as u64 + BATCH as u64);
-            sq_depth = u32::try_from(room / u64::from(peers))
+            sq_depth = u32::try_from(room / u64::from(size))
                 .unwrap_or(0)
                 .min(sq_depth);
         }
@@ -277,15 +307,15 @@ impl<V: Verbs> Engine<V> {
             blob.extend_from_slice(&a);
             qps.push(Some(qp));
         }
-        let recv = Buffers::new(&dev, recvs, Access::LOCAL_WRITE)?;
-        let send = Buffers::new(&dev, SENDS, Access::LOCAL_WRITE)?;
+        let recv = Buffers::new(&dev, recvs, RECV_BUF, Access::LOCAL_WRITE)?;
+        let send = Buffers::new(&dev, SENDS, BUF, Access::LOCAL_WRITE)?;
         for i in 0..recvs {
             let i = u32::try_from(i).unwrap_or(0);
             let wr = RecvWr {
                 wr_id: wr_id(K_RECV, 0, i),
                 sge: Sge {
                     addr: recv.ptr(i) as u64,
-                    len: len32(BUF),
+                    len: len32(RECV_BUF),
                     lkey: recv.mr.lkey(),
                 },
             };
@@ -342,6 +372,10 @@ impl<V: Verbs> Engine<V> {
             ready: Mutex::new(VecDeque::new()),
             ready_len: AtomicUsize::new(0),
             held: AtomicUsize::new(0),
+            credits: (0..size).map(|_| AtomicU32::new(credits)).collect(),
+            owed: (0..size).map(|_| AtomicU32::new(0)).collect(),
+            owed_due: std::sync::atomic::AtomicBool::new(false),
+            credit_max: credits,
             spare_vecs: Mutex::new(Vec::new()),
             ops: Mutex::new(Ops::default()),
             failed: OnceLock::new(),
@@ -372,6 +406,77 @@ impl<V: Verbs> Engine<V> {
                     self.size
                 ))
             })
+    }
+
+    /// Take one credit towards `dest` for a request; false: none left until `dest` returns
+    /// some.
+    fn take_credit(&self, dest: Rank) -> bool {
+        self.credits[dest as usize]
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    /// Give back a credit taken for a request that was not sent.
+    fn refund_credit(&self, dest: Rank) {
+        self.credits[dest as usize].fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A request from `src` was delivered: its credit is owed back.
+    fn owe(&self, src: Rank) {
+        let n = self.owed[src as usize].fetch_add(1, Ordering::AcqRel) + 1;
+        if n >= (self.credit_max / 2).max(1) {
+            self.owed_due.store(true, Ordering::Release);
+        }
+    }
+
+    /// Take up to 255 of the credits owed to `dest`, for a message's fourth byte.
+    fn take_owed(&self, dest: Rank) -> u8 {
+        let o = &self.owed[dest as usize];
+        if o.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        let prev = o
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_sub(255))
+            })
+            .unwrap_or(0);
+        u8::try_from(prev.min(255)).unwrap_or(u8::MAX)
+    }
+
+    /// Return by credit messages the credits owed to ranks that are due half of theirs or
+    /// more; what finds no room now stays due for the next poll.
+    fn return_credits(&self) -> Result<()> {
+        if !self.owed_due.load(Ordering::Relaxed) || !self.owed_due.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let half = (self.credit_max / 2).max(1);
+        for (r, o) in self.owed.iter().enumerate() {
+            let dest = Rank::try_from(r).unwrap_or(Rank::MAX);
+            if dest == self.rank || o.load(Ordering::Acquire) < half {
+                continue;
+            }
+            let sent = self.send_bytes(dest, true, HDR, |b: &mut [u8]| {
+                b.fill(0);
+                b[1] = wire::F_CREDIT;
+                b[16..20].copy_from_slice(&self.rank.to_le_bytes());
+            })?;
+            if !sent {
+                self.owed_due.store(true, Ordering::Release);
+            }
+        }
+        Ok(())
+    }
+
+    /// The credits the message `body` from `src` returns are taken; true when it is a credit
+    /// message (nothing to deliver).
+    fn control(&self, src: Rank, body: &[u8]) -> bool {
+        if body.len() < HDR {
+            return false;
+        }
+        if body[3] > 0 {
+            self.credits[src as usize].fetch_add(u32::from(body[3]), Ordering::AcqRel);
+        }
+        body[1] & wire::F_CREDIT != 0
     }
 
     /// Take a slot of `peer`'s send queue.
@@ -495,6 +600,9 @@ impl<V: Verbs> Engine<V> {
         match wr_kind(wc.wr_id) {
             K_RECV => {
                 let src = self.source(wc)?;
+                if self.control(src, self.recv_body(wc)) {
+                    return self.repost(wr_index(wc.wr_id));
+                }
                 let body = if arrived == Arrived::Hold {
                     self.held.fetch_add(1, Ordering::AcqRel);
                     Body::Held {
@@ -579,7 +687,7 @@ impl<V: Verbs> Engine<V> {
 
     /// The bytes a receive completion delivered.
     fn recv_body(&self, wc: &Wc) -> &[u8] {
-        let len = (wc.byte_len as usize).min(BUF);
+        let len = (wc.byte_len as usize).min(RECV_BUF);
         // SAFETY: the buffer was filled by the device and is this conduit's until posted
         // again; `len` is within it.
         unsafe { std::slice::from_raw_parts(self.recv.ptr(wr_index(wc.wr_id)), len) }
@@ -590,7 +698,7 @@ impl<V: Verbs> Engine<V> {
             wr_id: wr_id(K_RECV, 0, i),
             sge: Sge {
                 addr: self.recv.ptr(i) as u64,
-                len: len32(BUF),
+                len: len32(RECV_BUF),
                 lkey: self.recv.mr.lkey(),
             },
         };
@@ -639,6 +747,7 @@ impl<V: Verbs> Engine<V> {
         if total <= self.max_inline {
             let mut stack = [0u8; INLINE_STACK];
             fill(&mut stack[..total]);
+            stack[3] = self.take_owed(peer);
             let sg = [Sge {
                 addr: stack.as_ptr() as u64,
                 len: len32(total),
@@ -669,7 +778,9 @@ impl<V: Verbs> Engine<V> {
             }
         };
         // SAFETY: buffer `b` is this sender's until its completion; `total <= BUF`.
-        fill(unsafe { std::slice::from_raw_parts_mut(self.send.ptr(b), total) });
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.send.ptr(b), total) };
+        fill(bytes);
+        bytes[3] = self.take_owed(peer);
         let sg = [Sge {
             addr: self.send.ptr(b) as u64,
             len: len32(total),
@@ -707,12 +818,32 @@ impl<V: Verbs> Engine<V> {
                 msg.long_offset, r.len
             )));
         }
-        for (k, chunk) in msg.payload.chunks(BUF).enumerate() {
-            let b = self.wait_buf()?;
-            if let Err(e) = self.wait_sq(peer) {
+        // A try-send answers `Ok(false)` while the first chunk finds no room; once the data
+        // is on its way, the rest waits only for this rank's own completions (writes into a
+        // registered segment need nothing of the peer's).
+        let first = match self.take_buf() {
+            Some(b) if self.take_sq(peer) => b,
+            Some(b) => {
                 self.give_buf(b);
-                return Err(e);
+                self.progress(Arrived::Hold)?;
+                return Ok(false);
             }
+            None => {
+                self.progress(Arrived::Hold)?;
+                return Ok(false);
+            }
+        };
+        for (k, chunk) in msg.payload.chunks(BUF).enumerate() {
+            let b = if k == 0 {
+                first
+            } else {
+                let b = self.wait_buf()?;
+                if let Err(e) = self.wait_sq(peer) {
+                    self.give_buf(b);
+                    return Err(e);
+                }
+                b
+            };
             // SAFETY: buffer `b` is ours until its completion; the chunk fits it.
             unsafe { amnet_core::mem::copy(chunk.as_ptr(), self.send.ptr(b), chunk.len()) };
             let sg = [Sge {
@@ -787,6 +918,9 @@ impl<V: Verbs> Engine<V> {
                  sender",
                 self.rank, h.src
             )));
+        }
+        if !h.is_reply && src != self.rank {
+            self.owe(src);
         }
         let args_end = HDR + 4 * h.nargs;
         let Some(arg_bytes) = body.get(HDR..args_end) else {
@@ -917,11 +1051,19 @@ impl<V: Verbs> Engine<V> {
         };
         let mut more = true;
         let mut res = Ok(());
-        for wc in &wcs[..n] {
+        let arrival = |wc: &Wc| wc.status == WcStatus::Success && wr_kind(wc.wr_id) == K_RECV;
+        // Sends, RMA chunks and errors first: a handler run below may need the send buffers
+        // and send queue slots their completions return.
+        for wc in wcs[..n].iter().filter(|w| !arrival(w)) {
+            if let Err(e) = self.on_completion(wc, Arrived::Copy) {
+                if res.is_ok() {
+                    res = Err(e);
+                }
+            }
+        }
+        for wc in wcs[..n].iter().filter(|w| arrival(w)) {
             let direct = more
                 && res.is_ok()
-                && wc.status == WcStatus::Success
-                && wr_kind(wc.wr_id) == K_RECV
                 && self.ready_len.load(Ordering::Acquire) == 0
                 && (!replies_only || wire::is_reply(self.recv_body(wc)));
             if !direct {
@@ -932,9 +1074,13 @@ impl<V: Verbs> Engine<V> {
                 }
                 continue;
             }
-            let r = self
-                .source(wc)
-                .and_then(|src| self.deliver(src, self.recv_body(wc), sink));
+            let r = self.source(wc).and_then(|src| {
+                if self.control(src, self.recv_body(wc)) {
+                    Ok((false, true))
+                } else {
+                    self.deliver(src, self.recv_body(wc), sink)
+                }
+            });
             let again = self.repost(wr_index(wc.wr_id));
             match r.and_then(|x| again.map(|()| x)) {
                 Ok((d, m)) => {
@@ -1193,18 +1339,40 @@ impl<V: Verbs> Conduit for IbvConduit<V> {
         } else {
             msg.payload.len()
         };
-        if msg.category == Category::Long && plen > EAGER_MAX {
-            return e.send_long_written(dest, msg);
+        if plen > u32::MAX as usize {
+            return Err(cerr(format!(
+                "a {} of {plen} bytes to rank {dest}: at most {} bytes per message",
+                msg.category.name(),
+                u32::MAX
+            )));
         }
-        let total = HDR + 4 * msg.args.len() + plen;
-        e.send_bytes(dest, msg.is_reply, total, |b: &mut [u8]| {
-            let n = wire::put_header(b, msg, e.rank, false, plen);
-            b[n..n + plen].copy_from_slice(&msg.payload[..plen]);
-        })
+        // A request needs a credit towards `dest`; a reply never does (it answers a request
+        // that held one, and its buffer there is kept for it).
+        if !msg.is_reply && !e.take_credit(dest) {
+            e.progress(Arrived::Hold)?;
+            if !e.take_credit(dest) {
+                return Ok(false);
+            }
+        }
+        let sent = if msg.category == Category::Long && plen > EAGER_MAX {
+            e.send_long_written(dest, msg)
+        } else {
+            let total = HDR + 4 * msg.args.len() + plen;
+            e.send_bytes(dest, msg.is_reply, total, |b: &mut [u8]| {
+                let n = wire::put_header(b, msg, e.rank, false, plen);
+                b[n..n + plen].copy_from_slice(&msg.payload[..plen]);
+            })
+        };
+        if !msg.is_reply && !matches!(sent, Ok(true)) {
+            e.refund_credit(dest);
+        }
+        sent
     }
 
     fn poll(&self, replies_only: bool, sink: &mut dyn FnMut(&InMsg<'_>) -> bool) -> Result<usize> {
-        self.eng.poll(replies_only, sink)
+        let n = self.eng.poll(replies_only, sink)?;
+        self.eng.return_credits()?;
+        Ok(n)
     }
 
     fn exit_word(&self) -> Option<&std::sync::atomic::AtomicU64> {

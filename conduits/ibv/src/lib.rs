@@ -11,12 +11,17 @@
 //!   8-byte atomics, flushes), so that the protocol runs unchanged as a real multi-process
 //!   job where no RDMA device exists. It is a test device and is documented as one.
 
+// Under `--cfg loom` only the emulated device's queues are built, for their model.
+#[cfg(not(loom))]
 mod conduit;
 pub mod emu;
-#[cfg(feature = "ibv")]
+#[cfg(all(feature = "ibv", not(loom)))]
 pub mod rdma;
+#[cfg(not(loom))]
 mod rma;
 pub mod verbs;
+#[cfg(not(loom))]
 mod wire;
 
+#[cfg(not(loom))]
 pub use conduit::{emu_prefix, open, IbvConduit, EAGER_MAX, MAX_MEDIUM};

@@ -12,8 +12,8 @@
 //! for domains of `u64` or `i64` whose operations are among get, add, sub, inc, dec and
 //! compare-swap; every operation of such a domain goes through the device, this rank's own
 //! through its queue pair connected to itself, since the device's atomics are atomic only
-//! with respect to one another. The old value lands in a send buffer and is read out when the
-//! completion is.
+//! with respect to one another. The old value lands in a send buffer and is moved into the
+//! operation's slot when the completion is read.
 
 use std::sync::Arc;
 
@@ -31,6 +31,11 @@ struct OpSlot {
     /// Chunks posted and not completed.
     pending: u32,
     live: bool,
+    /// Its caller returned (an error) before it completed: its chunks copy nowhere, and the
+    /// last one frees the slot.
+    abandoned: bool,
+    /// An atomic's fetched value, once its completion is read.
+    result: u64,
 }
 
 /// One chunk in flight.
@@ -42,6 +47,8 @@ struct Chunk {
     /// A get through a buffer: where its bytes go when it completes (0: nowhere).
     copy_to: usize,
     len: usize,
+    /// An atomic: its old value lands in the buffer's first 8 bytes, for the slot's `result`.
+    atomic: bool,
 }
 
 /// The operations and chunks in flight.
@@ -63,7 +70,27 @@ impl Ops {
         s.generation = s.generation.wrapping_add(1);
         s.pending = 0;
         s.live = true;
+        s.abandoned = false;
+        s.result = 0;
         (i, s.generation)
+    }
+
+    /// The caller of operation `op` returns before it completed: nothing of it may be
+    /// written to the caller's memory any more, and its slot is freed once its chunks are
+    /// done (at once when none is left).
+    fn abandon(&mut self, op: u32) {
+        let Some(s) = self.slots.get_mut(op as usize) else {
+            return;
+        };
+        if !s.live {
+            return;
+        }
+        if s.pending == 0 {
+            s.live = false;
+            self.free.push(op);
+        } else {
+            s.abandoned = true;
+        }
     }
 
     fn add_chunk(&mut self, c: Chunk) -> u32 {
@@ -87,16 +114,37 @@ pub(crate) fn chunk_done<V: Verbs>(eng: &Engine<V>, index: u32) {
     let Some(c) = ops.chunks.get(index as usize).copied() else {
         return;
     };
-    if c.copy_to != 0 {
+    let abandoned = ops.slots.get(c.op as usize).is_some_and(|s| s.abandoned);
+    if c.copy_to != 0 && !abandoned {
         // SAFETY: the read filled `len` bytes of buffer `c.buf`; `copy_to` is the get's
         // destination, valid until its ticket completes (`NativeRma::get_nb`'s contract),
-        // which happens only after this.
+        // which happens only after this, or its caller returns, which abandons the
+        // operation first (under this lock).
         unsafe { amnet_core::mem::copy(eng.send.ptr(c.buf), c.copy_to as *mut u8, c.len) };
     }
+    let result = if c.atomic {
+        // SAFETY: the atomic wrote its 8-byte old value at the start of buffer `c.buf`,
+        // which is ours until it is given back below.
+        unsafe { std::ptr::read_unaligned(eng.send.ptr(c.buf).cast::<u64>()) }
+    } else {
+        0
+    };
     eng.give_buf(c.buf);
     ops.free_chunks.push(index);
+    let mut free = false;
     if let Some(s) = ops.slots.get_mut(c.op as usize) {
         s.pending = s.pending.saturating_sub(1);
+        if c.atomic {
+            s.result = result;
+        }
+        if s.abandoned && s.pending == 0 {
+            s.abandoned = false;
+            s.live = false;
+            free = true;
+        }
+    }
+    if free {
+        ops.free.push(c.op);
     }
 }
 
@@ -168,15 +216,48 @@ impl<V: Verbs> IbvRma<V> {
                 r.len
             )));
         }
+        let (op, generation) = lock(&e.ops).start();
+        // SAFETY: forwarded contract.
+        let posted = unsafe { self.post_chunks(peer, offset, &dir, direct, op, r, len) };
+        if let Err(err) = posted {
+            lock(&e.ops).abandon(op);
+            return Err(err);
+        }
+        Ok(Some(RmaTicket {
+            rank: peer,
+            id: u64::from(generation) << 32 | u64::from(op),
+        }))
+    }
+
+    /// Post the chunks of operation `op` (see `start`).
+    ///
+    /// # Safety
+    /// - As for `start`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn post_chunks(
+        &self,
+        peer: Rank,
+        offset: u64,
+        dir: &Dir<'_>,
+        direct: bool,
+        op: u32,
+        r: crate::conduit::RemoteSeg,
+        len: usize,
+    ) -> Result<()> {
+        let e = &self.eng;
+        let seg = &e
+            .seg
+            .get()
+            .ok_or_else(|| cerr("put or get before attach"))?
+            .mem;
         let seg_lkey = e.seg.get().and_then(|s| s.mr.as_ref()).map(|m| m.lkey());
         let in_seg = |p: usize, n: usize| {
             let base = seg.ptr() as usize;
             p >= base && p.checked_add(n).is_some_and(|end| end <= base + seg.len())
         };
-        let (op, generation) = lock(&e.ops).start();
         let local = match dir {
             Dir::Put(s) => s.as_ptr() as usize,
-            Dir::Get(d, _) => d as usize,
+            Dir::Get(d, _) => *d as usize,
         };
         let mut at = 0usize;
         while at < len {
@@ -201,7 +282,7 @@ impl<V: Verbs> IbvRma<V> {
                 e.give_buf(buf);
                 return Err(err);
             }
-            let copy_to = match (dir_is_get(&dir), buf) {
+            let copy_to = match (dir_is_get(dir), buf) {
                 (true, b) if b != NO_BUF => p,
                 _ => 0,
             };
@@ -210,6 +291,7 @@ impl<V: Verbs> IbvRma<V> {
                 buf,
                 copy_to,
                 len: n,
+                atomic: false,
             });
             let remote_addr = r.base + offset + at as u64;
             let sg = [Sge {
@@ -239,45 +321,52 @@ impl<V: Verbs> IbvRma<V> {
             unsafe { e.post(peer, &wr)? };
             at += n;
         }
-        Ok(Some(RmaTicket {
-            rank: peer,
-            id: u64::from(generation) << 32 | u64::from(op),
-        }))
+        Ok(())
     }
 
-    /// True once the operation behind `t` completed (its slot is freed then).
-    fn done(&self, t: RmaTicket) -> Result<bool> {
+    /// The operation's result (an atomic's fetched value, else 0) once the operation behind
+    /// `t` completed (its slot is freed then).
+    fn done(&self, t: RmaTicket) -> Result<Option<u64>> {
         let op = (t.id & 0xffff_ffff) as usize;
         let generation = (t.id >> 32) as u32;
         let mut ops = lock(&self.eng.ops);
-        let ok = match ops.slots.get_mut(op) {
-            Some(s) if s.live && s.generation == generation => {
+        let result = match ops.slots.get_mut(op) {
+            Some(s) if s.live && !s.abandoned && s.generation == generation => {
                 if s.pending > 0 {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 s.live = false;
-                true
+                Some(s.result)
             }
-            _ => false,
+            _ => None,
         };
-        if !ok {
+        let Some(result) = result else {
             return Err(cerr(format!(
                 "RMA ticket {:#x} towards rank {} names no operation in flight",
                 t.id, t.rank
             )));
-        }
+        };
         ops.free.push(u32::try_from(op).unwrap_or(u32::MAX));
-        Ok(true)
+        Ok(Some(result))
     }
 
-    fn finish(&self, t: Option<RmaTicket>) -> Result<()> {
-        let Some(t) = t else { return Ok(()) };
+    /// Give up on `t`: its caller returns with an error.
+    fn abandon(&self, t: RmaTicket) {
+        lock(&self.eng.ops).abandon((t.id & 0xffff_ffff) as u32);
+    }
+
+    /// Wait until `t` completes; returns its result (see `done`).
+    fn finish(&self, t: Option<RmaTicket>) -> Result<u64> {
+        let Some(t) = t else { return Ok(0) };
         let mut bo = Backoff::new(self.eng.spin, !self.eng.oversubscribed);
         loop {
-            if self.done(t)? {
-                return Ok(());
+            if let Some(v) = self.done(t)? {
+                return Ok(v);
             }
-            self.eng.waiting(&mut bo)?;
+            if let Err(e) = self.eng.waiting(&mut bo) {
+                self.abandon(t);
+                return Err(e);
+            }
         }
     }
 }
@@ -297,26 +386,29 @@ impl<V: Verbs> NativeRma for IbvRma<V> {
     fn put(&self, dest: Rank, offset: u64, src: &[u8]) -> Result<()> {
         // SAFETY: a put has no destination of ours; the source outlives this blocking call.
         let t = unsafe { self.start(dest, offset, Dir::Put(src), true)? };
-        self.finish(t)
+        self.finish(t).map(|_| ())
     }
 
     unsafe fn get(&self, src_rank: Rank, offset: u64, dst: *mut u8, len: usize) -> Result<()> {
         // SAFETY: `dst` is valid for `len` writes for this blocking call (the caller's
         // contract).
         let t = unsafe { self.start(src_rank, offset, Dir::Get(dst, len), true)? };
-        self.finish(t)
+        self.finish(t).map(|_| ())
     }
 
     fn put_nb(&self, dest: Rank, offset: u64, src: &[u8]) -> Result<Option<RmaTicket>> {
         // SAFETY: no destination of ours; `direct: false` copies the source before return.
-        let t = unsafe { self.start(dest, offset, Dir::Put(src), false)? };
-        if t.is_some() {
-            self.eng.progress(crate::conduit::Arrived::Copy)?;
+        let Some(t) = (unsafe { self.start(dest, offset, Dir::Put(src), false)? }) else {
+            return Ok(None);
+        };
+        if let Err(e) = self.eng.progress(crate::conduit::Arrived::Copy) {
+            self.abandon(t);
+            return Err(e);
         }
-        match t {
-            Some(t) if self.done(t)? => Ok(None),
-            other => Ok(other),
-        }
+        Ok(match self.done(t)? {
+            Some(_) => None,
+            None => Some(t),
+        })
     }
 
     unsafe fn get_nb(
@@ -331,12 +423,15 @@ impl<V: Verbs> NativeRma for IbvRma<V> {
     }
 
     fn test(&self, t: RmaTicket) -> Result<bool> {
-        self.eng.progress(crate::conduit::Arrived::Copy)?;
-        self.done(t)
+        if let Err(e) = self.eng.progress(crate::conduit::Arrived::Copy) {
+            self.abandon(t);
+            return Err(e);
+        }
+        self.done(t).map(|r| r.is_some())
     }
 
     fn wait(&self, t: RmaTicket) -> Result<()> {
-        self.finish(Some(t))
+        self.finish(Some(t)).map(|_| ())
     }
 }
 
@@ -426,18 +521,29 @@ impl<V: Verbs> NativeAtomics for IbvRma<V> {
                 )))
             }
         };
-        let mut old = 0u64;
         let (op_slot, generation) = lock(&e.ops).start();
-        let b = e.wait_buf()?;
+        let t = RmaTicket {
+            rank,
+            id: u64::from(generation) << 32 | u64::from(op_slot),
+        };
+        let b = match e.wait_buf() {
+            Ok(b) => b,
+            Err(err) => {
+                self.abandon(t);
+                return Err(err);
+            }
+        };
         if let Err(err) = e.wait_sq(rank) {
             e.give_buf(b);
+            self.abandon(t);
             return Err(err);
         }
         let chunk = lock(&e.ops).add_chunk(Chunk {
             op: op_slot,
             buf: b,
-            copy_to: std::ptr::addr_of_mut!(old) as usize,
+            copy_to: 0,
             len: 8,
+            atomic: true,
         });
         let sg = [Sge {
             addr: e.send.ptr(b) as u64,
@@ -452,13 +558,12 @@ impl<V: Verbs> NativeAtomics for IbvRma<V> {
             inline: false,
             fence: false,
         };
-        // SAFETY: the result goes to send buffer `b`, held until the completion; `old`
-        // outlives the wait below, which returns only once the completion copied into it.
-        unsafe { e.post(rank, &wr)? };
-        self.finish(Some(RmaTicket {
-            rank,
-            id: u64::from(generation) << 32 | u64::from(op_slot),
-        }))?;
-        Ok(old)
+        // SAFETY: the result goes to send buffer `b`, held until the completion, which moves
+        // it into the operation's slot.
+        if let Err(err) = unsafe { e.post(rank, &wr) } {
+            self.abandon(t);
+            return Err(err);
+        }
+        self.finish(Some(t))
     }
 }

@@ -6,9 +6,9 @@
 //!
 //! ```text
 //! byte 0     handler
-//! byte 1     category (bits 0-1) | F_REPLY | F_WRITTEN
+//! byte 1     category (bits 0-1) | F_REPLY | F_WRITTEN | F_CREDIT
 //! byte 2     argument count
-//! byte 3     0
+//! byte 3     credits returned to the receiver (requests of its that the sender delivered)
 //! bytes 4-7  payload length (u32 LE)
 //! bytes 8-15 Long offset in the target's segment (u64 LE)
 //! bytes 16-19 source rank (u32 LE), checked against the queue pair it arrived on
@@ -23,6 +23,8 @@ pub(crate) const F_REPLY: u8 = 0x04;
 /// A Long whose payload was RDMA-written into the target's segment before this message (RC
 /// order places it first); the message carries no payload.
 pub(crate) const F_WRITTEN: u8 = 0x08;
+/// A credit message: a header whose only content is byte 3; no handler runs.
+pub(crate) const F_CREDIT: u8 = 0x10;
 
 /// A decoded header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -275,7 +275,9 @@ impl Shm {
 
     fn push_cqe(&self, cq: u32, e: [u64; 4]) {
         let r = self.cq(cq);
-        if !r.push(e) {
+        // The depth the queue was created with, as a device enforces it.
+        let depth = r.hdr(ring::HDR_DEPTH).load(Ordering::Acquire);
+        if r.len() >= depth || !r.push(e) {
             r.hdr(ring::HDR_OVERRUN).store(1, Ordering::Release);
         }
     }
@@ -599,8 +601,10 @@ impl Dev {
         let qps: Vec<Arc<QpInner>> = lock(&self.qps).iter().filter_map(Weak::upgrade).collect();
         for q in qps {
             let mut st = lock(&q.st);
-            if err && self.shm.qp_state(q.index) == QpState::Err {
-                q.flush(self, &mut st);
+            if self.shm.qp_state(q.index) == QpState::Err {
+                if err || !st.waiting.is_empty() {
+                    q.flush(self, &mut st);
+                }
             } else if !st.waiting.is_empty() {
                 q.run_waiting(self, &mut st);
             }
@@ -793,7 +797,7 @@ impl QpInner {
         while let Some(w) = st.waiting.pop_front() {
             // While it runs, `w` is out of the queue: a failure flushes only those after it.
             match self.run(
-                st, w.wr_id, &w.op, &w.sg, w.inline, w.signaled, w.pos, w.since,
+                st, w.wr_id, &w.op, &w.sg, w.inline, w.signaled, w.pos, w.since, false,
             ) {
                 Step::Wait => {
                     st.waiting.push_front(w);
@@ -801,6 +805,10 @@ impl QpInner {
                 }
                 Step::Done => {
                     dev.waiting.fetch_sub(1, Ordering::AcqRel);
+                    // The next request's retries count from now, when it reaches the head.
+                    if let Some(next) = st.waiting.front_mut() {
+                        next.since = Instant::now();
+                    }
                 }
             }
         }
@@ -818,9 +826,16 @@ impl QpInner {
         signaled: bool,
         pos: u64,
         since: Instant,
+        first: bool,
     ) -> Step {
         let dev = &self.dev;
-        if let Some(status) = st.inject.take().or_else(|| dev.take_fault()) {
+        // An injected fault belongs to a request's first run, not to its retries.
+        let injected = if first {
+            st.inject.take().or_else(|| dev.take_fault())
+        } else {
+            None
+        };
+        if let Some(status) = injected {
             self.fail(st, wr_id, op, status, pos);
             return Step::Done;
         }
@@ -895,6 +910,10 @@ impl QpInner {
                     peer.srq(u32::try_from(srq - 1).unwrap_or(0)).pop()
                 };
                 let Some(wqe) = taken else {
+                    if !process_alive(peer.pid) {
+                        self.fail(st, wr_id, op, WcStatus::RetryExcErr, pos);
+                        return Step::Done;
+                    }
                     let timer = peer.qp(rindex, Q_RNR_TIMER).load(Ordering::Relaxed);
                     let limit = rnr_delay(timer) * (u32::from(st.attr.rnr_retry) + 1);
                     if st.attr.rnr_retry != 7 && since.elapsed() >= limit {
@@ -1077,6 +1096,13 @@ fn vm_io(
     Ok(())
 }
 
+/// False once process `pid` has ended: a peer that will never post another receive.
+fn process_alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
 /// True when a transfer failed because the peer's process is gone: on a fabric, a peer that
 /// no longer answers (`RETRY_EXC_ERR`).
 fn gone(e: &std::io::Error) -> bool {
@@ -1169,7 +1195,10 @@ impl Verbs for EmuDevice {
                 format!("create_cq: all {} completion queues in use", lim.max_cq),
             )
         })?;
-        self.dev.shm.cq(index).init();
+        let r = self.dev.shm.cq(index);
+        r.init();
+        r.hdr(ring::HDR_DEPTH)
+            .store(depth.into(), Ordering::Release);
         Ok(EmuCq {
             dev: self.dev.clone(),
             index,
@@ -1369,7 +1398,7 @@ impl Verbs for EmuDevice {
                 ));
             }
             let retired = self.dev.shm.qp(q.index, Q_RETIRED).load(Ordering::Acquire);
-            if st.posted - retired >= u64::from(q.init.max_send_wr) {
+            if st.posted.saturating_sub(retired) >= u64::from(q.init.max_send_wr) {
                 return refuse(format!(
                     "the send queue is full ({} requests not retired by a polled signaled \
                      completion)",
@@ -1379,6 +1408,10 @@ impl Verbs for EmuDevice {
             let pos = st.posted;
             st.posted += 1;
             if state == QpState::Err {
+                // Older requests flush first: a send queue completes in order.
+                if !st.waiting.is_empty() {
+                    q.flush(&self.dev, &mut st);
+                }
                 q.complete(
                     wr.wr_id,
                     wr.op.completion_opcode(),
@@ -1399,6 +1432,7 @@ impl Verbs for EmuDevice {
                     wr.signaled,
                     pos,
                     now,
+                    true,
                 ) {
                     continue;
                 }
@@ -1514,7 +1548,8 @@ impl Verbs for EmuDevice {
                 "ibv",
                 format!(
                     "completion queue {} overran (depth {}): completions were lost",
-                    cq.index, shm.lay.lim.cq_depth
+                    cq.index,
+                    r.hdr(ring::HDR_DEPTH).load(Ordering::Acquire)
                 ),
             ));
         }
@@ -1525,7 +1560,9 @@ impl Verbs for EmuDevice {
             if (wc.opcode as u8) < 128 {
                 // A send-side completion retires its position and every one before it.
                 let index = wc.qp_num & 0xffff;
-                if index < shm.lay.lim.max_qp {
+                if index < shm.lay.lim.max_qp
+                    && shm.qp(index, Q_NUM).load(Ordering::Acquire) == u64::from(wc.qp_num)
+                {
                     shm.qp(index, Q_RETIRED)
                         .fetch_max(e[3] + 1, Ordering::AcqRel);
                 }

@@ -19,6 +19,9 @@ pub(crate) const CELL_WORDS: usize = 5;
 /// Header word that the completion queue uses to record an overrun.
 #[cfg_attr(loom, allow(dead_code))]
 pub(crate) const HDR_OVERRUN: usize = 2;
+/// Header word that holds the depth a completion queue was created with.
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) const HDR_DEPTH: usize = 3;
 
 /// Words a ring of `cap` cells takes.
 pub(crate) fn words(cap: usize) -> usize {
