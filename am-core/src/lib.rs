@@ -13,6 +13,7 @@ mod backoff;
 pub mod barrier;
 pub mod conduit;
 pub mod config;
+pub mod credits;
 pub mod diag;
 mod endpoint;
 mod error;

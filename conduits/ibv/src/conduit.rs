@@ -192,13 +192,8 @@ pub(crate) struct Engine<V: Verbs> {
     ready_len: AtomicUsize,
     /// How many of them are held in their receive buffers.
     held: AtomicUsize,
-    /// Requests this rank may still send to each rank before that rank returns credits.
-    credits: Vec<AtomicU32>,
-    /// Credits this rank owes each rank: its requests delivered here and not returned yet.
-    owed: Vec<AtomicU32>,
-    /// Set when some rank is owed at least half its credits: the next poll returns them.
-    owed_due: std::sync::atomic::AtomicBool,
-    credit_max: u32,
+    /// Requests towards each rank, and credits owed to each.
+    credits: amnet_core::credits::Credits,
     /// Vectors for copied messages.
     spare_vecs: Mutex<Vec<Vec<u8>>>,
     /// RMA operations and their chunks in flight.
@@ -372,10 +367,7 @@ impl<V: Verbs> Engine<V> {
             ready: Mutex::new(VecDeque::new()),
             ready_len: AtomicUsize::new(0),
             held: AtomicUsize::new(0),
-            credits: (0..size).map(|_| AtomicU32::new(credits)).collect(),
-            owed: (0..size).map(|_| AtomicU32::new(0)).collect(),
-            owed_due: std::sync::atomic::AtomicBool::new(false),
-            credit_max: credits,
+            credits: amnet_core::credits::Credits::new(size, credits),
             spare_vecs: Mutex::new(Vec::new()),
             ops: Mutex::new(Ops::default()),
             failed: OnceLock::new(),
@@ -408,51 +400,11 @@ impl<V: Verbs> Engine<V> {
             })
     }
 
-    /// Take one credit towards `dest` for a request; false: none left until `dest` returns
-    /// some.
-    fn take_credit(&self, dest: Rank) -> bool {
-        self.credits[dest as usize]
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-            .is_ok()
-    }
-
-    /// Give back a credit taken for a request that was not sent.
-    fn refund_credit(&self, dest: Rank) {
-        self.credits[dest as usize].fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// A request from `src` was delivered: its credit is owed back.
-    fn owe(&self, src: Rank) {
-        let n = self.owed[src as usize].fetch_add(1, Ordering::AcqRel) + 1;
-        if n >= (self.credit_max / 2).max(1) {
-            self.owed_due.store(true, Ordering::Release);
-        }
-    }
-
-    /// Take up to 255 of the credits owed to `dest`, for a message's fourth byte.
-    fn take_owed(&self, dest: Rank) -> u8 {
-        let o = &self.owed[dest as usize];
-        if o.load(Ordering::Relaxed) == 0 {
-            return 0;
-        }
-        let prev = o
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                Some(n.saturating_sub(255))
-            })
-            .unwrap_or(0);
-        u8::try_from(prev.min(255)).unwrap_or(u8::MAX)
-    }
-
     /// Return by credit messages the credits owed to ranks that are due half of theirs or
     /// more; what finds no room now stays due for the next poll.
     fn return_credits(&self) -> Result<()> {
-        if !self.owed_due.load(Ordering::Relaxed) || !self.owed_due.swap(false, Ordering::AcqRel) {
-            return Ok(());
-        }
-        let half = (self.credit_max / 2).max(1);
-        for (r, o) in self.owed.iter().enumerate() {
-            let dest = Rank::try_from(r).unwrap_or(Rank::MAX);
-            if dest == self.rank || o.load(Ordering::Acquire) < half {
+        for dest in self.credits.due() {
+            if dest == self.rank {
                 continue;
             }
             let sent = self.send_bytes(dest, true, HDR, |b: &mut [u8]| {
@@ -461,7 +413,7 @@ impl<V: Verbs> Engine<V> {
                 b[16..20].copy_from_slice(&self.rank.to_le_bytes());
             })?;
             if !sent {
-                self.owed_due.store(true, Ordering::Release);
+                self.credits.still_due();
             }
         }
         Ok(())
@@ -473,9 +425,7 @@ impl<V: Verbs> Engine<V> {
         if body.len() < HDR {
             return false;
         }
-        if body[3] > 0 {
-            self.credits[src as usize].fetch_add(u32::from(body[3]), Ordering::AcqRel);
-        }
+        self.credits.give_back(src, u32::from(body[3]));
         body[1] & wire::F_CREDIT != 0
     }
 
@@ -747,7 +697,7 @@ impl<V: Verbs> Engine<V> {
         if total <= self.max_inline {
             let mut stack = [0u8; INLINE_STACK];
             fill(&mut stack[..total]);
-            stack[3] = self.take_owed(peer);
+            stack[3] = self.credits.take_owed(peer);
             let sg = [Sge {
                 addr: stack.as_ptr() as u64,
                 len: len32(total),
@@ -780,7 +730,7 @@ impl<V: Verbs> Engine<V> {
         // SAFETY: buffer `b` is this sender's until its completion; `total <= BUF`.
         let bytes = unsafe { std::slice::from_raw_parts_mut(self.send.ptr(b), total) };
         fill(bytes);
-        bytes[3] = self.take_owed(peer);
+        bytes[3] = self.credits.take_owed(peer);
         let sg = [Sge {
             addr: self.send.ptr(b) as u64,
             len: len32(total),
@@ -920,7 +870,7 @@ impl<V: Verbs> Engine<V> {
             )));
         }
         if !h.is_reply && src != self.rank {
-            self.owe(src);
+            self.credits.owe(src);
         }
         let args_end = HDR + 4 * h.nargs;
         let Some(arg_bytes) = body.get(HDR..args_end) else {
@@ -1348,9 +1298,9 @@ impl<V: Verbs> Conduit for IbvConduit<V> {
         }
         // A request needs a credit towards `dest`; a reply never does (it answers a request
         // that held one, and its buffer there is kept for it).
-        if !msg.is_reply && !e.take_credit(dest) {
+        if !msg.is_reply && !e.credits.take(dest) {
             e.progress(Arrived::Hold)?;
-            if !e.take_credit(dest) {
+            if !e.credits.take(dest) {
                 return Ok(false);
             }
         }
@@ -1364,7 +1314,7 @@ impl<V: Verbs> Conduit for IbvConduit<V> {
             })
         };
         if !msg.is_reply && !matches!(sent, Ok(true)) {
-            e.refund_credit(dest);
+            e.credits.give_back(dest, 1);
         }
         sent
     }

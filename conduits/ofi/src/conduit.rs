@@ -30,7 +30,7 @@
 //! queue cannot wait forever.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -409,14 +409,8 @@ pub(crate) struct Engine {
     awake: AwakeWindow,
     /// When each peer was last nudged (ns of `now_ns`, 0: never).
     nudged: Vec<AtomicU64>,
-    /// Requests this rank may still send to each rank before that rank returns credits.
-    credits: Vec<AtomicU32>,
-    /// Credits this rank owes each rank: its requests delivered here and not returned yet.
-    owed: Vec<AtomicU32>,
-    /// Set when some rank is owed at least `credit_max / 2`: the next poll returns them.
-    owed_due: AtomicBool,
-    /// Credits each rank starts with towards each other (`AMNET_OFI_AM_CREDITS`).
-    credit_max: u32,
+    /// Requests towards each rank (`AMNET_OFI_AM_CREDITS` each), and credits owed to each.
+    credits: amnet_core::credits::Credits,
     /// The first error the completion queue reported, for RMA waiters that did not read it.
     failed: OnceLock<String>,
 }
@@ -499,10 +493,7 @@ impl Engine {
             slots: Slots::new(),
             awake: AwakeWindow::new(),
             nudged: (0..size).map(|_| AtomicU64::new(0)).collect(),
-            credits: (0..size).map(|_| AtomicU32::new(credit_max)).collect(),
-            owed: (0..size).map(|_| AtomicU32::new(0)).collect(),
-            owed_due: AtomicBool::new(false),
-            credit_max,
+            credits: amnet_core::credits::Credits::new(size, credit_max),
             failed: OnceLock::new(),
         };
         for _ in 0..RECVS {
@@ -787,7 +778,7 @@ impl Engine {
     /// message is only a nudge or a credit message (nothing to deliver).
     fn apply_control(&self, h: &Header, src: Rank) -> bool {
         if h.returned > 0 {
-            self.credits[src as usize].fetch_add(u32::from(h.returned), Ordering::AcqRel);
+            self.credits.give_back(src, u32::from(h.returned));
         }
         if h.nudge {
             self.awake.nudged();
@@ -795,70 +786,26 @@ impl Engine {
         h.nudge || h.credit
     }
 
-    /// Take one credit towards `dest` for a request; `Ok(false)`: none left until `dest`
-    /// returns some.
-    fn take_credit(&self, dest: Rank) -> Result<bool> {
-        let c = self
-            .credits
-            .get(dest as usize)
-            .ok_or_else(|| cerr(format!("rank {dest} is not in the job of {}", self.size)))?;
-        Ok(
-            c.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-                .is_ok(),
-        )
-    }
-
-    /// Give back a credit taken for a request that was not sent.
-    fn refund_credit(&self, dest: Rank) {
-        self.credits[dest as usize].fetch_add(1, Ordering::AcqRel);
-    }
-
     /// A request from `src` was delivered: its credit is owed back (at once, to this rank).
     fn owe(&self, src: Rank) {
         if src == self.rank {
-            self.refund_credit(src);
-            return;
+            self.credits.give_back(src, 1);
+        } else {
+            self.credits.owe(src);
         }
-        let n = self.owed[src as usize].fetch_add(1, Ordering::AcqRel) + 1;
-        if n >= (self.credit_max / 2).max(1) {
-            self.owed_due.store(true, Ordering::Release);
-        }
-    }
-
-    /// Take up to 255 of the credits owed to `dest`, for a message's fourth byte.
-    fn take_owed(&self, dest: Rank) -> u8 {
-        let o = &self.owed[dest as usize];
-        if o.load(Ordering::Relaxed) == 0 {
-            return 0;
-        }
-        let prev = o
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                Some(n.saturating_sub(255))
-            })
-            .unwrap_or(0);
-        u8::try_from(prev.min(255)).unwrap_or(u8::MAX)
     }
 
     /// Return by credit messages the credits owed to ranks that are due half of theirs or
     /// more (`owe`); what finds no room now stays due for the next poll.
     fn return_credits(&self) -> Result<()> {
-        // Read before the swap: most polls find nothing due, and a load costs no write.
-        if !self.owed_due.load(Ordering::Relaxed) || !self.owed_due.swap(false, Ordering::AcqRel) {
-            return Ok(());
-        }
-        let half = (self.credit_max / 2).max(1);
-        for (r, o) in self.owed.iter().enumerate() {
-            if o.load(Ordering::Acquire) < half {
-                continue;
-            }
-            let dest = Rank::try_from(r).unwrap_or(Rank::MAX);
+        for dest in self.credits.due() {
             let sent = self.send_bytes(dest, HDR, |b: &mut [u8]| {
                 b.fill(0);
                 b[1] = F_CREDIT;
                 b[16..20].copy_from_slice(&self.rank.to_le_bytes());
             })?;
             if !sent {
-                self.owed_due.store(true, Ordering::Release);
+                self.credits.still_due();
             }
         }
         Ok(())
@@ -948,10 +895,10 @@ impl Engine {
         let (tag, data) = (self.am_tag, self.am_data);
         // Credits owed to `dest` ride in the fourth byte, and are owed again if the message
         // does not leave.
-        let give = self.take_owed(dest);
+        let give = self.credits.take_owed(dest);
         let unsent = |e: Option<Error>| {
             if give > 0 {
-                self.owed[dest as usize].fetch_add(u32::from(give), Ordering::AcqRel);
+                self.credits.owe_n(dest, u32::from(give));
             }
             match e {
                 Some(e) => Err(e),
@@ -1410,7 +1357,13 @@ impl Conduit for OfiConduit {
         };
         // A request needs a credit towards `dest`; a reply never does (it answers a
         // request that held one).
-        if !msg.is_reply && !self.eng.take_credit(dest)? {
+        if dest >= self.eng.size {
+            return Err(cerr(format!(
+                "rank {dest} is not in the job of {}",
+                self.eng.size
+            )));
+        }
+        if !msg.is_reply && !self.eng.credits.take(dest) {
             // Credits come back within a round trip if `dest` polls: it is nudged so that its
             // idle waits do not sleep meanwhile, and the core's wait here polls without
             // sleeping.
@@ -1441,7 +1394,7 @@ impl Conduit for OfiConduit {
             })
         };
         if !msg.is_reply && !matches!(sent, Ok(true)) {
-            self.eng.refund_credit(dest);
+            self.eng.credits.give_back(dest, 1);
         }
         sent
     }
