@@ -792,6 +792,23 @@ impl QpInner {
         }
     }
 
+    /// A peer that does not answer (its process ended): the request is tried again until
+    /// the transport timeout, then completes `RETRY_EXC_ERR`, as on a fabric.
+    fn unanswered(
+        &self,
+        st: &mut QpLocal,
+        wr_id: u64,
+        op: &SendOp,
+        pos: u64,
+        since: Instant,
+    ) -> Step {
+        if since.elapsed() >= transport_timeout(&st.attr) {
+            self.fail(st, wr_id, op, WcStatus::RetryExcErr, pos);
+            return Step::Done;
+        }
+        Step::Wait
+    }
+
     /// Run the waiting requests in order until one must wait again.
     fn run_waiting(&self, dev: &Dev, st: &mut QpLocal) {
         while let Some(w) = st.waiting.pop_front() {
@@ -911,8 +928,7 @@ impl QpInner {
                 };
                 let Some(wqe) = taken else {
                     if !process_alive(peer.pid) {
-                        self.fail(st, wr_id, op, WcStatus::RetryExcErr, pos);
-                        return Step::Done;
+                        return self.unanswered(st, wr_id, op, pos, since);
                     }
                     let timer = peer.qp(rindex, Q_RNR_TIMER).load(Ordering::Relaxed);
                     let limit = rnr_delay(timer) * (u32::from(st.attr.rnr_retry) + 1);
@@ -952,8 +968,7 @@ impl QpInner {
                 match result {
                     Ok(opcode) => peer.push_cqe(rcq, cqe(&recv_wc(WcStatus::Success, opcode), 0)),
                     Err(e) if gone(&e) => {
-                        self.fail(st, wr_id, op, WcStatus::RetryExcErr, pos);
-                        return Step::Done;
+                        return self.unanswered(st, wr_id, op, pos, since);
                     }
                     Err(_) => {
                         peer.push_cqe(rcq, cqe(&recv_wc(WcStatus::LocProtErr, WcOpcode::Recv), 0));
@@ -980,8 +995,7 @@ impl QpInner {
                 match moved {
                     Ok(()) => {}
                     Err(Some(e)) if gone(&e) => {
-                        self.fail(st, wr_id, op, WcStatus::RetryExcErr, pos);
-                        return Step::Done;
+                        return self.unanswered(st, wr_id, op, pos, since);
                     }
                     Err(_) => {
                         peer.set_err(rindex);
@@ -1032,8 +1046,7 @@ impl QpInner {
                 match done {
                     Ok(()) => {}
                     Err(e) if gone(&e) => {
-                        self.fail(st, wr_id, op, WcStatus::RetryExcErr, pos);
-                        return Step::Done;
+                        return self.unanswered(st, wr_id, op, pos, since);
                     }
                     Err(_) => {
                         peer.set_err(rindex);
