@@ -10,11 +10,14 @@
 //! registered once, whole, and every rank learns every other's base, length and key at attach;
 //! put and get are RDMA writes and reads into it (`crate::rma`).
 //!
-//! Flow control is the hardware's: a sender whose peer has no receive posted retries
-//! (receiver-not-ready, `rnr_retry` 7: without limit), and a rank's waits of its own (send
-//! queue or buffers full, an RMA in flight) drain the completion queue, copying arrived
-//! messages out of their receive buffers and posting the buffers again, so that two ranks
-//! that wait on each other never both hold their receive queues empty.
+//! Flow control is by credits (`amnet_core::credits`): a request takes one of the peer's,
+//! which it returns in a later message's header or a credit message once the handler ran, and
+//! the shared receive queue holds a buffer for every request, reply and credit message that
+//! may be on its way, so the fabric's receiver-not-ready retry is only a backstop. A
+//! try-send that finds no room leaves arrived messages in their buffers (backpressure); a
+//! reply and the conduit's own waits (a Long's later chunks, no free send buffer, an RMA in
+//! flight) copy them out and post the buffers again, so that two ranks that wait on each
+//! other never both hold their receive queues empty.
 //!
 //! Every error completion ends the conduit: the operation, the peer and the status are
 //! named, and every later call returns that error.
