@@ -504,7 +504,11 @@ impl Endpoint {
 
     #[inline]
     pub(crate) fn attached_for(&self, op: &'static str) -> Result<&Attached> {
-        self.inner.attached.get().ok_or(Error::NotAttached { op })
+        // Not `ok_or`: the error would be built and dropped on every call that succeeds.
+        match self.inner.attached.get() {
+            Some(att) => Ok(att),
+            None => Err(Error::NotAttached { op }),
+        }
     }
 
     /// Collective: register `handlers` and a segment of `seg_len` bytes on every rank. All ranks

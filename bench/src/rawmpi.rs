@@ -3,6 +3,8 @@
 //! amnet message can match them:
 //!
 //! - `raw_mpi_rtt`: an 8-byte `MPI_Send`/`MPI_Recv` ping-pong between ranks 0 and 1;
+//! - `raw_mpi_am_rtt`: the MPI calls of the conduit's Short round trip without amnet
+//!   ([`am_pattern_rtt`]), reported with its ratio to `raw_mpi_rtt`;
 //! - `raw_mpi_put_lat`: `MPI_Put` of 8 bytes to rank 1 plus `MPI_Win_flush`, in a
 //!   passive-target epoch (`MPI_Win_lock_all`) on a window of the benchmark's own;
 //! - `raw_mpi_bw`: rank 0 sends messages of each sweep size to rank 1, which acknowledges each
@@ -78,6 +80,15 @@ pub(crate) fn run(ep: &Endpoint, plan: &Plan, sizes: &[usize]) -> Result<Vec<Row
         }
     }
     comm.barrier();
+    if let Some(s) = am_pattern_rtt(me, warm, n)? {
+        rows.push(Row::latency(
+            "floor",
+            "raw_mpi_am_rtt",
+            AM_PATTERN_BYTES,
+            &s,
+            1,
+        ));
+    }
 
     // MPI_Put + flush on a window of our own.
     let mut base: *mut u8 = std::ptr::null_mut();
@@ -169,6 +180,201 @@ pub(crate) fn run(ep: &Endpoint, plan: &Plan, sizes: &[usize]) -> Result<Vec<Row
         rows.push(Row::latency("floor", "raw_mpi_barrier", 0, &s, 1));
     }
     Ok(rows)
+}
+
+/// Bytes of each message of `raw_mpi_am_rtt`: a Short header with one argument.
+const AM_PATTERN_BYTES: usize = 16;
+const AM_PATTERN_BYTES_I32: i32 = 16;
+const _: () = assert!(AM_PATTERN_BYTES_I32 as usize == AM_PATTERN_BYTES);
+/// Receive classes of the `raw_mpi_am_rtt` pattern, each on a communicator of its own, as
+/// the mpi conduit's lanes (exit, credits, small and large replies, small and large
+/// requests).
+const AM_PATTERN_LANES: usize = 6;
+const AM_PATTERN_LANES_I32: i32 = 6;
+const _: () = assert!(AM_PATTERN_LANES_I32 as usize == AM_PATTERN_LANES);
+/// Lanes of the pattern's requests and replies (the conduit's small request and reply
+/// lanes).
+const AM_PATTERN_REQ: usize = 4;
+const AM_PATTERN_REP: usize = 2;
+
+/// The MPI calls of the `raw_mpi_am_rtt` pattern on one rank.
+struct AmPattern {
+    lanes: Vec<SimpleCommunicator>,
+    bufs: Vec<[u8; 64]>,
+    reqs: Vec<ffi::MPI_Request>,
+    idx: Vec<i32>,
+    st: Vec<ffi::MPI_Status>,
+    /// The lane whose receive completed last.
+    hot: usize,
+    peer: i32,
+    null: ffi::MPI_Request,
+}
+
+impl AmPattern {
+    /// Post the receive of lane `k`.
+    fn post(&mut self, k: usize) -> Result<(), BenchError> {
+        // SAFETY: `bufs[k]` is neither read nor written until the receive completes (the
+        // test that reports it) or is cancelled in `Drop`; `reqs[k]` is writable.
+        let rc = unsafe {
+            ffi::MPI_Irecv(
+                self.bufs[k].as_mut_ptr().cast::<c_void>(),
+                64,
+                ffi::RSMPI_UINT8_T,
+                ffi::RSMPI_ANY_SOURCE,
+                0,
+                self.lanes[k].as_raw(),
+                &mut self.reqs[k],
+            )
+        };
+        mpi_err("MPI_Irecv", rc)
+    }
+
+    /// Start sending the message on `lane`.
+    fn isend(&self, lane: usize) -> Result<ffi::MPI_Request, BenchError> {
+        static MSG: [u8; AM_PATTERN_BYTES] = [7; AM_PATTERN_BYTES];
+        let mut req = self.null;
+        // SAFETY: `MSG` is static; `req` is writable.
+        let rc = unsafe {
+            ffi::MPI_Isend(
+                MSG.as_ptr().cast::<c_void>(),
+                AM_PATTERN_BYTES_I32,
+                ffi::RSMPI_UINT8_T,
+                self.peer,
+                0,
+                self.lanes[lane].as_raw(),
+                &mut req,
+            )
+        };
+        mpi_err("MPI_Isend", rc)?;
+        Ok(req)
+    }
+
+    /// Test a send until it completes.
+    fn complete(&self, mut req: ffi::MPI_Request) -> Result<(), BenchError> {
+        while req != self.null {
+            let mut flag = 0;
+            // SAFETY: `req` is an active send (a completed test nulls it).
+            let rc = unsafe { ffi::MPI_Test(&mut req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+            mpi_err("MPI_Test", rc)?;
+        }
+        Ok(())
+    }
+
+    /// Wait for a message as the conduit's poll does, then post its lane's receive again.
+    fn wait(&mut self) -> Result<(), BenchError> {
+        let mut calls = 0u32;
+        let k = loop {
+            if calls % 4 == 0 || self.reqs[self.hot] == self.null {
+                let mut out = 0i32;
+                // SAFETY: `reqs` holds AM_PATTERN_LANES handles, `idx` and `st` as many
+                // entries.
+                let rc = unsafe {
+                    ffi::MPI_Testsome(
+                        AM_PATTERN_LANES_I32,
+                        self.reqs.as_mut_ptr(),
+                        &mut out,
+                        self.idx.as_mut_ptr(),
+                        self.st.as_mut_ptr(),
+                    )
+                };
+                mpi_err("MPI_Testsome", rc)?;
+                // SAFETY: reading an immutable constant exported by the rsmpi shim.
+                if out > 0 && out != unsafe { ffi::RSMPI_UNDEFINED } {
+                    break usize::try_from(self.idx[0]).unwrap_or(0);
+                }
+            } else {
+                let mut flag = 0;
+                // SAFETY: `reqs[hot]` is a posted receive; `st[0]` is writable.
+                let rc =
+                    unsafe { ffi::MPI_Test(&mut self.reqs[self.hot], &mut flag, &mut self.st[0]) };
+                mpi_err("MPI_Test", rc)?;
+                if flag != 0 {
+                    break self.hot;
+                }
+            }
+            calls += 1;
+        };
+        self.hot = k;
+        self.post(k)
+    }
+}
+
+impl Drop for AmPattern {
+    fn drop(&mut self) {
+        for r in self.reqs.iter_mut().filter(|r| **r != self.null) {
+            // SAFETY: `r` is a posted receive that no message will match any more (both ranks
+            // passed the closing barrier); cancelling it and waiting for the cancellation
+            // frees it before `bufs` goes.
+            unsafe {
+                ffi::MPI_Cancel(r);
+                ffi::MPI_Wait(r, ffi::RSMPI_STATUS_IGNORE);
+            }
+        }
+    }
+}
+
+/// Collective: `raw_mpi_am_rtt`, the round trip of the MPI calls the mpi conduit makes for a
+/// Short request and its reply, without amnet around them (the floor of its design on this
+/// MPI). Both ranks keep one `MPI_ANY_SOURCE` receive posted on each of
+/// [`AM_PATTERN_LANES`] duplicates of `MPI_COMM_WORLD`; rank 0 sends the request with
+/// `MPI_Isend` on the request lane, rank 1 answers on the reply lane; a rank waits as the
+/// conduit's poll does (an `MPI_Testsome` over every lane in four calls, an `MPI_Test` of the
+/// receive that completed last in the others), posts the completed receive again and tests
+/// its send until it completes. Returns the samples on rank 0.
+fn am_pattern_rtt(me: u32, warm: usize, n: usize) -> Result<Option<Samples>, BenchError> {
+    let world = SimpleCommunicator::world();
+    let lanes: Vec<SimpleCommunicator> = (0..AM_PATTERN_LANES).map(|_| world.duplicate()).collect();
+    if me > 1 {
+        // The barriers of ranks 0 and 1, before and after their round trips.
+        world.barrier();
+        world.barrier();
+        return Ok(None);
+    }
+    // SAFETY: reading an immutable constant exported by the rsmpi shim.
+    let null = unsafe { ffi::RSMPI_REQUEST_NULL };
+    let mut p = AmPattern {
+        lanes,
+        bufs: vec![[0u8; 64]; AM_PATTERN_LANES],
+        reqs: vec![null; AM_PATTERN_LANES],
+        idx: vec![0; AM_PATTERN_LANES],
+        // SAFETY: an all-zero MPI_Status is a valid value of the plain C struct.
+        st: (0..AM_PATTERN_LANES)
+            .map(|_| unsafe { std::mem::zeroed() })
+            .collect(),
+        hot: if me == 0 {
+            AM_PATTERN_REP
+        } else {
+            AM_PATTERN_REQ
+        },
+        peer: i32::from(me == 0),
+        null,
+    };
+    for k in 0..AM_PATTERN_LANES {
+        p.post(k)?;
+    }
+    world.barrier();
+    let mut out = None;
+    if me == 0 {
+        let mut ns = Vec::with_capacity(n);
+        for i in 0..warm + n {
+            let t = Instant::now();
+            let req = p.isend(AM_PATTERN_REQ)?;
+            p.wait()?;
+            p.complete(req)?;
+            if i >= warm {
+                ns.push(t.elapsed().as_nanos() as f64);
+            }
+        }
+        out = Some(Samples::from_ns(ns));
+    } else {
+        for _ in 0..warm + n {
+            p.wait()?;
+            let req = p.isend(AM_PATTERN_REP)?;
+            p.complete(req)?;
+        }
+    }
+    world.barrier();
+    Ok(out)
 }
 
 /// Collective: the raw MPI atomic round trips (`raw_mpi_fetch_add_lat`, `raw_mpi_cas_lat`) on

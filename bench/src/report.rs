@@ -510,6 +510,12 @@ impl Report {
             Some("raw_mpi_barrier"),
             "raw_mpi_bw",
         );
+        // The conduit's MPI calls without amnet, against the plain ping-pong: what of the
+        // Short round trip's ratio the design leaves to MPI.
+        let raw = self.p50("raw_mpi_rtt", None);
+        for r in self.rows.iter_mut().filter(|r| r.op == "raw_mpi_am_rtt") {
+            r.ratio = raw.map(|f| r.p50_ns / f);
+        }
         // The atomic round trips against MPI's own atomics plus flush.
         let fadd = self.p50("raw_mpi_fetch_add_lat", None);
         let cas = self.p50("raw_mpi_cas_lat", None);

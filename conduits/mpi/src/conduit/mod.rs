@@ -266,10 +266,12 @@ impl Conduit for MpiConduit {
 
     fn try_send(&self, dest: Rank, msg: &OutMsg<'_>) -> Result<bool> {
         let eng = &*self.eng;
-        let peer = eng.peers.get(dest as usize).ok_or(Error::BadRank {
-            rank: dest,
-            size: eng.size,
-        })?;
+        let Some(peer) = eng.peers.get(dest as usize) else {
+            return Err(Error::BadRank {
+                rank: dest,
+                size: eng.size,
+            });
+        };
         let class = Engine::class_of(msg.is_reply);
         if !peer.take_credit(class) {
             return Ok(false);
