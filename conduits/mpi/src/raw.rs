@@ -214,29 +214,6 @@ impl Completions {
     }
 }
 
-/// `MPI_Test` on entry `k` of `reqs`, recorded in `out` as a one-request `MPI_Testsome`
-/// would: when the request completed, it becomes `MPI_REQUEST_NULL` and `out` lists it alone.
-/// Unlike `MPI_Testsome`, which looks at the requests before it makes progress, `MPI_Test`
-/// looks again after the progress it makes, so a message that progress delivers shows at once.
-#[inline]
-pub(crate) fn test_one(reqs: &mut [Request], k: usize, out: &mut Completions) -> Result<usize> {
-    out.n = 0;
-    let Some(req) = reqs.get_mut(k) else {
-        return Ok(0);
-    };
-    let Some(st) = test(req)? else {
-        return Ok(0);
-    };
-    if out.idx.is_empty() {
-        out.idx.push(0);
-        out.st.push(empty_status());
-    }
-    out.idx[0] = count(k, "MPI_Test")?;
-    out.st[0] = st;
-    out.n = 1;
-    Ok(1)
-}
-
 /// `MPI_Testsome` over `reqs`: completed requests become `MPI_REQUEST_NULL` and are listed in
 /// `out`. Inactive (null) requests are skipped, as MPI specifies.
 #[inline]
@@ -283,7 +260,10 @@ pub(crate) fn testsome(reqs: &mut [Request], out: &mut Completions) -> Result<us
     Ok(out.n)
 }
 
-/// `MPI_Test` on one request: its status once complete (the request is then null).
+/// `MPI_Test` on one request: its status once complete (the request is then null). Unlike
+/// `MPI_Testsome`, which looks at the requests before it makes progress, `MPI_Test` looks
+/// again after the progress it makes, so a message that progress delivers shows at once.
+#[inline]
 pub(crate) fn test(req: &mut Request) -> Result<Option<Status>> {
     let mut flag: c_int = 0;
     let mut st = empty_status();

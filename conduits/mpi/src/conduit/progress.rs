@@ -58,11 +58,20 @@ impl Engine {
             while n == 0 && calls < max {
                 // MPI_Test of a null request reports an empty completion: only a posted one.
                 let hot = rx.hot < end && rx.test_slot[rx.hot] != NO_SLOT;
-                n = if hot && calls % TESTSOME_EVERY != 0 {
-                    raw::test_one(&mut rx.test, rx.hot, &mut rx.done)?
+                if hot && calls % TESTSOME_EVERY != 0 {
+                    if let Some(st) = raw::test(&mut rx.test[rx.hot])? {
+                        // The receive a ping-pong or a stream waits on: handled alone,
+                        // without the bookkeeping of several completions.
+                        if let Some(i) = rx.retire(rx.hot) {
+                            if self.completed(rx, i, &st)? {
+                                self.sync_after_puts();
+                            }
+                        }
+                        return self.progress_longs(rx);
+                    }
                 } else {
-                    raw::testsome(&mut rx.test[..end], &mut rx.done)?
-                };
+                    n = raw::testsome(&mut rx.test[..end], &mut rx.done)?;
+                }
                 calls += 1;
             }
         }
@@ -86,15 +95,25 @@ impl Engine {
             rx.scratch = slots;
             rx.done = done;
             if sync {
-                // What the senders put before sending these messages must be visible to the
-                // handlers about to run (and to barriers): order our reads of the segment
-                // after it. What this rank sends from now on may follow those puts.
-                if let Some(w) = self.rma.get() {
-                    w.sync();
-                    w.touch();
-                }
+                self.sync_after_puts();
             }
         }
+        self.progress_longs(rx)
+    }
+
+    /// A message whose sender had put asks for `MPI_Win_sync` before its handler runs.
+    fn sync_after_puts(&self) {
+        // What the senders put before sending these messages must be visible to the handlers
+        // about to run (and to barriers): order our reads of the segment after it. What this
+        // rank sends from now on may follow those puts.
+        if let Some(w) = self.rma.get() {
+            w.sync();
+            w.touch();
+        }
+    }
+
+    /// Move the messages whose separate Long payloads all arrived to the ready queues.
+    fn progress_longs(&self, rx: &mut Rx) -> Result<()> {
         if !rx.long_reqs.is_empty() && raw::testsome(&mut rx.long_reqs, &mut rx.long_done)? > 0 {
             let mut idx = std::mem::take(&mut rx.scratch);
             idx.clear();
