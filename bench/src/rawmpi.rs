@@ -184,14 +184,10 @@ pub(crate) fn run(ep: &Endpoint, plan: &Plan, sizes: &[usize]) -> Result<Vec<Row
 
 /// Bytes of each message of `raw_mpi_am_rtt`: a Short header with one argument.
 const AM_PATTERN_BYTES: usize = 16;
-const AM_PATTERN_BYTES_I32: i32 = 16;
-const _: () = assert!(AM_PATTERN_BYTES_I32 as usize == AM_PATTERN_BYTES);
 /// Receive classes of the `raw_mpi_am_rtt` pattern, each on a communicator of its own, as
 /// the mpi conduit's lanes (exit, credits, small and large replies, small and large
 /// requests).
 const AM_PATTERN_LANES: usize = 6;
-const AM_PATTERN_LANES_I32: i32 = 6;
-const _: () = assert!(AM_PATTERN_LANES_I32 as usize == AM_PATTERN_LANES);
 /// Lanes of the pattern's requests and replies (the conduit's small request and reply
 /// lanes).
 const AM_PATTERN_REQ: usize = 4;
@@ -208,6 +204,9 @@ struct AmPattern {
     hot: usize,
     peer: i32,
     null: ffi::MPI_Request,
+    /// [`AM_PATTERN_BYTES`] and [`AM_PATTERN_LANES`] as MPI counts.
+    msg_len: i32,
+    nlanes: i32,
 }
 
 impl AmPattern {
@@ -237,7 +236,7 @@ impl AmPattern {
         let rc = unsafe {
             ffi::MPI_Isend(
                 MSG.as_ptr().cast::<c_void>(),
-                AM_PATTERN_BYTES_I32,
+                self.msg_len,
                 ffi::RSMPI_UINT8_T,
                 self.peer,
                 0,
@@ -281,7 +280,7 @@ impl AmPattern {
                 // entries.
                 let rc = unsafe {
                     ffi::MPI_Testsome(
-                        AM_PATTERN_LANES_I32,
+                        self.nlanes,
                         self.reqs.as_mut_ptr(),
                         &mut out,
                         self.idx.as_mut_ptr(),
@@ -359,6 +358,8 @@ fn am_pattern_rtt(me: u32, warm: usize, n: usize) -> Result<Option<Samples>, Ben
             AM_PATTERN_REQ
         },
         peer: i32::from(me == 0),
+        msg_len: count(AM_PATTERN_BYTES)?,
+        nlanes: count(AM_PATTERN_LANES)?,
         null,
     };
     for k in 0..AM_PATTERN_LANES {
