@@ -15,10 +15,10 @@ use crate::wire::{self, Data, Header};
 /// `Engine::progress`). A message that a call's progress matched is reported by the next
 /// call; a look that ended first would leave it for a whole round of the wait loop (the
 /// core's checks, the receive lock, the reposting). With eight calls, one `MPI_Testsome` in
-/// four (`TESTSOME_EVERY`), the 2-rank Short round trip costs 1.287 times raw MPI in the
+/// four (`TESTSOME_EVERY`), the 2-rank Short round trip measured 1.287 times raw MPI in a
 /// 2-core VM's fast state, against 1.354 with up to four `MPI_Testsome` calls
-/// (bench/RESULTS.md, "mpi: where the time goes"). An idle poll costs up to eight calls (two
-/// when the host is oversubscribed).
+/// (bench/RESULTS.md, run M3 in "mpi: where the time goes"). An idle poll costs up to eight
+/// calls (two when the host is oversubscribed).
 const FIRST_LOOK_CALLS: u32 = 8;
 /// In the first look of a poll, every this many calls is an `MPI_Testsome` over every tested
 /// receive; the others are an `MPI_Test` of the receive that completed last. A message for
