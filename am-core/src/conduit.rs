@@ -246,6 +246,14 @@ pub trait Conduit: Send + Sync + 'static {
     fn oversubscribed(&self) -> bool {
         false
     }
+    /// The cores this host's ranks of the job may run on together (for the idle policy when
+    /// each rank runs several polling threads; see `Endpoint::declare_threads`). The default
+    /// is this process's affinity (`std::thread::available_parallelism`); a conduit that
+    /// knows better (the union of its ranks' masks, the node's cores) says so.
+    fn host_cores(&self) -> u32 {
+        std::thread::available_parallelism()
+            .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+    }
     /// Ranks of the job on this host (for the idle policy when each rank runs several
     /// polling threads; see `Endpoint::declare_threads`). The default is the job size.
     fn local_ranks(&self) -> u32 {

@@ -184,7 +184,7 @@ pub(crate) struct Inner {
     exit_word: ExitWord,
     /// Polling threads per rank, as declared (`declare_threads`).
     threads: std::sync::atomic::AtomicU32,
-    /// This host's cores.
+    /// The cores this host's ranks may run on together (`Conduit::host_cores`).
     cores: u32,
     /// The progress thread, when one runs.
     pub(crate) progress: crate::progress::Progress,
@@ -380,6 +380,7 @@ impl Endpoint {
     /// environment; see [`crate::config`]).
     pub fn with_source(conduit: Box<dyn Conduit>, source: Source) -> Result<Self> {
         let cfg = EndpointConfig::resolve(&source, conduit.oversubscribed())?;
+        let conduit_cores = conduit.host_cores().max(1);
         let exit_word = ExitWord(
             conduit
                 .exit_word()
@@ -402,8 +403,7 @@ impl Endpoint {
             layer: crate::layer::LayerSlots::new(),
             exit_word,
             threads: std::sync::atomic::AtomicU32::new(1),
-            cores: std::thread::available_parallelism()
-                .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
+            cores: conduit_cores,
             progress: crate::progress::Progress::default(),
         });
         if inner.conduit.is_process_mode() {

@@ -206,6 +206,9 @@ impl Conduit for Bypass {
     fn local_ranks(&self) -> u32 {
         self.group.size()
     }
+    fn host_cores(&self) -> u32 {
+        self.group.host_cores()
+    }
     fn keep_awake(&self) -> bool {
         self.net.keep_awake() || self.group.keep_awake()
     }

@@ -309,6 +309,9 @@ pub struct SmpConduit {
     self_pending: AtomicU64,
     boot: Boot,
     oversubscribed: bool,
+    /// The CPUs the ranks may run on together: the union of their affinity masks (process
+    /// mode), this process's affinity (thread mode).
+    cores: u32,
     /// Every rank's host scratch, in its queue object (mapped for the conduit's life).
     scratch: Vec<std::ptr::NonNull<u8>>,
     segs: OnceLock<Segs>,
@@ -534,10 +537,14 @@ impl SmpConduit {
         // SAFETY: freshly created and not yet visible to peers (they wait at the barrier).
         let inb = unsafe { rings(own.ptr(), size, true) };
         let on_exit = |c: i32| process_exit(c);
+        ctl.add_affinity();
         if let Err(e) = ctl.boot_barrier(size, &boot, "start-up", &on_exit) {
             unlink(&own_name);
             return Err(e);
         }
+        // The CPUs the group's ranks may run on together (mpirun, say, binds each rank to a
+        // core of its own: that is one core per rank, not oversubscription).
+        let cores = ctl.affinity_cpus();
         let mut queues = Vec::with_capacity(size as usize);
         let mut out = Vec::with_capacity(size as usize);
         let mut out_large = Vec::with_capacity(size as usize);
@@ -568,7 +575,7 @@ impl SmpConduit {
         // job stays in /dev/shm if the launcher is killed (the launcher keeps its mapping).
         unlink(&ctl_name(&job));
         Ok(Self::assemble(
-            (rank, size, ctl),
+            (rank, size, ctl, cores),
             (out, out_large),
             (&inb, in_large),
             scratch,
@@ -584,7 +591,7 @@ impl SmpConduit {
     /// The conduit over its ring views: `out` and `out_large` per destination, `inb` (every
     /// source's rings in this rank's area) and `in_large` (this rank's counter).
     fn assemble(
-        (rank, size, ctl): (Rank, u32, Ctl),
+        (rank, size, ctl, cores): (Rank, u32, Ctl, u32),
         (out, out_large): (Vec<[Ring; 4]>, Vec<*const AtomicU64>),
         (inb, in_large): (&[[Ring; 4]], *const AtomicU64),
         scratch: Vec<std::ptr::NonNull<u8>>,
@@ -609,7 +616,8 @@ impl SmpConduit {
             own: own_order(inb, rank),
             self_pending: AtomicU64::new(0),
             boot,
-            oversubscribed: size > cores(),
+            oversubscribed: size > cores,
+            cores,
             scratch,
             segs: OnceLock::new(),
             mode,
@@ -643,7 +651,7 @@ impl SmpConduit {
             .map(|q| scratch_at(q.ptr(), size))
             .collect::<Result<Vec<_>>>()?;
         Ok(Self::assemble(
-            (rank, size, shared.ctl),
+            (rank, size, shared.ctl, cores()),
             (out, out_large),
             (&inb, in_large),
             scratch,
@@ -844,6 +852,10 @@ impl Conduit for SmpConduit {
     }
     fn oversubscribed(&self) -> bool {
         self.oversubscribed
+    }
+
+    fn host_cores(&self) -> u32 {
+        self.cores
     }
 
     fn exchange(&self, blob: &[u8]) -> Result<Vec<Vec<u8>>> {

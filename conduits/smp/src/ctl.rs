@@ -48,7 +48,14 @@ struct Header {
     exit: AtomicU64,
     /// Boot-barrier arrivals, monotonically increasing.
     arrivals: AtomicU64,
+    /// The union of the ranks' CPU affinity masks (bit `i`: CPU `i` may run one of them),
+    /// each rank's ORed in before the start-up barrier.
+    cpus: [AtomicU64; CPU_WORDS],
 }
+
+/// Words of the affinity union: CPUs 0..1024 (glibc's `cpu_set_t`).
+const CPU_WORDS: usize = 16;
+const _: () = assert!(std::mem::size_of::<Header>() <= HEADER);
 
 #[repr(C)]
 struct Slot {
@@ -120,6 +127,27 @@ impl Ctl {
     fn slot(&self, rank: u32) -> *mut Slot {
         // SAFETY: rank < size, so the slot lies inside the block.
         unsafe { self.base.add(HEADER + rank as usize * SLOT_BYTES).cast() }
+    }
+
+    /// OR this process's CPU affinity into the block's union (before the start-up barrier).
+    pub(crate) fn add_affinity(&self) {
+        for (w, bits) in self.hdr().cpus.iter().zip(affinity_words()) {
+            if bits != 0 {
+                w.fetch_or(bits, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The CPUs that may run at least one of the ranks, once every rank added its affinity
+    /// (after the start-up barrier, whose arrivals order the ORs before this read); at least 1.
+    pub(crate) fn affinity_cpus(&self) -> u32 {
+        let n: u32 = self
+            .hdr()
+            .cpus
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed).count_ones())
+            .sum();
+        n.max(1)
     }
 
     /// The exit word itself: 0 until an exit is requested.
@@ -249,4 +277,34 @@ impl Ctl {
         self.boot_barrier(size, boot, "attach exchange", on_exit)?;
         Ok(out)
     }
+}
+
+/// This process's CPU affinity mask as `CPU_WORDS` words; where it cannot be read, the first
+/// `available_parallelism()` CPUs.
+fn affinity_words() -> [u64; CPU_WORDS] {
+    let mut words = [0u64; CPU_WORDS];
+    // SAFETY: cpu_set_t is plain bits, valid zeroed; sched_getaffinity writes at most the size
+    // given into it.
+    let got = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
+            for (i, w) in words.iter_mut().enumerate() {
+                for b in 0..64 {
+                    if libc::CPU_ISSET(i * 64 + b, &set) {
+                        *w |= 1 << b;
+                    }
+                }
+            }
+            true
+        } else {
+            false
+        }
+    };
+    if !got || words.iter().all(|&w| w == 0) {
+        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+        for i in 0..n.min(CPU_WORDS * 64) {
+            words[i / 64] |= 1 << (i % 64);
+        }
+    }
+    words
 }

@@ -125,6 +125,8 @@ struct Engine {
     exit_comm: Comm,
     level: Threading,
     oversubscribed: bool,
+    /// The node's online cores.
+    cores: u32,
     /// Ranks of the job on this node.
     pub(super) local_ranks: u32,
     settings: Settings,
@@ -235,6 +237,10 @@ impl Conduit for MpiConduit {
 
     fn local_ranks(&self) -> u32 {
         self.eng.local_ranks
+    }
+
+    fn host_cores(&self) -> u32 {
+        self.eng.cores
     }
 
     fn keep_awake(&self) -> bool {

@@ -174,6 +174,7 @@ impl MpiConduit {
             exit_comm,
             level,
             oversubscribed: local > cores,
+            cores,
             local_ranks: local,
             threshold: (credits / 2).max(1),
             peers: (0..size).map(|_| Peer::new(credits)).collect(),
