@@ -975,12 +975,18 @@ impl Coll {
         src: Area,
         dst: Area,
     ) -> Result<()> {
-        // Under SINGLE a segment destination is the same offset on every rank.
-        let dst_seg = match e.dst {
-            Addr::Seg(off) if mode.addressing == amnet_sync_modes::Addressing::Single => Some(off),
+        // Under SINGLE a segment address is the same offset on every rank.
+        let single = mode.addressing == amnet_sync_modes::Addressing::Single;
+        let seg = |a: Addr| match a {
+            Addr::Seg(off) if single => Some(off),
             _ => None,
         };
-        let mine = crate::shm::Mine { src, dst, dst_seg };
+        let mine = crate::shm::Mine {
+            src,
+            dst,
+            dst_seg: seg(e.dst),
+            src_seg: seg(e.src),
+        };
         crate::shm::run(&self.sh, t, op, spec, mode, mine)
     }
 
@@ -1148,6 +1154,7 @@ impl Coll {
                         src,
                         dst,
                         dst_seg: None,
+                        src_seg: None,
                     });
                 }
                 let run = |mine: &[crate::shm::Mine]| {

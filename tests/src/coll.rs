@@ -31,6 +31,7 @@ pub fn tests() -> Vec<Test> {
         t("coll_in_allsync", in_allsync, 30),
         t("coll_out_allsync", out_allsync, 30),
         t("coll_out_nosync", out_nosync, 30),
+        t("coll_allsync_blocks", allsync_blocks, 60),
         t("coll_aggregate_merges_sync", aggregate_messages, 30),
         t("coll_direct_puts", direct_puts, 60),
         t("coll_direct_puts_large", direct_puts_large, 120),
@@ -403,7 +404,14 @@ fn in_allsync(c: &Ctx<'_>) -> Verdict {
     let last = p - 1;
     let old = vec![0x11u8; 64];
     let new = vec![0xeeu8; 64];
-    for (round, kind) in [(0u8, "broadcast"), (1, "broadcast_nb"), (2, "gather_all")] {
+    // Round 3's blocking ALLSYNC gather_all of segment areas takes the smp-native push
+    // where every segment is mapped.
+    for (round, kind) in [
+        (0u8, "broadcast"),
+        (1, "broadcast_nb"),
+        (2, "gather_all"),
+        (3, "gather_all ALLSYNC"),
+    ] {
         ck("write", c.ep.write_local(SM_SRC, &old))?;
         ck(
             "write",
@@ -414,7 +422,12 @@ fn in_allsync(c: &Ctx<'_>) -> Verdict {
             std::thread::sleep(Duration::from_millis(50));
             ck("put", c.ep.put(0, SM_SRC, &new))?;
         }
-        let fl = f::IN_ALLSYNC | f::OUT_MYSYNC | f::SINGLE;
+        let out = if round == 3 {
+            f::OUT_ALLSYNC
+        } else {
+            f::OUT_MYSYNC
+        };
+        let fl = f::IN_ALLSYNC | out | f::SINGLE;
         let (d, s) = (Addr::Seg(SM_DST), Addr::Seg(SM_SRC));
         match round {
             0 => ck(
@@ -489,6 +502,88 @@ fn out_allsync(c: &Ctx<'_>) -> Verdict {
         ck("barrier", c.ep.barrier())?;
     }
     Ok(())
+}
+
+/// Blocking gather_all and exchange of segment areas under `ALLSYNC` (which the smp-native
+/// algorithms run by writing each block straight into its peers' destinations, up to 2 KiB
+/// blocks) alternating with `MYSYNC` calls (which publish and read): every destination holds
+/// exactly its blocks, the bytes past it are untouched, and under `ALLSYNC` every rank's
+/// destination is complete when this rank's call returns. A source that overlaps the
+/// destinations (an in-place exchange) gives the same result.
+fn allsync_blocks(c: &Ctx<'_>) -> Verdict {
+    let co = coll(c)?;
+    let (me, p) = (c.rank() as usize, c.size() as usize);
+    let guard = 64;
+    let mut call = 0usize;
+    for n in [1usize, 8, 104, 2048, 2049] {
+        for op in ["gather_all", "exchange", "exchange in place"] {
+            for (fl, name) in [
+                (f::ALLSYNC, "ALLSYNC"),
+                (f::MYSYNC, "MYSYNC"),
+                (f::ALLSYNC, "ALLSYNC"),
+            ] {
+                call += 1;
+                let in_place = op == "exchange in place";
+                let row = if op == "gather_all" { n } else { n * p };
+                let src = pattern(0xb7, call, me, 3, row);
+                ck(
+                    "write",
+                    c.ep.write_local(SM_DST, &vec![0x5a; n * p + guard]),
+                )?;
+                let s = if in_place {
+                    ck("write", c.ep.write_local(SM_DST, &src))?;
+                    SM_DST
+                } else {
+                    ck("write", c.ep.write_local(SM_SRC, &src))?;
+                    SM_SRC
+                };
+                ck("barrier", c.ep.barrier())?;
+                let (d, s) = (Addr::Seg(SM_DST), Addr::Seg(s));
+                let what = format!("{op} of {n}-byte blocks, {name}, call {call}");
+                // SAFETY: segment offsets only: no pointer address to keep valid.
+                let r = unsafe {
+                    if op == "gather_all" {
+                        co.gather_all(co.world(), d, s, n, fl | f::SINGLE)
+                    } else {
+                        co.exchange(co.world(), d, s, n, fl | f::SINGLE)
+                    }
+                };
+                ck(&what, r)?;
+                let ranks: Vec<usize> = if fl == f::ALLSYNC {
+                    (0..p).collect()
+                } else {
+                    vec![me]
+                };
+                for r in ranks {
+                    let mut got = vec![0u8; n * p + guard];
+                    #[allow(clippy::cast_possible_truncation)]
+                    ck("get", c.ep.get(r as u32, SM_DST, &mut got))?;
+                    crate::coll_oracle::diff(
+                        &format!("{what}: rank {r}'s destination after rank {me}'s call returned"),
+                        &got[..n * p],
+                        &want_of(r, n, p, op, call),
+                    )?;
+                    ensure(got[n * p..].iter().all(|&b| b == 0x5a), || {
+                        format!("{what}: rank {r}'s bytes past its destination were written")
+                    })?;
+                }
+                ck("barrier", c.ep.barrier())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Rank `r`'s destination in [`allsync_blocks`]' call `call`: block q from rank q's source
+/// (all of it for gather_all, its block `r` for exchange).
+fn want_of(r: usize, n: usize, p: usize, op: &str, call: usize) -> Vec<u8> {
+    let gather = op == "gather_all";
+    (0..p)
+        .flat_map(|q| {
+            let at = if gather { 0 } else { r * n };
+            pattern(0xb7, call, q, 3, if gather { n } else { n * p })[at..at + n].to_vec()
+        })
+        .collect()
 }
 
 /// OUT_NOSYNC: a sync needs only this rank's own part. Rank 0, the root of a broadcast, enters

@@ -512,6 +512,45 @@ mod loom_models {
         });
     }
 
+    /// `push_all` (the `IN_ALLSYNC|OUT_ALLSYNC` gather_all and exchange of small blocks) of
+    /// two members over three epochs: after the entry barrier each writes its block straight
+    /// into the other's destination (plain memory), marks the epoch done and waits for the
+    /// other's `done`; it then finds its destination complete, and no write of the next epoch
+    /// races with its read (loom's cells report a data race).
+    #[test]
+    fn loom_push_all_two_members() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(|| {
+            let areas: Arc<[Box<Area>; 2]> = Arc::new([Area::boxed(), Area::boxed()]);
+            let dst: Arc<[loom::cell::UnsafeCell<u64>; 2]> = Arc::new([
+                loom::cell::UnsafeCell::new(0),
+                loom::cell::UnsafeCell::new(0),
+            ]);
+            let member = |me: usize,
+                          areas: Arc<[Box<Area>; 2]>,
+                          dst: Arc<[loom::cell::UnsafeCell<u64>; 2]>| {
+                let other = 1 - me;
+                for e in 1..=3u64 {
+                    areas[other].signal_bar(e);
+                    spin(|| areas[me].bar() >= e);
+                    // SAFETY (model): only this member writes the other's destination, after
+                    // the other entered epoch `e`.
+                    dst[other].with_mut(|p| unsafe { *p = e * 10 + me as u64 });
+                    areas[me].set_done(e);
+                    spin(|| areas[other].done() >= e);
+                    // SAFETY (model): the writer marked `e` done after its write.
+                    let got = dst[me].with(|p| unsafe { *p });
+                    assert_eq!(got, e * 10 + other as u64, "epoch {e}: a block missing");
+                }
+            };
+            let (a1, d1) = (areas.clone(), dst.clone());
+            let t = thread::spawn(move || member(1, a1, d1));
+            member(0, areas.clone(), dst.clone());
+            t.join().unwrap();
+        });
+    }
+
     /// Run `member(me, areas, entered)` for `P` members (member 0 on this thread) over fresh
     /// areas and entry records, and join them.
     fn run_members<const P: usize, F>(member: F)

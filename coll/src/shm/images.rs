@@ -801,6 +801,7 @@ mod loom_models {
             src: Mem { ptr: li, len: 1 },
             dst: Mem { ptr: li, len: 1 },
             dst_seg: None,
+            src_seg: None,
         }
     }
 

@@ -464,6 +464,8 @@ pub(crate) struct Mine {
     pub(crate) dst: Mem,
     /// The destination's segment offset when it is the same on every rank (`SINGLE`).
     pub(crate) dst_seg: Option<u64>,
+    /// The source's segment offset when it is the same on every rank (`SINGLE`).
+    pub(crate) src_seg: Option<u64>,
 }
 
 /// Run the blocking collective `spec` with `mode` on `t`'s team, with this rank's areas
@@ -545,6 +547,7 @@ pub(crate) fn run(
                 src: part(mine.src),
                 dst: part(mine.dst),
                 dst_seg: None,
+                src_seg: None,
             };
             epoch_call(sh, t, &w, &sub, &md, sub_mine, vec_in_place)
         })
@@ -581,7 +584,12 @@ fn epoch_call(
     mine: Mine,
     vec_in_place: bool,
 ) -> Result<()> {
-    let Mine { src, dst, dst_seg } = mine;
+    let Mine {
+        src,
+        dst,
+        dst_seg,
+        src_seg,
+    } = mine;
     let (e, op) = (w.e, w.op);
     let s = chan::slot(e);
     let me = t.me;
@@ -594,6 +602,9 @@ fn epoch_call(
                 spec.np
             ),
         });
+    }
+    if let Some(at) = push_all_at(t, spec, mode, src, dst_seg, src_seg) {
+        return push_all(t, w, spec, src, dst, at);
     }
     // Reuse: every member is done with what slot `s` held (its header line; its data slot
     // too where a contribution of the call may go there).
@@ -885,6 +896,89 @@ fn epoch_call(
         _ => {}
     }
     Ok(())
+}
+
+/// The largest block that [`push_all`] writes into a peer's destination: beyond it every line
+/// written there is fetched from the peer's cache and fetched back by the peer, where a
+/// reader that copies the block moves each line once.
+const PUSH_ALL_MAX_BYTES: usize = 2 << 10;
+
+/// Where [`push_all`] runs the call (the destinations' segment offset): an
+/// `IN_ALLSYNC|OUT_ALLSYNC` gather_all or exchange of uniform blocks up to
+/// [`PUSH_ALL_MAX_BYTES`], whose sources and destinations lie at the same segment offsets on
+/// every member (`SINGLE`), apart, and whose members' segments are all mapped here. Every
+/// input of the answer is the same on every member, so they all take the same path.
+fn push_all_at(
+    t: &ShmTeam,
+    spec: &Spec,
+    mode: &Mode,
+    src: Mem,
+    dst_seg: Option<u64>,
+    src_seg: Option<u64>,
+) -> Option<u64> {
+    if !matches!(spec.kind, Kind::GatherAll | Kind::Exchange)
+        || mode.input != InSync::All
+        || mode.output != OutSync::All
+        || !t.direct
+    {
+        return None;
+    }
+    let n = spec.uniform.filter(|&n| n > 0 && n <= PUSH_ALL_MAX_BYTES)?;
+    let (d, s) = (dst_seg?, src_seg?);
+    let dst_len = (n * t.n()) as u64;
+    let src_len = src.len as u64;
+    let apart = d.checked_add(dst_len).is_some_and(|e| e <= s)
+        || s.checked_add(src_len).is_some_and(|e| e <= d);
+    apart.then_some(d)
+}
+
+/// `IN_ALLSYNC|OUT_ALLSYNC` gather_all and exchange where [`push_all_at`] says (the
+/// destinations at segment offset `at`): after the entry barrier every member writes its
+/// blocks straight into its peers' mapped destinations and its own, marks the epoch done, and
+/// waits until every member's `done` holds it. A member's `done` says that it finished every
+/// write of the call, so once all are set every destination is complete: two line flights
+/// (entry, done) instead of the three of a publication between them. Nothing is published,
+/// and no slot is written.
+fn push_all(t: &ShmTeam, w: &Waiter<'_>, spec: &Spec, src: Mem, dst: Mem, at: u64) -> Result<()> {
+    let (e, me, np) = (w.e, t.me, t.n());
+    let n = spec.uniform.unwrap_or(0);
+    all_entered(t, w, e, "the entry signal (IN_ALLSYNC)")?;
+    // The block for member q: the whole source (gather_all) or its block q (exchange).
+    let block = |q: usize| {
+        if spec.kind == Kind::Exchange {
+            q * n
+        } else {
+            0
+        }
+    };
+    for q in (0..np).map(|i| (me + i) % np) {
+        if q == me {
+            local_copy(src, block(me), dst, me * n, n);
+            continue;
+        }
+        let &(base, seg_len) = t
+            .segs
+            .get(q)
+            .ok_or_else(|| internal(w.op, "a destination in an unmapped segment"))?;
+        let off = usize::try_from(at)
+            .ok()
+            .and_then(|a| a.checked_add(me * n))
+            .filter(|&o| o.checked_add(n).is_some_and(|end| end <= seg_len))
+            .ok_or_else(|| internal(w.op, "a destination beyond its segment"))?;
+        if block(q) + n > src.len {
+            return Err(internal(w.op, "a block beyond the source area"));
+        }
+        // SAFETY: member q's segment is mapped here for the endpoint's life (`direct`) and
+        // `off + n` lies within it (checked); it entered the call (the barrier above), so
+        // under IN_ALLSYNC its destination may be written, and only this member writes block
+        // `me` of it; the source, resolved by the initiation, is readable for its length
+        // until the call returns and lies apart from every destination (`push_all_at`).
+        unsafe {
+            amnet_core::mem::copy((src.ptr + block(q)) as *const u8, base.as_ptr().add(off), n);
+        }
+    }
+    t.area(me).set_done(e);
+    all_done(t, w, None)
 }
 
 /// A member's entry into epoch `w.e`: slot reuse before it writes its slot (every member's
