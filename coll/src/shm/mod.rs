@@ -603,7 +603,7 @@ fn epoch_call(
             ),
         });
     }
-    if let Some(at) = push_all_at(t, spec, mode, src, dst_seg, src_seg) {
+    if let Some(at) = push_all_at(t, spec, mode, dst_seg, src_seg) {
         return push_all(t, w, spec, src, dst, at);
     }
     // Reuse: every member is done with what slot `s` held (its header line; its data slot
@@ -904,56 +904,62 @@ fn epoch_call(
 const PUSH_ALL_MAX_BYTES: usize = 2 << 10;
 
 /// Where [`push_all`] runs the call (the destinations' segment offset): an
-/// `IN_ALLSYNC|OUT_ALLSYNC` gather_all or exchange of uniform blocks up to
-/// [`PUSH_ALL_MAX_BYTES`], whose sources and destinations lie at the same segment offsets on
-/// every member (`SINGLE`), apart, and whose members' segments are all mapped here. Every
-/// input of the answer is the same on every member, so they all take the same path.
+/// `IN_ALLSYNC|OUT_ALLSYNC` broadcast, scatter, gather, gather_all or exchange of uniform
+/// blocks up to [`PUSH_ALL_MAX_BYTES`], whose sources and destinations lie at the same segment
+/// offsets on every member (`SINGLE`), apart, and whose members' segments are all mapped
+/// here. Every input of the answer is the same on every member (the lengths come from the
+/// call, not from this rank's areas), so they all take the same path.
 fn push_all_at(
     t: &ShmTeam,
     spec: &Spec,
     mode: &Mode,
-    src: Mem,
     dst_seg: Option<u64>,
     src_seg: Option<u64>,
 ) -> Option<u64> {
-    if !matches!(spec.kind, Kind::GatherAll | Kind::Exchange)
-        || mode.input != InSync::All
-        || mode.output != OutSync::All
-        || !t.direct
-    {
+    if mode.input != InSync::All || mode.output != OutSync::All || !t.direct {
         return None;
     }
     let n = spec.uniform.filter(|&n| n > 0 && n <= PUSH_ALL_MAX_BYTES)?;
+    let np = t.n();
+    let (src_len, dst_len) = match spec.kind {
+        Kind::Broadcast => (n, n),
+        Kind::Scatter => (n * np, n),
+        Kind::Gather | Kind::GatherAll => (n, n * np),
+        Kind::Exchange => (n * np, n * np),
+        _ => return None,
+    };
     let (d, s) = (dst_seg?, src_seg?);
-    let dst_len = (n * t.n()) as u64;
-    let src_len = src.len as u64;
-    let apart = d.checked_add(dst_len).is_some_and(|e| e <= s)
-        || s.checked_add(src_len).is_some_and(|e| e <= d);
+    let apart = d.checked_add(dst_len as u64).is_some_and(|e| e <= s)
+        || s.checked_add(src_len as u64).is_some_and(|e| e <= d);
     apart.then_some(d)
 }
 
-/// `IN_ALLSYNC|OUT_ALLSYNC` gather_all and exchange where [`push_all_at`] says (the
-/// destinations at segment offset `at`): after the entry barrier every member writes its
-/// blocks straight into its peers' mapped destinations and its own, marks the epoch done, and
-/// waits until every member's `done` holds it. A member's `done` says that it finished every
-/// write of the call, so once all are set every destination is complete: two line flights
-/// (entry, done) instead of the three of a publication between them. Nothing is published,
-/// and no slot is written.
+/// `IN_ALLSYNC|OUT_ALLSYNC` calls where [`push_all_at`] says (the destinations at segment
+/// offset `at`): after the entry barrier every member writes its blocks straight into the
+/// mapped destinations they belong to (a broadcast's root its source into every member's, a
+/// scatter's root block q into member q's, a gather's members theirs into block `me` of the
+/// root's, gather_all and exchange every member into block `me` of every member's), marks the
+/// epoch done, and waits until every member's `done` holds it. A member's `done` says that it
+/// finished every write of the call, so once all are set every destination is complete: two
+/// line flights (entry, done) instead of the three of a publication between them. Nothing is
+/// published, and no slot is written.
 fn push_all(t: &ShmTeam, w: &Waiter<'_>, spec: &Spec, src: Mem, dst: Mem, at: u64) -> Result<()> {
     let (e, me, np) = (w.e, t.me, t.n());
-    let n = spec.uniform.unwrap_or(0);
+    let (n, root) = (spec.uniform.unwrap_or(0), spec.root);
     all_entered(t, w, e, "the entry signal (IN_ALLSYNC)")?;
-    // The block for member q: the whole source (gather_all) or its block q (exchange).
-    let block = |q: usize| {
-        if spec.kind == Kind::Exchange {
-            q * n
-        } else {
-            0
-        }
+    // What this member writes into member q's destination: (offset in its source, offset in
+    // q's destination).
+    let part = |q: usize| match spec.kind {
+        Kind::Broadcast => (me == root).then_some((0, 0)),
+        Kind::Scatter => (me == root).then_some((q * n, 0)),
+        Kind::Gather => (q == root).then_some((0, me * n)),
+        Kind::GatherAll => Some((0, me * n)),
+        _ => Some((q * n, me * n)),
     };
     for q in (0..np).map(|i| (me + i) % np) {
+        let Some((from, to)) = part(q) else { continue };
         if q == me {
-            local_copy(src, block(me), dst, me * n, n);
+            local_copy(src, from, dst, to, n);
             continue;
         }
         let &(base, seg_len) = t
@@ -962,19 +968,20 @@ fn push_all(t: &ShmTeam, w: &Waiter<'_>, spec: &Spec, src: Mem, dst: Mem, at: u6
             .ok_or_else(|| internal(w.op, "a destination in an unmapped segment"))?;
         let off = usize::try_from(at)
             .ok()
-            .and_then(|a| a.checked_add(me * n))
+            .and_then(|a| a.checked_add(to))
             .filter(|&o| o.checked_add(n).is_some_and(|end| end <= seg_len))
             .ok_or_else(|| internal(w.op, "a destination beyond its segment"))?;
-        if block(q) + n > src.len {
+        if from + n > src.len {
             return Err(internal(w.op, "a block beyond the source area"));
         }
         // SAFETY: member q's segment is mapped here for the endpoint's life (`direct`) and
         // `off + n` lies within it (checked); it entered the call (the barrier above), so
-        // under IN_ALLSYNC its destination may be written, and only this member writes block
-        // `me` of it; the source, resolved by the initiation, is readable for its length
-        // until the call returns and lies apart from every destination (`push_all_at`).
+        // under IN_ALLSYNC its destination may be written, and only this member writes this
+        // block of it; the source, resolved by the initiation, is readable for its length
+        // (checked) until the call returns and lies apart from every destination
+        // (`push_all_at`).
         unsafe {
-            amnet_core::mem::copy((src.ptr + block(q)) as *const u8, base.as_ptr().add(off), n);
+            amnet_core::mem::copy((src.ptr + from) as *const u8, base.as_ptr().add(off), n);
         }
     }
     t.area(me).set_done(e);
