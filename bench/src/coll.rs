@@ -20,6 +20,13 @@
 //! oversubscribed ranks, so the suite keeps the library's barrier (bench/RESULTS.md, "What was
 //! tried and not kept").
 //!
+//! `--start sync` starts every timed call, amnet's and MPI's, at an instant the ranks agreed
+//! on (`Start`): after its barrier a rank waits for the call's window on `CLOCK_MONOTONIC`.
+//! Without it a call starts when the barrier before it lets the rank out, and a barrier
+//! whose last arrival leaves at once while the others leave a line flight later (amnet's
+//! flags) makes a rooted call's waiting rank wait that flight as well, where one that lets
+//! its ranks out together (Open MPI's) does not.
+//!
 //! The broadcast's `IN_MYSYNC|OUT_MYSYNC` calls alternate with a local memcpy of the same
 //! bytes between two page-aligned buffers of the rank (rows `memcpy`); the targets give the
 //! broadcast's bandwidth over it at 64 KiB and 1 MiB (medians).
@@ -240,6 +247,107 @@ fn layout(max: usize, ranks: usize) -> SegLayout {
     }
 }
 
+/// The synchronized start of `--start sync`: every timed call of a point, amnet's and the
+/// peer's, begins at an instant the ranks agreed on, one window after the previous one, read
+/// from `CLOCK_MONOTONIC` (one clock for every process of the host). The barrier before each
+/// call stays (every rank finished the previous call); the start then no longer depends on
+/// when that library's barrier let each rank out (a barrier whose last arrival leaves at once
+/// and the others a line flight later makes a rooted call's waiting rank wait that flight
+/// too). A rank that reaches a start after it counts the call late and, like the others,
+/// which find the following start past too, moves to the first start a window ahead.
+struct Start {
+    /// The next start, `CLOCK_MONOTONIC` nanoseconds.
+    next: u64,
+    /// Nanoseconds between starts.
+    window: u64,
+    /// Calls started late, and all calls.
+    late: usize,
+    turns: usize,
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds.
+fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
+impl Start {
+    /// Agree on the first start and the window: each rank proposes four times its 90th
+    /// percentile warm-up round (`rounds_ns`: barrier and call, and the peer's, of which a
+    /// round holds `calls`) per call plus 2 µs, and a first start 50 µs from now; the largest
+    /// proposals win (a reduction over the world, in the results area, outside the timed
+    /// region).
+    fn agree(
+        ep: &Endpoint,
+        coll: &Coll,
+        l: &SegLayout,
+        rounds_ns: &mut [u64],
+        calls: u64,
+    ) -> Result<Start, BenchError> {
+        rounds_ns.sort_unstable();
+        let p90 = rounds_ns
+            .get(rounds_ns.len() * 9 / 10)
+            .copied()
+            .unwrap_or(0);
+        let window = 4 * p90 / calls + 2_000;
+        let mine: Vec<u8> = [mono_ns() + 50_000, window]
+            .iter()
+            .flat_map(|v| v.to_ne_bytes())
+            .collect();
+        ep.write_local(l.mine as u64, &mine)?;
+        let func = builtin_index(RedOp::Max, ElemType::U64).unwrap_or(0);
+        // SAFETY: segment offsets only: no pointer address to keep valid.
+        unsafe {
+            coll.reduce_elems_to_all(
+                coll.world(),
+                Addr::seg(l.mine as u64 + 32),
+                Addr::seg(l.mine as u64),
+                8,
+                2,
+                func,
+                0,
+                flags::ALLSYNC | flags::SINGLE,
+            )
+        }?;
+        let mut both = [0u8; 16];
+        ep.read_local(l.mine as u64 + 32, &mut both)?;
+        let word = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&both[i * 8..i * 8 + 8]);
+            u64::from_ne_bytes(b)
+        };
+        Ok(Start {
+            next: word(0),
+            window: word(1).max(1),
+            late: 0,
+            turns: 0,
+        })
+    }
+
+    /// Wait for this call's start (spinning: the window is a few microseconds); past it, count
+    /// the call late and take the first start a window ahead for the next one.
+    fn wait_turn(&mut self) {
+        self.turns += 1;
+        let mut now = mono_ns();
+        if now > self.next {
+            self.late += 1;
+            let behind = (now - self.next) / self.window + 2;
+            self.next += behind * self.window;
+            return;
+        }
+        while now < self.next {
+            std::hint::spin_loop();
+            now = mono_ns();
+        }
+        self.next += self.window;
+    }
+}
+
 /// Fewest timed calls per point.
 const MIN_ITERS: usize = 20;
 
@@ -400,6 +508,8 @@ pub(crate) fn run(
     floor_src[..max].copy_from_slice(&src[..max]);
     // Every page of the copy's destination in memory before the first timed copy.
     floor_dst.fill(1);
+    // Timed calls that started late under `--start sync`, of all of them.
+    let mut late = (0usize, 0usize);
     let mut figs: Vec<f64> = Vec::with_capacity(Op::ALL.len() * sizes.len() * 9 * FIGS);
     let mut points = Vec::new();
     // Time one point: warm-up, then timed calls, each after a barrier. With `paired`, the
@@ -412,14 +522,23 @@ pub(crate) fn run(
                      paired: Option<(&mut dyn Peer, &'static str)>| {
         let (warmup, iters) = shape(plan, n);
         let mut paired = paired;
+        let mut rounds_ns = Vec::with_capacity(warmup);
         for _ in 0..warmup {
+            let t = std::time::Instant::now();
             ep.barrier()?;
             call(&coll, &team, op, n, ranks, &l, fl)?;
             if let Some((p, _)) = paired.as_mut() {
                 p.barrier()?;
                 p.call(op.name(), n)?;
             }
+            rounds_ns.push(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX));
         }
+        let mut start = if plan.sync_start {
+            let calls = if paired.is_some() { 2 } else { 1 };
+            Some(Start::agree(ep, &coll, &l, &mut rounds_ns, calls)?)
+        } else {
+            None
+        };
         let mut ns = Vec::with_capacity(iters);
         let mut peer_ns = Vec::with_capacity(if paired.is_some() { iters } else { 0 });
         let floor = op == Op::Broadcast && label == FLOOR_PAIRED_SYNC && !plan.alg_all;
@@ -428,6 +547,9 @@ pub(crate) fn run(
         let before = requests(ep);
         for _ in 0..iters {
             ep.barrier()?;
+            if let Some(st) = start.as_mut() {
+                st.wait_turn();
+            }
             let t = std::time::Instant::now();
             call(&coll, &team, op, n, ranks, &l, fl)?;
             ns.push(t.elapsed().as_nanos() as f64);
@@ -439,10 +561,17 @@ pub(crate) fn run(
             }
             if let Some((p, _)) = paired.as_mut() {
                 p.barrier()?;
+                if let Some(st) = start.as_mut() {
+                    st.wait_turn();
+                }
                 let t = std::time::Instant::now();
                 p.call(op.name(), n)?;
                 peer_ns.push(t.elapsed().as_nanos() as f64);
             }
+        }
+        if let Some(st) = start {
+            late.0 += st.late;
+            late.1 += st.turns;
         }
         let sent = (requests(ep) - before) as f64 - per_barrier * iters as f64;
         let mean = ns.iter().sum::<f64>() / iters as f64;
@@ -543,6 +672,14 @@ pub(crate) fn run(
         points.push((op, 0, "-", alg, iters));
     }
 
+    if plan.sync_start {
+        eprintln!(
+            "# rank {}: {} of {} timed calls started late (synchronized start)",
+            ep.rank(),
+            late.0,
+            late.1
+        );
+    }
     // Every rank's figures to rank 0 (the whole job: with split2 rank 0 reports its half).
     let bytes: Vec<u8> = figs.iter().flat_map(|v| v.to_ne_bytes()).collect();
     ep.write_local(l.mine as u64, &bytes)?;
@@ -627,6 +764,7 @@ mod tests {
             images: 2,
             ops: None,
             rounds: 1,
+            sync_start: false,
         };
         assert_eq!(shape(&p, 8), (20, 200));
         assert_eq!(shape(&p, 64 << 10), (2, 20));

@@ -86,6 +86,12 @@ the udp targets replace the smp ones.
                   reduce_elems_to_all, scan_elems, reduce_elems, team_split, team_create)
   --team T        coll: `world` (default) or `split2`, the two halves of the job (even
                   and odd ranks) each running the suite on its own team at the same time
+  --start S       coll: when each timed call starts: `barrier` (default), as the barrier
+                  before it lets this rank out, or `sync`, at an instant every rank agreed
+                  on, one window after the previous call's (the ranks' CLOCK_MONOTONIC;
+                  the peer's calls too), so that neither library's barrier, which lets
+                  its ranks out at different times, shapes the calls' times; the late
+                  starts are counted on stderr
   --images K      images: image threads per rank (default 2, at most 16)
   --rounds N      run the whole measurement N times in one job (not coll) and add, per
                   target, the median over the rounds with its 10th-90th percentile range,
@@ -162,6 +168,9 @@ pub(crate) struct Plan {
     pub(crate) ops: Option<Vec<String>>,
     /// Rounds of the whole measurement in one job (`--rounds N`; 1 without it).
     pub(crate) rounds: usize,
+    /// coll: every timed call starts at an instant the ranks agreed on (`--start sync`)
+    /// instead of when the barrier before it let this rank out (`--start barrier`).
+    pub(crate) sync_start: bool,
 }
 
 impl Plan {
@@ -276,6 +285,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
     let mut images = 2usize;
     let mut ops = None;
     let mut rounds = 1usize;
+    let mut sync_start = false;
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -324,6 +334,11 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
                     _ => return Err(format!("--images {v:?}: expected 1 to 16")),
                 };
             }
+            "--start" => match it.next().as_deref() {
+                Some("barrier") => sync_start = false,
+                Some("sync") => sync_start = true,
+                other => return Err(format!("--start {other:?}: expected barrier or sync")),
+            },
             "--team" => match it.next().as_deref() {
                 Some("world") => split2 = false,
                 Some("split2") => split2 = true,
@@ -367,6 +382,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
             images,
             ops,
             rounds,
+            sync_start,
         },
     }))
 }
@@ -705,6 +721,21 @@ mod tests {
         assert_eq!(parse_args(args("all")).unwrap().unwrap().plan.rounds, 1);
         assert!(parse_args(args("am --rounds 0")).is_err());
         assert!(parse_args(args("coll --rounds 3")).is_err());
+        assert!(
+            parse_args(args("coll --start sync"))
+                .unwrap()
+                .unwrap()
+                .plan
+                .sync_start
+        );
+        assert!(
+            !parse_args(args("coll --start barrier"))
+                .unwrap()
+                .unwrap()
+                .plan
+                .sync_start
+        );
+        assert!(parse_args(args("coll --start now")).is_err());
     }
 
     #[test]
@@ -718,6 +749,7 @@ mod tests {
             images: 2,
             ops: None,
             rounds: 1,
+            sync_start: false,
         };
         let s = p.sizes(p.max_bytes);
         assert_eq!(s.first(), Some(&8));
