@@ -782,8 +782,8 @@ fn epoch_call(
                     local_copy(src, 0, dst, 0, n);
                 }
             } else {
-                rd.exact(root, n)?;
-                rd.fetch(root, 0, n, dst.ptr)?;
+                let p = rd.exact(root, n)?;
+                rd.fetch_from(root, p, 0, n, dst.ptr)?;
             }
         }
         Kind::Scatter => {
@@ -792,8 +792,8 @@ fn epoch_call(
                     local_copy(src, me * n, dst, 0, n);
                 }
             } else {
-                rd.exact(root, n * np)?;
-                rd.fetch(root, me * n, n, dst.ptr)?;
+                let p = rd.exact(root, n * np)?;
+                rd.fetch_from(root, p, me * n, n, dst.ptr)?;
             }
         }
         Kind::Gather | Kind::GatherAll if spec.kind == Kind::GatherAll || me == root => {
@@ -1171,6 +1171,14 @@ impl Reader<'_> {
             return Ok(());
         }
         let p = self.published(q)?;
+        self.fetch_from(q, p, off, len, to)
+    }
+
+    /// [`fetch`](Self::fetch) from member `q`'s header `p`, read already.
+    fn fetch_from(&self, q: usize, p: Published, off: usize, len: usize, to: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
         self.check_len(q, p, off + len)?;
         let to = to as *mut u8;
         if p.loc & LOC_SEG != 0 {
@@ -1193,11 +1201,11 @@ impl Reader<'_> {
 
     /// Member `q` (a broadcast's or scatter's root) contributed exactly `want` bytes: its
     /// size decides, as this rank's does, whether its readers wait for its `done`
-    /// (`root_early`), so sizes that differ must not pass unnoticed.
-    fn exact(&self, q: usize, want: usize) -> Result<()> {
+    /// (`root_early`), so sizes that differ must not pass unnoticed. Returns its header.
+    fn exact(&self, q: usize, want: usize) -> Result<Published> {
         let p = self.published(q)?;
         if p.len == want {
-            return Ok(());
+            return Ok(p);
         }
         Err(self.sizes_differ(q, p, want))
     }
