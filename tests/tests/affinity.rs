@@ -1,7 +1,7 @@
 //! Whether a host is oversubscribed follows the CPUs its ranks may run on together (the union
-//! of their affinity masks), not one rank's mask: two smp ranks bound to a core each, as
-//! mpirun binds them, are not oversubscribed and their waits spin; two ranks bound to the
-//! same core are, and their waits yield.
+//! of their affinity masks), not one rank's mask: two ranks bound to a core each, as mpirun
+//! binds them, are not oversubscribed and their waits spin; two ranks bound to the same core
+//! are, and their waits yield. On smp, and on udp through the host-local bypass's group.
 //!
 //! The test runs itself again as the launcher of a 2-rank smp job (the mode in the
 //! environment, which the ranks inherit); each rank binds itself before it starts its
@@ -69,18 +69,19 @@ fn rank(mode: &str) {
     );
 }
 
-fn job(mode: &str) {
+fn job(mode: &str, conduit: &str) {
     let out = Command::new(std::env::current_exe().expect("current_exe"))
         .args([NAME, "--exact", "--nocapture"])
         .env(MODE, mode)
-        .env("AMNET_CONDUIT", "smp")
+        .env("AMNET_CONDUIT", conduit)
+        .env("AMNET_HOST_BYPASS", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .output()
         .expect("run the launcher");
     assert!(
         out.status.success(),
-        "the {mode} job failed: {}",
+        "the {mode} job on {conduit} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
 }
@@ -99,15 +100,18 @@ fn bound_ranks_count_the_cpus_of_all_of_them() {
                 .to_string_lossy(),
         );
         opts.args = vec![NAME.into(), "--exact".into()];
-        opts.conduit = amnet::ConduitKind::Smp;
+        opts.conduit = amnet::selected_conduit().expect("AMNET_CONDUIT");
         opts.timeout = Some(Duration::from_secs(60));
         let code = amnet_launch::launch_job(&opts).expect("launch");
         std::process::exit(code);
     }
-    job("one");
-    if allowed().len() < 2 {
-        eprintln!("one CPU: the ranks cannot be bound to a core each; `own` not run");
-        return;
+    // udp with the host-local bypass (on by default): its smp group answers for the host.
+    for conduit in ["smp", "udp"] {
+        job("one", conduit);
+        if allowed().len() < 2 {
+            eprintln!("one CPU: the ranks cannot be bound to a core each; `own` not run");
+            continue;
+        }
+        job("own", conduit);
     }
-    job("own");
 }
