@@ -308,7 +308,6 @@ pub struct SmpConduit {
     /// while this is non-zero.
     self_pending: AtomicU64,
     boot: Boot,
-    oversubscribed: bool,
     /// The CPUs the ranks may run on together: the union of their affinity masks (process
     /// mode), this process's affinity (thread mode).
     cores: u32,
@@ -616,7 +615,6 @@ impl SmpConduit {
             own: own_order(inb, rank),
             self_pending: AtomicU64::new(0),
             boot,
-            oversubscribed: size > cores,
             cores,
             scratch,
             segs: OnceLock::new(),
@@ -851,7 +849,7 @@ impl Conduit for SmpConduit {
         MAX_MEDIUM
     }
     fn oversubscribed(&self) -> bool {
-        self.oversubscribed
+        self.size > self.cores
     }
 
     fn host_cores(&self) -> u32 {
