@@ -114,20 +114,24 @@ pub(crate) fn encode(
     } else {
         msg.payload.len() as u64
     };
-    // The header and arguments are assembled in one array and appended at once.
-    let mut h = [0u8; HDR + 4 * MAX_ARGS];
-    h[..4].copy_from_slice(&[VERSION, flags, msg.handler, nargs]);
-    h[4..6].copy_from_slice(&credits[0].to_le_bytes());
-    h[6..8].copy_from_slice(&credits[1].to_le_bytes());
+    let [c0, c1] = credits[0].to_le_bytes();
+    let [c2, c3] = credits[1].to_le_bytes();
+    let w0 = u64::from_le_bytes([VERSION, flags, msg.handler, nargs, c0, c1, c2, c3]);
+    // The header as four words, appended at once; the arguments follow one by one (a Short
+    // usually has one or two), then the inline payload.
+    let mut h = [0u8; HDR];
+    h[..8].copy_from_slice(&w0.to_le_bytes());
     h[8..16].copy_from_slice(&offset.to_le_bytes());
     h[16..24].copy_from_slice(&plen.to_le_bytes());
-    h[24..28].copy_from_slice(&tag.to_le_bytes());
-    for (d, a) in h[HDR..].chunks_exact_mut(4).zip(args) {
-        d.copy_from_slice(&a.to_le_bytes());
-    }
+    h[24..32].copy_from_slice(&u64::from(tag).to_le_bytes());
     out.reserve(encoded_len(args.len(), inline.len()));
-    out.extend_from_slice(&h[..encoded_len(args.len(), 0)]);
-    out.extend_from_slice(inline);
+    out.extend_from_slice(&h);
+    for a in args {
+        out.extend_from_slice(&a.to_le_bytes());
+    }
+    if !inline.is_empty() {
+        out.extend_from_slice(inline);
+    }
 }
 
 /// A decoded active-message header.
@@ -246,7 +250,62 @@ fn u64_at<const N: usize>(b: &[u8; N], at: usize) -> u64 {
 }
 
 /// Decode an active message occupying exactly `msg`.
+#[inline]
 pub(crate) fn decode(msg: &[u8]) -> Result<Header, WireError> {
+    match msg.first_chunk::<HDR>().and_then(|h| decode_plain(msg, h)) {
+        Some(hdr) => Ok(hdr),
+        None => decode_full(msg),
+    }
+}
+
+/// The common message, checked in a few comparisons: a Short, or a Medium with its payload
+/// inline, every field in range. `None` for anything else, valid or not: [`decode_full`]
+/// decides (and names what is wrong). Where this returns a header, `decode_full` returns the
+/// same one.
+#[inline(always)]
+fn decode_plain(msg: &[u8], h: &[u8; HDR]) -> Option<Header> {
+    let (flags, handler, nargs) = (h[1], h[2], h[3]);
+    // Category bits 0 (Short) or 1 (Medium); no flag but reply and sync.
+    if h[0] != VERSION || flags & !(1 | FLAG_REPLY | FLAG_SYNC) != 0 || handler == 0 {
+        return None;
+    }
+    if usize::from(nargs) > MAX_ARGS {
+        return None;
+    }
+    let payload_len = u64_at(h, 16);
+    // No Long offset, no data tag, the reserved word zero.
+    if u64_at(h, 8) != 0 || u64_at(h, 24) != 0 {
+        return None;
+    }
+    let medium = flags & 1 != 0;
+    if !medium && payload_len != 0 || payload_len > MAX_INLINE as u64 {
+        return None;
+    }
+    let payload_at = encoded_len(usize::from(nargs), 0);
+    if msg.len() as u64 != payload_at as u64 + payload_len {
+        return None;
+    }
+    Some(Header {
+        handler,
+        category: if medium {
+            Category::Medium
+        } else {
+            Category::Short
+        },
+        is_reply: flags & FLAG_REPLY != 0,
+        data: Data::Inline,
+        sync: flags & FLAG_SYNC != 0,
+        nargs,
+        long_offset: 0,
+        payload_len,
+        payload_at,
+        credits: [u16_at(h, 4), u16_at(h, 6)],
+    })
+}
+
+/// [`decode`] with every check in turn.
+#[cold]
+fn decode_full(msg: &[u8]) -> Result<Header, WireError> {
     let Some(h) = msg.first_chunk::<HDR>() else {
         return Err(WireError::Truncated {
             len: msg.len(),
@@ -640,6 +699,40 @@ mod tests {
                 if h.category == Category::Medium {
                     prop_assert_eq!(h.payload_at as u64 + h.payload_len, bytes.len() as u64);
                 }
+            }
+        }
+
+        #[test]
+        fn the_quick_decoder_agrees_with_the_full_one(
+            flags in 0u8..64,
+            handler in 0u8..3,
+            nargs in 0u8..20,
+            plen in 0u64..40,
+            offset in prop_oneof![Just(0u64), any::<u64>()],
+            tail in prop_oneof![Just(0u64), any::<u64>()],
+            extra in -2i64..3,
+            credits in any::<[u8; 4]>(),
+        ) {
+            // Messages close to a plain Short or Medium, each field sometimes off.
+            let mut bytes = vec![VERSION, flags, handler, nargs];
+            bytes.extend_from_slice(&credits);
+            bytes.extend_from_slice(&offset.to_le_bytes());
+            bytes.extend_from_slice(&plen.to_le_bytes());
+            bytes.extend_from_slice(&tail.to_le_bytes());
+            let len = (HDR as i64 + 4 * i64::from(nargs) + plen as i64 + extra).max(HDR as i64);
+            bytes.resize(usize::try_from(len).unwrap_or(HDR), 7);
+            let h: &[u8; HDR] = bytes.first_chunk().unwrap();
+            if let Some(quick) = decode_plain(&bytes, h) {
+                prop_assert_eq!(Ok(quick), decode_full(&bytes));
+            } else if flags & !(1 | FLAG_REPLY | FLAG_SYNC) == 0
+                && handler != 0
+                && usize::from(nargs) <= MAX_ARGS
+                && offset == 0
+                && tail == 0
+                && extra == 0
+                && (flags & 1 == 1 || plen == 0)
+            {
+                prop_assert!(false, "a plain message left to the full decoder");
             }
         }
     }

@@ -307,7 +307,7 @@ impl Conduit for MpiConduit {
             let next = {
                 let mut rx = lock(&eng.rx);
                 if !rx.has_ready(replies_only) {
-                    eng.progress(&mut rx, replies_only, first)?;
+                    eng.progress(&mut rx, first)?;
                     first = false;
                 }
                 rx.pop(replies_only)

@@ -26,17 +26,14 @@ const FIRST_LOOK_CALLS: u32 = 8;
 const TESTSOME_EVERY: u32 = 4;
 
 impl Engine {
-    /// Move completed receives to the ready queues (all classes, or only what a thread waiting
-    /// to reply may use: exit, credits, replies, and separate Long payloads). `first`: the
+    /// Move completed receives to the ready queues. Every receive is tested, also when only
+    /// replies may run (a thread waiting to reply): the requests it completes wait in their
+    /// queue, and the reply credits they carry count at once (`Engine::accept`). `first`: the
     /// first look of a poll, which makes up to [`FIRST_LOOK_CALLS`] calls while they find
     /// nothing.
-    pub(super) fn progress(&self, rx: &mut Rx, replies_only: bool, first: bool) -> Result<()> {
+    pub(super) fn progress(&self, rx: &mut Rx, first: bool) -> Result<()> {
         self.repost(rx)?;
-        let end = if replies_only {
-            rx.reply_end
-        } else {
-            rx.test.len()
-        };
+        let end = rx.test.len();
         let mut n = raw::testsome(&mut rx.test[..end], &mut rx.done)?;
         if first {
             // MPI_Testsome looks at the requests before it makes progress: what that progress

@@ -126,13 +126,12 @@ pub(super) struct Rx {
     pub(super) reqs: Vec<Request>,
     pub(super) slots: Vec<Slot>,
     /// The requests `MPI_Testsome` looks at: the exit slot, the oldest posted credit receive,
-    /// the oldest posted small reply receive and every large reply slot (the prefix
-    /// `..reply_end`, tested when only replies may run), then the same for requests. A
-    /// completed entry is replaced by the next receive of its queue, or left null.
+    /// the oldest posted small reply receive and every large reply slot, then the same for
+    /// requests. A completed entry is replaced by the next receive of its queue, or left
+    /// null.
     pub(super) test: Vec<Request>,
     /// The slot whose request each entry of `test` holds, or [`NO_SLOT`].
     pub(super) test_slot: Vec<usize>,
-    pub(super) reply_end: usize,
     /// The entry of `test` that completed last: the first look of a poll tests it alone in
     /// three calls of four (see `Engine::progress`).
     pub(super) hot: usize,

@@ -236,11 +236,9 @@ impl Engine {
         };
         let need = wire::encoded_len(msg.args.len(), inline);
         let tag = TAG_MSG[class][usize::from(need > SMALL_BYTES)];
-        // Reply credits travel on replies only: a rank waiting to reply polls replies alone.
-        let credits = [
-            peer.take_owed(REQ),
-            if msg.is_reply { peer.take_owed(REP) } else { 0 },
-        ];
+        // Both classes' credits travel on every message: a rank waiting to reply, which runs
+        // no request handler, still receives the requests and takes their credits.
+        let credits = [peer.take_owed(REQ), peer.take_owed(REP)];
         // After any put of this rank (this Long's included), or a message from a rank that had
         // put, the receiver must order its handler's reads after what was put.
         let sync = self.rma.get().is_some_and(|w| w.touched());

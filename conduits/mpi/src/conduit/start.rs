@@ -120,7 +120,6 @@ impl MpiConduit {
             sizes.push(wire::CTRL_LEN);
         }
         entries += 1;
-        let mut reply_end = 0;
         for (class, fifo) in [(REP, 1), (REQ, 2)] {
             for _ in 0..small {
                 slots.push(Slot {
@@ -142,9 +141,6 @@ impl MpiConduit {
                 sizes.push(LARGE_BYTES);
                 entries += 1;
             }
-            if class == REP {
-                reply_end = entries;
-            }
         }
         let nslots = slots.len();
         let rx = Rx {
@@ -153,7 +149,6 @@ impl MpiConduit {
             test: vec![raw::null_request(); entries],
             test_slot: vec![NO_SLOT; entries],
             fifo: [VecDeque::new(), VecDeque::new(), VecDeque::new()],
-            reply_end,
             hot: 0,
             long_reqs: Vec::new(),
             long_owner: Vec::new(),
