@@ -568,6 +568,13 @@ fn exit_with_ops(ep: &Endpoint) -> Result<(), String> {
             let _ = ep.put_nbi(next, 0, &payload);
             ep.exit(15);
         }
+        // A send that finds room does not poll (spec/core.md §5): without polls of its own, a
+        // rank whose sends always find room would not run the requests of the rank behind it
+        // in the ring until its loop ended, and rank 1 (behind rank 2, across hosts) would
+        // reach its exit only then.
+        if i % 64 == 0 {
+            ep.poll().map_err(|e| e.to_string())?;
+        }
         ep.request_medium(next, H_COUNT, &[i], &payload)
             .map_err(|e| e.to_string())?;
         let _ = ep.put_nbi(next, 0, &payload);
