@@ -116,11 +116,10 @@ pub(crate) fn encode(
     };
     let [c0, c1] = credits[0].to_le_bytes();
     let [c2, c3] = credits[1].to_le_bytes();
-    let w0 = u64::from_le_bytes([VERSION, flags, msg.handler, nargs, c0, c1, c2, c3]);
     // The header as four words, appended at once; the arguments follow one by one (a Short
     // usually has one or two), then the inline payload.
     let mut h = [0u8; HDR];
-    h[..8].copy_from_slice(&w0.to_le_bytes());
+    h[..8].copy_from_slice(&[VERSION, flags, msg.handler, nargs, c0, c1, c2, c3]);
     h[8..16].copy_from_slice(&offset.to_le_bytes());
     h[16..24].copy_from_slice(&plen.to_le_bytes());
     h[24..32].copy_from_slice(&u64::from(tag).to_le_bytes());

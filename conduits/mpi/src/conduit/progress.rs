@@ -33,8 +33,7 @@ impl Engine {
     /// nothing.
     pub(super) fn progress(&self, rx: &mut Rx, first: bool) -> Result<()> {
         self.repost(rx)?;
-        let end = rx.test.len();
-        let mut n = raw::testsome(&mut rx.test[..end], &mut rx.done)?;
+        let mut n = raw::testsome(&mut rx.test, &mut rx.done)?;
         if first {
             // MPI_Testsome looks at the requests before it makes progress: what that progress
             // completed shows only on the next call. The first look of a poll calls again
@@ -54,7 +53,7 @@ impl Engine {
             let mut calls = 1;
             while n == 0 && calls < max {
                 // MPI_Test of a null request reports an empty completion: only a posted one.
-                let hot = rx.hot < end && rx.test_slot[rx.hot] != NO_SLOT;
+                let hot = rx.test_slot.get(rx.hot).is_some_and(|&s| s != NO_SLOT);
                 if hot && calls % TESTSOME_EVERY != 0 {
                     if let Some(st) = raw::test(&mut rx.test[rx.hot])? {
                         // The receive a ping-pong or a stream waits on: handled alone,
@@ -67,7 +66,7 @@ impl Engine {
                         return self.progress_longs(rx);
                     }
                 } else {
-                    n = raw::testsome(&mut rx.test[..end], &mut rx.done)?;
+                    n = raw::testsome(&mut rx.test, &mut rx.done)?;
                 }
                 calls += 1;
             }
