@@ -96,6 +96,16 @@ impl<T> InFlight<T> {
     }
 }
 
+/// An address's kind in a `ShmKey` (`Seg`, `Ptr`, `InPlace`: 0, 1, 2).
+#[inline]
+fn addr_tag(a: Addr) -> u8 {
+    match a {
+        Addr::Seg(_) => 0,
+        Addr::Ptr(_) => 1,
+        Addr::InPlace => 2,
+    }
+}
+
 /// One participant's addresses as passed.
 #[derive(Clone, Copy)]
 struct Entry {
@@ -138,6 +148,8 @@ struct ShmMemo {
     /// in-place source nor an in-place scatter destination): `resolve` reduced to the two
     /// bounds checks.
     lens: Option<(usize, usize)>,
+    /// The call's small form, where it has one and `lens` is known (`shm::Small`).
+    small: Option<crate::shm::Small>,
 }
 
 thread_local! {
@@ -900,11 +912,6 @@ impl Coll {
             Counts::None => 0,
             _ => return None,
         };
-        let tag = |a: Addr| match a {
-            Addr::Seg(_) => 0,
-            Addr::Ptr(_) => 1,
-            Addr::InPlace => 2,
-        };
         Some(ShmKey {
             shared: self.sh.id,
             team: team.geo().id,
@@ -913,8 +920,8 @@ impl Coll {
             kind: c.kind,
             flags: c.flags,
             n,
-            src: tag(src),
-            dst: tag(dst),
+            src: addr_tag(src),
+            dst: addr_tag(dst),
             root: c.root_image,
             red: c.red,
         })
@@ -924,7 +931,18 @@ impl Coll {
     /// same mode, participants and algorithm, this call's addresses checked and resolved), if
     /// the thread has one and it applies now (no aggregate is open on any team: the call could
     /// close it). None: the call takes the full initiation.
-    fn shm_repeat(&self, team: &Team, c: &Call<'_>, key: &ShmKey) -> Option<Result<()>> {
+    fn shm_repeat(&self, team: &Team, c: &Call<'_>) -> Option<Result<()>> {
+        if !c.blocking || c.call_fn.is_some() {
+            return None;
+        }
+        let Addrs::One { src, dst } = c.addrs else {
+            return None;
+        };
+        let n = match c.counts {
+            Counts::Uniform(n) => n,
+            Counts::None => 0,
+            _ => return None,
+        };
         if self.sh.agg_teams.load(std::sync::atomic::Ordering::Relaxed) != 0 {
             return None;
         }
@@ -933,8 +951,22 @@ impl Coll {
             // (a reduction function's, say) reads it too, and an initiation there leaves it
             // as it is (its `try_borrow_mut` fails).
             let memo = cell.try_borrow().ok()?;
-            let m = memo.as_ref().filter(|m| m.key == *key)?;
-            Some(self.shm_repeat_with(team, c, m))
+            let m = memo.as_ref()?;
+            // `shm_key`'s fields, compared where they are.
+            let k = &m.key;
+            let same = k.kind == c.kind
+                && k.n == n
+                && k.flags == c.flags
+                && k.root == c.root_image
+                && k.src == addr_tag(src)
+                && k.dst == addr_tag(dst)
+                && k.team == team.geo().id
+                && k.shared == self.sh.id
+                && k.image == self.image
+                && k.red == c.red
+                && k.generation == self.sh.selector.generation()
+                && self.shm_team(team.geo()).is_some();
+            same.then(|| self.shm_repeat_with(team, c, m))
         })
     }
 
@@ -949,6 +981,11 @@ impl Coll {
             return Err(usage(c.op, "a repeated call changed its address form"));
         };
         let e = Entry { p: m.p, src, dst };
+        if let (Some(k), Some((src_len, dst_len))) = (m.small, m.lens) {
+            let src = self.area(c.op, "source", src, src_len, m.mode.src_in_segment)?;
+            let dst = self.area(c.op, "destination", dst, dst_len, m.mode.dst_in_segment)?;
+            return crate::shm::run_small(&self.sh, t, c.op, (&m.spec, k), src, dst);
+        }
         let (src, dst) = match m.lens {
             Some((src_len, dst_len)) => (
                 self.area(c.op, "source", src, src_len, m.mode.src_in_segment)?,
@@ -1010,13 +1047,13 @@ impl Coll {
                 handler: h,
             });
         }
-        // Read before the selector chooses: a memo made from this choice is stale once the
-        // forced choices change.
-        let shm_key = self.shm_key(team, &c);
-        if let Some(r) = shm_key.as_ref().and_then(|k| self.shm_repeat(team, &c, k)) {
+        if let Some(r) = self.shm_repeat(team, &c) {
             r?;
             return Ok((CollHandle::INVALID, Key { team: 0, seq: 0 }));
         }
+        // Read before the selector chooses: a memo made from this choice is stale once the
+        // forced choices change.
+        let shm_key = self.shm_key(team, &c);
         self.check_team(c.op, team)?;
         let geo = team.geo();
         self.no_barrier_pending(c.op)?;
@@ -1215,12 +1252,14 @@ impl Coll {
                 SHM_MEMO.with(|m| {
                     // Borrowed by a repeated call further up this thread's stack: no memo.
                     if let Ok(mut m) = m.try_borrow_mut() {
+                        let small = crate::shm::Small::of(&spec, &mode, t.n()).filter(|_| plain);
                         *m = Some(ShmMemo {
                             key,
                             mode,
                             spec,
                             p: e.p,
                             lens: plain.then_some((src_len, dst_len)),
+                            small,
                         });
                     }
                 });

@@ -27,6 +27,7 @@ pub fn tests() -> Vec<Test> {
     vec![
         t("coll_property_single", prop_single, 120),
         t("coll_property_multi_all_threads", prop_multi, 120),
+        t("coll_small_repeats", small_repeats, 60),
         t("coll_typed", typed, 30),
         t("coll_in_allsync", in_allsync, 30),
         t("coll_out_allsync", out_allsync, 30),
@@ -107,6 +108,25 @@ fn prop(c: &Ctx<'_>, base: u64, n: usize, forms: &[Form]) -> Verdict {
     let w = world(c);
     let seed = crate::coll_prop::seed(base + u64::from(c.size()));
     let units = crate::coll_prop::gen_units(seed, &w, n, forms);
+    run_units(
+        &Caller {
+            ep: c.ep,
+            coll: co,
+            team: co.world(),
+            w: &w,
+            seed,
+        },
+        &units,
+    )
+}
+
+/// Small blocking calls, each made three times with fresh data, against the oracle
+/// (`coll_prop::gen_small_repeats`).
+fn small_repeats(c: &Ctx<'_>) -> Verdict {
+    let co = coll(c)?;
+    let w = world(c);
+    let seed = crate::coll_prop::seed(0x5AA1 + u64::from(c.size()));
+    let units = crate::coll_prop::gen_small_repeats(seed, &w, 300);
     run_units(
         &Caller {
             ep: c.ep,

@@ -412,7 +412,53 @@ pub fn gen_units(seed: u64, w: &World, ncalls: usize, forms: &[Form]) -> Vec<Uni
             }
             calls.push(c);
         }
+        // A blocking call made again, like it but for its data (the repeat of an smp-native
+        // call takes a path of its own, spec/coll.md §3c).
+        let again = (shape <= 3 && g.pct(40)).then(|| {
+            let mut c = calls[0].clone();
+            c.idx = idx;
+            c
+        });
         units.push(Unit { calls, all_threads });
+        if let Some(c) = again {
+            idx += 1;
+            units.push(Unit {
+                calls: vec![c],
+                all_threads,
+            });
+        }
+    }
+    units
+}
+
+/// Blocking calls whose every contribution fits a header line of the host scratch (104 bytes
+/// at most from any participant's source), under neither `IN_ALLSYNC` nor `OUT_ALLSYNC`, each
+/// made three times in a row with fresh data: the latency-bound calls that the smp-native
+/// algorithms run on a path of their own, first through the initiation, then as its repeat
+/// (spec/coll.md §3c). About `ncalls` calls.
+pub fn gen_small_repeats(seed: u64, w: &World, ncalls: usize) -> Vec<Unit> {
+    let mut g = Rng(seed);
+    let mut units = Vec::new();
+    let mut idx = 0;
+    while idx < ncalls {
+        let Some(mut c) = gen_call(&mut g, w, idx, Form::Single, 0) else {
+            continue;
+        };
+        let small = !c.vform
+            && c.sync & (f::IN_ALLSYNC | f::OUT_ALLSYNC) == 0
+            && (0..c.desc.np).all(|p| c.desc.src_len(p) <= 104);
+        if !small {
+            continue;
+        }
+        c.blocking = true;
+        for _ in 0..3 {
+            c.idx = idx;
+            idx += 1;
+            units.push(Unit {
+                calls: vec![c.clone()],
+                all_threads: false,
+            });
+        }
     }
     units
 }

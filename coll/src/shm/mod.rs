@@ -221,7 +221,8 @@ impl ShmTeam {
         unsafe { self.areas[i].as_ref() }
     }
 
-    fn n(&self) -> usize {
+    /// Members of the team.
+    pub(crate) fn n(&self) -> usize {
         self.areas.len()
     }
 }
@@ -478,6 +479,9 @@ pub(crate) fn run(
     mode: &Mode,
     mine: Mine,
 ) -> Result<()> {
+    if let Some(k) = Small::of(spec, mode, t.n()) {
+        return run_small(sh, t, op, (spec, k), mine.src, mine.dst);
+    }
     let _busy = t.serialize(op)?;
     // A vector reduction larger than a slot runs as one epoch per slot-sized chunk (every
     // member cuts it alike).
@@ -558,6 +562,202 @@ pub(crate) fn run(
         t.area(t.me).set_done(last);
     }
     r
+}
+
+/// A blocking broadcast, scatter, gather, gather_all or exchange of uniform blocks, or vector
+/// reduction or scan, whose every contribution fits the header line, under neither
+/// `IN_ALLSYNC` nor `OUT_ALLSYNC`: the latency-bound calls, which [`run_small`] runs on a
+/// path of their own (what `epoch_call` works out for every call is known here: nothing
+/// waits for an entry, no data slot is written, nothing is read in place, and the output
+/// mode waits for nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Small {
+    kind: Kind,
+    /// Bytes per block (0 for a vector reduction).
+    n: usize,
+    root: usize,
+}
+
+impl Small {
+    /// The small form of `spec` under `mode` on a team of `np` members, if it has one.
+    pub(crate) fn of(spec: &Spec, mode: &Mode, np: usize) -> Option<Small> {
+        let data = matches!(
+            spec.kind,
+            Kind::Broadcast | Kind::Scatter | Kind::Gather | Kind::GatherAll | Kind::Exchange
+        );
+        let n = if data { spec.uniform? } else { 0 };
+        ((data || spec.kind.is_vector())
+            && spec.np == np
+            && mode.input != InSync::All
+            && mode.output != OutSync::All
+            && published_bytes(spec.kind, n, np, spec.es, spec.n) <= INLINE)
+            .then_some(Small {
+                kind: spec.kind,
+                n,
+                root: spec.root,
+            })
+    }
+}
+
+/// Run the small call `k` (see [`Small`]; `spec` the call it came from) on `t`'s team, with
+/// this rank's resolved areas `src` and `dst`: the same epochs, slots, publications and reads
+/// as `epoch_call`.
+pub(crate) fn run_small(
+    sh: &Shared,
+    t: &ShmTeam,
+    op: &'static str,
+    (spec, k): (&Spec, Small),
+    src: Mem,
+    dst: Mem,
+) -> Result<()> {
+    let _busy = t.serialize(op)?;
+    let e = t.epoch.load(Ordering::Relaxed) + 1;
+    t.epoch.store(e, Ordering::Relaxed);
+    let w = Waiter { sh, op, e };
+    let r = if k.kind.is_vector() {
+        small_vector(sh, t, &w, spec, src, dst)
+    } else {
+        small_epoch(sh, t, &w, k, src, dst)
+    };
+    if r.is_err() {
+        // This rank reads nothing more of the epoch: its later calls must not wait for it.
+        t.area(t.me).set_done(e);
+    }
+    r
+}
+
+/// Epoch `w.e` of the small call `k`.
+fn small_epoch(
+    sh: &Shared,
+    t: &ShmTeam,
+    w: &Waiter<'_>,
+    k: Small,
+    src: Mem,
+    dst: Mem,
+) -> Result<()> {
+    let (e, me, np, n, root) = (w.e, t.me, t.n(), k.n, k.root);
+    let s = chan::slot(e);
+    reuse(t, w, chan::reuse_floor(e, false))?;
+    let rooted = matches!(k.kind, Kind::Broadcast | Kind::Scatter);
+    // A broadcast's or scatter's root makes its own copy and marks the epoch done before it
+    // publishes (its readers need not wait for its `done`); the others publish only their
+    // entry. The other operations publish every member's source.
+    let bytes: &[u8] = if rooted && me != root {
+        &[]
+    } else {
+        // SAFETY: the initiation resolved `src` as this rank's source, valid for reads of its
+        // length until the call returns (the raw API's contract, or a borrow).
+        unsafe { bytes_of(src) }
+    };
+    if rooted && me == root {
+        let at = if k.kind == Kind::Scatter { me * n } else { 0 };
+        local_copy(src, at, dst, 0, n);
+        t.area(me).set_done(e);
+    }
+    // SAFETY: this rank owns its area and is its only writer now (`busy`); every member's
+    // `done` reached the header line's reuse floor; `bytes` fits the header line (`Small`).
+    unsafe {
+        t.area(me).publish(s, e, LOC_INLINE, bytes.len(), |p| {
+            amnet_core::mem::copy(bytes.as_ptr(), p, bytes.len());
+        });
+    }
+    if rooted && me == root {
+        return Ok(());
+    }
+    let rd = Reader {
+        sh,
+        t,
+        w,
+        s,
+        e,
+        op: w.op,
+        own: &[],
+        after: "",
+    };
+    match k.kind {
+        Kind::Broadcast => {
+            let p = rd.exact(root, n)?;
+            rd.fetch_from(root, p, 0, n, dst.ptr)?;
+        }
+        Kind::Scatter => {
+            let p = rd.exact(root, n * np)?;
+            rd.fetch_from(root, p, me * n, n, dst.ptr)?;
+        }
+        Kind::Gather | Kind::GatherAll if k.kind == Kind::GatherAll || me == root => {
+            for q in 0..np {
+                if q == me {
+                    local_copy(src, 0, dst, q * n, n);
+                } else {
+                    rd.fetch(q, 0, n, dst.ptr + q * n)?;
+                }
+            }
+        }
+        Kind::Exchange => {
+            for q in 0..np {
+                if q == me {
+                    // In place (the source is the destination): the block is where it goes.
+                    local_copy(src, me * n, dst, me * n, n);
+                } else {
+                    rd.fetch(q, me * n, n, dst.ptr + q * n)?;
+                }
+            }
+        }
+        _ => {}
+    }
+    t.area(me).set_done(e);
+    Ok(())
+}
+
+/// Epoch `w.e` of a small vector reduction or scan (`spec`): every member's vector staged in
+/// its header line, but one that no other member reads (a reduce_elems root's, a scan's last
+/// member's) and that its destination does not overlap, which its fold reads from the source.
+fn small_vector(
+    sh: &Shared,
+    t: &ShmTeam,
+    w: &Waiter<'_>,
+    spec: &Spec,
+    src: Mem,
+    dst: Mem,
+) -> Result<()> {
+    let (e, me, np, root) = (w.e, t.me, t.n(), spec.root);
+    let s = chan::slot(e);
+    reuse(t, w, chan::reuse_floor(e, false))?;
+    let fold = Fold::of(sh, spec, w.op)?;
+    // SAFETY: the initiation resolved `src` as this rank's source, valid for reads of its
+    // length until the call returns (the raw API's contract, or a borrow).
+    let bytes = unsafe { bytes_of(src) };
+    let private = !read_by_others(spec.kind, me, root, np) && !overlaps(bytes, dst);
+    // SAFETY: this rank owns its area and is its only writer now (`busy`); every member's
+    // `done` reached the header line's reuse floor; `bytes` fits the header line (`Small`).
+    unsafe {
+        t.area(me).publish(s, e, LOC_INLINE, bytes.len(), |p| {
+            if !private {
+                amnet_core::mem::copy(bytes.as_ptr(), p, bytes.len());
+            }
+        });
+    }
+    // Member `me` of a scan folds the vectors of members 0..=me (exclusive: 0..me).
+    let upto = match spec.kind {
+        Kind::ReduceElems if me != root => 0,
+        Kind::ReduceElems | Kind::ReduceElemsAll => np,
+        Kind::ScanElems => me + 1,
+        _ => me,
+    };
+    if upto > 0 {
+        let rd = Reader {
+            sh,
+            t,
+            w,
+            s,
+            e,
+            op: w.op,
+            own: bytes,
+            after: "",
+        };
+        rd.reduce_elems(&fold, spec.n, upto, dst)?;
+    }
+    t.area(me).set_done(e);
+    Ok(())
 }
 
 /// Elements per chunk of a vector reduction whose vector is larger than a slot (None: one
@@ -1002,18 +1202,7 @@ fn enter(
     one_root: Option<bool>,
 ) -> Result<()> {
     let (e, me, np) = (w.e, t.me, t.n());
-    let floor = chan::reuse_floor(e, data);
-    if t.floor_seen.load(Ordering::Relaxed) < floor {
-        w.wait(
-            || (0..np).all(|i| t.area(i).done() >= floor),
-            || {
-                let late: Vec<usize> = (0..np).filter(|&i| t.area(i).done() < floor).collect();
-                format!("team ranks {late:?} to finish epoch {floor} (slot reuse)")
-            },
-        )?;
-        let low = (0..np).map(|i| t.area(i).done()).min().unwrap_or(floor);
-        t.floor_seen.store(low, Ordering::Relaxed);
-    }
+    reuse(t, w, chan::reuse_floor(e, data))?;
     if mode.input != InSync::All {
         return Ok(());
     }
@@ -1034,6 +1223,32 @@ fn enter(
         }
         None => all_entered(t, w, e, "the entry signal (IN_ALLSYNC)"),
     }
+}
+
+/// Slot reuse: return once every member's `done` is at least `floor` (seen at once while the
+/// members were last seen there).
+#[inline]
+fn reuse(t: &ShmTeam, w: &Waiter<'_>, floor: u64) -> Result<()> {
+    if t.floor_seen.load(Ordering::Relaxed) >= floor {
+        return Ok(());
+    }
+    reuse_wait(t, w, floor)
+}
+
+/// [`reuse`]'s wait, out of its path.
+#[inline(never)]
+fn reuse_wait(t: &ShmTeam, w: &Waiter<'_>, floor: u64) -> Result<()> {
+    let np = t.n();
+    w.wait(
+        || (0..np).all(|i| t.area(i).done() >= floor),
+        || {
+            let late: Vec<usize> = (0..np).filter(|&i| t.area(i).done() < floor).collect();
+            format!("team ranks {late:?} to finish epoch {floor} (slot reuse)")
+        },
+    )?;
+    let low = (0..np).map(|i| t.area(i).done()).min().unwrap_or(floor);
+    t.floor_seen.store(low, Ordering::Relaxed);
+    Ok(())
 }
 
 /// `OUT_ALLSYNC`: wait until every member's `done` holds epoch `w.e`, but member `early`'s
