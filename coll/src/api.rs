@@ -1223,7 +1223,7 @@ impl Coll {
                         .meet(&self.sh, c.op, (li, k), one, key, |call| match call {
                             Ok(mine) => run(mine),
                             Err(detail) => {
-                                crate::shm::images::fail_images(&self.sh, t, c.op, &mode, detail)
+                                crate::shm::images::fail_images(&self.sh, t, c.op, detail)
                             }
                         })?;
                 } else {
@@ -1252,7 +1252,7 @@ impl Coll {
                 SHM_MEMO.with(|m| {
                     // Borrowed by a repeated call further up this thread's stack: no memo.
                     if let Ok(mut m) = m.try_borrow_mut() {
-                        let small = crate::shm::Small::of(&spec, &mode, t.n()).filter(|_| plain);
+                        let small = crate::shm::Small::of(&spec, &mode, t).filter(|_| plain);
                         *m = Some(ShmMemo {
                             key,
                             mode,

@@ -483,12 +483,16 @@ fn in_allsync(c: &Ctx<'_>) -> Verdict {
 }
 
 /// OUT_ALLSYNC: as soon as this rank's sync returns, every other rank's destination is done.
+/// Rounds 0-3 a non-blocking gather_all of 1000-byte blocks, 4-7 a blocking one of 8-byte
+/// blocks, 8-11 a blocking 8-byte broadcast from rank 0 (on the smp-native algorithms the
+/// small calls' path of their own, spec/coll.md §3c).
 fn out_allsync(c: &Ctx<'_>) -> Verdict {
     let co = coll(c)?;
     let (me, p) = (c.rank() as usize, c.size() as usize);
-    let nb = 1000;
-    for round in 0..4usize {
+    for round in 0..12usize {
         let seed = round as u64;
+        let nb = if round < 4 { 1000 } else { 8 };
+        let bcast = round >= 8;
         let src = pattern(seed, 0, me, 7, nb);
         ck("write", c.ep.write_local(SM_SRC, &src))?;
         ck("write", c.ep.write_local(SM_DST, &vec![0u8; nb * p]))?;
@@ -497,17 +501,35 @@ fn out_allsync(c: &Ctx<'_>) -> Verdict {
         if me == (round + 1) % p && p > 1 {
             std::thread::sleep(Duration::from_millis(30));
         }
-        let ins = [f::IN_NOSYNC, f::IN_MYSYNC, f::IN_ALLSYNC, f::IN_NOSYNC][round];
+        let ins = [f::IN_NOSYNC, f::IN_MYSYNC, f::IN_ALLSYNC, f::IN_NOSYNC][round % 4];
         let fl = ins | f::OUT_ALLSYNC | f::SINGLE;
-        let h = ck(
-            "gather_all_nb",
-            // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
-            unsafe { co.gather_all_nb(co.world(), Addr::Seg(SM_DST), Addr::Seg(SM_SRC), nb, fl) },
-        )?;
-        ck("wait_sync", co.wait_sync(h))?;
+        let (d, s) = (Addr::Seg(SM_DST), Addr::Seg(SM_SRC));
+        if round < 4 {
+            let h = ck(
+                "gather_all_nb",
+                // SAFETY: segment offsets (and InPlace) only: no pointer address to keep valid.
+                unsafe { co.gather_all_nb(co.world(), d, s, nb, fl) },
+            )?;
+            ck("wait_sync", co.wait_sync(h))?;
+        } else if bcast {
+            // SAFETY: segment offsets only: no pointer address to keep valid.
+            ck("broadcast", unsafe {
+                co.broadcast(co.world(), d, 0, s, nb, fl)
+            })?;
+        } else {
+            // SAFETY: segment offsets only: no pointer address to keep valid.
+            ck("gather_all", unsafe {
+                co.gather_all(co.world(), d, s, nb, fl)
+            })?;
+        }
         let mut want = Vec::new();
         for r in 0..p {
             want.extend(pattern(seed, 0, r, 7, nb));
+        }
+        if bcast {
+            // Rank 0's block, then the zeros the call leaves alone.
+            want = pattern(seed, 0, 0, 7, nb);
+            want.resize(nb * p, 0);
         }
         for r in 0..p {
             let mut got = vec![0u8; nb * p];

@@ -432,10 +432,9 @@ pub fn gen_units(seed: u64, w: &World, ncalls: usize, forms: &[Form]) -> Vec<Uni
 }
 
 /// Blocking calls whose every contribution fits a header line of the host scratch (104 bytes
-/// at most from any participant's source), under neither `IN_ALLSYNC` nor `OUT_ALLSYNC`, each
-/// made three times in a row with fresh data: the latency-bound calls that the smp-native
-/// algorithms run on a path of their own, first through the initiation, then as its repeat
-/// (spec/coll.md §3c). About `ncalls` calls.
+/// at most from any participant's source), each made three times in a row with fresh data:
+/// the latency-bound calls that the smp-native algorithms run on a path of their own, first
+/// through the initiation, then as its repeat (spec/coll.md §3c). About `ncalls` calls.
 pub fn gen_small_repeats(seed: u64, w: &World, ncalls: usize) -> Vec<Unit> {
     let mut g = Rng(seed);
     let mut units = Vec::new();
@@ -444,9 +443,7 @@ pub fn gen_small_repeats(seed: u64, w: &World, ncalls: usize) -> Vec<Unit> {
         let Some(mut c) = gen_call(&mut g, w, idx, Form::Single, 0) else {
             continue;
         };
-        let small = !c.vform
-            && c.sync & (f::IN_ALLSYNC | f::OUT_ALLSYNC) == 0
-            && (0..c.desc.np).all(|p| c.desc.src_len(p) <= 104);
+        let small = !c.vform && (0..c.desc.np).all(|p| c.desc.src_len(p) <= 104);
         if !small {
             continue;
         }

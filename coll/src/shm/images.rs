@@ -131,7 +131,6 @@ pub(crate) fn fail_images(
     sh: &Shared,
     t: &ShmTeam,
     op: &'static str,
-    mode: &Mode,
     detail: String,
 ) -> Result<()> {
     let Ok(_busy) = t.serialize(op) else {
@@ -142,11 +141,7 @@ pub(crate) fn fail_images(
     let w = Waiter { sh, op, e };
     let (me, np) = (t.me, t.n());
     // The header line's reuse only: no wait for the others' entry.
-    let entry = Mode {
-        input: InSync::My,
-        ..*mode
-    };
-    let r = super::enter(t, &w, false, &entry, None);
+    let r = super::enter(t, &w, false, false, None);
     t.area(me).set_entered(e);
     if np == 2 {
         t.area(1 - me).signal_bar(e);
@@ -239,7 +234,7 @@ fn epoch_reduce(
     if published > SLOT_BYTES {
         return Err(internal(op, "a vector beyond the host scratch slot"));
     }
-    super::enter(t, w, published > INLINE, mode, None)?;
+    super::enter(t, w, published > INLINE, mode.input == InSync::All, None)?;
     let sources: Vec<&[u8]> = if vector {
         imgs.mine
             .iter()
@@ -419,7 +414,13 @@ fn epoch_images(
     }
     // Reuse of this member's slot (its data slot too where its contribution goes there),
     // then the entry: as for rank participants.
-    super::enter(t, w, len > INLINE, mode, rooted.then_some(hosts_root))?;
+    super::enter(
+        t,
+        w,
+        len > INLINE,
+        mode.input == InSync::All,
+        rooted.then_some(hosts_root),
+    )?;
     // The pieces this member publishes, in order.
     let root_src = || -> Result<Mem> {
         let m = imgs

@@ -479,7 +479,7 @@ pub(crate) fn run(
     mode: &Mode,
     mine: Mine,
 ) -> Result<()> {
-    if let Some(k) = Small::of(spec, mode, t.n()) {
+    if let Some(k) = Small::of(spec, mode, t) {
         return run_small(sh, t, op, (spec, k), mine.src, mine.dst);
     }
     let _busy = t.serialize(op)?;
@@ -565,36 +565,43 @@ pub(crate) fn run(
 }
 
 /// A blocking broadcast, scatter, gather, gather_all or exchange of uniform blocks, or vector
-/// reduction or scan, whose every contribution fits the header line, under neither
-/// `IN_ALLSYNC` nor `OUT_ALLSYNC`: the latency-bound calls, which [`run_small`] runs on a
-/// path of their own (what `epoch_call` works out for every call is known here: nothing
-/// waits for an entry, no data slot is written, nothing is read in place, and the output
-/// mode waits for nothing).
+/// reduction or scan, whose every contribution fits the header line, but for the push under
+/// `ALLSYNC` ([`push_all_at`]'s calls): the latency-bound calls, which [`run_small`] runs on a
+/// path of their own (what `epoch_call` works out for every call is known here: no data slot
+/// is written, nothing is read in place, and `OUT_MYSYNC` waits for nothing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Small {
     kind: Kind,
     /// Bytes per block (0 for a vector reduction).
     n: usize,
     root: usize,
+    /// `IN_ALLSYNC`, `OUT_ALLSYNC`.
+    in_all: bool,
+    out_all: bool,
 }
 
 impl Small {
-    /// The small form of `spec` under `mode` on a team of `np` members, if it has one.
-    pub(crate) fn of(spec: &Spec, mode: &Mode, np: usize) -> Option<Small> {
+    /// The small form of `spec` under `mode` on `t`'s team, if it has one.
+    pub(crate) fn of(spec: &Spec, mode: &Mode, t: &ShmTeam) -> Option<Small> {
+        let np = t.n();
         let data = matches!(
             spec.kind,
             Kind::Broadcast | Kind::Scatter | Kind::Gather | Kind::GatherAll | Kind::Exchange
         );
         let n = if data { spec.uniform? } else { 0 };
+        let (in_all, out_all) = (mode.input == InSync::All, mode.output == OutSync::All);
+        // Where the push may run (it depends on the call's segment offsets): the full path.
+        let push = data && in_all && out_all && t.direct;
         ((data || spec.kind.is_vector())
+            && !push
             && spec.np == np
-            && mode.input != InSync::All
-            && mode.output != OutSync::All
             && published_bytes(spec.kind, n, np, spec.es, spec.n) <= INLINE)
             .then_some(Small {
                 kind: spec.kind,
                 n,
                 root: spec.root,
+                in_all,
+                out_all,
             })
     }
 }
@@ -615,7 +622,7 @@ pub(crate) fn run_small(
     t.epoch.store(e, Ordering::Relaxed);
     let w = Waiter { sh, op, e };
     let r = if k.kind.is_vector() {
-        small_vector(sh, t, &w, spec, src, dst)
+        small_vector(sh, t, &w, (spec, k), src, dst)
     } else {
         small_epoch(sh, t, &w, k, src, dst)
     };
@@ -637,8 +644,8 @@ fn small_epoch(
 ) -> Result<()> {
     let (e, me, np, n, root) = (w.e, t.me, t.n(), k.n, k.root);
     let s = chan::slot(e);
-    reuse(t, w, chan::reuse_floor(e, false))?;
     let rooted = matches!(k.kind, Kind::Broadcast | Kind::Scatter);
+    enter(t, w, false, k.in_all, rooted.then_some(me == root))?;
     // A broadcast's or scatter's root makes its own copy and marks the epoch done before it
     // publishes (its readers need not wait for its `done`); the others publish only their
     // entry. The other operations publish every member's source.
@@ -662,7 +669,7 @@ fn small_epoch(
         });
     }
     if rooted && me == root {
-        return Ok(());
+        return exit(t, w, k, root);
     }
     let rd = Reader {
         sh,
@@ -672,7 +679,11 @@ fn small_epoch(
         e,
         op: w.op,
         own: &[],
-        after: "",
+        after: if k.in_all && rooted {
+            " (published once every member's entry signal is in: IN_ALLSYNC)"
+        } else {
+            ""
+        },
     };
     match k.kind {
         Kind::Broadcast => {
@@ -705,7 +716,18 @@ fn small_epoch(
         _ => {}
     }
     t.area(me).set_done(e);
-    Ok(())
+    exit(t, w, k, root)
+}
+
+/// The end of a small call's epoch on a member that marked it done: under `OUT_ALLSYNC` the
+/// wait for every member's `done` (not a broadcast's or scatter's root's, done before it
+/// published).
+fn exit(t: &ShmTeam, w: &Waiter<'_>, k: Small, root: usize) -> Result<()> {
+    if !k.out_all {
+        return Ok(());
+    }
+    let early = matches!(k.kind, Kind::Broadcast | Kind::Scatter).then_some(root);
+    all_done(t, w, early)
 }
 
 /// Epoch `w.e` of a small vector reduction or scan (`spec`): every member's vector staged in
@@ -715,13 +737,13 @@ fn small_vector(
     sh: &Shared,
     t: &ShmTeam,
     w: &Waiter<'_>,
-    spec: &Spec,
+    (spec, k): (&Spec, Small),
     src: Mem,
     dst: Mem,
 ) -> Result<()> {
     let (e, me, np, root) = (w.e, t.me, t.n(), spec.root);
     let s = chan::slot(e);
-    reuse(t, w, chan::reuse_floor(e, false))?;
+    enter(t, w, false, k.in_all, None)?;
     let fold = Fold::of(sh, spec, w.op)?;
     // SAFETY: the initiation resolved `src` as this rank's source, valid for reads of its
     // length until the call returns (the raw API's contract, or a borrow).
@@ -757,7 +779,7 @@ fn small_vector(
         rd.reduce_elems(&fold, spec.n, upto, dst)?;
     }
     t.area(me).set_done(e);
-    Ok(())
+    exit(t, w, k, root)
 }
 
 /// Elements per chunk of a vector reduction whose vector is larger than a slot (None: one
@@ -810,7 +832,7 @@ fn epoch_call(
     // too where a contribution of the call may go there).
     let data = published_bytes(spec.kind, spec.uniform.unwrap_or(0), np, spec.es, spec.n) > INLINE;
     let one_root = matches!(spec.kind, Kind::Broadcast | Kind::Scatter).then_some(me == spec.root);
-    enter(t, w, data, mode, one_root)?;
+    enter(t, w, data, mode.input == InSync::All, one_root)?;
     // Publish this rank's contribution (or only its entry).
     let fold = if spec.kind.is_reduction() {
         Some(Fold::of(sh, spec, op)?)
@@ -1189,7 +1211,7 @@ fn push_all(t: &ShmTeam, w: &Waiter<'_>, spec: &Spec, src: Mem, dst: Mem, at: u6
 }
 
 /// A member's entry into epoch `w.e`: slot reuse before it writes its slot (every member's
-/// `done` at the reuse floor, of the data slot too with `data`), then under `IN_ALLSYNC`
+/// `done` at the reuse floor, of the data slot too with `data`), then with `in_all` (`IN_ALLSYNC`)
 /// every member's entry. `one_root` is `Some(this member is the root)` for a call whose one
 /// root publishes (broadcast, scatter): the others signal their entry, the root waits for
 /// every entry before it publishes, and the others' reads, which wait for the root's
@@ -1198,12 +1220,12 @@ fn enter(
     t: &ShmTeam,
     w: &Waiter<'_>,
     data: bool,
-    mode: &Mode,
+    in_all: bool,
     one_root: Option<bool>,
 ) -> Result<()> {
     let (e, me, np) = (w.e, t.me, t.n());
     reuse(t, w, chan::reuse_floor(e, data))?;
-    if mode.input != InSync::All {
+    if !in_all {
         return Ok(());
     }
     // No data moves, no source is read, before every member entered.
