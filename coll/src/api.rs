@@ -1876,6 +1876,12 @@ impl Coll {
 
     pub(crate) fn run(&self, team: &Team, mut c: Call<'_>, blocking: bool) -> Result<CollHandle> {
         c.blocking = blocking;
+        // The repeat of an smp-native call (`start_keyed` tries it too), done on return.
+        if blocking && self.sh.ep.current_handler().is_none() {
+            if let Some(r) = self.shm_repeat(team, &c) {
+                return r.map(|()| CollHandle::INVALID);
+            }
+        }
         let h = self.start(team, c)?;
         if blocking {
             self.wait_sync(h)?;

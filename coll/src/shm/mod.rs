@@ -645,7 +645,11 @@ fn small_epoch(
     let (e, me, np, n, root) = (w.e, t.me, t.n(), k.n, k.root);
     let s = chan::slot(e);
     let rooted = matches!(k.kind, Kind::Broadcast | Kind::Scatter);
-    enter(t, w, false, k.in_all, rooted.then_some(me == root))?;
+    if k.in_all {
+        enter(t, w, false, true, rooted.then_some(me == root))?;
+    } else {
+        reuse(t, w, chan::reuse_floor(e, false))?;
+    }
     // A broadcast's or scatter's root makes its own copy and marks the epoch done before it
     // publishes (its readers need not wait for its `done`); the others publish only their
     // entry. The other operations publish every member's source.
@@ -722,6 +726,7 @@ fn small_epoch(
 /// The end of a small call's epoch on a member that marked it done: under `OUT_ALLSYNC` the
 /// wait for every member's `done` (not a broadcast's or scatter's root's, done before it
 /// published).
+#[inline]
 fn exit(t: &ShmTeam, w: &Waiter<'_>, k: Small, root: usize) -> Result<()> {
     if !k.out_all {
         return Ok(());
@@ -743,7 +748,11 @@ fn small_vector(
 ) -> Result<()> {
     let (e, me, np, root) = (w.e, t.me, t.n(), spec.root);
     let s = chan::slot(e);
-    enter(t, w, false, k.in_all, None)?;
+    if k.in_all {
+        enter(t, w, false, true, None)?;
+    } else {
+        reuse(t, w, chan::reuse_floor(e, false))?;
+    }
     let fold = Fold::of(sh, spec, w.op)?;
     // SAFETY: the initiation resolved `src` as this rank's source, valid for reads of its
     // length until the call returns (the raw API's contract, or a borrow).
