@@ -106,6 +106,25 @@ fn addr_tag(a: Addr) -> u8 {
     }
 }
 
+/// A call that may repeat an smp-native call: blocking, one address each, uniform counts (or
+/// none), a table function; its source and destination addresses and bytes (`Counts::None`:
+/// 0).
+#[inline]
+fn repeat_shape(c: &Call<'_>) -> Option<(Addr, Addr, usize)> {
+    if !c.blocking || c.call_fn.is_some() {
+        return None;
+    }
+    let Addrs::One { src, dst } = c.addrs else {
+        return None;
+    };
+    let n = match c.counts {
+        Counts::Uniform(n) => n,
+        Counts::None => 0,
+        _ => return None,
+    };
+    Some((src, dst, n))
+}
+
 /// One participant's addresses as passed.
 #[derive(Clone, Copy)]
 struct Entry {
@@ -900,18 +919,8 @@ impl Coll {
     /// The key of `c` for the repeat of an smp-native call, when it may have one: blocking,
     /// one address each, uniform counts, a table function, a team with smp-native state.
     fn shm_key(&self, team: &Team, c: &Call<'_>) -> Option<ShmKey> {
-        if !c.blocking || c.call_fn.is_some() {
-            return None;
-        }
         self.shm_team(team.geo())?;
-        let Addrs::One { src, dst } = c.addrs else {
-            return None;
-        };
-        let n = match c.counts {
-            Counts::Uniform(n) => n,
-            Counts::None => 0,
-            _ => return None,
-        };
+        let (src, dst, n) = repeat_shape(c)?;
         Some(ShmKey {
             shared: self.sh.id,
             team: team.geo().id,
@@ -932,17 +941,7 @@ impl Coll {
     /// the thread has one and it applies now (no aggregate is open on any team: the call could
     /// close it). None: the call takes the full initiation.
     fn shm_repeat(&self, team: &Team, c: &Call<'_>) -> Option<Result<()>> {
-        if !c.blocking || c.call_fn.is_some() {
-            return None;
-        }
-        let Addrs::One { src, dst } = c.addrs else {
-            return None;
-        };
-        let n = match c.counts {
-            Counts::Uniform(n) => n,
-            Counts::None => 0,
-            _ => return None,
-        };
+        let (src, dst, n) = repeat_shape(c)?;
         if self.sh.agg_teams.load(std::sync::atomic::Ordering::Relaxed) != 0 {
             return None;
         }

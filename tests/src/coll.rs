@@ -104,10 +104,22 @@ fn prop_multi(c: &Ctx<'_>) -> Verdict {
 /// `n` random calls of the call shapes `forms` (one image per rank) against the oracle;
 /// the seed is `base` plus the job size unless `AMNET_TEST_SEED` is set.
 fn prop(c: &Ctx<'_>, base: u64, n: usize, forms: &[Form]) -> Verdict {
+    world_units(c, base, |seed, w| {
+        crate::coll_prop::gen_units(seed, w, n, forms)
+    })
+}
+
+/// The units `gen(seed, world)` makes on the world team, against the oracle; the seed is
+/// `base` plus the job size unless `AMNET_TEST_SEED` is set.
+fn world_units(
+    c: &Ctx<'_>,
+    base: u64,
+    gen: impl FnOnce(u64, &World) -> Vec<crate::coll_prop::Unit>,
+) -> Verdict {
     let co = coll(c)?;
     let w = world(c);
     let seed = crate::coll_prop::seed(base + u64::from(c.size()));
-    let units = crate::coll_prop::gen_units(seed, &w, n, forms);
+    let units = gen(seed, &w);
     run_units(
         &Caller {
             ep: c.ep,
@@ -123,20 +135,9 @@ fn prop(c: &Ctx<'_>, base: u64, n: usize, forms: &[Form]) -> Verdict {
 /// Small blocking calls, each made three times with fresh data, against the oracle
 /// (`coll_prop::gen_small_repeats`).
 fn small_repeats(c: &Ctx<'_>) -> Verdict {
-    let co = coll(c)?;
-    let w = world(c);
-    let seed = crate::coll_prop::seed(0x5AA1 + u64::from(c.size()));
-    let units = crate::coll_prop::gen_small_repeats(seed, &w, 300);
-    run_units(
-        &Caller {
-            ep: c.ep,
-            coll: co,
-            team: co.world(),
-            w: &w,
-            seed,
-        },
-        &units,
-    )
+    world_units(c, 0x5AA1, |seed, w| {
+        crate::coll_prop::gen_small_repeats(seed, w, 300)
+    })
 }
 
 fn typed(c: &Ctx<'_>) -> Verdict {

@@ -642,7 +642,7 @@ fn small_epoch(
     src: Mem,
     dst: Mem,
 ) -> Result<()> {
-    let (e, me, np, n, root) = (w.e, t.me, t.n(), k.n, k.root);
+    let (e, me, n, root) = (w.e, t.me, k.n, k.root);
     let s = chan::slot(e);
     let rooted = matches!(k.kind, Kind::Broadcast | Kind::Scatter);
     if k.in_all {
@@ -689,16 +689,38 @@ fn small_epoch(
             ""
         },
     };
-    match k.kind {
-        Kind::Broadcast => {
-            let p = rd.exact(root, n)?;
-            rd.fetch_from(root, p, 0, n, dst.ptr)?;
+    // An in-place exchange (the source is the destination) published its source: its own
+    // block is where it goes.
+    read_blocks(&rd, k.kind, (n, root), src, dst, src.ptr == dst.ptr)?;
+    t.area(me).set_done(e);
+    exit(t, w, k, root)
+}
+
+/// The reads of a broadcast, scatter, gather, gather_all or exchange of `n`-byte blocks rooted
+/// at `root` into this member's destination `dst` (the root of a broadcast or scatter makes
+/// its own copy beforehand): a reader the root's block, a gather's root and every gather_all
+/// member every member's block, an exchange member block `me` of every member's; a member's
+/// own block from its source, but for an exchange whose source was published (`staged`).
+fn read_blocks(
+    rd: &Reader<'_>,
+    kind: Kind,
+    (n, root): (usize, usize),
+    src: Mem,
+    dst: Mem,
+    staged: bool,
+) -> Result<()> {
+    let (me, np) = (rd.t.me, rd.t.n());
+    match kind {
+        Kind::Broadcast | Kind::Scatter if me != root => {
+            let (want, at) = if kind == Kind::Scatter {
+                (n * np, me * n)
+            } else {
+                (n, 0)
+            };
+            let p = rd.exact(root, want)?;
+            rd.fetch_from(root, p, at, n, dst.ptr)?;
         }
-        Kind::Scatter => {
-            let p = rd.exact(root, n * np)?;
-            rd.fetch_from(root, p, me * n, n, dst.ptr)?;
-        }
-        Kind::Gather | Kind::GatherAll if k.kind == Kind::GatherAll || me == root => {
+        Kind::Gather | Kind::GatherAll if kind == Kind::GatherAll || me == root => {
             for q in 0..np {
                 if q == me {
                     local_copy(src, 0, dst, q * n, n);
@@ -710,8 +732,9 @@ fn small_epoch(
         Kind::Exchange => {
             for q in 0..np {
                 if q == me {
-                    // In place (the source is the destination): the block is where it goes.
-                    local_copy(src, me * n, dst, me * n, n);
+                    if !staged {
+                        local_copy(src, me * n, dst, me * n, n);
+                    }
                 } else {
                     rd.fetch(q, me * n, n, dst.ptr + q * n)?;
                 }
@@ -719,8 +742,7 @@ fn small_epoch(
         }
         _ => {}
     }
-    t.area(me).set_done(e);
-    exit(t, w, k, root)
+    Ok(())
 }
 
 /// The end of a small call's epoch on a member that marked it done: under `OUT_ALLSYNC` the
@@ -1007,45 +1029,17 @@ fn epoch_call(
                 sh.ep.put(t.ranks[root], at, unsafe { bytes_of(src) })?;
             }
         }
-        Kind::Broadcast => {
-            if me == root {
-                if !root_early {
-                    local_copy(src, 0, dst, 0, n);
-                }
+        // (A root that made its copy early reads nothing below.)
+        Kind::Broadcast | Kind::Scatter if me == root && !root_early => {
+            let at = if spec.kind == Kind::Scatter {
+                me * n
             } else {
-                let p = rd.exact(root, n)?;
-                rd.fetch_from(root, p, 0, n, dst.ptr)?;
-            }
+                0
+            };
+            local_copy(src, at, dst, 0, n);
         }
-        Kind::Scatter => {
-            if me == root {
-                if !root_early {
-                    local_copy(src, me * n, dst, 0, n);
-                }
-            } else {
-                let p = rd.exact(root, n * np)?;
-                rd.fetch_from(root, p, me * n, n, dst.ptr)?;
-            }
-        }
-        Kind::Gather | Kind::GatherAll if spec.kind == Kind::GatherAll || me == root => {
-            for q in 0..np {
-                if q == me {
-                    local_copy(src, 0, dst, q * n, n);
-                } else {
-                    rd.fetch(q, 0, n, dst.ptr + q * n)?;
-                }
-            }
-        }
-        Kind::Exchange => {
-            for q in 0..np {
-                if q == me {
-                    if !stage {
-                        local_copy(src, me * n, dst, me * n, n);
-                    }
-                } else {
-                    rd.fetch(q, me * n, n, dst.ptr + q * n)?;
-                }
-            }
+        Kind::Broadcast | Kind::Scatter | Kind::Gather | Kind::GatherAll | Kind::Exchange => {
+            read_blocks(&rd, spec.kind, (n, root), src, dst, stage)?;
         }
         Kind::Reduce | Kind::ReduceAll if spec.kind == Kind::ReduceAll || me == root => {
             let fold = fold.as_ref().ok_or_else(|| internal(op, "no function"))?;
