@@ -486,7 +486,8 @@ fn in_allsync(c: &Ctx<'_>) -> Verdict {
 /// OUT_ALLSYNC: as soon as this rank's sync returns, every other rank's destination is done.
 /// Rounds 0-3 a non-blocking gather_all of 1000-byte blocks, 4-7 a blocking one of 8-byte
 /// blocks, 8-11 a blocking 8-byte broadcast from rank 0 (on the smp-native algorithms the
-/// small calls' path of their own, spec/coll.md §3c).
+/// small calls' path of their own, spec/coll.md §3c, but for the `IN_ALLSYNC` rounds where
+/// every segment is mapped, which take the push under ALLSYNC).
 fn out_allsync(c: &Ctx<'_>) -> Verdict {
     let co = coll(c)?;
     let (me, p) = (c.rank() as usize, c.size() as usize);

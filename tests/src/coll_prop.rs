@@ -432,9 +432,10 @@ pub fn gen_units(seed: u64, w: &World, ncalls: usize, forms: &[Form]) -> Vec<Uni
 }
 
 /// Blocking calls whose every contribution fits a header line of the host scratch (104 bytes
-/// at most from any participant's source), each made three times in a row with fresh data:
-/// the latency-bound calls that the smp-native algorithms run on a path of their own, first
-/// through the initiation, then as its repeat (spec/coll.md §3c). About `ncalls` calls.
+/// at most from any participant's source, spec/coll.md §3c), each made three times in a row
+/// in one unit, with fresh data in its own slot: the latency-bound calls that the smp-native
+/// algorithms run on a path of their own, first through the initiation, then as its repeat
+/// (no unit barrier between them). About `ncalls` calls.
 pub fn gen_small_repeats(seed: u64, w: &World, ncalls: usize) -> Vec<Unit> {
     let mut g = Rng(seed);
     let mut units = Vec::new();
@@ -448,14 +449,17 @@ pub fn gen_small_repeats(seed: u64, w: &World, ncalls: usize) -> Vec<Unit> {
             continue;
         }
         c.blocking = true;
-        for _ in 0..3 {
+        let mut calls = Vec::new();
+        for slot in 0..3 {
             c.idx = idx;
+            c.slot = slot;
             idx += 1;
-            units.push(Unit {
-                calls: vec![c.clone()],
-                all_threads: false,
-            });
+            calls.push(c.clone());
         }
+        units.push(Unit {
+            calls,
+            all_threads: false,
+        });
     }
     units
 }

@@ -660,13 +660,14 @@ fn small_epoch(
         // length until the call returns (the raw API's contract, or a borrow).
         unsafe { bytes_of(src) }
     };
+    fits_inline(w.op, bytes)?;
     if rooted && me == root {
         let at = if k.kind == Kind::Scatter { me * n } else { 0 };
         local_copy(src, at, dst, 0, n);
         t.area(me).set_done(e);
     }
     // SAFETY: this rank owns its area and is its only writer now (`busy`); every member's
-    // `done` reached the header line's reuse floor; `bytes` fits the header line (`Small`).
+    // `done` reached the header line's reuse floor; `bytes` fits the header line (`fits_inline`).
     unsafe {
         t.area(me).publish(s, e, LOC_INLINE, bytes.len(), |p| {
             amnet_core::mem::copy(bytes.as_ptr(), p, bytes.len());
@@ -745,6 +746,20 @@ fn read_blocks(
     Ok(())
 }
 
+/// A small call's contribution fits the header line (`Small` says so of the call's sizes,
+/// and the initiation resolves the source at exactly the size the call publishes; this keeps
+/// the header's next line intact if the two ever disagree).
+#[inline]
+fn fits_inline(op: &'static str, bytes: &[u8]) -> Result<()> {
+    if bytes.len() <= INLINE {
+        return Ok(());
+    }
+    Err(internal(
+        op,
+        "a small call's contribution beyond the header line",
+    ))
+}
+
 /// The end of a small call's epoch on a member that marked it done: under `OUT_ALLSYNC` the
 /// wait for every member's `done` (not a broadcast's or scatter's root's, done before it
 /// published).
@@ -779,9 +794,10 @@ fn small_vector(
     // SAFETY: the initiation resolved `src` as this rank's source, valid for reads of its
     // length until the call returns (the raw API's contract, or a borrow).
     let bytes = unsafe { bytes_of(src) };
+    fits_inline(w.op, bytes)?;
     let private = !read_by_others(spec.kind, me, root, np) && !overlaps(bytes, dst);
     // SAFETY: this rank owns its area and is its only writer now (`busy`); every member's
-    // `done` reached the header line's reuse floor; `bytes` fits the header line (`Small`).
+    // `done` reached the header line's reuse floor; `bytes` fits the header line (`fits_inline`).
     unsafe {
         t.area(me).publish(s, e, LOC_INLINE, bytes.len(), |p| {
             if !private {
