@@ -1039,17 +1039,12 @@ impl Coll {
         c: Call<'_>,
         entered: &mut Option<(Option<u64>, Key)>,
     ) -> Result<(CollHandle, Key)> {
-        let sh = &self.sh;
-        if let Some(h) = sh.ep.current_handler() {
-            return Err(Error::InHandler {
-                op: c.op,
-                handler: h,
-            });
-        }
+        self.rules(c.op)?;
         if let Some(r) = self.shm_repeat(team, &c) {
             r?;
             return Ok((CollHandle::INVALID, Key { team: 0, seq: 0 }));
         }
+        let sh = &self.sh;
         // Read before the selector chooses: a memo made from this choice is stale once the
         // forced choices change.
         let shm_key = self.shm_key(team, &c);
@@ -1875,14 +1870,10 @@ impl Coll {
 
     pub(crate) fn run(&self, team: &Team, mut c: Call<'_>, blocking: bool) -> Result<CollHandle> {
         c.blocking = blocking;
-        // The repeat of an smp-native call (`start_keyed` tries it too), done on return.
-        if blocking && self.sh.ep.current_handler().is_none() {
-            if let Some(r) = self.shm_repeat(team, &c) {
-                return r.map(|()| CollHandle::INVALID);
-            }
-        }
         let h = self.start(team, c)?;
-        if blocking {
+        // The invalid handle (a call done on return, the repeat of an smp-native one among
+        // them) has nothing to sync: `start` checked the handler rule.
+        if blocking && !h.is_invalid() {
             self.wait_sync(h)?;
             return Ok(CollHandle::INVALID);
         }

@@ -645,11 +645,7 @@ fn small_epoch(
     let (e, me, n, root) = (w.e, t.me, k.n, k.root);
     let s = chan::slot(e);
     let rooted = matches!(k.kind, Kind::Broadcast | Kind::Scatter);
-    if k.in_all {
-        enter(t, w, false, true, rooted.then_some(me == root))?;
-    } else {
-        reuse(t, w, chan::reuse_floor(e, false))?;
-    }
+    enter(t, w, false, k.in_all, rooted.then_some(me == root))?;
     // A broadcast's or scatter's root makes its own copy and marks the epoch done before it
     // publishes (its readers need not wait for its `done`); the others publish only their
     // entry. The other operations publish every member's source.
@@ -785,11 +781,7 @@ fn small_vector(
 ) -> Result<()> {
     let (e, me, np, root) = (w.e, t.me, t.n(), spec.root);
     let s = chan::slot(e);
-    if k.in_all {
-        enter(t, w, false, true, None)?;
-    } else {
-        reuse(t, w, chan::reuse_floor(e, false))?;
-    }
+    enter(t, w, false, k.in_all, None)?;
     let fold = Fold::of(sh, spec, w.op)?;
     // SAFETY: the initiation resolved `src` as this rank's source, valid for reads of its
     // length until the call returns (the raw API's contract, or a borrow).
@@ -1235,6 +1227,7 @@ fn push_all(t: &ShmTeam, w: &Waiter<'_>, spec: &Spec, src: Mem, dst: Mem, at: u6
 /// root publishes (broadcast, scatter): the others signal their entry, the root waits for
 /// every entry before it publishes, and the others' reads, which wait for the root's
 /// publication, come after it; otherwise the flag barrier.
+#[inline]
 fn enter(
     t: &ShmTeam,
     w: &Waiter<'_>,
@@ -1242,12 +1235,18 @@ fn enter(
     in_all: bool,
     one_root: Option<bool>,
 ) -> Result<()> {
-    let (e, me, np) = (w.e, t.me, t.n());
-    reuse(t, w, chan::reuse_floor(e, data))?;
+    reuse(t, w, chan::reuse_floor(w.e, data))?;
     if !in_all {
         return Ok(());
     }
-    // No data moves, no source is read, before every member entered.
+    all_entry(t, w, one_root)
+}
+
+/// [`enter`]'s `IN_ALLSYNC` part, out of its path: no data moves, no source is read, before
+/// every member entered.
+#[inline(never)]
+fn all_entry(t: &ShmTeam, w: &Waiter<'_>, one_root: Option<bool>) -> Result<()> {
+    let (e, me, np) = (w.e, t.me, t.n());
     match one_root {
         Some(true) => w.wait(
             || (0..np).all(|i| i == me || t.area(i).entered() >= e),
