@@ -152,6 +152,19 @@ pub unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
         }
         return;
     }
+    if (8..=16).contains(&len) {
+        // A word or two (a scalar's payload, a small collective's block): both loads before
+        // both stores, so overlapping ranges copy as `ptr::copy` does, without a call.
+        // SAFETY: `len >= 8`, so both words lie within both ranges (the caller's contract);
+        // unaligned accesses.
+        unsafe {
+            let a = std::ptr::read_unaligned(src.cast::<u64>());
+            let b = std::ptr::read_unaligned(src.add(len - 8).cast::<u64>());
+            std::ptr::write_unaligned(dst.cast::<u64>(), a);
+            std::ptr::write_unaligned(dst.add(len - 8).cast::<u64>(), b);
+        }
+        return;
+    }
     // SAFETY: the caller's contract; `ptr::copy` tolerates overlap.
     unsafe { std::ptr::copy(src, dst, len) };
 }
@@ -168,7 +181,21 @@ mod tests {
         for (i, b) in src.iter_mut().enumerate() {
             *b = u8::try_from((i * 7 + 3) % 251).unwrap_or(0);
         }
-        for len in [0, 1, PIECE - 1, PIECE, PIECE + 1, 3 * PIECE + 17, 5 * PIECE] {
+        for len in [
+            0,
+            1,
+            7,
+            8,
+            9,
+            15,
+            16,
+            17,
+            PIECE - 1,
+            PIECE,
+            PIECE + 1,
+            3 * PIECE + 17,
+            5 * PIECE,
+        ] {
             for apart in [0, 1, 8, 16, 63, 64, 4095] {
                 let mut dst = vec![0u8; len + 4096 + 64];
                 // SAFETY: both ranges lie in their vectors.
@@ -181,9 +208,15 @@ mod tests {
             }
         }
         // Overlapping, forwards and backwards.
-        for shift in [1usize, 8, 40] {
+        for (len, shift) in [
+            (3 * PIECE, 1usize),
+            (3 * PIECE, 8),
+            (3 * PIECE, 40),
+            (8, 3),
+            (12, 5),
+            (16, 1),
+        ] {
             let mut a = src.clone();
-            let len = 3 * PIECE;
             let p = a.as_mut_ptr();
             // SAFETY: both ranges lie in `a`.
             unsafe { copy(p, p.add(shift), len) };

@@ -646,9 +646,11 @@ fn small_epoch(
     let s = chan::slot(e);
     let rooted = matches!(k.kind, Kind::Broadcast | Kind::Scatter);
     enter(t, w, false, k.in_all, rooted.then_some(me == root))?;
-    // A broadcast's or scatter's root makes its own copy and marks the epoch done before it
-    // publishes (its readers need not wait for its `done`); the others publish only their
-    // entry. The other operations publish every member's source.
+    // A broadcast's or scatter's root makes its own copy and marks the epoch done, under
+    // `OUT_ALLSYNC` before it publishes (its readers, which wait for every member's `done`,
+    // need not wait for its), otherwise after (its readers wait for nothing of it but the
+    // publication); the others publish only their entry. The other operations publish every
+    // member's source.
     let bytes: &[u8] = if rooted && me != root {
         &[]
     } else {
@@ -657,10 +659,13 @@ fn small_epoch(
         unsafe { bytes_of(src) }
     };
     fits_inline(w.op, bytes)?;
-    if rooted && me == root {
+    let own = || {
         let at = if k.kind == Kind::Scatter { me * n } else { 0 };
         local_copy(src, at, dst, 0, n);
         t.area(me).set_done(e);
+    };
+    if rooted && me == root && k.out_all {
+        own();
     }
     // SAFETY: this rank owns its area and is its only writer now (`busy`); every member's
     // `done` reached the header line's reuse floor; `bytes` fits the header line (`fits_inline`).
@@ -670,6 +675,9 @@ fn small_epoch(
         });
     }
     if rooted && me == root {
+        if !k.out_all {
+            own();
+        }
         return exit(t, w, k, root);
     }
     let rd = Reader {
@@ -782,7 +790,6 @@ fn small_vector(
     let (e, me, np, root) = (w.e, t.me, t.n(), spec.root);
     let s = chan::slot(e);
     enter(t, w, false, k.in_all, None)?;
-    let fold = Fold::of(sh, spec, w.op)?;
     // SAFETY: the initiation resolved `src` as this rank's source, valid for reads of its
     // length until the call returns (the raw API's contract, or a borrow).
     let bytes = unsafe { bytes_of(src) };
@@ -805,6 +812,8 @@ fn small_vector(
         _ => me,
     };
     if upto > 0 {
+        // After the publication, which the other members wait for.
+        let fold = Fold::of(sh, spec, w.op)?;
         let rd = Reader {
             sh,
             t,
