@@ -444,7 +444,9 @@ mod loom_models {
     /// cell; the root waits for the other's entry word, copies its source into its own
     /// destination, marks the epoch done and then publishes. The root reads the value written
     /// before the other entered, and a reader that saw the publication finds the root's
-    /// destination written without waiting for its `done`.
+    /// destination written without waiting for its `done` (the order that also lets the
+    /// small path's readers skip the `done` of a member settled when it published: a gather's
+    /// or reduce_elems' other members, a scan's member 0).
     #[test]
     fn loom_entry_word_and_early_done() {
         let mut b = loom::model::Builder::new();

@@ -765,15 +765,28 @@ fn fits_inline(op: &'static str, bytes: &[u8]) -> Result<()> {
 }
 
 /// The end of a small call's epoch on a member that marked it done: under `OUT_ALLSYNC` the
-/// wait for every member's `done` (not a broadcast's or scatter's root's, done before it
-/// published).
+/// wait for every member's `done` but those [`settled`] for it.
 #[inline]
 fn exit(t: &ShmTeam, w: &Waiter<'_>, k: Small, root: usize) -> Result<()> {
     if !k.out_all {
         return Ok(());
     }
-    let early = matches!(k.kind, Kind::Broadcast | Kind::Scatter).then_some(root);
-    all_done(t, w, early)
+    let me = t.me;
+    all_done_but(t, w, |i| settled(k.kind, me, root, i))
+}
+
+/// Whether member `i`'s publication, which member `me` read in a small call of `kind` rooted
+/// at `root` under `OUT_ALLSYNC`, shows `i`'s part of the call complete, so that `me` need not
+/// wait for `i`'s `done`: `i` reads no other member's contribution and wrote its destination,
+/// if it has one, before it published (a broadcast's or scatter's root, a gather's or
+/// reduce_elems' other members, a scan's member 0).
+fn settled(kind: Kind, me: usize, root: usize, i: usize) -> bool {
+    match kind {
+        Kind::Broadcast | Kind::Scatter => i == root && me != root,
+        Kind::Gather | Kind::ReduceElems => i != root && me == root,
+        Kind::ScanElems | Kind::ExclusiveScanElems => i == 0 && me > 0,
+        _ => false,
+    }
 }
 
 /// Epoch `w.e` of a small vector reduction or scan (`spec`): every member's vector staged in
@@ -795,12 +808,24 @@ fn small_vector(
     let bytes = unsafe { bytes_of(src) };
     fits_inline(w.op, bytes)?;
     let private = !read_by_others(spec.kind, me, root, np) && !overlaps(bytes, dst);
+    // Under `OUT_ALLSYNC` member 0 of an inclusive scan writes its result (its own vector)
+    // before it publishes, from the staged copy (the source may overlap the destination):
+    // its readers then need not wait for its `done` (`settled`).
+    let first = k.out_all && spec.kind == Kind::ScanElems && me == 0 && !private;
+    if first && dst.len < bytes.len() {
+        return Err(internal(w.op, "destination shorter than the result"));
+    }
     // SAFETY: this rank owns its area and is its only writer now (`busy`); every member's
-    // `done` reached the header line's reuse floor; `bytes` fits the header line (`fits_inline`).
+    // `done` reached the header line's reuse floor; `bytes` fits the header line (`fits_inline`);
+    // with `first`, `dst` is this rank's destination, valid for writes of `bytes.len()` bytes
+    // (checked above) and apart from the header line.
     unsafe {
         t.area(me).publish(s, e, LOC_INLINE, bytes.len(), |p| {
             if !private {
                 amnet_core::mem::copy(bytes.as_ptr(), p, bytes.len());
+            }
+            if first {
+                amnet_core::mem::copy(p, dst.ptr as *mut u8, bytes.len());
             }
         });
     }
@@ -808,6 +833,7 @@ fn small_vector(
     let upto = match spec.kind {
         Kind::ReduceElems if me != root => 0,
         Kind::ReduceElems | Kind::ReduceElemsAll => np,
+        Kind::ScanElems if first => 0,
         Kind::ScanElems => me + 1,
         _ => me,
     };
@@ -1303,8 +1329,13 @@ fn reuse_wait(t: &ShmTeam, w: &Waiter<'_>, floor: u64) -> Result<()> {
 /// `OUT_ALLSYNC`: wait until every member's `done` holds epoch `w.e`, but member `early`'s
 /// (a root that marked itself done before it published, whose readers need not wait for it).
 fn all_done(t: &ShmTeam, w: &Waiter<'_>, early: Option<usize>) -> Result<()> {
+    all_done_but(t, w, |i| early == Some(i))
+}
+
+/// [`all_done`] but for the members `skip` names.
+fn all_done_but(t: &ShmTeam, w: &Waiter<'_>, skip: impl Fn(usize) -> bool) -> Result<()> {
     let (e, np) = (w.e, t.n());
-    let waits = |i: usize| early != Some(i);
+    let waits = |i: usize| !skip(i);
     w.wait(
         || (0..np).all(|i| !waits(i) || t.area(i).done() >= e),
         || {
