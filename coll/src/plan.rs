@@ -366,6 +366,20 @@ pub(crate) fn runs_iter(lay: Layout, n: usize, np: usize) -> impl Iterator<Item 
     })
 }
 
+/// Whether participant `p` holds any of elements `0..n` laid out by `lay` over `np`
+/// participants (a run of [`runs_iter`] with `part == p` and a length), without walking the runs.
+pub(crate) fn holds(lay: Layout, n: usize, np: usize, p: usize) -> bool {
+    if n == 0 || np == 0 {
+        return false;
+    }
+    if lay.blk == 0 {
+        return p == lay.off;
+    }
+    let first = lay.off / lay.blk;
+    let blocks = (lay.off + (n - 1)) / lay.blk - first + 1;
+    blocks >= np || (p + np - first % np) % np < blocks
+}
+
 /// Elements a participant's area must hold under `lay` for `n` elements (0 for participants
 /// with none).
 pub(crate) fn area_elems(lay: Layout, n: usize, np: usize, p: usize) -> usize {
@@ -379,6 +393,27 @@ pub(crate) fn area_elems(lay: Layout, n: usize, np: usize, p: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn holds_matches_the_runs() {
+        for np in 1..7 {
+            for blk in 0..5 {
+                for off in 0..9 {
+                    for n in 0..20 {
+                        let lay = if blk == 0 {
+                            Layout::indefinite(off % np)
+                        } else {
+                            Layout::block_cyclic(blk, off)
+                        };
+                        for p in 0..np {
+                            let by_runs = runs_iter(lay, n, np).any(|r| r.part == p && r.len > 0);
+                            assert_eq!(holds(lay, n, np, p), by_runs, "{np} {blk} {off} {n} {p}");
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn runs_cover_every_element_once() {

@@ -906,7 +906,22 @@ fn epoch_call(
     // too where a contribution of the call may go there).
     let data = published_bytes(spec.kind, spec.uniform.unwrap_or(0), np, spec.es, spec.n) > INLINE;
     let one_root = matches!(spec.kind, Kind::Broadcast | Kind::Scatter).then_some(me == spec.root);
-    enter(t, w, data, mode.input == InSync::All, one_root)?;
+    // Under IN_ALLSYNC an array scan's member that holds no element reads and writes no data:
+    // it only signals its entry, and under OUT_ALLSYNC no member waits for its `done` (the
+    // others saw its entry; it waits for the members that hold elements, whose `done`
+    // follows every entry).
+    let in_all = mode.input == InSync::All;
+    let idle = |i: usize| {
+        in_all
+            && matches!(spec.kind, Kind::Prefix | Kind::ExclusivePrefix)
+            && !crate::plan::holds(spec.src_lay, spec.n, np, i)
+    };
+    if idle(me) {
+        reuse(t, w, chan::reuse_floor(e, data))?;
+        signal_entry(t, e);
+    } else {
+        enter(t, w, data, in_all, one_root)?;
+    }
     // Publish this rank's contribution (or only its entry).
     let fold = if spec.kind.is_reduction() {
         Some(Fold::of(sh, spec, op)?)
@@ -1145,7 +1160,14 @@ fn epoch_call(
     }
     let in_place_read = loc & LOC_SEG != 0;
     match mode.output {
-        OutSync::All => all_done(t, w, root_early.then_some(root))?,
+        // Not a member settled when it published: a broadcast's or scatter's root that made
+        // its copy first, a rooted array reduction's other members (read by the root; they
+        // write nothing), an idle member of an array scan.
+        OutSync::All => all_done_but(t, w, |i| {
+            (root_early && i == root)
+                || (spec.kind == Kind::Reduce && me == root && i != root)
+                || idle(i)
+        })?,
         OutSync::My if in_place_read => {
             // The source stays in use until its readers finished: a gather's or
             // reduce_elems' root, or every member.
@@ -1371,6 +1393,17 @@ fn barrier(sh: &Shared, t: &ShmTeam, w: &Waiter<'_>, e: u64) -> Result<()> {
     Ok(())
 }
 
+/// This member's signal of epoch `e` in [`all_entered`]'s words: at 2 members into the other's
+/// word, else into its own.
+fn signal_entry(t: &ShmTeam, e: u64) {
+    let (np, me) = (t.n(), t.me);
+    match np {
+        0 | 1 => {}
+        2 => t.area(1 - me).signal_bar(e),
+        _ => t.area(me).signal_bar(e),
+    }
+}
+
 /// The entry signal of epoch `e` (`what` for hang reports): return once every member has
 /// started it. Two members store the epoch into each other's barrier word and wait for their
 /// own (the one round of a dissemination barrier: each polls a line of its own area). More
@@ -1383,15 +1416,14 @@ fn all_entered(t: &ShmTeam, w: &Waiter<'_>, e: u64, what: &str) -> Result<()> {
     if np < 2 {
         return Ok(());
     }
+    signal_entry(t, e);
     if np == 2 {
         let other = 1 - me;
-        t.area(other).signal_bar(e);
         return w.wait(
             || t.area(me).bar() >= e,
             || format!("{what}: the signal of team rank {other}"),
         );
     }
-    t.area(me).signal_bar(e);
     // Words only grow: a member seen at `e` stays there.
     let mut next = 0;
     w.wait(
