@@ -766,13 +766,19 @@ fn fits_inline(op: &'static str, bytes: &[u8]) -> Result<()> {
 
 /// The end of a small call's epoch on a member that marked it done: under `OUT_ALLSYNC` the
 /// wait for every member's `done` but those [`settled`] for it.
-#[inline]
+#[inline(always)]
 fn exit(t: &ShmTeam, w: &Waiter<'_>, k: Small, root: usize) -> Result<()> {
     if !k.out_all {
         return Ok(());
     }
+    exit_all(t, w, k.kind, root)
+}
+
+/// [`exit`]'s wait, out of the path of the calls that have none.
+#[inline(never)]
+fn exit_all(t: &ShmTeam, w: &Waiter<'_>, kind: Kind, root: usize) -> Result<()> {
     let me = t.me;
-    all_done_but(t, w, |i| settled(k.kind, me, root, i))
+    all_done_but(t, w, |i| settled(kind, me, root, i))
 }
 
 /// Whether member `i`'s publication, which member `me` read in a small call of `kind` rooted
