@@ -814,10 +814,10 @@ fn small_vector(
     let bytes = unsafe { bytes_of(src) };
     fits_inline(w.op, bytes)?;
     let private = !read_by_others(spec.kind, me, root, np) && !overlaps(bytes, dst);
-    // Under `OUT_ALLSYNC` member 0 of an inclusive scan writes its result (its own vector)
-    // before it publishes, from the staged copy (the source may overlap the destination):
-    // its readers then need not wait for its `done` (`settled`).
-    let first = k.out_all && spec.kind == Kind::ScanElems && me == 0 && !private;
+    // Member 0 of an inclusive scan writes its result (its own vector) before it publishes,
+    // from the staged copy (the source may overlap the destination): no fold, and under
+    // `OUT_ALLSYNC` its readers need not wait for its `done` (`settled`).
+    let first = spec.kind == Kind::ScanElems && me == 0 && !private;
     if first && dst.len < bytes.len() {
         return Err(internal(w.op, "destination shorter than the result"));
     }
