@@ -814,9 +814,10 @@ fn small_vector(
     let bytes = unsafe { bytes_of(src) };
     fits_inline(w.op, bytes)?;
     let private = !read_by_others(spec.kind, me, root, np) && !overlaps(bytes, dst);
-    // Member 0 of an inclusive scan writes its result (its own vector) before it publishes,
-    // from the staged copy (the source may overlap the destination): no fold, and under
-    // `OUT_ALLSYNC` its readers need not wait for its `done` (`settled`).
+    // Member 0 of an inclusive scan copies its result (its own vector) without a fold: under
+    // `OUT_ALLSYNC` before it publishes, from the staged copy (the source may overlap the
+    // destination), so that its readers need not wait for its `done` (`settled`); otherwise
+    // after, from its source, so that its readers need not wait for the copy.
     let first = spec.kind == Kind::ScanElems && me == 0 && !private;
     if first && dst.len < bytes.len() {
         return Err(internal(w.op, "destination shorter than the result"));
@@ -830,10 +831,16 @@ fn small_vector(
             if !private {
                 amnet_core::mem::copy(bytes.as_ptr(), p, bytes.len());
             }
-            if first {
+            if first && k.out_all {
                 amnet_core::mem::copy(p, dst.ptr as *mut u8, bytes.len());
             }
         });
+    }
+    if first && !k.out_all {
+        let len = bytes.len();
+        // SAFETY: `src` is readable and `dst` writable for `len` bytes (as above; `bytes` is
+        // `src`'s, not used past this point); `mem::copy` tolerates their overlap.
+        unsafe { amnet_core::mem::copy(src.ptr as *const u8, dst.ptr as *mut u8, len) };
     }
     // Member `me` of a scan folds the vectors of members 0..=me (exclusive: 0..me).
     let upto = match spec.kind {
