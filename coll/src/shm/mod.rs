@@ -818,14 +818,13 @@ fn small_vector(
     // `OUT_ALLSYNC` before it publishes, from the staged copy (the source may overlap the
     // destination), so that its readers need not wait for its `done` (`settled`); otherwise
     // after, from its source, so that its readers need not wait for the copy.
-    let first = spec.kind == Kind::ScanElems && me == 0 && !private;
-    if first && dst.len < bytes.len() {
-        return Err(internal(w.op, "destination shorter than the result"));
-    }
+    // (A destination shorter than the vector, which the initiation's sizes rule out, takes
+    // the fold, which reports it after the publication that the other members wait for.)
+    let first = spec.kind == Kind::ScanElems && me == 0 && !private && dst.len >= bytes.len();
     // SAFETY: this rank owns its area and is its only writer now (`busy`); every member's
     // `done` reached the header line's reuse floor; `bytes` fits the header line (`fits_inline`);
     // with `first`, `dst` is this rank's destination, valid for writes of `bytes.len()` bytes
-    // (checked above) and apart from the header line.
+    // (`first` checks its length) and apart from the header line.
     unsafe {
         t.area(me).publish(s, e, LOC_INLINE, bytes.len(), |p| {
             if !private {
