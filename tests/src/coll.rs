@@ -545,6 +545,78 @@ fn out_allsync(c: &Ctx<'_>) -> Verdict {
         }
         ck("barrier", c.ep.barrier())?;
     }
+    out_allsync_reductions(c, co)
+}
+
+/// `out_allsync`'s rounds of 8-byte reductions (one u64 each), a different late rank each
+/// round: scan_elems under each IN mode, reduce_elems rooted at 0, and a prefix_reduce of one
+/// element (on rank 0; the other ranks hold none) under `IN_ALLSYNC`. Right after its
+/// `OUT_ALLSYNC` call returns, each rank reads every rank's destination.
+fn out_allsync_reductions(c: &Ctx<'_>, co: &Coll) -> Verdict {
+    use amnet::coll::builtin::builtin_index;
+    use amnet::coll::{ElemType, Layout};
+    let (me, p) = (c.rank() as usize, c.size() as usize);
+    let func = builtin_index(RedOp::Sum, ElemType::U64).ok_or("no built-in u64 sum".to_string())?;
+    let x = |round: usize, q: usize| (q * 7 + round + 1) as u64;
+    for round in 12..18usize {
+        ck(
+            "write",
+            c.ep.write_local(SM_SRC, &x(round, me).to_le_bytes()),
+        )?;
+        ck("write", c.ep.write_local(SM_DST, &[0u8; 8]))?;
+        ck("barrier", c.ep.barrier())?;
+        if me == (round + 1) % p && p > 1 {
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        let ins = [f::IN_NOSYNC, f::IN_MYSYNC, f::IN_ALLSYNC][round % 3];
+        let fl = ins | f::OUT_ALLSYNC | f::SINGLE;
+        let (d, s) = (Addr::Seg(SM_DST), Addr::Seg(SM_SRC));
+        let (what, want): (&str, Box<dyn Fn(usize) -> u64>) = if round < 15 {
+            // SAFETY: segment offsets only: no pointer address to keep valid.
+            ck("scan_elems", unsafe {
+                co.scan_elems(co.world(), d, s, 8, 1, func, 0, fl)
+            })?;
+            (
+                "scan_elems",
+                Box::new(move |r| (0..=r).map(|q| x(round, q)).sum()),
+            )
+        } else if round < 17 {
+            // SAFETY: as above.
+            ck("reduce_elems", unsafe {
+                co.reduce_elems(co.world(), 0, d, s, 8, 1, func, 0, fl)
+            })?;
+            let all: u64 = (0..p).map(|q| x(round, q)).sum();
+            (
+                "reduce_elems",
+                Box::new(move |r| if r == 0 { all } else { 0 }),
+            )
+        } else {
+            let lay = Layout::block_cyclic(1, 0);
+            let fl = f::IN_ALLSYNC | f::OUT_ALLSYNC | f::SINGLE;
+            // SAFETY: as above.
+            ck("prefix_reduce", unsafe {
+                co.prefix_reduce(co.world(), d, lay, s, lay, 8, 1, func, 0, fl)
+            })?;
+            (
+                "prefix_reduce",
+                Box::new(move |r| if r == 0 { x(round, 0) } else { 0 }),
+            )
+        };
+        for r in 0..p {
+            let mut got = [0u8; 8];
+            #[allow(clippy::cast_possible_truncation)]
+            ck("get", c.ep.get(r as u32, SM_DST, &mut got))?;
+            ensure(u64::from_le_bytes(got) == want(r), || {
+                format!(
+                    "round {round}: {what}: rank {r}'s destination right after rank {me}'s \
+                     OUT_ALLSYNC sync holds {}, not {}",
+                    u64::from_le_bytes(got),
+                    want(r)
+                )
+            })?;
+        }
+        ck("barrier", c.ep.barrier())?;
+    }
     Ok(())
 }
 

@@ -300,9 +300,6 @@ pub fn run_attached(
                 ))
             });
         let elapsed = t0.elapsed();
-        if let Err(e) = &v {
-            eprintln!("DBGV rank {}: {e}", ep.rank());
-        }
         let verdicts = state::gather_verdicts(ep, st, idx, &v)?;
         ep.barrier()?;
         *watch.current.lock().unwrap_or_else(|e| e.into_inner()) = None;
@@ -321,10 +318,14 @@ pub fn run_attached(
             }
         }
     }
-    watch.stop.store(true, Ordering::Relaxed);
-    if let Some(d) = dog {
-        let _ = d.join();
-    }
+    // The closing barrier under the watchdog too: a test that failed on one rank before its
+    // own barriers leaves the ranks' barrier counts apart, and one of them would wait here
+    // for good.
+    *watch.current.lock().unwrap_or_else(|e| e.into_inner()) = Some((
+        "(the suite's closing barrier)".to_string(),
+        Instant::now(),
+        CLOSING_LIMIT,
+    ));
     if ep.rank() == 0 {
         let path = summary
             .map(str::to_string)
@@ -344,9 +345,17 @@ pub fn run_attached(
             println!("{} passed, {} failed", sum.passed, sum.failed);
         }
     }
-    ep.barrier()?;
+    let closed = ep.barrier();
+    watch.stop.store(true, Ordering::Relaxed);
+    if let Some(d) = dog {
+        let _ = d.join();
+    }
+    closed?;
     Ok(sum)
 }
+
+/// How long the suite's closing barrier may take.
+const CLOSING_LIMIT: Duration = Duration::from_secs(60);
 
 /// Check the suite's own variables (`AMNET_STORM`, `AMNET_TEST_SEED`): a value they do not
 /// accept is `Error::Config` naming it.

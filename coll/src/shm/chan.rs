@@ -444,9 +444,7 @@ mod loom_models {
     /// cell; the root waits for the other's entry word, copies its source into its own
     /// destination, marks the epoch done and then publishes. The root reads the value written
     /// before the other entered, and a reader that saw the publication finds the root's
-    /// destination written without waiting for its `done` (the order that also lets the
-    /// small path's readers skip the `done` of a member settled when it published: a gather's
-    /// or reduce_elems' other members, a scan's member 0).
+    /// destination written without waiting for its `done`.
     #[test]
     fn loom_entry_word_and_early_done() {
         let mut b = loom::model::Builder::new();
@@ -510,6 +508,115 @@ mod loom_models {
             let (a1, c1) = (areas.clone(), cells.clone());
             let t = thread::spawn(move || member(1, a1, c1));
             member(0, areas.clone(), cells.clone());
+            t.join().unwrap();
+        });
+    }
+
+    /// `IN_ALLSYNC|OUT_ALLSYNC` array scans of two members over three epochs where one member
+    /// holds no element (`idle`, alternating): before it enters, the idle member writes the
+    /// holder's source cell (a put); it then only signals its entry into the holder's barrier
+    /// word, publishes its entry, marks the epoch done and waits for the holder's `done`. The
+    /// holder signals the idle member's word, waits for its own, reads its source, writes its
+    /// destination, publishes, marks done and waits for nobody. The holder reads the value put
+    /// before the other entered; the idle member returns with the holder's destination
+    /// written; the barrier words, which the idle member's waits skip, stay in order.
+    #[test]
+    fn loom_idle_member_skips_the_entry_wait() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(|| {
+            let areas: Arc<[Box<Area>; 2]> = Arc::new([Area::boxed(), Area::boxed()]);
+            let cells: Arc<[[AtomicU64; 2]; 2]> = Arc::new(std::array::from_fn(|_| {
+                [AtomicU64::new(0), AtomicU64::new(0)]
+            }));
+            let member =
+                move |me: usize, areas: Arc<[Box<Area>; 2]>, cells: Arc<[[AtomicU64; 2]; 2]>| {
+                    for e in 1..=3u64 {
+                        let holder = (e % 2) as usize;
+                        let other = 1 - me;
+                        let s = slot(e);
+                        if me != holder {
+                            cells[holder][0].store(e * 7, Ordering::Relaxed);
+                        }
+                        spin(|| areas.iter().all(|a| a.done() >= reuse_floor(e, false)));
+                        areas[other].signal_bar(e);
+                        if me == holder {
+                            spin(|| areas[me].bar() >= e);
+                            let v = cells[me][0].load(Ordering::Relaxed);
+                            assert_eq!(
+                                v,
+                                e * 7,
+                                "the holder read its source before the other entered"
+                            );
+                            cells[me][1].store(v, Ordering::Relaxed);
+                        }
+                        // SAFETY: the owner, after the reuse floor; an entry only.
+                        unsafe { areas[me].publish(s, e, LOC_INLINE, 0, |_| {}) };
+                        areas[me].set_done(e);
+                        if me != holder {
+                            spin(|| areas[holder].done() >= e);
+                            assert_eq!(cells[holder][1].load(Ordering::Relaxed), e * 7);
+                        }
+                    }
+                };
+            let (a1, c1) = (areas.clone(), cells.clone());
+            let t = thread::spawn(move || member(1, a1, c1));
+            member(0, areas.clone(), cells.clone());
+            t.join().unwrap();
+        });
+    }
+
+    /// Small inclusive scans of two members under `OUT_ALLSYNC` over more epochs than header
+    /// lines: member 0 writes its destination inside its publication (before the epoch's
+    /// Release store), member 1 reads the publication, folds into its own destination, marks
+    /// done and returns without waiting for member 0's `done`, finding member 0's destination
+    /// written; member 0 waits for member 1's `done`.
+    #[test]
+    fn loom_scan_member_zero_settled_at_publication() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(|| {
+            let areas: Arc<[Box<Area>; 2]> = Arc::new([Area::boxed(), Area::boxed()]);
+            let dst: Arc<[AtomicU64; 2]> = Arc::new(std::array::from_fn(|_| AtomicU64::new(0)));
+            let member = move |me: usize, areas: Arc<[Box<Area>; 2]>, dst: Arc<[AtomicU64; 2]>| {
+                for e in 1..=3u64 {
+                    let s = slot(e);
+                    let x = e * 10 + me as u64;
+                    spin(|| areas.iter().all(|a| a.done() >= reuse_floor(e, false)));
+                    if me == 0 {
+                        // SAFETY: the owner, after the reuse floor; 8 bytes fit the line.
+                        unsafe {
+                            areas[0].publish(s, e, LOC_INLINE, 8, |p| {
+                                p.cast::<u64>().write_unaligned(x);
+                                dst[0].store(x, Ordering::Relaxed);
+                            });
+                        }
+                        areas[0].set_done(e);
+                        spin(|| areas[1].done() >= e);
+                        assert_eq!(dst[1].load(Ordering::Relaxed), e * 10 + x + 1);
+                    } else {
+                        // SAFETY: the owner, after the reuse floor; its length alone.
+                        unsafe { areas[1].publish(s, e, LOC_INLINE, 0, |_| {}) };
+                        let mut got = None;
+                        spin(|| {
+                            got = areas[0].published(s, e);
+                            got.is_some()
+                        });
+                        // SAFETY: published for slot s, not yet marked done.
+                        let v = unsafe {
+                            areas[0].read(s, got.unwrap(), |q| q.cast::<u64>().read_unaligned())
+                        }
+                        .unwrap();
+                        dst[1].store(v + x, Ordering::Relaxed);
+                        areas[1].set_done(e);
+                        // OUT_ALLSYNC without member 0's `done`.
+                        assert!(dst[0].load(Ordering::Relaxed) >= e * 10);
+                    }
+                }
+            };
+            let (a1, d1) = (areas.clone(), dst.clone());
+            let t = thread::spawn(move || member(1, a1, d1));
+            member(0, areas.clone(), dst.clone());
             t.join().unwrap();
         });
     }
