@@ -439,6 +439,27 @@ mod loom_models {
         });
     }
 
+    /// Two members over `areas` and, for each, a source and a destination cell (plain data of
+    /// the client, `cells[member][0]` and `[1]`), under loom with a preemption bound of 2:
+    /// `member(me, ..)` runs on a thread of its own for member 1 and on this one for member 0.
+    fn two_members<F>(member: F)
+    where
+        F: Fn(usize, &[Box<Area>; 2], &[[AtomicU64; 2]; 2]) + Clone + Send + Sync + 'static,
+    {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(move || {
+            let areas: Arc<[Box<Area>; 2]> = Arc::new([Area::boxed(), Area::boxed()]);
+            let cells: Arc<[[AtomicU64; 2]; 2]> = Arc::new(std::array::from_fn(|_| {
+                [AtomicU64::new(0), AtomicU64::new(0)]
+            }));
+            let (a1, c1, m1) = (areas.clone(), cells.clone(), member.clone());
+            let t = thread::spawn(move || m1(1, &a1, &c1));
+            member(0, &areas, &cells);
+            t.join().unwrap();
+        });
+    }
+
     /// `IN_ALLSYNC|OUT_ALLSYNC` broadcasts with one publisher over more epochs than there are
     /// slots, roots alternating: before it enters, each member writes the next root's source
     /// cell; the root waits for the other's entry word, copies its source into its own
@@ -447,68 +468,53 @@ mod loom_models {
     /// destination written without waiting for its `done`.
     #[test]
     fn loom_entry_word_and_early_done() {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(2);
-        b.check(|| {
-            let areas: Arc<[Box<Area>; 2]> = Arc::new([Area::boxed(), Area::boxed()]);
-            // Each member's source and destination cells (plain data of the client).
-            let cells: Arc<[[AtomicU64; 2]; 2]> = Arc::new(std::array::from_fn(|_| {
-                [AtomicU64::new(0), AtomicU64::new(0)]
-            }));
-            let member = move |me: usize,
-                               areas: Arc<[Box<Area>; 2]>,
-                               cells: Arc<[[AtomicU64; 2]; 2]>| {
-                for e in 1..=NHEADERS as u64 + 2 {
-                    let root = (e % 2) as usize;
-                    let s = slot(e);
-                    if me != root {
-                        // Writes into the root's source before entering (a put).
-                        cells[root][0].store(e * 7, Ordering::Relaxed);
-                    }
-                    spin(|| areas.iter().all(|a| a.done() >= reuse_floor(e, false)));
-                    if me == root {
-                        spin(|| areas[1 - me].entered() >= e);
-                        let v = cells[me][0].load(Ordering::Relaxed);
-                        assert_eq!(
-                            v,
-                            e * 7,
-                            "the root read its source before the other entered"
-                        );
-                        cells[me][1].store(v, Ordering::Relaxed);
-                        areas[me].set_done(e);
-                        // SAFETY: the owner, after the reuse floor; 8 bytes fit the line.
-                        unsafe {
-                            areas[me].publish(s, e, LOC_INLINE, 8, |p| {
-                                p.cast::<u64>().write_unaligned(v);
-                            });
-                        }
-                        spin(|| areas[1 - me].done() >= e);
-                        assert_eq!(cells[1 - me][1].load(Ordering::Relaxed), e * 7);
-                    } else {
-                        areas[me].set_entered(e);
-                        // SAFETY: the owner, after the reuse floor; an entry only.
-                        unsafe { areas[me].publish(s, e, LOC_INLINE, 0, |_| {}) };
-                        let mut got = None;
-                        spin(|| {
-                            got = areas[root].published(s, e);
-                            got.is_some()
-                        });
-                        // SAFETY: published for slot s, not yet marked done.
-                        let v = unsafe {
-                            areas[root].read(s, got.unwrap(), |q| q.cast::<u64>().read_unaligned())
-                        }
-                        .unwrap();
-                        cells[me][1].store(v, Ordering::Relaxed);
-                        areas[me].set_done(e);
-                        // OUT_ALLSYNC: the root's own copy is in place without its `done`.
-                        assert_eq!(cells[root][1].load(Ordering::Relaxed), e * 7);
-                    }
+        two_members(|me, areas, cells| {
+            for e in 1..=NHEADERS as u64 + 2 {
+                let root = (e % 2) as usize;
+                let s = slot(e);
+                if me != root {
+                    // Writes into the root's source before entering (a put).
+                    cells[root][0].store(e * 7, Ordering::Relaxed);
                 }
-            };
-            let (a1, c1) = (areas.clone(), cells.clone());
-            let t = thread::spawn(move || member(1, a1, c1));
-            member(0, areas.clone(), cells.clone());
-            t.join().unwrap();
+                spin(|| areas.iter().all(|a| a.done() >= reuse_floor(e, false)));
+                if me == root {
+                    spin(|| areas[1 - me].entered() >= e);
+                    let v = cells[me][0].load(Ordering::Relaxed);
+                    assert_eq!(
+                        v,
+                        e * 7,
+                        "the root read its source before the other entered"
+                    );
+                    cells[me][1].store(v, Ordering::Relaxed);
+                    areas[me].set_done(e);
+                    // SAFETY: the owner, after the reuse floor; 8 bytes fit the line.
+                    unsafe {
+                        areas[me].publish(s, e, LOC_INLINE, 8, |p| {
+                            p.cast::<u64>().write_unaligned(v);
+                        });
+                    }
+                    spin(|| areas[1 - me].done() >= e);
+                    assert_eq!(cells[1 - me][1].load(Ordering::Relaxed), e * 7);
+                } else {
+                    areas[me].set_entered(e);
+                    // SAFETY: the owner, after the reuse floor; an entry only.
+                    unsafe { areas[me].publish(s, e, LOC_INLINE, 0, |_| {}) };
+                    let mut got = None;
+                    spin(|| {
+                        got = areas[root].published(s, e);
+                        got.is_some()
+                    });
+                    // SAFETY: published for slot s, not yet marked done.
+                    let v = unsafe {
+                        areas[root].read(s, got.unwrap(), |q| q.cast::<u64>().read_unaligned())
+                    }
+                    .unwrap();
+                    cells[me][1].store(v, Ordering::Relaxed);
+                    areas[me].set_done(e);
+                    // OUT_ALLSYNC: the root's own copy is in place without its `done`.
+                    assert_eq!(cells[root][1].load(Ordering::Relaxed), e * 7);
+                }
+            }
         });
     }
 
@@ -522,102 +528,78 @@ mod loom_models {
     /// written; the barrier words, which the idle member's waits skip, stay in order.
     #[test]
     fn loom_idle_member_skips_the_entry_wait() {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(2);
-        b.check(|| {
-            let areas: Arc<[Box<Area>; 2]> = Arc::new([Area::boxed(), Area::boxed()]);
-            let cells: Arc<[[AtomicU64; 2]; 2]> = Arc::new(std::array::from_fn(|_| {
-                [AtomicU64::new(0), AtomicU64::new(0)]
-            }));
-            let member =
-                move |me: usize, areas: Arc<[Box<Area>; 2]>, cells: Arc<[[AtomicU64; 2]; 2]>| {
-                    for e in 1..=3u64 {
-                        let holder = (e % 2) as usize;
-                        let other = 1 - me;
-                        let s = slot(e);
-                        if me != holder {
-                            cells[holder][0].store(e * 7, Ordering::Relaxed);
-                        }
-                        spin(|| areas.iter().all(|a| a.done() >= reuse_floor(e, false)));
-                        areas[other].signal_bar(e);
-                        if me == holder {
-                            spin(|| areas[me].bar() >= e);
-                            let v = cells[me][0].load(Ordering::Relaxed);
-                            assert_eq!(
-                                v,
-                                e * 7,
-                                "the holder read its source before the other entered"
-                            );
-                            cells[me][1].store(v, Ordering::Relaxed);
-                        }
-                        // SAFETY: the owner, after the reuse floor; an entry only.
-                        unsafe { areas[me].publish(s, e, LOC_INLINE, 0, |_| {}) };
-                        areas[me].set_done(e);
-                        if me != holder {
-                            spin(|| areas[holder].done() >= e);
-                            assert_eq!(cells[holder][1].load(Ordering::Relaxed), e * 7);
-                        }
-                    }
-                };
-            let (a1, c1) = (areas.clone(), cells.clone());
-            let t = thread::spawn(move || member(1, a1, c1));
-            member(0, areas.clone(), cells.clone());
-            t.join().unwrap();
+        two_members(|me, areas, cells| {
+            for e in 1..=3u64 {
+                let holder = (e % 2) as usize;
+                let other = 1 - me;
+                let s = slot(e);
+                if me != holder {
+                    cells[holder][0].store(e * 7, Ordering::Relaxed);
+                }
+                spin(|| areas.iter().all(|a| a.done() >= reuse_floor(e, false)));
+                areas[other].signal_bar(e);
+                if me == holder {
+                    spin(|| areas[me].bar() >= e);
+                    let v = cells[me][0].load(Ordering::Relaxed);
+                    assert_eq!(
+                        v,
+                        e * 7,
+                        "the holder read its source before the other entered"
+                    );
+                    cells[me][1].store(v, Ordering::Relaxed);
+                }
+                // SAFETY: the owner, after the reuse floor; an entry only.
+                unsafe { areas[me].publish(s, e, LOC_INLINE, 0, |_| {}) };
+                areas[me].set_done(e);
+                if me != holder {
+                    spin(|| areas[holder].done() >= e);
+                    assert_eq!(cells[holder][1].load(Ordering::Relaxed), e * 7);
+                }
+            }
         });
     }
 
-    /// Small inclusive scans of two members under `OUT_ALLSYNC` over more epochs than header
-    /// lines: member 0 writes its destination inside its publication (before the epoch's
+    /// Small inclusive scans of two members under `OUT_ALLSYNC` over three epochs: member 0 writes its destination inside its publication (before the epoch's
     /// Release store), member 1 reads the publication, folds into its own destination, marks
     /// done and returns without waiting for member 0's `done`, finding member 0's destination
     /// written; member 0 waits for member 1's `done`.
     #[test]
     fn loom_scan_member_zero_settled_at_publication() {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(2);
-        b.check(|| {
-            let areas: Arc<[Box<Area>; 2]> = Arc::new([Area::boxed(), Area::boxed()]);
-            let dst: Arc<[AtomicU64; 2]> = Arc::new(std::array::from_fn(|_| AtomicU64::new(0)));
-            let member = move |me: usize, areas: Arc<[Box<Area>; 2]>, dst: Arc<[AtomicU64; 2]>| {
-                for e in 1..=3u64 {
-                    let s = slot(e);
-                    let x = e * 10 + me as u64;
-                    spin(|| areas.iter().all(|a| a.done() >= reuse_floor(e, false)));
-                    if me == 0 {
-                        // SAFETY: the owner, after the reuse floor; 8 bytes fit the line.
-                        unsafe {
-                            areas[0].publish(s, e, LOC_INLINE, 8, |p| {
-                                p.cast::<u64>().write_unaligned(x);
-                                dst[0].store(x, Ordering::Relaxed);
-                            });
-                        }
-                        areas[0].set_done(e);
-                        spin(|| areas[1].done() >= e);
-                        assert_eq!(dst[1].load(Ordering::Relaxed), e * 10 + x + 1);
-                    } else {
-                        // SAFETY: the owner, after the reuse floor; its length alone.
-                        unsafe { areas[1].publish(s, e, LOC_INLINE, 0, |_| {}) };
-                        let mut got = None;
-                        spin(|| {
-                            got = areas[0].published(s, e);
-                            got.is_some()
+        two_members(|me, areas, cells| {
+            for e in 1..=3u64 {
+                let s = slot(e);
+                let x = e * 10 + me as u64;
+                spin(|| areas.iter().all(|a| a.done() >= reuse_floor(e, false)));
+                if me == 0 {
+                    // SAFETY: the owner, after the reuse floor; 8 bytes fit the line.
+                    unsafe {
+                        areas[0].publish(s, e, LOC_INLINE, 8, |p| {
+                            p.cast::<u64>().write_unaligned(x);
+                            cells[0][1].store(x, Ordering::Relaxed);
                         });
-                        // SAFETY: published for slot s, not yet marked done.
-                        let v = unsafe {
-                            areas[0].read(s, got.unwrap(), |q| q.cast::<u64>().read_unaligned())
-                        }
-                        .unwrap();
-                        dst[1].store(v + x, Ordering::Relaxed);
-                        areas[1].set_done(e);
-                        // OUT_ALLSYNC without member 0's `done`.
-                        assert!(dst[0].load(Ordering::Relaxed) >= e * 10);
                     }
+                    areas[0].set_done(e);
+                    spin(|| areas[1].done() >= e);
+                    assert_eq!(cells[1][1].load(Ordering::Relaxed), e * 10 + x + 1);
+                } else {
+                    // SAFETY: the owner, after the reuse floor; its length alone.
+                    unsafe { areas[1].publish(s, e, LOC_INLINE, 0, |_| {}) };
+                    let mut got = None;
+                    spin(|| {
+                        got = areas[0].published(s, e);
+                        got.is_some()
+                    });
+                    // SAFETY: published for slot s, not yet marked done.
+                    let v = unsafe {
+                        areas[0].read(s, got.unwrap(), |q| q.cast::<u64>().read_unaligned())
+                    }
+                    .unwrap();
+                    cells[1][1].store(v + x, Ordering::Relaxed);
+                    areas[1].set_done(e);
+                    // OUT_ALLSYNC without member 0's `done`.
+                    assert!(cells[0][1].load(Ordering::Relaxed) >= e * 10);
                 }
-            };
-            let (a1, d1) = (areas.clone(), dst.clone());
-            let t = thread::spawn(move || member(1, a1, d1));
-            member(0, areas.clone(), dst.clone());
-            t.join().unwrap();
+            }
         });
     }
 
