@@ -371,7 +371,7 @@ fn epoch_reduce(
     }
     t.area(me).set_done(e);
     if mode.output == OutSync::All {
-        super::all_done(t, w, None)?;
+        super::all_done(t, w, |_| false)?;
     }
     Ok(())
 }
@@ -568,7 +568,7 @@ fn epoch_images(
         t.area(me).set_done(e);
     }
     if mode.output == OutSync::All {
-        super::all_done(t, w, root_early.then_some(root))?;
+        super::all_done(t, w, |i| root_early && i == root)?;
     }
     Ok(())
 }

@@ -778,7 +778,7 @@ fn exit(t: &ShmTeam, w: &Waiter<'_>, k: Small, root: usize) -> Result<()> {
 #[inline(never)]
 fn exit_all(t: &ShmTeam, w: &Waiter<'_>, kind: Kind, root: usize) -> Result<()> {
     let me = t.me;
-    all_done_but(t, w, |i| settled(kind, me, root, i))
+    all_done(t, w, |i| settled(kind, me, root, i))
 }
 
 /// Whether member `i`'s publication, which member `me` read in a small call of `kind` rooted
@@ -1175,7 +1175,7 @@ fn epoch_call(
         // Not a member settled when it published: a broadcast's or scatter's root that made
         // its copy first, a rooted array reduction's other members (read by the root; they
         // write nothing), an idle member of an array scan.
-        OutSync::All => all_done_but(t, w, |i| {
+        OutSync::All => all_done(t, w, |i| {
             (root_early && i == root)
                 || (spec.kind == Kind::Reduce && me == root && i != root)
                 || idle(i)
@@ -1287,7 +1287,7 @@ fn push_all(t: &ShmTeam, w: &Waiter<'_>, spec: &Spec, src: Mem, dst: Mem, at: u6
         }
     }
     t.area(me).set_done(e);
-    all_done(t, w, None)
+    all_done(t, w, |_| false)
 }
 
 /// A member's entry into epoch `w.e`: slot reuse before it writes its slot (every member's
@@ -1360,21 +1360,16 @@ fn reuse_wait(t: &ShmTeam, w: &Waiter<'_>, floor: u64) -> Result<()> {
     Ok(())
 }
 
-/// `OUT_ALLSYNC`: wait until every member's `done` holds epoch `w.e`, but member `early`'s
-/// (a root that marked itself done before it published, whose readers need not wait for it).
-fn all_done(t: &ShmTeam, w: &Waiter<'_>, early: Option<usize>) -> Result<()> {
-    all_done_but(t, w, |i| early == Some(i))
-}
-
-/// [`all_done`] but for the members `skip` names.
-fn all_done_but(t: &ShmTeam, w: &Waiter<'_>, skip: impl Fn(usize) -> bool) -> Result<()> {
+/// `OUT_ALLSYNC`: wait until every member's `done` holds epoch `w.e`, but those `skip` names
+/// (members settled when they published: a root that marked itself done before it published,
+/// members that wrote nothing and whose publication this one read, an idle member).
+fn all_done(t: &ShmTeam, w: &Waiter<'_>, skip: impl Fn(usize) -> bool) -> Result<()> {
     let (e, np) = (w.e, t.n());
-    let waits = |i: usize| !skip(i);
     w.wait(
-        || (0..np).all(|i| !waits(i) || t.area(i).done() >= e),
+        || (0..np).all(|i| skip(i) || t.area(i).done() >= e),
         || {
             let late: Vec<usize> = (0..np)
-                .filter(|&i| waits(i) && t.area(i).done() < e)
+                .filter(|&i| !skip(i) && t.area(i).done() < e)
                 .collect();
             format!("team ranks {late:?} to finish (OUT_ALLSYNC)")
         },
